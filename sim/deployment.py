@@ -1,0 +1,84 @@
+"""A model on a piece of hardware: tensor parallelism and the memory left for the KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import UserError
+from sim.hardware import GiB, HardwareSpec
+from sim.models import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One replica: ``tp`` GPUs of ``hardware`` holding one copy of ``model``."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    tp: int = 1  # tensor-parallel degree (GPUs per replica)
+    gpu_memory_utilization: float = 0.90  # fraction of device memory the engine may use (vLLM's default)
+    max_batched_tokens: int = 8192  # largest step, sizes the activation reserve
+    max_seqs: int = 1024  # most sequences in a step, sizes the logits buffer
+    kv_capacity_override: int = 0  # bytes per replica; 0 derives it from memory
+
+    def __post_init__(self) -> None:
+        if self.tp < 1:
+            raise UserError(f"--tp must be at least 1, got {self.tp}")
+        if self.model.num_heads % self.tp:
+            raise UserError(
+                f"--tp {self.tp} does not divide {self.model.name}'s {self.model.num_heads} attention heads"
+            )
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise UserError("gpu_memory_utilization must be in (0, 1]")
+        if self.kv_capacity_bytes <= 0:
+            need = (self.weight_bytes_per_gpu + self.activation_reserve_bytes) / GiB
+            have = self.hardware.memory_bytes * self.gpu_memory_utilization / GiB
+            raise UserError(
+                f"{self.model.name} does not fit on {self.hardware.name} with tp={self.tp}: "
+                f"weights and activations need {need:.1f} GiB per GPU, {have:.1f} GiB usable"
+            )
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        return self.model.weight_bytes / self.tp
+
+    @property
+    def activation_reserve_bytes(self) -> float:
+        """Peak activations of the largest step plus the logits buffer, per GPU.
+
+        The widest live tensors of a step are the MLP input to the activation (2 x intermediate, fused
+        gate/up) and its output, plus the residual stream and QKV; logits are float32 over the vocabulary
+        for every sequence that samples. A floor of 512 MiB covers the CUDA context and workspaces.
+        """
+        m = self.model
+        per_token = (m.mlp_in_out + m.intermediate_size) / self.tp + 3 * m.hidden_size + m.qkv_out / self.tp
+        act = self.max_batched_tokens * per_token * m.dtype_bytes
+        logits = self.max_seqs * m.vocab_size * 4 / self.tp
+        return max(act + logits, 512 * 2**20)
+
+    @property
+    def kv_capacity_bytes(self) -> float:
+        """KV-cache bytes of the whole replica (all its GPUs)."""
+        if self.kv_capacity_override:
+            return float(self.kv_capacity_override)
+        per_gpu = (
+            self.hardware.memory_bytes * self.gpu_memory_utilization
+            - self.weight_bytes_per_gpu
+            - self.activation_reserve_bytes
+        )
+        return per_gpu * self.tp
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes of one token on the whole replica; heads are replicated when tp > KV heads."""
+        return self.model.kv_bytes_per_token * max(1, self.tp // self.model.num_kv_heads)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return int(self.kv_capacity_bytes // self.kv_bytes_per_token)
+
+    def num_blocks(self, block_size: int) -> int:
+        return self.kv_capacity_tokens // block_size
+
+
+__all__ = ["Deployment"]

@@ -1,0 +1,125 @@
+"""Accelerator specs (HardwareSpec): sourced peak numbers and measured efficiencies.
+
+Peaks come from the vendors' datasheets (dense, no sparsity). Efficiencies are the fractions of those
+peaks that real kernels reach; their defaults come from public kernel measurements, cited per field.
+A calibration profile (``calibrate``) replaces them with the user's own measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from sim.errors import UserError
+
+GiB = 1 << 30
+
+# Where the efficiency defaults come from (A100, applied to GPUs of the same generation and later):
+# * compute_efficiency 0.70 — Vidur's A100 profile of Llama-2-7B (../shared/data
+#   vidur_profile_a100_Llama-2-7b-hf_mlp.csv): the QKV, O, up and down GEMMs run at 205-235 TFLOP/s
+#   for 1K-4K tokens, 0.66-0.75 of 312 TFLOP/s; BlendServe Table 1 implies 0.69-0.71.
+# * memory_efficiency 0.80 — the same profile's weight-bound GEMMs at 1-8 tokens read the weights at
+#   1.60-1.64 TB/s, 0.78-0.80 of 2,039 GB/s; BlendServe Table 1's decode attention implies 0.80-0.85.
+# * elementwise_efficiency 0.45 — the same profile's RMSNorm, SiLU-and-mul and rotary kernels at 4K
+#   tokens move 0.64-1.0 TB/s, 0.31-0.50 of peak.
+# * attention_compute_efficiency 0.55 — FlashAttention-2 forward reaches 50-73% of A100 peak on causal
+#   head-dim-128 attention (Dao, 2023, Fig. 4); short chunks sit at the low end.
+# * kernel_launch_s 4 us — the smallest kernels in the Vidur profile (norm, add at 1-4 tokens) take 4-5 us.
+# * gemm_tile_m 128 — the Vidur GEMM times step at multiples of 128 tokens (e.g. 144 tokens cost as
+#   much as 256), the M tile of cuBLAS's large kernels.
+# * overlap_interference 0.2 — the slowdown of the shorter of two co-running compute- and memory-bound
+#   kernel groups; NanoFlow reports overlapped nano-batches lose 10-25% against ideal overlap. Replaced by
+#   the calibrated value (``calibrate``'s overlap profile) when a profile is given.
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareSpec:
+    """One accelerator (per GPU; tensor parallelism multiplies GPUs, not this spec)."""
+
+    name: str
+    peak_flops: float  # dense FP16/BF16 tensor-core FLOP/s
+    mem_bandwidth: float  # HBM bytes/s
+    memory_bytes: int  # device memory
+    peak_flops_fp32: float = 0.0  # FP32 FLOP/s (non-tensor); 0 means peak_flops / 16
+    link_bandwidth: float = 0.0  # GPU-to-GPU bytes/s per direction (NVLink or PCIe); 0 = no link
+    link_latency_s: float = 8e-6  # per all-reduce step
+    num_sms: int = 0
+    compute_efficiency: float = 0.70
+    memory_efficiency: float = 0.80
+    elementwise_efficiency: float = 0.45
+    attention_compute_efficiency: float = 0.55
+    kernel_launch_s: float = 4e-6
+    gemm_tile_m: int = 128
+    overlap_interference: float = 0.2
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("peak_flops", "mem_bandwidth", "memory_bytes"):
+            if not getattr(self, f) > 0:
+                raise UserError(f"hardware {self.name!r}: {f} must be positive")
+        for f in ("compute_efficiency", "memory_efficiency", "elementwise_efficiency",
+                  "attention_compute_efficiency"):
+            v = getattr(self, f)
+            if not 0 < v <= 1:
+                raise UserError(f"hardware {self.name!r}: {f} must be in (0, 1], got {v}")
+        if not 0 <= self.overlap_interference <= 1:
+            raise UserError(f"hardware {self.name!r}: overlap_interference must be in [0, 1]")
+        if self.peak_flops_fp32 == 0:
+            object.__setattr__(self, "peak_flops_fp32", self.peak_flops / 16)
+
+    def flops_for(self, dtype: str) -> float:
+        """Peak matmul FLOP/s for a dtype."""
+        return self.peak_flops_fp32 if dtype == "fp32" else self.peak_flops
+
+    def with_(self, **changes) -> HardwareSpec:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+TB = 1e12
+PRESETS: dict[str, HardwareSpec] = {
+    h.name: h
+    for h in [
+        HardwareSpec("a100-80gb", 312 * TB, 2.039 * TB, 80 * GiB, peak_flops_fp32=19.5 * TB,
+                     link_bandwidth=300e9, num_sms=108,
+                     source="NVIDIA A100 datasheet (SXM4 80GB): 312 TFLOPS BF16 dense, 2,039 GB/s, "
+                            "NVLink 600 GB/s bidirectional"),
+        HardwareSpec("a100-40gb", 312 * TB, 1.555 * TB, 40 * GiB, peak_flops_fp32=19.5 * TB,
+                     link_bandwidth=300e9, num_sms=108,
+                     source="NVIDIA A100 datasheet (SXM4 40GB): 312 TFLOPS BF16 dense, 1,555 GB/s"),
+        HardwareSpec("h100-80gb", 989.4 * TB, 3.35 * TB, 80 * GiB, peak_flops_fp32=66.9 * TB,
+                     link_bandwidth=450e9, num_sms=132,
+                     source="NVIDIA H100 datasheet (SXM5): 989 TFLOPS BF16 dense, 3.35 TB/s, "
+                            "NVLink 900 GB/s bidirectional"),
+        HardwareSpec("h200", 989.4 * TB, 4.8 * TB, 141 * 10**9, peak_flops_fp32=66.9 * TB,
+                     link_bandwidth=450e9, num_sms=132,
+                     source="NVIDIA H200 datasheet (SXM): 989 TFLOPS BF16 dense, 4.8 TB/s, 141 GB"),
+        HardwareSpec("a6000", 154.8 * TB, 0.768 * TB, 48 * GiB, peak_flops_fp32=38.7 * TB,
+                     link_bandwidth=56.25e9, num_sms=84,
+                     source="NVIDIA RTX A6000 datasheet: 154.8 TFLOPS FP16 tensor dense, 768 GB/s, "
+                            "NVLink bridge 112.5 GB/s bidirectional"),
+        HardwareSpec("l40s", 362.05 * TB, 0.864 * TB, 48 * GiB, peak_flops_fp32=91.6 * TB,
+                     link_bandwidth=32e9, num_sms=142,
+                     source="NVIDIA L40S datasheet: 362 TFLOPS BF16 dense, 864 GB/s, PCIe 4.0 x16"),
+        # A placeholder to be calibrated (``blendsim calibrate --device cpu``): two AVX2 cores.
+        HardwareSpec("cpu", 100e9, 20e9, 16 * GiB, peak_flops_fp32=100e9, link_bandwidth=10e9,
+                     compute_efficiency=0.5, memory_efficiency=0.5, elementwise_efficiency=0.3,
+                     attention_compute_efficiency=0.3, kernel_launch_s=20e-6, gemm_tile_m=1,
+                     source="rough 2-core AVX2 figures; calibrate before trusting"),
+    ]
+}
+
+
+def hardware_names() -> list[str]:
+    return list(PRESETS)
+
+
+def get_hardware(name: str) -> HardwareSpec:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UserError(f"unknown hardware {name!r}; presets: {', '.join(PRESETS)}") from None
+
+
+__all__ = ["GiB", "HardwareSpec", "PRESETS", "get_hardware", "hardware_names"]

@@ -1,0 +1,261 @@
+"""Calibration profiles: the JSON schema, loading with checks, and the polynomial op timer.
+
+A Profile holds, per operator, a polynomial fitted to kernel times measured on one device for one
+model, dtype and tensor-parallel shard (``blendsim calibrate`` writes them). Schema (version 1)::
+
+    {
+      "schema": "blendsim.profile", "schema_version": 1,
+      "model": "llama-3-8b", "model_shape": {hidden_size, num_layers, num_heads, num_kv_heads,
+                                             intermediate_size, vocab_size, head_dim},
+      "dtype": "bf16", "tp": 1,
+      "device": {"kind": "cuda", "name": ..., ...pynvml identity...},
+      "software": {"torch": ..., "cuda": ..., "attention_backend": ...},
+      "produced_by": {"tool": "blendsim calibrate", "version": ..., "command": ..., "quick": false},
+      "ops": {
+        "<op>": {"vars": ["tokens"] | ["tokens", "context"] | ["batch", "context"],
+                 "terms": [[e1, e2], ...], "coef": [...], "scale": [...],
+                 "domain": [[lo, hi], ...],
+                 "fit": {"degree": d, "median_rel_err": ..., "max_rel_err": ...,
+                         "heldout_median_rel_err": ..., "n_points": ...},
+                 "grid": [[x1, x2], ...], "median_s": [...], "p10_s": [...], "p90_s": [...]}
+      },
+      "interference": 0.21 | null,  "overlap": {...measured points...} | null,
+      "hardware": {"peak_flops": ..., "mem_bandwidth": ...} | null,
+      "skipped": [{"op": ..., "point": [...], "reason": ...}]
+    }
+
+Times are seconds for one call of the operator (one layer for layer operators). ``terms`` are the
+exponents of each monomial in the scaled variables ``x / scale``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sim.deployment import Deployment
+from sim.errors import UserError
+from sim.io import read_json, write_json
+
+SCHEMA = "blendsim.profile"
+SCHEMA_VERSION = 1
+SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size",
+              "head_dim")
+# which features feed each operator's polynomial
+OP_VARS = {
+    "qkv_proj": ("tokens",), "o_proj": ("tokens",), "gate_up_proj": ("tokens",), "down_proj": ("tokens",),
+    "lm_head": ("tokens",), "norm": ("tokens",), "rope": ("tokens",), "act": ("tokens",),
+    "kv_write": ("tokens",), "embedding": ("tokens",), "allreduce": ("tokens",),
+    "attn_prefill": ("tokens", "context"), "attn_decode": ("batch", "context"),
+}
+
+
+@dataclass
+class OpFit:
+    """One operator's fitted polynomial and the measurements behind it."""
+
+    op: str
+    vars: tuple
+    terms: list  # exponent tuples, one per coefficient
+    coef: list
+    scale: list
+    domain: list  # [[lo, hi]] per variable, the measured range
+    fit: dict = field(default_factory=dict)
+    grid: list = field(default_factory=list)
+    median_s: list = field(default_factory=list)
+    p10_s: list = field(default_factory=list)
+    p90_s: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._terms = np.asarray(self.terms, dtype=float).reshape(len(self.coef), len(self.vars))
+        self._coef = np.asarray(self.coef, dtype=float)
+        self._floor = 0.5 * min(self.median_s) if self.median_s else 0.0
+
+    def predict(self, *xs):
+        """Seconds at ``xs`` (numbers or arrays). Inside the measured domain: the polynomial. Beyond
+        its upper end: the edge value scaled linearly (GEMM and attention times grow linearly in
+        tokens, batch and context there). Below its lower end: the edge value."""
+        xs = [np.asarray(x, dtype=float) for x in xs]
+        ratio = 1.0
+        clamped = []
+        for x, (lo, hi) in zip(xs, self.domain):
+            c = np.clip(x, lo, hi)
+            ratio = ratio * np.where(x > hi, x / hi, 1.0)
+            clamped.append(c)
+        z = np.stack([c / s for c, s in zip(clamped, self.scale)], axis=-1)
+        mono = np.prod(z[..., None, :] ** self._terms, axis=-1)
+        y = mono @ self._coef
+        return np.maximum(y, self._floor) * ratio
+
+    def predict_scalar(self, *xs) -> float:
+        """Pure-Python :meth:`predict` for one point (the engine's hot path)."""
+        ratio = 1.0
+        z = []
+        for x, (lo, hi), s in zip(xs, self.domain, self.scale):
+            if x > hi:
+                ratio *= x / hi
+                x = hi
+            elif x < lo:
+                x = lo
+            z.append(x / s)
+        y = 0.0
+        for c, e in zip(self.coef, self.terms):
+            v = c
+            for zi, ei in zip(z, e):
+                if ei:
+                    v *= zi ** ei
+            y += v
+        return max(y, self._floor) * ratio
+
+    def to_dict(self) -> dict:
+        return {"vars": list(self.vars), "terms": [list(map(int, t)) for t in self.terms], "coef": list(self.coef),
+                "scale": list(self.scale), "domain": [list(d) for d in self.domain], "fit": self.fit,
+                "grid": self.grid, "median_s": self.median_s, "p10_s": self.p10_s, "p90_s": self.p90_s}
+
+
+@dataclass
+class Profile:
+    model: str
+    model_shape: dict
+    dtype: str
+    tp: int
+    ops: dict  # op -> OpFit
+    device: dict = field(default_factory=dict)
+    software: dict = field(default_factory=dict)
+    produced_by: dict = field(default_factory=dict)
+    interference: float | None = None
+    overlap: dict | None = None
+    hardware: dict | None = None
+    skipped: list = field(default_factory=list)
+    path: str = ""
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "model": self.model,
+                "model_shape": self.model_shape, "dtype": self.dtype, "tp": self.tp, "device": self.device,
+                "software": self.software, "produced_by": self.produced_by,
+                "ops": {k: v.to_dict() for k, v in sorted(self.ops.items())}, "interference": self.interference,
+                "overlap": self.overlap, "hardware": self.hardware, "skipped": self.skipped}
+
+    def save(self, path: str | Path) -> Path:
+        return write_json(path, self.to_dict())
+
+    def check_matches(self, dep: Deployment) -> None:
+        """Refuse a profile made for another model shape, dtype or tensor-parallel degree."""
+        m = dep.model
+        shape = model_shape(m)
+        where = self.path or "profile"
+        if self.model_shape and any(int(self.model_shape.get(k, -1)) != shape[k] for k in SHAPE_KEYS):
+            diff = ", ".join(f"{k} {self.model_shape.get(k)} vs {shape[k]}" for k in SHAPE_KEYS
+                             if int(self.model_shape.get(k, -1)) != shape[k])
+            raise UserError(f"{where}: fitted for model {self.model!r}, not {m.name!r} ({diff})")
+        if self.dtype != m.dtype:
+            raise UserError(f"{where}: fitted for dtype {self.dtype}, but the run uses {m.dtype} (use --dtype)")
+        if int(self.tp) != dep.tp:
+            raise UserError(f"{where}: fitted for tp={self.tp}, but the run uses tp={dep.tp}")
+
+
+def model_shape(m) -> dict:
+    return {k: int(getattr(m, k)) for k in SHAPE_KEYS}
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and check a profile; a corrupt or foreign file is one clear error."""
+    path = Path(path)
+    d = read_json(path, "profile")
+    where = str(path)
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise UserError(f"{where}: not a blendsim profile (missing \"schema\": \"{SCHEMA}\")")
+    v = d.get("schema_version")
+    if not isinstance(v, int) or v > SCHEMA_VERSION:
+        raise UserError(f"{where}: profile schema version {v!r} is not supported (this blendsim reads {SCHEMA_VERSION})")
+    for k in ("model", "dtype", "tp", "ops"):
+        if k not in d:
+            raise UserError(f"{where}: missing field {k!r}")
+    ops = {}
+    if not isinstance(d["ops"], dict):
+        raise UserError(f"{where}: field 'ops' must be an object")
+    for name, o in d["ops"].items():
+        if name not in OP_VARS:
+            raise UserError(f"{where}: ops.{name}: unknown operator (known: {', '.join(OP_VARS)})")
+        try:
+            fit = OpFit(op=name, vars=tuple(o["vars"]), terms=o["terms"], coef=o["coef"], scale=o["scale"],
+                        domain=o["domain"], fit=o.get("fit", {}), grid=o.get("grid", []),
+                        median_s=o.get("median_s", []), p10_s=o.get("p10_s", []), p90_s=o.get("p90_s", []))
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"{where}: ops.{name}: malformed fit ({e.__class__.__name__}: {e})") from None
+        if tuple(fit.vars) != OP_VARS[name]:
+            raise UserError(f"{where}: ops.{name}: variables {list(fit.vars)} should be {list(OP_VARS[name])}")
+        if not np.all(np.isfinite(fit._coef)):
+            raise UserError(f"{where}: ops.{name}: non-finite coefficient")
+        ops[name] = fit
+    interf = d.get("interference")
+    if interf is not None and not (isinstance(interf, (int, float)) and 0 <= interf <= 1):
+        raise UserError(f"{where}: field 'interference' must be a number in [0, 1]")
+    return Profile(model=str(d["model"]), model_shape=d.get("model_shape") or {}, dtype=str(d["dtype"]),
+                   tp=int(d["tp"]), ops=ops, device=d.get("device", {}), software=d.get("software", {}),
+                   produced_by=d.get("produced_by", {}), interference=interf, overlap=d.get("overlap"),
+                   hardware=d.get("hardware"), skipped=d.get("skipped", []), path=where)
+
+
+class ProfileTimer:
+    """Operator times from a profile's polynomials; the roofline for operators it lacks."""
+
+    name = "profile"
+
+    def __init__(self, profile: Profile, dep: Deployment):
+        from sim.cost import RooflineTimer
+
+        profile.check_matches(dep)
+        self.profile = profile
+        self.roofline = RooflineTimer(dep)
+        self.shapes = self.roofline.shapes
+        self._missing = sorted(op for op in OP_VARS if op not in profile.ops
+                               and not (op == "allreduce" and dep.tp == 1)
+                               and not (op == "rope" and not dep.model.rope))
+
+    def notes(self) -> list[str]:
+        if not self._missing:
+            return []
+        return [f"profile {self.profile.path or ''} lacks {', '.join(self._missing)}: "
+                f"using the roofline for {'it' if len(self._missing) == 1 else 'them'}"]
+
+    def op_time(self, op, flops, nbytes, kernels, f):
+        fit = self.profile.ops.get(op)
+        if fit is None:
+            return self.roofline.op_time(op, flops, nbytes, kernels, f)
+        on = np.asarray(kernels) > 0
+        if op == "attn_prefill":
+            np_ = np.maximum(np.asarray(f.num_prefill_seqs, dtype=float), 1)
+            n = np.maximum(np.asarray(f.num_prefill_tokens, dtype=float) / np_, 1)
+            ctx = np.maximum(np.asarray(f.attn_pairs, dtype=float) / np_ / n - (n + 1) / 2, 0)
+            t = fit.predict(n, ctx) * np_
+        elif op == "attn_decode":
+            d = np.maximum(np.asarray(f.num_decode, dtype=float), 1)
+            t = fit.predict(d, np.asarray(f.decode_ctx_sum, dtype=float) / d)
+        else:
+            x = f.num_logits if op == "lm_head" else f.num_tokens
+            t = fit.predict(np.maximum(np.asarray(x, dtype=float), 1))
+        return np.where(on, t, 0.0)
+
+    def attn_scalars(self):
+        rp, rd = self.roofline.attn_scalars()
+        pf, dfit = self.profile.ops.get("attn_prefill"), self.profile.ops.get("attn_decode")
+
+        def prefill(Tp, Np, pairs, pkv):
+            if pf is None:
+                return rp(Tp, Np, pairs, pkv)
+            n = max(Tp / Np, 1.0)
+            ctx = max(pairs / Np / n - (n + 1) / 2, 0.0)
+            return pf.predict_scalar(n, ctx) * Np
+
+        def decode(D, Cd):
+            if dfit is None:
+                return rd(D, Cd)
+            return dfit.predict_scalar(D, Cd / D)
+
+        return prefill, decode
+
+
+__all__ = ["OP_VARS", "OpFit", "Profile", "ProfileTimer", "SCHEMA", "SCHEMA_VERSION", "load_profile", "model_shape"]
