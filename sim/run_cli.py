@@ -66,6 +66,113 @@ def cost_cmd(
             f"({mode} mode)")
 
 
+def simulate_cmd(
+    trace: Path = typer.Argument(..., help="Trace Parquet file (see `blendsim workloads`)."),
+    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`)."),
+    model: str = typer.Option("llama-3-8b", "--model", "-m", help=MODEL_HELP),
+    hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
+    replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
+    mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
+    profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
+    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, sglang, nanoflow "
+                                                       "(default: the policy's own)."),
+    token_budget: int = typer.Option(None, "--token-budget", help="New tokens per step, chunked prefill "
+                                                                  "(default: the policy's)."),
+    max_seqs: int = typer.Option(None, "--max-seqs", help="Running sequences per replica, 0 = no cap "
+                                                          "(default: the policy's)."),
+    block_size: int = typer.Option(None, "--block-size", help="KV block size in tokens (default 16); "
+                                                              "prefix hits are whole blocks."),
+    round_tokens: int = typer.Option(None, "--round-tokens", help="Trim step sizes to multiples of this "
+                                                                  "(NanoFlow: 128)."),
+    mix: str = typer.Option(None, "--mix", help="decode-first (chunked prefill) or prefill-first."),
+    no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache", help="Disable prefix caching."),
+    dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype."),
+    offline: bool = typer.Option(False, "--offline", help="Release every request at t=0."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
+    record_schedule: bool = typer.Option(False, "--record-schedule",
+                                         help="Also write schedule.parquet (the Batches, for replay)."),
+    opt: list[str] = typer.Option(None, "--opt", help="Policy option key=value (repeatable)."),
+    out: Path = typer.Option(..., "-o", "--out", help="Run directory to write."),
+    as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of a table."),
+) -> None:
+    """Simulate TRACE under a policy and write RUN_DIR/{summary.json, steps.parquet, requests.parquet}."""
+    import sys
+
+    from sim.runner import RunConfig, check_run_dir, run_simulation, write_run
+    from workloads.trace import read_trace
+
+    check_run_dir(out)
+    t = read_trace(trace)
+    cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
+                    engine=engine, profile=str(profile) if profile else None, dtype=dtype,
+                    token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
+                    round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
+                    offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))
+    result = _with_progress(lambda progress: run_simulation(t, cfg, progress), t.n, sys.stderr.isatty())
+    write_run(result, out)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    if as_json:
+        typer.echo(json.dumps(result.summary, indent=2, sort_keys=True))
+    else:
+        print_summary(result.summary, out)
+
+
+def parse_opts(opts: list[str] | None) -> dict:
+    from sim.errors import UserError
+
+    out = {}
+    for o in opts or []:
+        if "=" not in o:
+            raise UserError(f"--opt {o!r}: expected key=value")
+        k, v = o.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _with_progress(fn, total: int, show: bool):
+    if not show:
+        return fn(None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/{task.total} requests"),
+                  TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task("sim", total=total)
+        return fn(lambda done: bar.update(task, completed=done))
+
+
+def print_summary(s: dict, out: Path | None = None) -> None:
+    from rich.console import Console
+
+    c = Console()
+    c.print(f"[bold]{s['policy']}[/] on {s['model']} / {s['hardware']} x{s['tp']} "
+            f"({s['replicas']} replica(s), {s['mode']} mode, engine {s['engine']}, {s['cost_model']} cost model)")
+    c.print(f"  {s['n_requests']} requests, {s['input_tokens']} input + {s['output_tokens']} output tokens, "
+            f"{s['steps']} steps")
+    c.print(f"  makespan {s['makespan_s']:.2f} s, throughput {s['throughput_tok_s']:.0f} tok/s, "
+            f"{100 * s['frac_of_opt']:.1f}% of T_o ({100 * s['frac_of_practical_opt']:.1f}% of the practical optimum)")
+    c.print(f"  prefix sharing {100 * s['prefix_sharing_ratio']:.2f}% (optimal {100 * s['optimal_sharing_ratio']:.2f}%), "
+            f"recomputed {s['recomputed_tokens']} tokens, {s['preemptions']} preemptions, "
+            f"compute density {s['compute_density']:.3f}")
+    if "latency_mean_s" in s:
+        c.print(f"  latency mean {s['latency_mean_s']:.2f} s, p99 {s['latency_p99_s']:.2f} s, TTFT mean "
+                f"{s['ttft_mean_s']:.3f} s, TBT mean {1e3 * s['tbt_mean_s']:.1f} ms, SLO attainment "
+                f"{100 * s['slo_attainment']:.1f}%, goodput {s['goodput_tok_s']:.0f} tok/s")
+    if out is not None:
+        c.print(f"  wrote {out}/")
+
+
+def policies_cmd() -> None:
+    """List the scheduling policies."""
+    from policies.base import get_policy, policy_names
+
+    for name in policy_names():
+        cls = get_policy(name)
+        opts = ", ".join(f"{k}={d!r}" for k, (d, _) in cls.options.items())
+        typer.echo(f"{name:12s} {cls.description}" + (f"  [options: {opts}]" if opts else ""))
+
+
 def _deployment(model: str, hardware: str, tp: int, dtype: str | None = None, **kw):
     from sim.deployment import Deployment
     from sim.hardware import get_hardware
@@ -76,3 +183,5 @@ def _deployment(model: str, hardware: str, tp: int, dtype: str | None = None, **
 
 def register(app: typer.Typer) -> None:
     app.command("cost")(cost_cmd)
+    app.command("simulate")(simulate_cmd)
+    app.command("policies")(policies_cmd)

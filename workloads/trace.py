@@ -286,45 +286,40 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from sim import columns as col
     from sim.io import atomic_path
 
     path = Path(path)
     n = trace.n
-    is_seg = np.zeros(n, dtype=bool)
-    first = trace.unit_offsets[:-1]
-    nonempty = np.diff(trace.unit_offsets) > 0
-    is_seg[nonempty] = trace.unit_sym[first[nonempty]] >= SEGMENT_BASE
     counts = np.diff(trace.unit_offsets)
+    is_seg = np.zeros(n, dtype=bool)
+    nonempty = counts > 0
+    is_seg[nonempty] = trace.unit_sym[trace.unit_offsets[:-1][nonempty]] >= SEGMENT_BASE
     unit_is_seg = np.repeat(is_seg, counts)
 
-    def lists(mask_rows, values):
-        c = np.where(mask_rows, counts, 0)
-        off = np.zeros(n + 1, dtype=np.int32 if c.sum() < 2**31 else np.int64)
-        np.cumsum(c, out=off[1:])
-        return pa.ListArray.from_arrays(pa.array(off), values, mask=pa.array(~mask_rows))
+    def csr(rows):
+        off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.where(rows, counts, 0), out=off[1:])
+        return off
 
-    tok_values = pa.array(trace.unit_sym[~unit_is_seg].astype(np.int32))
+    tokens = col.list_array(csr(~is_seg), col.to_arrow(trace.unit_sym[~unit_is_seg].astype(np.int32)), ~is_seg)
     seg_values = pa.StructArray.from_arrays(
-        [pa.array(trace.unit_sym[unit_is_seg] - SEGMENT_BASE), pa.array(trace.unit_len[unit_is_seg].astype(np.int32))],
-        names=["segment_id", "length"],
-    )
+        [col.to_arrow(trace.unit_sym[unit_is_seg] - SEGMENT_BASE),
+         col.to_arrow(trace.unit_len[unit_is_seg].astype(np.int32))], names=["segment_id", "length"])
+    segments = col.list_array(csr(is_seg), seg_values, is_seg)
     hint = trace.output_len_hint
-
-    def nullable_float(v):
-        return pa.array(v, mask=np.isnan(v))
-
-    table = pa.table({
-        "id": pa.array(trace.ids.astype(str)),
-        "prompt_tokens": lists(~is_seg, tok_values),
-        "prompt_segments": lists(is_seg, seg_values),
-        "input_len": pa.array(trace.input_len),
-        "output_len": pa.array(trace.output_len),
-        "output_len_hint": pa.array(hint, mask=hint < 0),
-        "arrival_s": pa.array(trace.arrival_s),
-        "ttft_slo_s": nullable_float(trace.ttft_slo_s),
-        "tbt_slo_s": nullable_float(trace.tbt_slo_s),
-        "jct_slo_s": nullable_float(trace.jct_slo_s),
-        "source": pa.array(trace.source.astype(str)).dictionary_encode(),
+    table = col.table({
+        "id": col.to_arrow(trace.ids),
+        "prompt_tokens": tokens,
+        "prompt_segments": segments,
+        "input_len": trace.input_len,
+        "output_len": trace.output_len,
+        "output_len_hint": col.to_arrow(hint, mask=hint < 0),
+        "arrival_s": trace.arrival_s,
+        "ttft_slo_s": col.to_arrow(trace.ttft_slo_s, mask=np.isnan(trace.ttft_slo_s)),
+        "tbt_slo_s": col.to_arrow(trace.tbt_slo_s, mask=np.isnan(trace.tbt_slo_s)),
+        "jct_slo_s": col.to_arrow(trace.jct_slo_s, mask=np.isnan(trace.jct_slo_s)),
+        "source": col.to_arrow(trace.source).dictionary_encode(),
     })
     table = table.replace_schema_metadata({
         b"blendsim.schema_version": str(SCHEMA_VERSION).encode(),
@@ -341,18 +336,24 @@ REQUIRED = ("input_len", "output_len")
 def read_trace(path: str | Path) -> Trace:
     """Read a trace written by :func:`write_trace` (or any Parquet file with its columns)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
+
+    from sim import columns as col
 
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such file")
     try:
-        table = pq.read_table(path)
+        # NOTE: ParquetFile rather than read_table, and sim.columns rather than to_numpy: both other
+        # routes import pandas (a quarter of a second of start-up for every command).
+        table = pq.ParquetFile(path).read()
     except (pa.ArrowInvalid, OSError) as e:
         raise UserError(f"{path}: not a readable Parquet trace ({str(e).splitlines()[0]})") from None
     md = table.schema.metadata or {}
-    version = int(md.get(b"blendsim.schema_version", b"1"))
+    try:
+        version = int(md.get(b"blendsim.schema_version", b"1"))
+    except ValueError:
+        raise UserError(f"{path}: unreadable schema version in the file metadata") from None
     if version > SCHEMA_VERSION:
         raise UserError(f"{path}: trace schema version {version} is newer than this blendsim ({SCHEMA_VERSION})")
     try:
@@ -366,41 +367,39 @@ def read_trace(path: str | Path) -> Trace:
     n = table.num_rows
 
     def ints(name):
-        col = table.column(name)
-        if not pa.types.is_integer(col.type):
-            raise UserError(f"{path}: column {name!r} must hold integers, found {col.type}")
-        if col.null_count:
-            row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        c = table.column(name)
+        if not pa.types.is_integer(c.type):
+            raise UserError(f"{path}: column {name!r} must hold integers, found {c.type}")
+        if c.null_count:
+            row = int(np.flatnonzero(~col.valid_mask(c))[0])
             raise UserError(f"{path}: row {row}, field {name}: missing value")
-        return col.to_numpy().astype(np.int64)
+        return col.to_numpy(c).astype(np.int64)
 
     def floats(name, default):
         if name not in cols:
             return np.full(n, default, dtype=np.float64)
-        col = table.column(name)
-        if not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
-            raise UserError(f"{path}: column {name!r} must hold numbers, found {col.type}")
-        return pc.fill_null(col.cast(pa.float64()), default).to_numpy()
+        c = table.column(name)
+        if not (pa.types.is_floating(c.type) or pa.types.is_integer(c.type) or pa.types.is_null(c.type)):
+            raise UserError(f"{path}: column {name!r} must hold numbers, found {c.type}")
+        return col.to_numpy(c, fill=default).astype(np.float64)
+
+    def strings(name, default):
+        if name not in cols:
+            return default
+        return col.to_numpy(table.column(name), fill="")
 
     input_len, output_len = ints("input_len"), ints("output_len")
-    hint = np.full(n, -1, dtype=np.int64)
-    if "output_len_hint" in cols:
-        h = table.column("output_len_hint")
-        hint = pc.fill_null(h.cast(pa.int64()), -1).to_numpy()
-    ids = table.column("id").to_numpy(zero_copy_only=False).astype(str).astype(object) if "id" in cols \
-        else np.arange(n).astype(str).astype(object)
-    source = table.column("source").cast(pa.string()).to_numpy(zero_copy_only=False).astype(object) \
-        if "source" in cols else np.full(n, "", dtype=object)
-    source = np.where(pd_isnull(source), "", source).astype(object)
+    hint = col.to_numpy(table.column("output_len_hint"), fill=-1).astype(np.int64) \
+        if "output_len_hint" in cols else np.full(n, -1, dtype=np.int64)
+    ids = strings("id", np.arange(n).astype(str).astype(object))
+    source = strings("source", np.full(n, "", dtype=object))
 
     counts = np.zeros(n, dtype=np.int64)
     has_prompt = np.zeros(n, dtype=bool)
     sym_chunks, len_chunks, owner_chunks = [], [], []
     if "prompt_tokens" in cols:
-        col = table.column("prompt_tokens").combine_chunks()
-        valid = ~col.is_null().to_numpy(zero_copy_only=False)
-        lens = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
-        vals = pc.list_flatten(col).to_numpy().astype(np.int64)
+        valid, lens, flat = col.list_parts(table.column("prompt_tokens"))
+        vals = col.to_numpy(flat).astype(np.int64)
         if len(vals) and (vals.min() < 0 or vals.max() > MAX_TOKEN_ID):
             bad = int(np.flatnonzero((vals < 0) | (vals > MAX_TOKEN_ID))[0])
             row = int(np.searchsorted(np.cumsum(lens), bad, side="right"))
@@ -408,28 +407,24 @@ def read_trace(path: str | Path) -> Trace:
         sym_chunks.append(vals)
         len_chunks.append(np.ones(len(vals), dtype=np.int64))
         owner_chunks.append(np.repeat(np.arange(n), lens))
-        counts += np.where(valid, lens, 0)
+        counts += lens
         has_prompt |= valid & (lens > 0)
     if "prompt_segments" in cols:
-        col = table.column("prompt_segments").combine_chunks()
-        valid = ~col.is_null().to_numpy(zero_copy_only=False)
-        if has_prompt[valid].any():
+        valid, lens, flat = col.list_parts(table.column("prompt_segments"))
+        if (valid & has_prompt).any():
             row = int(np.flatnonzero(valid & has_prompt)[0])
             raise UserError(f"{path}: row {row}: both prompt_tokens and prompt_segments are set")
-        lens = pc.fill_null(pc.list_value_length(col), 0).to_numpy().astype(np.int64)
-        flat = pc.list_flatten(col)
-        sid = flat.field("segment_id").to_numpy(zero_copy_only=False)
-        sln = flat.field("length").to_numpy(zero_copy_only=False)
-        if len(sid) and (np.isnan(sid.astype(float)).any() or np.isnan(sln.astype(float)).any()):
+        if len(flat) and (flat.field("segment_id").null_count or flat.field("length").null_count):
             raise UserError(f"{path}: field prompt_segments: a segment lacks its id or length")
-        sid, sln = sid.astype(np.int64), sln.astype(np.int64)
+        sid = col.to_numpy(flat.field("segment_id")).astype(np.int64)
+        sln = col.to_numpy(flat.field("length")).astype(np.int64)
         if len(sid) and sid.min() < 0:
             row = int(np.repeat(np.arange(n), lens)[np.flatnonzero(sid < 0)[0]])
             raise UserError(f"{path}: row {row}, field prompt_segments: negative segment id")
         sym_chunks.append(SEGMENT_BASE + sid)
         len_chunks.append(sln)
         owner_chunks.append(np.repeat(np.arange(n), lens))
-        counts += np.where(valid, lens, 0)
+        counts += lens
         has_prompt |= valid & (lens > 0)
     # rows without a prompt: a unique segment each (no false sharing)
     missing = np.flatnonzero(~has_prompt)
@@ -456,10 +451,6 @@ def read_trace(path: str | Path) -> Trace:
     )
     trace.validate(str(path))
     return trace
-
-
-def pd_isnull(a: np.ndarray) -> np.ndarray:
-    return np.array([x is None for x in a], dtype=bool) if a.dtype == object else np.zeros(len(a), dtype=bool)
 
 
 __all__ = [

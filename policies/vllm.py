@@ -1,0 +1,20 @@
+"""``vllm``: vLLM v1's default scheduling as it runs an offline job on an A100-class GPU.
+
+FCFS admission while fewer than ``max_num_seqs`` (256) requests run; always-on chunked prefill with
+running requests first under ``max_num_batched_tokens`` (8,192 for the offline ``LLM`` class on A100 and
+smaller GPUs; 16,384 and 1,024 sequences on larger non-A100 GPUs — pass --token-budget/--max-seqs);
+automatic prefix caching on full 16-token blocks with LRU eviction; when a decode cannot get a block,
+the newest running request is preempted and recomputed later. Engine overhead: ``vllm``.
+"""
+
+from __future__ import annotations
+
+from policies.base import Policy, register
+
+
+@register("vllm")
+class VLLM(Policy):
+    description = "vLLM v1 defaults: FCFS, 256 seqs, 8192-token chunked prefill, block prefix cache"
+    default_engine = "vllm"
+    engine_defaults = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "prefix_caching": True,
+                       "mix": "decode-first"}

@@ -1,0 +1,139 @@
+"""Run metrics (DESIGN.md definitions), shared by the simulator, the replay and the reports.
+
+* throughput = (all input + output tokens) / makespan (BlendServe's definition);
+* prefix sharing ratio s = 1 - (prefill tokens computed - recomputed) / prompt tokens (BatchLLM Eq. 2,
+  recomputation of preempted requests excluded as BlendServe sec. 6.4 does), shown against the optimal
+  s_o of the trace;
+* frac_of_opt = T_o / makespan, T_o = max((1 - s_o) T_comp, T_mem) per replica-GPU capacity;
+* latency (JCT), TTFT, TBT and SLO attainment when requests have arrival times or SLOs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SUMMARY_SCHEMA = 1
+
+
+def per_request_table(trace, rec, steps_by_replica: list[dict]) -> dict[str, np.ndarray]:
+    """Per-request outcomes: times relative to arrival, mean and max time between tokens."""
+    arr = trace.arrival_s
+    d = trace.output_len
+    ttft = rec.first_token_s - arr
+    jct = rec.finish_s - arr
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tbt_mean = np.where(d > 1, (rec.finish_s - rec.first_token_s) / np.maximum(d - 1, 1), np.nan)
+    tbt_max = np.full(trace.n, np.nan)
+    for rep, cols in enumerate(steps_by_replica):
+        mine = np.flatnonzero((rec.replica == rep) & (d > 1) & (rec.finish_step > rec.first_token_step))
+        if len(mine) and len(cols["dt_s"]):
+            tbt_max[mine] = _range_max(np.asarray(cols["dt_s"]), rec.first_token_step[mine] + 1,
+                                       rec.finish_step[mine] + 1)
+    ok = np.ones(trace.n, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        for slo, got in ((trace.ttft_slo_s, ttft), (trace.tbt_slo_s, tbt_max), (trace.jct_slo_s, jct)):
+            has = ~np.isnan(slo)
+            ok &= ~has | (got <= slo) | ((slo > 0) & np.isnan(got) & (d <= 1))
+    return {"ttft_s": ttft, "jct_s": jct, "tbt_mean_s": tbt_mean, "tbt_max_s": tbt_max, "slo_met": ok}
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max(values[lo:hi]) per query (hi > lo), with a sparse table."""
+    table = [values]
+    k = 1
+    while 2 * k <= len(values):
+        prev = table[-1]
+        table.append(np.maximum(prev[:-k], prev[k:]))
+        k *= 2
+    span = hi - lo
+    lvl = np.floor(np.log2(np.maximum(span, 1))).astype(np.int64)
+    out = np.empty(len(lo))
+    for L in np.unique(lvl):
+        m = lvl == L
+        t = table[L]
+        out[m] = np.maximum(t[lo[m]], t[hi[m] - (1 << L)])
+    return out
+
+
+def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_cfg, kv_stats, per_req,
+              extra=None) -> dict:
+    """The summary.json content: no wall-clock fields, so equal runs give equal files."""
+    n = trace.n
+    p_tot = int(trace.input_len.sum())
+    d_tot = int(trace.output_len.sum())
+    makespan = max((c["t_end_s"][-1] for c in steps_by_replica if len(c["t_end_s"])), default=0.0)
+    computed = int(rec.prefill_computed.sum())
+    recomputed = int(rec.recomputed_tokens.sum())
+    cached = int(rec.cached_tokens.sum())
+    s = 1.0 - (computed - recomputed) / p_tot if p_tot else 0.0
+    n_gpu = cfg.replicas
+    t_opt = bounds.t_opt_s / n_gpu
+    t_prac = bounds.t_opt_overlap_s / n_gpu
+    dt = np.concatenate([np.asarray(c["dt_s"]) for c in steps_by_replica]) if steps_by_replica else np.zeros(0)
+    comp = np.concatenate([np.asarray(c["compute_s"]) for c in steps_by_replica]) if dt.size else dt
+    mem = np.concatenate([np.asarray(c["memory_s"]) for c in steps_by_replica]) if dt.size else dt
+    toks = np.concatenate([np.asarray(c["num_tokens"]) for c in steps_by_replica]) if dt.size else dt
+    used = np.concatenate([np.asarray(c["kv_used_blocks"]) for c in steps_by_replica]) if dt.size else dt
+    out = {
+        "schema_version": SUMMARY_SCHEMA,
+        "policy": cfg.policy,
+        "model": cost_model.dep.model.name,
+        "hardware": cost_model.dep.hardware.name,
+        "dtype": cost_model.dep.model.dtype,
+        "tp": cfg.tp,
+        "replicas": cfg.replicas,
+        "mode": cost_model.mode,
+        "engine": cost_model.engine.name,
+        "cost_model": cost_model.timer_name,
+        "token_budget": engine_cfg.token_budget,
+        "max_seqs": engine_cfg.max_seqs,
+        "block_size": engine_cfg.block_size,
+        "kv_capacity_blocks": kv_stats["total"],
+        "seed": cfg.seed,
+        "offline": bool(cfg.offline or not trace.has_arrivals),
+        "n_requests": n,
+        "input_tokens": p_tot,
+        "output_tokens": d_tot,
+        "makespan_s": makespan,
+        "throughput_tok_s": (p_tot + d_tot) / makespan if makespan > 0 else 0.0,
+        "prefix_sharing_ratio": s,
+        "optimal_sharing_ratio": bounds.sharing,
+        "sharing_frac_of_opt": s / bounds.sharing if bounds.sharing > 0 else 1.0,
+        "cached_tokens": cached,
+        "prefill_tokens_computed": computed,
+        "recomputed_tokens": recomputed,
+        "preemptions": int(rec.preemptions.sum()),
+        "evicted_blocks": kv_stats["evicted"],
+        "compute_density": bounds.density,
+        "t_comp_s": bounds.t_comp_s,
+        "t_mem_s": bounds.t_mem_s,
+        "t_opt_s": t_opt,
+        "t_opt_practical_s": t_prac,
+        "frac_of_opt": t_opt / makespan if makespan > 0 else 0.0,
+        "frac_of_practical_opt": t_prac / makespan if makespan > 0 else 0.0,
+        "steps": int(dt.size),
+        "mean_tokens_per_step": float(toks.mean()) if dt.size else 0.0,
+        "compute_time_s": float(comp.sum()),
+        "memory_time_s": float(mem.sum()),
+        "mean_kv_util": float(used.mean() / kv_stats["total"]) if dt.size else 0.0,
+        "peak_kv_blocks": int(used.max()) if dt.size else 0,
+    }
+    if trace.has_arrivals or trace.has_slos:
+        jct, ttft, tbt = per_req["jct_s"], per_req["ttft_s"], per_req["tbt_mean_s"]
+        ok = per_req["slo_met"]
+        good = float((trace.input_len[ok] + trace.output_len[ok]).sum())
+        out.update({
+            "latency_mean_s": float(np.nanmean(jct)),
+            "latency_p99_s": float(np.nanpercentile(jct, 99)),
+            "ttft_mean_s": float(np.nanmean(ttft)),
+            "ttft_p99_s": float(np.nanpercentile(ttft, 99)),
+            "tbt_mean_s": float(np.nanmean(tbt)) if np.isfinite(tbt).any() else 0.0,
+            "slo_attainment": float(ok.mean()),
+            "goodput_tok_s": good / makespan if makespan > 0 else 0.0,
+        })
+    if extra:
+        out.update(extra)
+    return out
+
+
+__all__ = ["SUMMARY_SCHEMA", "per_request_table", "summarize"]

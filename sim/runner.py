@@ -1,0 +1,235 @@
+"""Run one simulation: trace + configuration -> results; write a run directory.
+
+``run_simulation`` wires the pieces of DESIGN.md's data flow: the policy preprocesses the trace and
+supplies router and schedulers, the cluster runs on simpy, a SimExecutor prices every Batch with the
+cost model, and the metrics module turns the records into summary, step and request tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import UserError
+from sim.seq import EngineConfig, RequestRecords
+
+ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
+                 "gpu_memory_utilization", "fast_forward")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run besides the trace. ``None`` means "the policy's default"."""
+
+    policy: str = "fcfs"
+    model: str = "llama-3-8b"
+    hardware: str = "a100-80gb"
+    tp: int = 1
+    replicas: int = 1
+    mode: str = "sequential"
+    engine: str | None = None  # engine-overhead style: ideal, vllm, sglang, nanoflow
+    profile: str | None = None  # calibration profile JSON
+    dtype: str | None = None
+    token_budget: int | None = None
+    max_seqs: int | None = None
+    block_size: int | None = None
+    round_tokens: int | None = None
+    mix: str | None = None
+    prefix_caching: bool | None = None
+    gpu_memory_utilization: float | None = None
+    fast_forward: bool | None = None
+    offline: bool = False  # release every request at t=0
+    seed: int = 0
+    record_schedule: bool = False
+    kv_capacity_override: int = 0  # bytes per replica (tests, replay on a smaller device)
+    options: dict = field(default_factory=dict)  # policy-specific options
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise UserError(f"--replicas must be >= 1, got {self.replicas}")
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    steps: list  # per replica: {column: list}
+    requests: dict  # column -> array
+    schedule: dict | None  # column -> list, when recorded
+    notes: list
+    trace: object = None
+
+
+def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
+    base = {f.name: getattr(EngineConfig(), f.name) for f in dataclasses.fields(EngineConfig)}
+    base.update(policy_cls.engine_defaults)
+    for k in ENGINE_FIELDS:
+        v = getattr(cfg, k)
+        if v is not None:
+            base[k] = v
+    return EngineConfig(**base)
+
+
+def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
+    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
+    from policies.base import PolicyContext, get_policy
+    from sim.cost import build_cost_model
+    from sim.deployment import Deployment
+    from sim.density import Rates, bounds
+    from sim.engine import Cluster, Replica, SimExecutor
+    from sim.hardware import get_hardware
+    from sim.kv import KVCache
+    from sim.metrics import per_request_table, summarize
+    from sim.models import get_model
+    from sim.prefix_tree import PrefixTree
+
+    if cfg.offline:
+        trace = trace.offline()
+    if trace.n == 0:
+        raise UserError("the trace has no requests")
+    policy_cls = get_policy(cfg.policy)
+    eng = engine_config(cfg, policy_cls)
+    dep = Deployment(get_model(cfg.model, cfg.dtype), get_hardware(cfg.hardware), cfg.tp,
+                     gpu_memory_utilization=eng.gpu_memory_utilization, max_batched_tokens=eng.token_budget,
+                     max_seqs=eng.max_seqs or 1024, kv_capacity_override=cfg.kv_capacity_override)
+    cm = build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine, cfg.profile)
+    tree = PrefixTree(trace)
+    bnd = bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep, cm.kappa))
+    B = eng.block_size
+    blocks = dep.num_blocks(B)
+    need = -(-(trace.input_len + trace.output_len) // B)
+    if need.max() > blocks:
+        i = int(np.argmax(need))
+        raise UserError(
+            f"request {trace.ids[i]} (row {i}) needs {int(need[i]) * B} KV tokens (prompt {int(trace.input_len[i])} "
+            f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "
+            f"{dep.model.name} on {dep.hardware.name} x{dep.tp}); use more GPUs per replica (--tp)"
+        )
+    ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng, replicas=cfg.replicas,
+                        seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks)
+    policy = policy_cls(ctx)
+    policy.prepare()
+    policy._finalize()
+
+    rec = RequestRecords(trace.n)
+    tick = (lambda: progress(rec.n_finished)) if progress else None
+    P = trace.input_len.tolist()
+    Dl = trace.output_len.tolist()
+    recorder = _ScheduleRecorder() if cfg.record_schedule else None
+    replicas = []
+    for i in range(cfg.replicas):
+        kv = KVCache(tree, blocks, B, eng.prefix_caching)
+        sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
+                                      record=cfg.record_schedule)
+        replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not recorder,
+                                on_step=recorder, progress=tick))
+    router = policy.make_router(replicas)
+    route_order = np.lexsort((policy._rank, trace.arrival_s))
+    cluster = Cluster(replicas, router, trace.arrival_s, route_order)
+    cluster.run()
+    rec = rec.arrays()
+    if np.isnan(rec.finish_s).any():
+        i = int(np.flatnonzero(np.isnan(rec.finish_s))[0])
+        raise RuntimeError(f"simulation ended with request {i} unfinished (engine bug)")
+
+    steps = [r.log.cols for r in replicas]
+    per_req = per_request_table(trace, rec, steps)
+    kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
+    summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
+                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=policy.summary_extra())
+    requests = {
+        "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
+        "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
+        "cached_tokens": rec.cached_tokens, "recomputed_tokens": rec.recomputed_tokens,
+        "prefill_computed": rec.prefill_computed, "preemptions": rec.preemptions, "admit_s": rec.admit_s,
+        "first_token_s": rec.first_token_s, "finish_s": rec.finish_s, **per_req,
+    }
+    schedule = recorder.table([r.scheduler for r in replicas]) if recorder else None
+    if schedule is not None:
+        schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
+                             "policy": cfg.policy, "dtype": dep.model.dtype, "tp": dep.tp}
+    return RunResult(summary, steps, requests, schedule, cm.notes(), trace)
+
+
+class _ScheduleRecorder:
+    """Collects every Batch (and the cache events before it): the schedule the real backend replays."""
+
+    def __init__(self):
+        self.rows: list = []
+
+    def __call__(self, replica, batch, t_end) -> None:
+        rep, step = replica.idx, batch.step
+        add = self.rows.append
+        for r, n, c, cached in batch.prefill:
+            add((rep, step, "prefill", r, n, c, cached, -1, 0))
+        for r, c in batch.decode or ():
+            add((rep, step, "decode", r, 1, c, 0, -1, 0))
+
+    def table(self, schedulers) -> dict:
+        rows = list(self.rows)
+        for s in schedulers:
+            for step, kind, a, b in s.events:
+                if kind == "evict":
+                    rows.append((s.replica, step, "evict", -1, 0, 0, 0, a, b))
+                else:
+                    rows.append((s.replica, step, "preempt", a, 0, b, 0, -1, 0))
+        kind_order = {"preempt": 0, "evict": 1, "prefill": 2, "decode": 3}
+        rows.sort(key=lambda r: (r[0], r[1], kind_order[r[2]]))
+        cols = ("replica", "step", "kind", "request", "new_tokens", "context_before", "cached_tokens", "node",
+                "blocks")
+        return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+
+
+# ---- run directory -----------------------------------------------------------------------
+def check_run_dir(run_dir: str | Path) -> Path:
+    """Refuse to overwrite a folder that holds something other than an earlier run."""
+    d = Path(run_dir)
+    if d.exists() and (not d.is_dir() or (any(d.iterdir()) and not (d / "summary.json").exists())):
+        raise UserError(f"{d}: exists and is not a blendsim run directory; choose another -o")
+    return d
+
+
+def write_run(result: RunResult, run_dir: str | Path) -> Path:
+    """Write summary.json, steps.parquet, requests.parquet (and schedule.parquet) atomically: into a
+    temporary folder that replaces ``run_dir`` only once everything is written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sim import columns as col
+    from sim.io import write_json
+
+    d = check_run_dir(run_dir)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    try:
+        write_json(tmp / "summary.json", result.summary)
+        cols = {"replica": [], "step": []}
+        for rep, c in enumerate(result.steps):
+            n = len(c["dt_s"])
+            cols["replica"].append(np.full(n, rep, dtype=np.int32))
+            cols["step"].append(np.arange(n, dtype=np.int64))
+            for k, v in c.items():
+                cols.setdefault(k, []).append(np.asarray(v))
+        pq.write_table(col.table({k: np.concatenate(v) for k, v in cols.items()}), tmp / "steps.parquet",
+                       compression="zstd")
+        pq.write_table(col.table({k: np.asarray(v) for k, v in result.requests.items()}),
+                       tmp / "requests.parquet", compression="zstd")
+        if result.schedule is not None:
+            meta = result.schedule["_meta"]
+            tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
+            tab = tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
+            pq.write_table(tab, tmp / "schedule.parquet", compression="zstd")
+        if d.exists():
+            shutil.rmtree(d)
+        tmp.rename(d)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return d
+
+
+__all__ = ["RunConfig", "RunResult", "check_run_dir", "engine_config", "run_simulation", "write_run"]

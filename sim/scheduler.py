@@ -1,0 +1,407 @@
+"""One replica's scheduler: waiting queue, running sequences and KV; one Batch per step.
+
+The rule is vLLM v1's: each running sequence's ``computed`` tokens catch up with its ``target``, paid
+from one per-step token budget, running sequences first. Decoding sequences (one token each) always
+run; what the budget leaves goes to prefill chunks — continuing ones first, then new admissions in
+queue order. Prefix hits, chunk boundaries and recomputation after preemption are one code path.
+
+Decoding sequences are kept in aggregate so a step costs time proportional to what changed, not to
+the batch: a *decode clock* ``tau`` counts decode steps; a sequence that started decoding at clock
+``tau0`` with context ``c0`` has context ``c0 + tau - tau0``; it needs a new KV block exactly when
+that context is a multiple of the block size, so sequences are bucketed by ``(c0 - tau0) mod B``;
+completions wait in a heap keyed by their last decode clock.
+
+Policies customise admission through :meth:`next_candidate` / :meth:`take_candidate`, the victim of a
+preemption through :meth:`pick_victim`, and can hook :meth:`on_admit` / :meth:`on_finish`.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from sim.batch import Batch
+from sim.kv import KVCache
+from sim.seq import EngineConfig, RequestRecords, Seq, WaitQueue
+
+
+class Scheduler:
+    fast_forward_ok = True  # False for policies whose decisions depend on the clock
+
+    def __init__(self, *, kv: KVCache, cfg: EngineConfig, prompt_len: list, output_len: list,
+                 queue: WaitQueue, records: RequestRecords, replica: int = 0, record: bool = False):
+        self.kv = kv
+        self.cfg = cfg
+        self.B = kv.block_size
+        self.P = prompt_len
+        self.Dlen = output_len
+        self.waiting = queue
+        self.rec = records
+        self.replica = replica
+        self.record = record
+        self.events: list = []  # (step, kind, a, b) when recording: preempt / evict
+        if record:
+            kv.on_evict = lambda node, n: self.events.append((self.step_no, "evict", node, n))
+        self.running: dict[int, Seq] = {}  # admission order
+        self.prefilling: list[Seq] = []
+        self.dec: dict[int, Seq] = {}
+        self.n_dec = 0
+        self.dec_S = 0  # sum of (c0 - tau0) over decoders: their context sum is dec_S + n_dec * tau
+        self.buckets = [0] * self.B
+        self.fin_heap: list = []
+        self.tau = 0
+        self.step_no = 0
+        self.blocked = False  # admission stopped for lack of memory or sequence slots
+        self.resume: dict[int, int] = {}  # preempted request -> tokens it had generated
+        self.hi_water = [0] * len(prompt_len)  # prompt positions ever computed or hit, per request
+        self._order = 0
+        self._chunk_seqs: list[Seq] = []
+
+    # ---- the three-call step protocol -----------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    def schedule(self, now: float) -> Batch | None:
+        """Form the next step's Batch (None when there is nothing to run)."""
+        chunks: list = []
+        self._chunk_seqs = seqs = []
+        prefill_first = self.cfg.mix == "prefill-first"
+        if self.n_dec and not prefill_first:
+            self._reserve_decode(now)
+        D = 0 if prefill_first else self.n_dec
+        budget = self.cfg.token_budget - D
+        R = self.cfg.round_tokens
+        if R and budget > 0 and (D + budget) >= R:
+            budget = (D + budget) // R * R - D
+        if budget > 0:
+            self._schedule_prefill(budget, now, chunks, seqs)
+        else:
+            self.blocked = True  # decodes fill the budget: nothing is admitted until one finishes
+        if prefill_first and not chunks and self.n_dec:
+            self._reserve_decode(now)
+            D = self.n_dec
+        if not chunks and D == 0:
+            if self.prefilling:
+                # prefills stalled on memory with nothing decoding: free the newest and retry
+                self._preempt(self.pick_victim(), now)
+                return self.schedule(now)
+            return None
+        logits = D
+        for s in seqs:
+            if s.computed == s.target:
+                logits += 1
+        decode = None
+        if self.record and D:
+            t = self.tau
+            decode = [(s.req, s.c0 + t - s.tau0) for s in self.dec.values()]
+        return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode)
+
+    def update(self, batch: Batch, now: float) -> None:
+        """Advance state after the step ran and ended at ``now``."""
+        step = self.step_no
+        if batch.num_decode:
+            tau = self.tau
+            heap = self.fin_heap
+            while heap and heap[0][0] == tau:
+                fin, _, s = heapq.heappop(heap)
+                if s.fin == fin:
+                    self._finish_decode(s, now, step)
+            self.tau = tau + 1
+        for s in self._chunk_seqs:
+            if s.computed == s.target:
+                self._prefill_done(s, now, step)
+        self.step_no = step + 1
+
+    # ---- policy hooks ---------------------------------------------------------------------
+    def next_candidate(self) -> int | None:
+        """The waiting request to consider admitting next."""
+        return self.waiting.peek()
+
+    def take_candidate(self, req: int) -> None:
+        """``req`` (from next_candidate) was admitted: remove it from the waiting structure."""
+        self.waiting.pop()
+
+    def pick_victim(self) -> Seq | None:
+        """The running sequence to preempt when memory runs out: the newest (vLLM's rule)."""
+        return next(reversed(self.running.values()), None)
+
+    def on_admit(self, s: Seq, now: float) -> None:
+        pass
+
+    def on_finish(self, s: Seq, now: float) -> None:
+        pass
+
+    def requeue(self, req: int) -> None:
+        """A preempted request goes back to waiting."""
+        self.waiting.push(req)
+
+    # ---- admission and prefill ------------------------------------------------------------
+    def _schedule_prefill(self, budget: int, now: float, chunks: list, seqs: list) -> None:
+        for s in list(self.prefilling):
+            if budget <= 0:
+                return
+            n = s.target - s.computed
+            c = s.computed
+            n = self._grow(s, n if n < budget else budget, now)
+            if n == 0:
+                self.blocked = True
+                return
+            chunks.append((s.req, n, c, 0))
+            seqs.append(s)
+            budget -= n
+        self.blocked = False
+        cap = self.cfg.max_seqs
+        while budget > 0:
+            if cap and len(self.running) >= cap:
+                self.blocked = True
+                return
+            r = self.next_candidate()
+            if r is None:
+                return
+            s = self._admit(r, now)
+            c = s.computed
+            n = s.target - c
+            n = self._grow(s, n if n < budget else budget, now)
+            if n == 0:
+                self._release_locks(s, now)
+                self.blocked = True
+                return
+            self.take_candidate(r)
+            self.running[r] = s
+            self.prefilling.append(s)
+            chunks.append((r, n, c, s.hit))
+            seqs.append(s)
+            budget -= n
+            self.on_admit(s, now)
+
+    def _admit(self, r: int, now: float) -> Seq:
+        kv = self.kv
+        g = self.resume.pop(r, 0)
+        p = self.P[r]
+        path = kv.path_of(r)
+        s = Seq(r, p, self.Dlen[r], path, p + g, g, self._order)
+        self._order += 1
+        hit = kv.match(path, (s.target - 1) // self.B)
+        if hit:
+            nb = kv.nblocks
+            acc = i = 0
+            while acc < hit:
+                x = path[i]
+                kv.lock(x, now)
+                acc += nb[x]
+                i += 1
+            s.lock_n = i
+            s.ins_i = i - 1
+        s.shared = s.ins_j = hit
+        s.hit = s.computed = hit * self.B
+        rec = self.rec
+        if rec.admit_s[r] != rec.admit_s[r]:  # NaN: first admission
+            rec.admit_s[r] = now
+            rec.replica[r] = self.replica
+        hw = self.hi_water[r]
+        h = s.hit if s.hit < p else p
+        if h > hw:
+            rec.cached_tokens[r] += h - hw
+            self.hi_water[r] = h
+        return s
+
+    def _grow(self, s: Seq, n: int, now: float) -> int:
+        """Give ``s`` KV for ``n`` more tokens (fewer if memory is short); returns tokens granted."""
+        B = self.B
+        kv = self.kv
+        c = s.computed
+        have = -(-c // B)
+        e = c + n
+        need = -(-e // B) - have
+        if need:
+            free = kv.total - kv.cache_blocks - kv.private
+            if need > free:
+                avail = free + kv.evictable
+                if need > avail:
+                    n = (have + avail) * B - c
+                    if n <= 0:
+                        return 0
+                    e = c + n
+                    need = -(-e // B) - have
+                if need > free:
+                    kv.evict(need - free)
+            kv.private += need
+            s.private += need
+        s.computed = e
+        # first-time vs recomputed tokens: prompt positions beyond the request's high-water mark are
+        # new work; everything else (lost KV, re-generated output) is recomputation
+        r = s.req
+        p = s.p
+        rec = self.rec
+        rec.prefill_computed[r] += n
+        hw = self.hi_water[r]
+        if e > p:
+            e = p
+        if e > hw:
+            new_first = e - (c if c > hw else hw)
+            self.hi_water[r] = e
+            if n > new_first:
+                rec.recomputed_tokens[r] += n - new_first
+        else:
+            rec.recomputed_tokens[r] += n
+        if c < p:
+            self._insert(s, now)
+        return n
+
+    def _insert(self, s: Seq, now: float) -> None:
+        """Put the prompt's newly completed full blocks into the prefix cache (at schedule time, so
+        a request admitted later in the same step already hits them: intra-batch sharing)."""
+        B = self.B
+        done = (s.computed if s.computed < s.p else s.p) // B
+        j = s.ins_j
+        if done <= j:
+            return
+        kv = self.kv
+        bs_, nb_ = kv.blk_start, kv.nblocks
+        path = s.path
+        i = s.ins_i
+        while j < done:
+            x = path[i]
+            bs = bs_[x]
+            end = bs + nb_[x]
+            if j >= end:
+                i += 1
+                continue
+            while s.lock_n <= i:
+                kv.lock(path[s.lock_n], now)
+                s.lock_n += 1
+            cnt = (done if done < end else end) - j
+            if s.contig:
+                moved = kv.insert(x, j - bs, cnt)
+                s.shared += moved
+                s.private -= moved
+                if kv.cached[x] < j - bs + cnt:
+                    s.contig = False
+            j += cnt
+        s.ins_i = i
+        s.ins_j = done
+
+    def _prefill_done(self, s: Seq, now: float, step: int) -> None:
+        self.prefilling.remove(s)
+        s.generated += 1
+        r = s.req
+        rec = self.rec
+        if rec.first_token_step[r] < 0:
+            rec.first_token_s[r] = now
+            rec.first_token_step[r] = step
+        if s.generated >= s.d:
+            self.kv.release(s.private)
+            self._finish(s, now, step)
+            return
+        tau0 = self.tau
+        s.tau0 = tau0
+        s.c0 = s.target
+        s.key = (s.target - tau0) % self.B
+        s.fin = tau0 + s.d - s.generated - 1
+        heapq.heappush(self.fin_heap, (s.fin, s.order, s))
+        self.dec[r] = s
+        self.n_dec += 1
+        self.dec_S += s.target - tau0
+        self.buckets[s.key] += 1
+
+    # ---- decode, finish, preemption ---------------------------------------------------------
+    def _reserve_decode(self, now: float) -> None:
+        """Blocks for this step's decode tokens; preempt (newest first) until they fit."""
+        B = self.B
+        need = self.buckets[-self.tau % B]
+        kv = self.kv
+        while need > kv.total - kv.cache_blocks - kv.private + kv.evictable:
+            v = self.pick_victim()
+            if v is None:
+                break
+            self._preempt(v, now)
+            need = self.buckets[-self.tau % B]
+        if need:
+            kv.reserve(need)
+
+    def _leave_decode(self, s: Seq) -> int:
+        """Take ``s`` out of the decode aggregate; returns its context now."""
+        del self.dec[s.req]
+        self.n_dec -= 1
+        self.dec_S -= s.c0 - s.tau0
+        self.buckets[s.key] -= 1
+        ctx = s.c0 + self.tau - s.tau0
+        s.fin = -1
+        return ctx
+
+    def _finish_decode(self, s: Seq, now: float, step: int) -> None:
+        ctx = self._leave_decode(s) + 1  # the last step wrote one more token's KV
+        s.generated += self.tau - s.tau0 + 1
+        self.kv.release(-(-ctx // self.B) - s.shared)
+        self._finish(s, now, step)
+
+    def _finish(self, s: Seq, now: float, step: int) -> None:
+        r = s.req
+        self._release_locks(s, now)
+        del self.running[r]
+        rec = self.rec
+        rec.finish_s[r] = now
+        rec.finish_step[r] = step
+        rec.generated[r] = s.generated
+        rec.n_finished += 1
+        self.on_finish(s, now)
+
+    def _preempt(self, s: Seq, now: float) -> None:
+        r = s.req
+        if s.fin >= 0:
+            ctx = self._leave_decode(s)
+            g = s.generated + self.tau - s.tau0
+            self.kv.release(-(-ctx // self.B) - s.shared)
+        else:
+            self.prefilling.remove(s)
+            g = s.generated
+            self.kv.release(s.private)
+        self._release_locks(s, now)
+        del self.running[r]
+        self.resume[r] = g
+        self.rec.preemptions[r] += 1
+        if self.record:
+            self.events.append((self.step_no, "preempt", r, g))
+        self.requeue(r)
+
+    def _release_locks(self, s: Seq, now: float) -> None:
+        kv = self.kv
+        for x in s.path[:s.lock_n]:
+            kv.unlock(x, now)
+        s.lock_n = 0
+
+    # ---- fast-forward of pure-decode stretches --------------------------------------------
+    def quiescent(self) -> bool:
+        """True when the next steps can only be pure decode steps until a sequence finishes:
+        nothing is prefilling and admission is stuck (empty queue, no memory, no slots)."""
+        return (self.fast_forward_ok and self.n_dec > 0 and not self.prefilling
+                and (self.blocked or len(self.waiting) == 0))
+
+    def decode_run(self, limit: int) -> tuple[int, list]:
+        """How many pure-decode steps (<= limit) can run before a finish or memory runs out, and the
+        new blocks each of them needs."""
+        heap = self.fin_heap
+        while heap and heap[0][2].fin != heap[0][0]:
+            heapq.heappop(heap)
+        k = min(limit, heap[0][0] - self.tau) if heap else limit
+        B = self.B
+        avail = self.kv.available
+        needs = []
+        total = 0
+        b, t = self.buckets, self.tau
+        for j in range(k):
+            n = b[-(t + j) % B]
+            if total + n > avail:
+                break
+            total += n
+            needs.append(n)
+        return len(needs), needs
+
+    def advance_decode(self, needs: list) -> None:
+        """Apply ``len(needs)`` pure-decode steps at once (no finishes among them)."""
+        k = len(needs)
+        self.kv.reserve(sum(needs))
+        self.tau += k
+        self.step_no += k
+
+
+__all__ = ["Scheduler"]
