@@ -65,7 +65,8 @@ ENGINES: dict[str, EngineOverhead] = {
     e.name: e
     for e in [
         EngineOverhead("ideal", source="pure kernel time, no engine overhead"),
-        # vLLM V1 (default engine since 0.8), synchronous scheduling (async scheduling is opt-in).
+        # vLLM V1 (the default engine since 0.8) with synchronous scheduling (async scheduling came
+        # later as an opt-in flag, vLLM PR #19970).
         # Start from V0 as Vidur measured it on A100 (microsoft/vidur data/profiling/a100/
         # cpu_overheads.csv, Llama-2-7B TP1, medians at batch 8 -> 64): schedule 0.165 -> 0.952 ms,
         # prepare_inputs 0.293 -> 1.163, sampler 0.888 -> 1.370, process_model_outputs 0.624 -> 4.108,
@@ -73,9 +74,9 @@ ENGINES: dict[str, EngineOverhead] = {
         # vLLM issue #6801 independently reports ~20 ms between steps at batch 200: 1.28 + 21.1 = 22.4).
         # 0.6's async output processing hides process_model_outputs (62 us/seq): 1.15 ms + 44 us/seq.
         # The V1 blog (2025-01-27) reports up to 1.7x the throughput of V0 without multi-step, for
-        # Llama-3.1-8B on one H100 with ShareGPT, from CPU-overhead cuts alone. At vLLM's default 256
-        # sequences and ShareGPT's ~290-token mean context (202 in + 179 out / 2) the roofline decode
-        # step of llama-3-8b on h100-80gb is 12.0 ms, so V0 takes 12.0 + 1.15 + 0.044 x 256 = 24.3 ms
+        # Llama-3.1-8B with ShareGPT (taken as one H100), from CPU-overhead cuts alone. At vLLM's
+        # default 256 sequences and ShareGPT's ~290-token mean context (202 in + 179 out / 2) the decode
+        # roofline of llama-3-8b on h100-80gb is 12.0 ms, so V0 takes 12.0 + 1.15 + 0.044 x 256 = 24.3 ms
         # and V1 24.3 / 1.7 = 14.3 ms: 2.3 ms of overhead at 256 sequences = 0.8 ms + 6 us/seq (the
         # fixed part keeps GPU sampling launch, the host sync and the EngineCore-worker hop; V1's
         # update_from_output alone costs 0.29 ms at batch 256, ~1.1 us/seq, vLLM PR #46112). Input
@@ -83,7 +84,7 @@ ENGINES: dict[str, EngineOverhead] = {
         EngineOverhead("vllm", fixed_s=0.8e-3, per_seq_s=6e-6, per_token_s=0.02e-6,
                        source="vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V0 CPU "
                               "overheads; vLLM PR #46112"),
-        # vLLM V0 (<= 0.5.x, what NanoFlow and BlendServe measured as their vLLM baseline): fully
+        # vLLM V0 (<= 0.5.x, the vLLM of mid-2024 baselines such as NanoFlow's): fully
         # synchronous, so every CPU stage above is exposed: 1.28 ms + 106 us/seq (Vidur, as above).
         # The 2024-09-05 vLLM blog found the same regime on Llama-3-8B/H100 with v0.5.3: scheduling and
         # input preparation 29% of the time against 38% of GPU execution (overhead = 0.76 x GPU time).
@@ -134,6 +135,7 @@ class RooflineTimer:
         self.ew_bw = hw.mem_bandwidth * hw.elementwise_efficiency
         self.launch = hw.kernel_launch_s
         self.tile = max(1, hw.gemm_tile_m)
+        self.blend = hw.gemm_roofline_blend
         self.link_bw = hw.link_bandwidth
         self.link_lat = hw.link_latency_s
 
@@ -141,9 +143,15 @@ class RooflineTimer:
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
         launch = kernels * self.launch
         if op in GEMM_OPS:
-            m = gemm_m(op, f)
-            pad = np.where(np.asarray(m) > 0, -(-np.asarray(m) // self.tile) * self.tile / np.maximum(m, 1), 0.0)
-            return np.maximum(flops * pad / self.gemm_rate, nbytes / self.bw) + launch
+            m = np.asarray(gemm_m(op, f))
+            tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
+            pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
+            tc = flops * pad / self.gemm_rate
+            tm = nbytes / self.bw
+            if self.blend:
+                # NOTE: a p-norm instead of max(): near the ridge neither bound is reached (see hardware.py)
+                return (tc ** self.blend + tm ** self.blend) ** (1.0 / self.blend) + launch
+            return np.maximum(tc, tm) + launch
         if op == "attn_prefill":
             return np.maximum(flops / self.attn_rate, nbytes / self.bw) + launch
         if op == "attn_decode":
@@ -270,7 +278,7 @@ class CostModel:
             hi = comm
         return hi + self.kappa * (c + m + comm - hi) + o + ovh, c, m
 
-    def decode_many(self, D: int, Cd: np.ndarray, extra_seqs: int = 0):
+    def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
         T = D
         if T >= self._tables_n:

@@ -24,10 +24,14 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise UserError(f"--tp must be at least 1, got {self.tp}")
-        if self.model.num_heads % self.tp:
-            raise UserError(
-                f"--tp {self.tp} does not divide {self.model.name}'s {self.model.num_heads} attention heads"
-            )
+        m = self.model
+        if m.num_heads % self.tp:
+            raise UserError(f"--tp {self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
+        if m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
+            raise UserError(f"--tp {self.tp} and {m.name}'s {m.num_kv_heads} KV heads must divide one another "
+                            f"(KV heads are split, or replicated when tp exceeds them)")
+        if m.intermediate_size % self.tp:
+            raise UserError(f"--tp {self.tp} does not divide {m.name}'s MLP width {m.intermediate_size}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise UserError("gpu_memory_utilization must be in (0, 1]")
         if self.kv_capacity_bytes <= 0:

@@ -25,7 +25,12 @@ GiB = 1 << 30
 #   head-dim-128 attention (Dao, 2023, Fig. 4); short chunks sit at the low end.
 # * kernel_launch_s 4 us — the smallest kernels in the Vidur profile (norm, add at 1-4 tokens) take 4-5 us.
 # * gemm_tile_m 128 — the Vidur GEMM times step at multiples of 128 tokens (e.g. 144 tokens cost as
-#   much as 256), the M tile of cuBLAS's large kernels.
+#   much as 256), the M tile of cuBLAS's large kernels; at 64 tokens or fewer a 64-row tile is used.
+# * gemm_roofline_blend 3 — a GEMM's time is (t_compute^3 + t_memory^3)^(1/3) rather than the max of the
+#   two: near the ridge (65-128 tokens on A100) cuBLAS reaches neither bound, and Vidur's Llama-2-7B
+#   GEMMs there sit 15-30% above max(); the blend takes that region's median error from -23% to -11%
+#   and, held out, Vidur's Meta-Llama-3-8B A100 profile from 9.7% to 6.4% median error, while large
+#   GEMMs (and BlendServe Table 1) move by under 1%. 0 restores the plain max.
 # * overlap_interference 0.2 — the slowdown of the shorter of two co-running compute- and memory-bound
 #   kernel groups; NanoFlow reports overlapped nano-batches lose 10-25% against ideal overlap. Replaced by
 #   the calibrated value (``calibrate``'s overlap profile) when a profile is given.
@@ -49,6 +54,7 @@ class HardwareSpec:
     attention_compute_efficiency: float = 0.55
     kernel_launch_s: float = 4e-6
     gemm_tile_m: int = 128
+    gemm_roofline_blend: float = 3.0
     overlap_interference: float = 0.2
     source: str = ""
 

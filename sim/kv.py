@@ -8,7 +8,8 @@ are cached (always a prefix of them). ``block_size=1`` gives token-granular shar
 
 A running request holds a reference on the path nodes it uses; nodes with no reference are evictable,
 deepest-first in least-recently-used order (SGLang's leaf LRU), a node's blocks from its tail. Every
-eviction can be reported to a listener, so a replay of the schedule can mirror the cache exactly.
+insertion and eviction can be reported to a listener, so a replay of the schedule can mirror the
+cache exactly.
 
 Counters are running totals; nothing here walks all blocks or all requests.
 """
@@ -26,14 +27,14 @@ class KVCache:
     """Block accounting plus a prefix cache over a static prefix tree's nodes."""
 
     def __init__(self, tree: PrefixTree, num_blocks: int, block_size: int = 16, caching: bool = True,
-                 on_evict=None):
+                 on_event=None):
         if num_blocks <= 0:
             raise ValueError("KV cache needs at least one block")
         self.tree = tree
         self.block_size = B = int(block_size)
         self.total = int(num_blocks)
         self.caching = caching
-        self.on_evict = on_evict  # callable(node, num_blocks) or None
+        self.on_event = on_event  # callable(kind, node, index, count) for "insert"/"evict", or None
         start = tree.start
         end = start + tree.tokens
         self.blk_start = (start // B).tolist()  # first block index owned by each node
@@ -139,6 +140,8 @@ class KVCache:
         self.cached[node] = index + count
         self.cache_blocks += new
         self.private -= new
+        if self.on_event is not None:
+            self.on_event("insert", node, c, new)
         return new
 
     def evict(self, n: int) -> int:
@@ -154,8 +157,8 @@ class KVCache:
             take = min(c, n - freed)
             cached[x] = c - take
             freed += take
-            if self.on_evict is not None:
-                self.on_evict(x, take)
+            if self.on_event is not None:
+                self.on_event("evict", x, c - take, take)
             if cached[x]:
                 heapq.heappush(heap, (t, x))  # its remaining blocks stay candidates
             else:

@@ -13,6 +13,8 @@ from sim.errors import UserError
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 _HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8"}
+# decoder layouts whose shapes this module reads correctly (Llama-style, and OPT)
+SUPPORTED_TYPES = {"llama", "mistral", "qwen2", "opt"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +197,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         return value
 
     model_type = str(cfg.get("model_type", "llama"))
+    if model_type not in SUPPORTED_TYPES:
+        raise UserError(f"{path}: model_type {model_type!r} is not supported (supported: "
+                        f"{', '.join(sorted(SUPPORTED_TYPES))})")
     is_opt = model_type == "opt"
     hidden = as_int(get("hidden_size", "n_embd", "d_model"), "hidden_size")
     heads = as_int(get("num_attention_heads", "n_head"), "num_attention_heads")
@@ -204,7 +209,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     vocab = as_int(get("vocab_size"), "vocab_size")
     head_dim = cfg.get("head_dim") or 0
     torch_dtype = str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16")))
-    dtype = _HF_DTYPES.get(torch_dtype, "bf16")
+    if torch_dtype not in _HF_DTYPES:
+        raise UserError(f"{path}: field 'torch_dtype': unknown dtype {torch_dtype!r} "
+                        f"(known: {', '.join(_HF_DTYPES)})")
+    dtype = _HF_DTYPES[torch_dtype]
     name = str(cfg.get("_name_or_path") or path.parent.name or "custom")
     return ModelSpec(
         name=name,

@@ -78,21 +78,23 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     has_d = _pos(D)
     has_t = _pos(T)
     dec_keys = f.decode_ctx_sum + D  # each decode token attends its context plus itself
+    # NOTE: a GEMM with no rows does not run, so its weights are read only when it has rows
+    has_n = _pos(N)
     out = {
-        "qkv_proj": (2 * T * h * qkv, b * (h * qkv + T * h + T * qkv), has_t),
+        "qkv_proj": (2 * T * h * qkv, b * (h * qkv * has_t + T * h + T * qkv), has_t),
         "rope": ((6 * T * (s.q + s.kv), b * 2 * T * (s.q + s.kv), has_t) if s.rope else (0 * T, 0 * T, 0 * T)),
         "kv_write": (0 * T, b * 2 * T * 2 * s.kv, has_t),
         "attn_prefill": (4 * s.q * f.attn_pairs, b * (2 * Tp * s.q + f.prefill_kv_tokens * 2 * s.kv), has_p),
         "attn_decode": (4 * s.q * dec_keys, b * (dec_keys * 2 * s.kv + 2 * D * s.q), has_d),
-        "o_proj": (2 * T * s.q * h, b * (s.q * h + T * s.q + T * h), has_t),
+        "o_proj": (2 * T * s.q * h, b * (s.q * h * has_t + T * s.q + T * h), has_t),
         # two fused residual-add + RMSNorm kernels: read x and residual, write both
-        "norm": (2 * 5 * T * h, b * 2 * (4 * T * h + h), 2 * has_t),
-        "gate_up_proj": (2 * T * h * s.mlp1, b * (h * s.mlp1 + T * h + T * s.mlp1), has_t),
+        "norm": (2 * 5 * T * h, b * 2 * (4 * T * h + h * has_t), 2 * has_t),
+        "gate_up_proj": (2 * T * h * s.mlp1, b * (h * s.mlp1 * has_t + T * h + T * s.mlp1), has_t),
         "act": ((4 * T * s.inter, b * 3 * T * s.inter, has_t) if s.gated else (T * s.inter, b * 2 * T * s.inter, has_t)),
-        "down_proj": (2 * T * s.inter * h, b * (s.inter * h + T * s.inter + T * h), has_t),
+        "down_proj": (2 * T * s.inter * h, b * (s.inter * h * has_t + T * s.inter + T * h), has_t),
         "embedding": (0 * T, b * 2 * T * h * (2 if s.learned_pos else 1), has_t),
         # final norm over the sampled rows, the LM-head GEMM, float32 logits
-        "lm_head": (2 * N * h * s.vocab, b * (h * s.vocab + 3 * N * h) + 4 * N * s.vocab, _pos(N)),
+        "lm_head": (2 * N * h * s.vocab, b * (h * s.vocab * has_n + 3 * N * h) + 4 * N * s.vocab, has_n),
         "allreduce": (0 * T, (b * T * h * 2 * s.layers) if s.tp > 1 else 0 * T, 2 * s.layers * has_t if s.tp > 1 else 0 * T),
     }
     return out

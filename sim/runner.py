@@ -119,14 +119,13 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     tick = (lambda: progress(rec.n_finished)) if progress else None
     P = trace.input_len.tolist()
     Dl = trace.output_len.tolist()
-    recorder = _ScheduleRecorder() if cfg.record_schedule else None
     replicas = []
     for i in range(cfg.replicas):
         kv = KVCache(tree, blocks, B, eng.prefix_caching)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule)
-        replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not recorder,
-                                on_step=recorder, progress=tick))
+        replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not cfg.record_schedule,
+                                progress=tick))
     router = policy.make_router(replicas)
     route_order = np.lexsort((policy._rank, trace.arrival_s))
     cluster = Cluster(replicas, router, trace.arrival_s, route_order)
@@ -148,40 +147,18 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
         "prefill_computed": rec.prefill_computed, "preemptions": rec.preemptions, "admit_s": rec.admit_s,
         "first_token_s": rec.first_token_s, "finish_s": rec.finish_s, **per_req,
     }
-    schedule = recorder.table([r.scheduler for r in replicas]) if recorder else None
+    schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
                              "policy": cfg.policy, "dtype": dep.model.dtype, "tp": dep.tp}
     return RunResult(summary, steps, requests, schedule, cm.notes(), trace)
 
 
-class _ScheduleRecorder:
-    """Collects every Batch (and the cache events before it): the schedule the real backend replays."""
-
-    def __init__(self):
-        self.rows: list = []
-
-    def __call__(self, replica, batch, t_end) -> None:
-        rep, step = replica.idx, batch.step
-        add = self.rows.append
-        for r, n, c, cached in batch.prefill:
-            add((rep, step, "prefill", r, n, c, cached, -1, 0))
-        for r, c in batch.decode or ():
-            add((rep, step, "decode", r, 1, c, 0, -1, 0))
-
-    def table(self, schedulers) -> dict:
-        rows = list(self.rows)
-        for s in schedulers:
-            for step, kind, a, b in s.events:
-                if kind == "evict":
-                    rows.append((s.replica, step, "evict", -1, 0, 0, 0, a, b))
-                else:
-                    rows.append((s.replica, step, "preempt", a, 0, b, 0, -1, 0))
-        kind_order = {"preempt": 0, "evict": 1, "prefill": 2, "decode": 3}
-        rows.sort(key=lambda r: (r[0], r[1], kind_order[r[2]]))
-        cols = ("replica", "step", "kind", "request", "new_tokens", "context_before", "cached_tokens", "node",
-                "blocks")
-        return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+def schedule_table(schedulers) -> dict:
+    """The recorded schedule of every replica, in order: one row per event (see Scheduler.events)."""
+    cols = ("replica", "step", "kind", "request", "a", "b", "c")
+    rows = [(s.replica, *e) for s in schedulers for e in s.events]
+    return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
 
 
 # ---- run directory -----------------------------------------------------------------------

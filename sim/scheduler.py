@@ -38,9 +38,18 @@ class Scheduler:
         self.rec = records
         self.replica = replica
         self.record = record
-        self.events: list = []  # (step, kind, a, b) when recording: preempt / evict
+        # the schedule, when recording: (step, kind, request, a, b, c) in the order things happen
+        #   chunk   request, new_tokens, context_before, cached_tokens   (prefill chunk allocated)
+        #   decode  request, context_before                              (one decode token)
+        #   insert  request, node, first block index, blocks             (blocks enter the prefix cache)
+        #   evict   -1, node, first block index, blocks                  (blocks leave the prefix cache)
+        #   preempt request, tokens generated so far                     (its KV is freed)
+        #   finish  request                                              (after the step: KV freed)
+        self.events: list = []
+        self._owner = -1  # request on whose behalf the cache is being changed
         if record:
-            kv.on_evict = lambda node, n: self.events.append((self.step_no, "evict", node, n))
+            kv.on_event = lambda kind, node, idx, n: self.events.append(
+                (self.step_no, kind, self._owner if kind == "insert" else -1, node, idx, n))
         self.running: dict[int, Seq] = {}  # admission order
         self.prefilling: list[Seq] = []
         self.dec: dict[int, Seq] = {}
@@ -93,6 +102,7 @@ class Scheduler:
         if self.record and D:
             t = self.tau
             decode = [(s.req, s.c0 + t - s.tau0) for s in self.dec.values()]
+            self.events.extend((self.step_no, "decode", r, c, 0, 0) for r, c in decode)
         return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode)
 
     def update(self, batch: Batch, now: float) -> None:
@@ -227,6 +237,9 @@ class Scheduler:
             kv.private += need
             s.private += need
         s.computed = e
+        if self.record:
+            self.events.append((self.step_no, "chunk", s.req, n, c, s.hit if c == s.hit else 0))
+            self._owner = s.req
         # first-time vs recomputed tokens: prompt positions beyond the request's high-water mark are
         # new work; everything else (lost KV, re-generated output) is recomputation
         r = s.req
@@ -343,6 +356,8 @@ class Scheduler:
         rec.finish_step[r] = step
         rec.generated[r] = s.generated
         rec.n_finished += 1
+        if self.record:
+            self.events.append((step, "finish", r, 0, 0, 0))
         self.on_finish(s, now)
 
     def _preempt(self, s: Seq, now: float) -> None:
@@ -360,7 +375,7 @@ class Scheduler:
         self.resume[r] = g
         self.rec.preemptions[r] += 1
         if self.record:
-            self.events.append((self.step_no, "preempt", r, g))
+            self.events.append((self.step_no, "preempt", r, g, 0, 0))
         self.requeue(r)
 
     def _release_locks(self, s: Seq, now: float) -> None:

@@ -1,0 +1,34 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.trace import from_columns
+
+
+def random_trace(rng: np.random.Generator, n: int | None = None, arrivals: bool = False, slos: bool = False,
+                 max_out: int = 120):
+    """A small trace whose prompts share segments (a few prefixes, unique tails)."""
+    n = int(rng.integers(1, 40)) if n is None else n
+    depth = int(rng.integers(1, 4))
+    lengths: dict[int, int] = {}
+    prompts = []
+    for i in range(n):
+        path = [(int(rng.integers(0, 3)) + 10 * k, int(rng.integers(1, 40))) for k in range(depth - 1)]
+        path.append((1000 + i, int(rng.integers(1, 60))))
+        prompts.append([(s, lengths.setdefault(s, ln)) for s, ln in path])
+    p = [sum(ln for _, ln in pr) for pr in prompts]
+    kw = {}
+    if arrivals:
+        kw["arrival_s"] = np.sort(rng.random(n) * 3.0)
+    if slos:
+        kw["ttft_slo_s"] = rng.choice([0.5, 5.0], n)
+        kw["tbt_slo_s"] = rng.choice([0.05, 1.0], n)
+    return from_columns(input_len=p, output_len=rng.integers(1, max_out, n), prompts=prompts, **kw)
+
+
+def tiny_capacity_bytes(trace, extra_tokens: int = 0, block_size: int = 16) -> int:
+    """KV bytes (tiny model: 4096 B/token) that just fit the largest request plus ``extra_tokens``."""
+    need = int((trace.input_len + trace.output_len).max()) + extra_tokens + 2 * block_size
+    return need * 4096

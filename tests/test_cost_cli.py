@@ -1,0 +1,133 @@
+"""``blendsim cost``: the JSON shape, operator names, numbers equal to the library's, and user errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sim.batch import BatchFeatures
+from sim.cli import get_app
+from sim.cost import CostModel
+from sim.deployment import Deployment
+from sim.hardware import get_hardware
+from sim.models import get_model
+from sim.profile import OpFit, Profile, model_shape
+
+LAYER_OPS = ["qkv_proj", "rope", "kv_write", "attn_prefill", "attn_decode", "o_proj", "norm", "gate_up_proj", "act",
+             "down_proj"]
+MODEL_OPS = ["embedding", "lm_head", "allreduce"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(get_app(), ["cost", *args])
+
+
+def cost_json(*args: str) -> dict:
+    r = invoke(*args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_json_shape_and_operator_names():
+    out = cost_json("--model", "llama-3-8b", "--hardware", "a100-80gb", "--prefill-tokens", "512",
+                    "--decode-seqs", "64", "--context", "1024")
+    for key in ("step_time_s", "compute_s", "memory_s", "other_s", "comm_s", "overhead_s", "layers", "mode", "engine",
+                "cost_model", "per_layer", "whole_model"):
+        assert key in out, key
+    assert out["layers"] == 32 and out["mode"] == "sequential" and out["engine"] == "ideal"
+    assert out["cost_model"] == "roofline"
+    assert [r["op"] for r in out["per_layer"]] == LAYER_OPS
+    assert [r["op"] for r in out["whole_model"]] == MODEL_OPS
+    for r in out["per_layer"] + out["whole_model"]:
+        assert set(r) == {"op", "flops", "bytes", "time_s"}
+        assert r["flops"] >= 0 and r["bytes"] >= 0 and r["time_s"] >= 0
+    ops = {r["op"]: r for r in out["per_layer"] + out["whole_model"]}
+    # 512 prefill tokens + 64 decode tokens through the QKV GEMM (4096 -> 6144)
+    assert ops["qkv_proj"]["flops"] == 2 * 576 * 4096 * 6144
+    # the chunk finishes its prompt: 64 + 1 rows through the LM head
+    assert ops["lm_head"]["flops"] == 2 * 65 * 4096 * 128256
+    assert ops["allreduce"]["bytes"] == 0
+    # sequential: the step is the sum of its parts
+    parts = out["compute_s"] + out["memory_s"] + out["other_s"] + out["comm_s"] + out["overhead_s"]
+    assert out["step_time_s"] == pytest.approx(parts, rel=1e-12)
+
+
+def test_json_numbers_equal_the_library():
+    out = cost_json("--model", "qwen2.5-7b", "--hardware", "h100-80gb", "--tp", "2", "--mode", "overlap",
+                    "--decode-seqs", "256", "--context", "2048", "--engine", "vllm")
+    c = CostModel(Deployment(get_model("qwen2.5-7b"), get_hardware("h100-80gb"), 2), "overlap", "vllm")
+    sc = c.cost(BatchFeatures.decode_only(256, 2048))
+    assert out["step_time_s"] == pytest.approx(sc.time_s, rel=1e-12)
+    assert (out["compute_s"], out["memory_s"], out["overhead_s"]) == pytest.approx(
+        (sc.compute_s, sc.memory_s, sc.overhead_s), rel=1e-12)
+    assert out["mode"] == "overlap" and out["engine"] == "vllm" and out["layers"] == 28
+    ar = next(r for r in out["whole_model"] if r["op"] == "allreduce")
+    assert ar["bytes"] == 2 * 256 * 3584 * 2 * 28 and ar["time_s"] > 0
+    assert out["comm_s"] > 0
+    assert out["step_time_s"] <= out["compute_s"] + out["memory_s"] + out["other_s"] + out["comm_s"] + out["overhead_s"]
+
+
+def test_table_output_mentions_every_operator():
+    r = invoke("--model", "opt-13b", "--decode-seqs", "8", "--context", "100")
+    assert r.exit_code == 0, r.output
+    for op in LAYER_OPS + MODEL_OPS:
+        assert op in r.stdout
+    assert "step" in r.stdout and "sequential" in r.stdout
+
+
+def test_hf_config_path_as_model(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    a = cost_json("--model", str(tmp_path), "--decode-seqs", "32", "--context", "500")
+    b = cost_json("--model", "llama-3-8b", "--decode-seqs", "32", "--context", "500")
+    assert a["step_time_s"] == b["step_time_s"]
+
+
+def make_profile(model: str = "llama-3-8b") -> Profile:
+    """A one-operator profile (decode attention, bilinear in batch and context)."""
+    fit = OpFit(op="attn_decode", vars=("batch", "context"), terms=[[0, 0], [1, 0], [1, 1]], coef=[5e-6, 2e-6, 8e-4],
+                scale=[64.0, 4096.0], domain=[[1, 1024], [16, 32768]])
+    return Profile(model=model, model_shape=model_shape(get_model(model)), dtype="bf16", tp=1,
+                   ops={"attn_decode": fit})
+
+
+def test_profile_option_and_note(tmp_path):
+    path = make_profile().save(tmp_path / "p.json")
+    r = invoke("--profile", str(path), "--decode-seqs", "64", "--context", "2048", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["cost_model"] == "profile"
+    attn = next(x for x in out["per_layer"] if x["op"] == "attn_decode")
+    assert attn["time_s"] == pytest.approx(5e-6 + 2e-6 * 1 + 8e-4 * 1 * 0.5, rel=1e-12)  # batch 64/64, ctx 2048/4096
+    assert r.stderr.count("note:") == 1 and "o_proj" in r.stderr
+    # a profile made for another model is refused in one line
+    other = make_profile(model="llama-2-7b").save(tmp_path / "q.json")
+    r = invoke("--profile", str(other), "--decode-seqs", "64")
+    assert r.exit_code == 2
+    assert r.stderr.count("\n") == 1 and "fitted for model 'llama-2-7b'" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "gpt-5", "--decode-seqs", "4"], "unknown model 'gpt-5'"),
+        (["--hardware", "tpu-v5", "--decode-seqs", "4"], "unknown hardware 'tpu-v5'"),
+        (["--mode", "fast", "--decode-seqs", "4"], "unknown mode 'fast'"),
+        (["--engine", "trt", "--decode-seqs", "4"], "unknown engine 'trt'"),
+        (["--tp", "3", "--decode-seqs", "4"], "--tp 3 does not divide"),
+        (["--decode-seqs", "0"], "give --prefill-tokens and/or --decode-seqs"),
+        (["--decode-seqs", "4", "--context", "-1"], "must be >= 0"),
+        (["--model", "llama-3-70b", "--decode-seqs", "4"], "does not fit on a100-80gb"),
+        (["--profile", "/nonexistent/p.json", "--decode-seqs", "4"], "no such profile"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(args, message):
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("blendsim: error: ")
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.output

@@ -1,0 +1,102 @@
+"""Invariants every policy must keep, on random small traces (CPU, tiny model, tight KV)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies.base import policy_names
+from sim import engine
+from sim.runner import RunConfig, run_simulation
+from tests.helpers import random_trace, tiny_capacity_bytes
+
+
+@pytest.fixture
+def checked_kv(monkeypatch):
+    """Recount the KV cache's counters from scratch after every step."""
+    orig = engine.Replica.run_until
+
+    def run_until(self, now, horizon):
+        sched = self.scheduler
+        if not getattr(sched, "_checked", False):
+            upd = sched.update
+
+            def update(b, t):
+                upd(b, t)
+                sched.kv.check()
+
+            sched.update = update
+            sched._checked = True
+        return orig(self, now, horizon)
+
+    monkeypatch.setattr(engine.Replica, "run_until", run_until)
+
+
+def _run(trace, policy, rng, **kw):
+    B = int(rng.choice([1, 4, 16]))
+    cfg = RunConfig(policy=policy, model="tiny", hardware="cpu", block_size=B,
+                    kv_capacity_override=tiny_capacity_bytes(trace, int(rng.integers(0, 400)), B),
+                    token_budget=int(rng.choice([16, 64, 512])), max_seqs=int(rng.choice([0, 3, 256])),
+                    replicas=int(rng.integers(1, 3)), **kw)
+    return run_simulation(trace, cfg)
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_invariants(policy, checked_kv):
+    rng = np.random.default_rng(sum(map(ord, policy)))
+    for trial in range(12):
+        trace = random_trace(rng, arrivals=trial % 2 == 1, slos=trial % 3 == 0)
+        r = _run(trace, policy, rng)
+        rq, s = r.requests, r.summary
+        # every request finishes with exactly its output length
+        assert np.isfinite(rq["finish_s"]).all()
+        # tokens computed = prompt tokens - cached + recomputed, per request
+        np.testing.assert_array_equal(rq["prefill_computed"],
+                                      trace.input_len - rq["cached_tokens"] + rq["recomputed_tokens"])
+        # the steps' prefill tokens are exactly what the requests computed
+        assert sum(sum(c["num_prefill_tokens"]) for c in r.steps) == int(rq["prefill_computed"].sum())
+        for c in r.steps:
+            t = np.asarray(c["t_end_s"])
+            assert (np.diff(t) >= 0).all() and (np.asarray(c["dt_s"]) > 0).all()  # time never goes back
+            assert max(c["kv_used_blocks"], default=0) <= s["kv_capacity_blocks"]  # KV within capacity
+        # a request starts after it arrives and finishes after its first token
+        assert (rq["admit_s"] >= trace.arrival_s - 1e-12).all()
+        assert (rq["finish_s"] >= rq["first_token_s"]).all()
+        assert 0.0 <= s["prefix_sharing_ratio"] <= s["optimal_sharing_ratio"] + 1e-12
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_same_seed_same_summary(policy, tmp_path):
+    from sim.runner import write_run
+
+    rng = np.random.default_rng(7)
+    trace = random_trace(rng, n=30, arrivals=True)
+    outs = []
+    for k in range(2):
+        cfg = RunConfig(policy=policy, model="tiny", hardware="cpu", seed=3, replicas=2,
+                        kv_capacity_override=tiny_capacity_bytes(trace, 300))
+        d = write_run(run_simulation(trace, cfg), tmp_path / f"run{k}")
+        outs.append([(d / f).read_bytes() for f in ("summary.json", "steps.parquet", "requests.parquet")])
+    assert outs[0] == outs[1]
+
+
+def test_every_request_gets_its_output_length(monkeypatch):
+    """Counted by the scheduler itself, under heavy preemption."""
+    from sim import runner, seq
+
+    seen = {}
+
+    class Records(seq.RequestRecords):
+        def __init__(self, n):
+            super().__init__(n)
+            seen["rec"] = self
+
+    monkeypatch.setattr(runner, "RequestRecords", Records)
+    from workloads.trace import from_columns
+
+    trace = from_columns(input_len=[50] * 30, output_len=list(range(1, 31)),
+                         prompts=[[(1, 30), (100 + i, 20)] for i in range(30)])
+    r = run_simulation(trace, RunConfig(model="tiny", hardware="cpu", block_size=4,
+                                        kv_capacity_override=300 * 4096, token_budget=64))
+    assert r.summary["preemptions"] > 0 and r.summary["recomputed_tokens"] > 0
+    assert seen["rec"].generated == list(range(1, 31))
