@@ -17,4 +17,5 @@ class VLLM(Policy):
     description = "vLLM v1 defaults: FCFS, 256 seqs, 8192-token chunked prefill, block prefix cache"
     default_engine = "vllm"
     engine_defaults = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "prefix_caching": True,
-                       "mix": "decode-first"}
+                       "mix": "decode-first",
+                       "admission": "greedy"}

@@ -173,6 +173,21 @@ def policies_cmd() -> None:
         typer.echo(f"{name:12s} {cls.description}" + (f"  [options: {opts}]" if opts else ""))
 
 
+def demo_cmd(
+    out: Path = typer.Option(Path("blendsim-demo"), "-o", "--out", help="Folder for the trace, runs and report."),
+    requests: int = typer.Option(4000, "--requests", help="Requests in the synthetic workload."),
+    density: float = typer.Option(1.1, "--density", help="Compute density rho of the workload."),
+    sharing: float = typer.Option(0.35, "--sharing", help="Optimal prefix sharing ratio of the workload."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the workload and the policies."),
+) -> None:
+    """Synthesise a small BlendServe workload and compare policies side by side (under a minute)."""
+    from sim.demo import print_table, run_demo
+
+    r = run_demo(out, requests=requests, density=density, sharing=sharing, seed=seed, echo=typer.echo)
+    print_table(r["summaries"])
+    typer.echo(f"runs in {out}/runs/" + (f"; report: {r['report']}" if r["report"] else ""))
+
+
 def _deployment(model: str, hardware: str, tp: int, dtype: str | None = None, **kw):
     from sim.deployment import Deployment
     from sim.hardware import get_hardware
@@ -185,3 +200,4 @@ def register(app: typer.Typer) -> None:
     app.command("cost")(cost_cmd)
     app.command("simulate")(simulate_cmd)
     app.command("policies")(policies_cmd)
+    app.command("demo")(demo_cmd)

@@ -19,7 +19,7 @@ from sim.errors import UserError
 from sim.seq import EngineConfig, RequestRecords
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
-                 "gpu_memory_utilization", "fast_forward")
+                 "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class RunConfig:
     prefix_caching: bool | None = None
     gpu_memory_utilization: float | None = None
     fast_forward: bool | None = None
+    admission: str | None = None  # reserve or greedy
+    reserve_ratio: float | None = None
     offline: bool = False  # release every request at t=0
     seed: int = 0
     record_schedule: bool = False
@@ -119,11 +121,12 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     tick = (lambda: progress(rec.n_finished)) if progress else None
     P = trace.input_len.tolist()
     Dl = trace.output_len.tolist()
+    hints = trace.output_len_hint.tolist()
     replicas = []
     for i in range(cfg.replicas):
         kv = KVCache(tree, blocks, B, eng.prefix_caching)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
-                                      record=cfg.record_schedule)
+                                      record=cfg.record_schedule, output_hint=hints)
         replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not cfg.record_schedule,
                                 progress=tick))
     router = policy.make_router(replicas)

@@ -23,12 +23,15 @@ from sim.batch import Batch
 from sim.kv import KVCache
 from sim.seq import EngineConfig, RequestRecords, Seq, WaitQueue
 
+DEFAULT_EST_OUTPUT = 256  # expected output tokens before 16 requests have finished on a replica
+
 
 class Scheduler:
     fast_forward_ok = True  # False for policies whose decisions depend on the clock
 
     def __init__(self, *, kv: KVCache, cfg: EngineConfig, prompt_len: list, output_len: list,
-                 queue: WaitQueue, records: RequestRecords, replica: int = 0, record: bool = False):
+                 queue: WaitQueue, records: RequestRecords, replica: int = 0, record: bool = False,
+                 output_hint: list | None = None):
         self.kv = kv
         self.cfg = cfg
         self.B = kv.block_size
@@ -64,6 +67,14 @@ class Scheduler:
         self.hi_water = [0] * len(prompt_len)  # prompt positions ever computed or hit, per request
         self._order = 0
         self._chunk_seqs: list[Seq] = []
+        # expected decode growth, for reserve admission: sum over running requests of expected output
+        # minus tokens generated (decoders' generated tokens grow with the clock: gen_S + n_dec * tau)
+        self.hint = output_hint
+        self.est_sum = 0
+        self.gen_S = 0
+        self.gen_P = 0  # generated tokens of running requests that are not decoding (constant)
+        self.fin_sum = 0  # outputs of finished requests, for the running-mean estimate
+        self.fin_n = 0
 
     # ---- the three-call step protocol -----------------------------------------------------
     def has_work(self) -> bool:
@@ -160,6 +171,7 @@ class Scheduler:
             budget -= n
         self.blocked = False
         cap = self.cfg.max_seqs
+        reserve = self.cfg.admission == "reserve"
         while budget > 0:
             if cap and len(self.running) >= cap:
                 self.blocked = True
@@ -170,12 +182,18 @@ class Scheduler:
             s = self._admit(r, now)
             c = s.computed
             n = s.target - c
+            if reserve and self.running and not self._fits_expected(s):
+                self._release_locks(s, now)
+                self.blocked = True
+                return
             n = self._grow(s, n if n < budget else budget, now)
             if n == 0:
                 self._release_locks(s, now)
                 self.blocked = True
                 return
             self.take_candidate(r)
+            self.est_sum += s.est
+            self.gen_P += s.generated
             self.running[r] = s
             self.prefilling.append(s)
             chunks.append((r, n, c, s.hit))
@@ -203,6 +221,8 @@ class Scheduler:
             s.ins_i = i - 1
         s.shared = s.ins_j = hit
         s.hit = s.computed = hit * self.B
+        h = self.hint[r] if self.hint is not None else -1
+        s.est = h if h >= 0 else (self.fin_sum // self.fin_n if self.fin_n >= 16 else DEFAULT_EST_OUTPUT)
         rec = self.rec
         if rec.admit_s[r] != rec.admit_s[r]:  # NaN: first admission
             rec.admit_s[r] = now
@@ -213,6 +233,15 @@ class Scheduler:
             rec.cached_tokens[r] += h - hw
             self.hi_water[r] = h
         return s
+
+    def _fits_expected(self, s: Seq) -> bool:
+        """Reserve admission: memory must cover the rest of every running request — remaining prompt
+        chunks and expected remaining output — plus all of ``s``, scaled by ``reserve_ratio``."""
+        growth = self.est_sum - self.gen_S - self.n_dec * self.tau - self.gen_P
+        for q in self.prefilling:
+            growth += q.target - q.computed
+        need = (s.target - s.computed) + self.cfg.reserve_ratio * (s.est - s.generated + max(growth, 0))
+        return need <= self.kv.available * self.B
 
     def _grow(self, s: Seq, n: int, now: float) -> int:
         """Give ``s`` KV for ``n`` more tokens (fewer if memory is short); returns tokens granted."""
@@ -295,6 +324,7 @@ class Scheduler:
 
     def _prefill_done(self, s: Seq, now: float, step: int) -> None:
         self.prefilling.remove(s)
+        self.gen_P -= s.generated
         s.generated += 1
         r = s.req
         rec = self.rec
@@ -314,6 +344,7 @@ class Scheduler:
         self.dec[r] = s
         self.n_dec += 1
         self.dec_S += s.target - tau0
+        self.gen_S += s.generated - tau0
         self.buckets[s.key] += 1
 
     # ---- decode, finish, preemption ---------------------------------------------------------
@@ -336,6 +367,7 @@ class Scheduler:
         del self.dec[s.req]
         self.n_dec -= 1
         self.dec_S -= s.c0 - s.tau0
+        self.gen_S -= s.generated - s.tau0
         self.buckets[s.key] -= 1
         ctx = s.c0 + self.tau - s.tau0
         s.fin = -1
@@ -351,6 +383,9 @@ class Scheduler:
         r = s.req
         self._release_locks(s, now)
         del self.running[r]
+        self.est_sum -= s.est
+        self.fin_sum += s.d
+        self.fin_n += 1
         rec = self.rec
         rec.finish_s[r] = now
         rec.finish_step[r] = step
@@ -368,10 +403,12 @@ class Scheduler:
             self.kv.release(-(-ctx // self.B) - s.shared)
         else:
             self.prefilling.remove(s)
+            self.gen_P -= s.generated
             g = s.generated
             self.kv.release(s.private)
         self._release_locks(s, now)
         del self.running[r]
+        self.est_sum -= s.est
         self.resume[r] = g
         self.rec.preemptions[r] += 1
         if self.record:

@@ -10,6 +10,7 @@ import numpy as np
 from sim.errors import UserError
 
 MIX_MODES = ("decode-first", "prefill-first")
+ADMISSION = ("reserve", "greedy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,10 @@ class EngineConfig:
     prefix_caching: bool = True  # reuse cached prefixes across requests
     gpu_memory_utilization: float = 0.90
     fast_forward: bool = True  # price runs of identical pure-decode steps in one vectorised call
+    admission: str = "reserve"  # reserve: admit only if memory also covers the expected decode growth of
+    #                             the running requests and the new one (SGLang/NanoFlow-style);
+    #                             greedy: admit whenever the prompt chunk fits (vLLM v1), preempt later
+    reserve_ratio: float = 1.0  # fraction of the expected remaining output tokens to reserve
 
     def __post_init__(self) -> None:
         if self.token_budget < 1:
@@ -37,13 +42,17 @@ class EngineConfig:
             raise UserError("round_tokens must be >= 0")
         if self.mix not in MIX_MODES:
             raise UserError(f"mix must be one of {', '.join(MIX_MODES)}, got {self.mix!r}")
+        if self.admission not in ADMISSION:
+            raise UserError(f"admission must be one of {', '.join(ADMISSION)}, got {self.admission!r}")
+        if not 0 <= self.reserve_ratio <= 4:
+            raise UserError(f"reserve_ratio must be in [0, 4], got {self.reserve_ratio}")
 
 
 class Seq:
     """A request while it holds KV on a replica (from admission to finish or preemption)."""
 
     __slots__ = ("req", "p", "d", "path", "target", "computed", "generated", "shared", "private", "lock_n",
-                 "ins_i", "ins_j", "contig", "order", "hit", "tau0", "c0", "key", "fin", "side")
+                 "ins_i", "ins_j", "contig", "order", "hit", "tau0", "c0", "key", "fin", "side", "est")
 
     def __init__(self, req: int, p: int, d: int, path: list, target: int, generated: int, order: int):
         self.req = req  # request index in the trace
@@ -66,6 +75,7 @@ class Seq:
         self.key = 0  # (c0 - tau0) mod block_size: which step phase allocates its new blocks
         self.fin = -1  # decode clock of its last decode step; -1 when not decoding
         self.side = 0  # policy tag (e.g. BlendServe's left/right scanner)
+        self.est = 0  # expected output tokens, frozen at admission (hint, or the replica's running mean)
 
 
 class WaitQueue:
@@ -140,4 +150,4 @@ class RequestArrays:
     generated: np.ndarray
 
 
-__all__ = ["EngineConfig", "MIX_MODES", "RequestArrays", "RequestRecords", "Seq", "WaitQueue"]
+__all__ = ["ADMISSION", "EngineConfig", "MIX_MODES", "RequestArrays", "RequestRecords", "Seq", "WaitQueue"]
