@@ -83,8 +83,8 @@ def _print_rows(rows: list[dict], as_json: bool, title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for k in rows[0]:
-        table.add_column(k, overflow="fold")
+    for i, k in enumerate(rows[0]):
+        table.add_column(k, no_wrap=i == 0, overflow="fold")
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
     Console().print(table)

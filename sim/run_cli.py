@@ -145,7 +145,7 @@ def _with_progress(fn, total: int, show: bool):
 def print_summary(s: dict, out: Path | None = None) -> None:
     from rich.console import Console
 
-    c = Console()
+    c = Console(soft_wrap=True)
     c.print(f"[bold]{s['policy']}[/] on {s['model']} / {s['hardware']} x{s['tp']} "
             f"({s['replicas']} replica(s), {s['mode']} mode, engine {s['engine']}, {s['cost_model']} cost model)")
     c.print(f"  {s['n_requests']} requests, {s['input_tokens']} input + {s['output_tokens']} output tokens, "

@@ -1,0 +1,87 @@
+"""Engine speed: a BlendServe-scale job and the Vidur comparison, timed as whole processes.
+
+    python benchmarks/bench_engine.py [--requests 400000] [--repeat 3]
+
+A. ``blendsim workloads synth blendserve --requests 400000`` then ``blendsim simulate --policy dfs`` on
+   llama-3-8b / a100-80gb: target under 60 s wall and 4 GB peak memory on a 2-core machine.
+B. The first 10,000 requests of ../shared/data/azure_llm_inference_2023_conv.csv, all at t=0, Sarathi
+   with a 512-token budget and at most 512 sequences: Vidur takes 20.1 s wall on this machine for the
+   same job; target at least 20x faster (whole process, 1.005 s).
+
+Timings are medians over ``--repeat`` runs of the whole ``blendsim`` process (start-up, reading the
+trace, simulating, writing the run directory); peak memory is the largest child's max RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VIDUR_S = 20.1
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure_llm_inference_2023_conv.csv"
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one process."""
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.execvp(cmd[0], cmd)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        sys.exit(f"command failed ({status}): {' '.join(cmd)}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def bench(cmd: list[str], repeat: int) -> tuple[float, float, float, float]:
+    runs = [timed(cmd) for _ in range(repeat)]
+    walls = [w for w, _ in runs]
+    return statistics.median(walls), min(walls), max(walls), max(m for _, m in runs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=400_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    exe = shutil.which("blendsim") or sys.exit("blendsim is not installed (pip install -e .)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-engine-"))
+    rows = []
+    try:
+        trace = tmp / "bs.parquet"
+        subprocess.run([exe, "workloads", "synth", "blendserve", "--requests", str(args.requests), "-o", str(trace)],
+                       check=True, stdout=subprocess.DEVNULL)
+        med, lo, hi, mem = bench([exe, "simulate", str(trace), "--policy", "dfs", "--model", "llama-3-8b",
+                                  "--hardware", "a100-80gb", "-o", str(tmp / "run-a")], args.repeat)
+        rows.append((f"A: blendserve {args.requests} req, dfs", med, lo, hi, mem, "< 60 s, < 4096 MB",
+                     med < 60 and mem < 4096))
+        if DATA.exists():
+            az = tmp / "azure10k.parquet"
+            subprocess.run([exe, "workloads", "load", str(DATA), "--format", "azure", "--limit", "10000", "-o", str(az)],
+                           check=True, stdout=subprocess.DEVNULL)
+            med, lo, hi, mem = bench([exe, "simulate", str(az), "--policy", "sarathi", "--token-budget", "512",
+                                      "--max-seqs", "512", "--offline", "-o", str(tmp / "run-b")], args.repeat)
+            rows.append(("B: azure conv 10K, sarathi 512", med, lo, hi, mem,
+                         f">= 20x Vidur's {VIDUR_S} s ({VIDUR_S / med:.1f}x)", VIDUR_S / med >= 20))
+        else:
+            print(f"B skipped: {DATA} not found")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{'job':36s} {'median s':>9s} {'min':>7s} {'max':>7s} {'peak MB':>8s}  target")
+    for name, med, lo, hi, mem, target, ok in rows:
+        print(f"{name:36s} {med:9.2f} {lo:7.2f} {hi:7.2f} {mem:8.0f}  {target}  {'met' if ok else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Known-answer tests of the engine: exact times, optimal sharing, and what ordering does to sharing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.batch import BatchFeatures
+from sim.cost import CostModel
+from sim.deployment import Deployment
+from sim.hardware import get_hardware
+from sim.models import get_model
+from sim.runner import RunConfig, run_simulation
+from workloads.trace import from_columns
+
+
+def _cm(mode="sequential", engine="ideal"):
+    return CostModel(Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb")), mode, engine)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "overlap"])
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_single_request_time_is_the_sum_of_its_steps(mode, fast_forward):
+    p, d, budget = 1000, 300, 512
+    trace = from_columns(input_len=[p], output_len=[d])
+    r = run_simulation(trace, RunConfig(policy="fcfs", mode=mode, token_budget=budget, fast_forward=fast_forward))
+    cm = _cm(mode)
+    expect = []
+    done = 0
+    while done < p:  # chunked prefill: 512 + 488 tokens, the last chunk samples the first token
+        n = min(budget, p - done)
+        expect.append(cm.cost(BatchFeatures.from_parts([(0, n, done, 0)], 0, 0, int(done + n == p))).time_s)
+        done += n
+    for ctx in range(p, p + d - 1):  # d - 1 decode steps, each attending its whole context
+        expect.append(cm.cost(BatchFeatures.decode_only(1, ctx)).time_s)
+    assert r.summary["steps"] == len(expect)
+    np.testing.assert_allclose(r.steps[0]["dt_s"], expect, rtol=1e-12)
+    assert r.summary["makespan_s"] == pytest.approx(sum(expect), rel=1e-12)
+    assert r.requests["first_token_s"][0] == pytest.approx(sum(expect[:2]), rel=1e-12)
+
+
+def _groups_trace(groups: int, per_group: int, prefix: int, tail: int, out: int = 8, seed: int = 0):
+    """``groups`` shared prefixes of ``prefix`` tokens, each followed by ``per_group`` unique tails."""
+    rng = np.random.default_rng(seed)
+    prompts, n = [], groups * per_group
+    for i in range(n):
+        prompts.append([(i % groups, prefix), (10_000 + i, tail)])
+    order = rng.permutation(n)
+    prompts = [prompts[i] for i in order]
+    return from_columns(input_len=[prefix + tail] * n, output_len=[out] * n, prompts=prompts)
+
+
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_dfs_reaches_the_optimal_sharing_ratio_when_prefixes_fit(block_size):
+    # prefixes are whole blocks, so block-granular sharing can reach the token-level optimum
+    trace = _groups_trace(groups=20, per_group=10, prefix=256, tail=40)
+    r = run_simulation(trace, RunConfig(policy="dfs", block_size=block_size))
+    s = r.summary
+    assert s["optimal_sharing_ratio"] == pytest.approx(1 - (20 * 256 + 200 * 40) / (200 * 296))
+    assert s["prefix_sharing_ratio"] == pytest.approx(s["optimal_sharing_ratio"], abs=1e-12)
+    assert s["recomputed_tokens"] == 0
+
+
+def test_random_order_shares_far_less_when_prefixes_do_not_fit():
+    # MMLU-like: many subjects with long shared few-shot prefixes; the KV cache holds only a few of them
+    trace = _groups_trace(groups=60, per_group=12, prefix=592, tail=60, out=2)
+    base = dict(model="tiny", hardware="cpu", block_size=16, kv_capacity_override=8000 * 4096,
+                token_budget=2048)
+    dfs = run_simulation(trace, RunConfig(policy="dfs", **base)).summary
+    rnd = run_simulation(trace, RunConfig(policy="random", seed=1, **base)).summary
+    assert dfs["sharing_frac_of_opt"] > 0.99
+    assert rnd["sharing_frac_of_opt"] < 0.5 * dfs["sharing_frac_of_opt"]
+
+
+def test_fast_forward_changes_nothing_but_speed():
+    rng = np.random.default_rng(4)
+    n = 300
+    trace = from_columns(input_len=rng.integers(10, 800, n), output_len=rng.integers(1, 2000, n))
+    a = run_simulation(trace, RunConfig(policy="fcfs", fast_forward=True)).summary
+    b = run_simulation(trace, RunConfig(policy="fcfs", fast_forward=False)).summary
+    for k in ("makespan_s", "throughput_tok_s", "compute_time_s", "memory_time_s"):
+        assert a[k] == pytest.approx(b[k], rel=1e-9), k
+    for k in ("steps", "preemptions", "prefill_tokens_computed", "peak_kv_blocks"):
+        assert a[k] == b[k], k
+
+
+def test_online_arrivals_wait_for_their_time():
+    trace = from_columns(input_len=[100, 100], output_len=[10, 10], arrival_s=[0.0, 5.0])
+    r = run_simulation(trace, RunConfig(policy="fcfs"))
+    assert r.requests["admit_s"][1] >= 5.0
+    assert r.summary["latency_mean_s"] < 1.0  # each runs alone for ten steps
+    off = run_simulation(trace, RunConfig(policy="fcfs", offline=True))
+    assert off.requests["admit_s"][1] == 0.0
+
+
+def test_replicas_split_the_work():
+    rng = np.random.default_rng(5)
+    trace = from_columns(input_len=rng.integers(100, 400, 400), output_len=rng.integers(50, 200, 400))
+    one = run_simulation(trace, RunConfig(policy="fcfs")).summary
+    four = run_simulation(trace, RunConfig(policy="fcfs", replicas=4)).summary
+    assert four["throughput_tok_s"] > 2.5 * one["throughput_tok_s"]
+    assert set(run_simulation(trace, RunConfig(policy="fcfs", replicas=4)).requests["replica"]) == {0, 1, 2, 3}
+
+
+def test_request_too_big_for_a_replica_is_refused():
+    from sim.errors import UserError
+
+    trace = from_columns(input_len=[10_000], output_len=[10])
+    with pytest.raises(UserError, match="more than a replica holds"):
+        run_simulation(trace, RunConfig(model="tiny", hardware="cpu", kv_capacity_override=5000 * 4096))
