@@ -16,7 +16,11 @@ SUMMARY_SCHEMA = 1
 
 
 def per_request_table(trace, rec, steps_by_replica: list[dict]) -> dict[str, np.ndarray]:
-    """Per-request outcomes: times relative to arrival, mean and max time between tokens."""
+    """Per-request outcomes: times relative to arrival, mean and max time between tokens.
+
+    The max gap between tokens is the longest step while the request decodes, or the wait between
+    its preemption and the next token, whichever is longer.
+    """
     arr = trace.arrival_s
     d = trace.output_len
     ttft = rec.first_token_s - arr
@@ -29,12 +33,34 @@ def per_request_table(trace, rec, steps_by_replica: list[dict]) -> dict[str, np.
         if len(mine) and len(cols["dt_s"]):
             tbt_max[mine] = _range_max(np.asarray(cols["dt_s"]), rec.first_token_step[mine] + 1,
                                        rec.finish_step[mine] + 1)
+    tbt_max = np.fmax(tbt_max, np.where(rec.resume_gap_s > 0, rec.resume_gap_s, np.nan))
     ok = np.ones(trace.n, dtype=bool)
     with np.errstate(invalid="ignore"):
         for slo, got in ((trace.ttft_slo_s, ttft), (trace.tbt_slo_s, tbt_max), (trace.jct_slo_s, jct)):
             has = ~np.isnan(slo)
             ok &= ~has | (got <= slo) | ((slo > 0) & np.isnan(got) & (d <= 1))
     return {"ttft_s": ttft, "jct_s": jct, "tbt_mean_s": tbt_mean, "tbt_max_s": tbt_max, "slo_met": ok}
+
+
+def critical_path(trace, cost_model, top: int = 8) -> float:
+    """A second lower bound on the makespan: the longest request's own chain of steps, run alone.
+
+    A request's d - 1 decode steps are sequential whatever the schedule; with a few very long outputs
+    (OpenVid's 16K-token videos in a small trace) this, not T_o, bounds the makespan.
+    """
+    from sim.batch import BatchFeatures
+
+    d = trace.output_len
+    p = trace.input_len
+    cand = np.argsort(-(d.astype(np.int64) * 4 + p))[:top]
+    best = 0.0
+    for i in cand.tolist():
+        pi, di = int(p[i]), int(d[i])
+        t = cost_model.cost(BatchFeatures.from_parts([(0, pi, 0, 0)], 0, 0, 1)).time_s
+        if di > 1:
+            t += float(np.sum(cost_model.decode_many(1, np.arange(pi, pi + di - 1, dtype=np.int64))[0]))
+        best = max(best, t)
+    return best
 
 
 def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -111,6 +137,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "t_opt_practical_s": t_prac,
         "frac_of_opt": t_opt / makespan if makespan > 0 else 0.0,
         "frac_of_practical_opt": t_prac / makespan if makespan > 0 else 0.0,
+        "t_critical_s": critical_path(trace, cost_model),
         "steps": int(dt.size),
         "mean_tokens_per_step": float(toks.mean()) if dt.size else 0.0,
         "compute_time_s": float(comp.sum()),

@@ -80,8 +80,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
     from policies.base import PolicyContext, get_policy
     from sim.cost import build_cost_model
-    from sim.deployment import Deployment
     from sim.density import Rates, bounds
+    from sim.deployment import Deployment
     from sim.engine import Cluster, Replica, SimExecutor
     from sim.hardware import get_hardware
     from sim.kv import KVCache
@@ -176,7 +176,6 @@ def check_run_dir(run_dir: str | Path) -> Path:
 def write_run(result: RunResult, run_dir: str | Path) -> Path:
     """Write summary.json, steps.parquet, requests.parquet (and schedule.parquet) atomically: into a
     temporary folder that replaces ``run_dir`` only once everything is written."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from sim import columns as col

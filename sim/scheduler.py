@@ -66,6 +66,7 @@ class Scheduler:
         self.resume: dict[int, int] = {}  # preempted request -> tokens it had generated
         self.hi_water = [0] * len(prompt_len)  # prompt positions ever computed or hit, per request
         self._order = 0
+        self._resv_tau = -1  # decode clock whose decode blocks have been reserved
         self._chunk_seqs: list[Seq] = []
         # expected decode growth, for reserve admission: sum over running requests of expected output
         # minus tokens generated (decoders' generated tokens grow with the clock: gen_S + n_dec * tau)
@@ -123,7 +124,7 @@ class Scheduler:
             tau = self.tau
             heap = self.fin_heap
             while heap and heap[0][0] == tau:
-                fin, _, s = heapq.heappop(heap)
+                fin, _, _, s = heapq.heappop(heap)
                 if s.fin == fin:
                     self._finish_decode(s, now, step)
             self.tau = tau + 1
@@ -180,34 +181,29 @@ class Scheduler:
             if r is None:
                 return
             s = self._admit(r, now)
-            c = s.computed
-            n = s.target - c
-            if reserve and self.running and not self._fits_expected(s):
-                self._release_locks(s, now)
-                self.blocked = True
-                return
-            n = self._grow(s, n if n < budget else budget, now)
-            if n == 0:
+            if (reserve and self.running and not self._fits_expected(s)) or not self._can_grow(s):
                 self._release_locks(s, now)
                 self.blocked = True
                 return
             self.take_candidate(r)
-            self.est_sum += s.est
-            self.gen_P += s.generated
-            self.running[r] = s
-            self.prefilling.append(s)
+            self._commit_admission(s, now)
+            c = s.computed
+            n = s.target - c
+            n = self._grow(s, n if n < budget else budget, now)
             chunks.append((r, n, c, s.hit))
             seqs.append(s)
             budget -= n
             self.on_admit(s, now)
 
     def _admit(self, r: int, now: float) -> Seq:
+        """A Seq for waiting request ``r`` with its cached prefix matched and locked. Nothing else is
+        changed: on refusal, :meth:`_release_locks` undoes it; on acceptance call
+        :meth:`_commit_admission`."""
         kv = self.kv
-        g = self.resume.pop(r, 0)
+        g = self.resume.get(r, 0)
         p = self.P[r]
         path = kv.path_of(r)
         s = Seq(r, p, self.Dlen[r], path, p + g, g, self._order)
-        self._order += 1
         hit = kv.match(path, (s.target - 1) // self.B)
         if hit:
             nb = kv.nblocks
@@ -223,16 +219,31 @@ class Scheduler:
         s.hit = s.computed = hit * self.B
         h = self.hint[r] if self.hint is not None else -1
         s.est = h if h >= 0 else (self.fin_sum // self.fin_n if self.fin_n >= 16 else DEFAULT_EST_OUTPUT)
+        return s
+
+    def _can_grow(self, s: Seq) -> bool:
+        """At least one more token of ``s`` fits (in its last block, or in a block that can be had)."""
+        return s.computed % self.B != 0 or self.kv.available > 0
+
+    def _commit_admission(self, s: Seq, now: float) -> None:
+        """``s`` (from :meth:`_admit`) joins the running sequences: bookkeeping and records."""
+        r = s.req
+        self.resume.pop(r, None)
+        s.order = self._order
+        self._order += 1
+        self.running[r] = s
+        self.prefilling.append(s)
+        self.est_sum += s.est
+        self.gen_P += s.generated
         rec = self.rec
         if rec.admit_s[r] != rec.admit_s[r]:  # NaN: first admission
             rec.admit_s[r] = now
             rec.replica[r] = self.replica
         hw = self.hi_water[r]
-        h = s.hit if s.hit < p else p
+        h = s.hit if s.hit < s.p else s.p
         if h > hw:
             rec.cached_tokens[r] += h - hw
             self.hi_water[r] = h
-        return s
 
     def _fits_expected(self, s: Seq) -> bool:
         """Reserve admission: memory must cover the rest of every running request — remaining prompt
@@ -328,6 +339,11 @@ class Scheduler:
         s.generated += 1
         r = s.req
         rec = self.rec
+        if s.generated > 1:  # resumed after a preemption: the wait counts as a gap between tokens
+            gap = now - rec.preempted_s[r]
+            if gap > rec.resume_gap_s[r]:
+                rec.resume_gap_s[r] = gap
+            rec.preempted_s[r] = float("nan")
         if rec.first_token_step[r] < 0:
             rec.first_token_s[r] = now
             rec.first_token_step[r] = step
@@ -340,7 +356,7 @@ class Scheduler:
         s.c0 = s.target
         s.key = (s.target - tau0) % self.B
         s.fin = tau0 + s.d - s.generated - 1
-        heapq.heappush(self.fin_heap, (s.fin, s.order, s))
+        heapq.heappush(self.fin_heap, (s.fin, s.order, r, s))
         self.dec[r] = s
         self.n_dec += 1
         self.dec_S += s.target - tau0
@@ -361,6 +377,7 @@ class Scheduler:
             need = self.buckets[-self.tau % B]
         if need:
             kv.reserve(need)
+        self._resv_tau = self.tau
 
     def _leave_decode(self, s: Seq) -> int:
         """Take ``s`` out of the decode aggregate; returns its context now."""
@@ -400,7 +417,9 @@ class Scheduler:
         if s.fin >= 0:
             ctx = self._leave_decode(s)
             g = s.generated + self.tau - s.tau0
-            self.kv.release(-(-ctx // self.B) - s.shared)
+            # a block reserved for this step's decode token goes back too
+            extra = 1 if self._resv_tau == self.tau and ctx % self.B == 0 else 0
+            self.kv.release(-(-ctx // self.B) - s.shared + extra)
         else:
             self.prefilling.remove(s)
             self.gen_P -= s.generated
@@ -410,7 +429,10 @@ class Scheduler:
         del self.running[r]
         self.est_sum -= s.est
         self.resume[r] = g
-        self.rec.preemptions[r] += 1
+        rec = self.rec
+        rec.preemptions[r] += 1
+        if rec.preempted_s[r] != rec.preempted_s[r]:  # NaN: its first preemption since its last token
+            rec.preempted_s[r] = now
         if self.record:
             self.events.append((self.step_no, "preempt", r, g, 0, 0))
         self.requeue(r)
@@ -432,7 +454,7 @@ class Scheduler:
         """How many pure-decode steps (<= limit) can run before a finish or memory runs out, and the
         new blocks each of them needs."""
         heap = self.fin_heap
-        while heap and heap[0][2].fin != heap[0][0]:
+        while heap and heap[0][3].fin != heap[0][0]:
             heapq.heappop(heap)
         k = min(limit, heap[0][0] - self.tau) if heap else limit
         B = self.B

@@ -112,7 +112,8 @@ class RequestRecords:
     """Per-request outcomes, filled as events happen (Python lists: cheap scalar updates in the hot
     path; :meth:`arrays` gives numpy views for the metrics)."""
 
-    FLOAT = ("routed_s", "admit_s", "first_token_s", "finish_s")
+    # preempted_s: when a preemption cut the request's token stream (NaN once a token follows)
+    FLOAT = ("routed_s", "admit_s", "first_token_s", "finish_s", "preempted_s", "resume_gap_s")
     INT = ("replica", "first_token_step", "finish_step", "cached_tokens", "recomputed_tokens",
            "prefill_computed", "preemptions", "generated")
 
@@ -122,6 +123,7 @@ class RequestRecords:
         self.n_finished = 0
         for f in self.FLOAT:
             setattr(self, f, [nan] * n)  # seconds: handed to a replica, first scheduled, ...
+        self.resume_gap_s = [0.0] * n  # longest wait between two tokens caused by a preemption
         for f in ("replica", "first_token_step", "finish_step"):
             setattr(self, f, [-1] * n)
         for f in ("cached_tokens", "recomputed_tokens", "prefill_computed", "preemptions", "generated"):
@@ -140,6 +142,8 @@ class RequestArrays:
     admit_s: np.ndarray
     first_token_s: np.ndarray
     finish_s: np.ndarray
+    preempted_s: np.ndarray
+    resume_gap_s: np.ndarray
     replica: np.ndarray
     first_token_step: np.ndarray
     finish_step: np.ndarray

@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import typing
 from pathlib import Path
 
 import typer
 
 from sim.cli import _Group
 
+
+class _SynthGroup(_Group):
+    """``synth``: one subcommand per recipe, built on demand (recipe modules load numpy)."""
+
+    def list_commands(self, ctx):
+        from workloads.recipes import recipe_names
+
+        return recipe_names()
+
+    def get_command(self, ctx, name):
+        from workloads.recipes import recipe_names
+
+        if name not in recipe_names():
+            return None
+        one = typer.Typer(rich_markup_mode=None, add_completion=False)
+        cmd = _synth_command(name)
+        one.command(name, short_help=cmd.__doc__.split("\n")[0])(cmd)
+        return typer.main.get_command(one)
+
+
 app = typer.Typer(no_args_is_help=True, cls=_Group, rich_markup_mode=None)
+synth_app = typer.Typer(no_args_is_help=True, cls=_SynthGroup, rich_markup_mode=None,
+                        help="Write a synthetic trace made by a named recipe (seeded: same options, same file).")
+app.add_typer(synth_app, name="synth")
+
+OUTPUT_HELP = "Where to write the trace (Parquet)."
 
 
 @app.command("stats")
@@ -48,3 +76,85 @@ def stats_cmd(
             continue
         tab.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
     Console().print(tab)
+
+
+@app.command("load")
+def load_cmd(
+    file: Path = typer.Argument(..., help="The trace file to convert."),
+    fmt: str = typer.Option(..., "--format", "-f", help="Its format: burstgpt (CSV: Timestamp, Request tokens, "
+                            "Response tokens), azure (CSV: TIMESTAMP, ContextTokens, GeneratedTokens), vidur (CSV: "
+                            "arrived_at, num_prefill_tokens, num_decode_tokens) or jsonl (prompt_token_ids, "
+                            "output_len per line)."),
+    output: Path = typer.Option(..., "--output", "-o", help=OUTPUT_HELP),
+    limit: int = typer.Option(None, "--limit", help="Keep only the first N requests.", min=1),
+) -> None:
+    """Convert a real trace (BurstGPT, Azure, Vidur/Splitwise CSV or JSONL) into a blendsim trace.
+
+    Requests without prompt content get unique prompts (no false sharing). BurstGPT rows with 0
+    response tokens are failed requests: they are skipped and counted.
+    """
+    from workloads.loaders import load
+    from workloads.trace import write_trace
+
+    trace = load(file, fmt, limit)
+    write_trace(trace, output)
+    extra = {"skipped failed rows": trace.meta["skipped_failed"]} if "skipped_failed" in trace.meta else {}
+    _summary(trace, output, f"loaded {file} ({fmt})", extra)
+
+
+def _synth_command(name: str):
+    """A typer command for recipe ``name``, its options taken from the recipe's options dataclass."""
+    from workloads.recipes import get_recipe
+
+    recipe = get_recipe(name)
+    hints = typing.get_type_hints(recipe.options)
+    params = []
+    for f in dataclasses.fields(recipe.options):
+        default = ... if f.default is dataclasses.MISSING else f.default
+        opt = typer.Option(default, "--" + f.name.replace("_", "-"), help=f.metadata.get("help", ""))
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=hints[f.name]))
+    params.append(inspect.Parameter("output", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
+                                    default=typer.Option(..., "--output", "-o", help=OUTPUT_HELP)))
+
+    def command(**kwargs) -> None:
+        from workloads.trace import write_trace
+
+        output = kwargs.pop("output")
+        trace = recipe.make(**kwargs)
+        write_trace(trace, output)
+        _summary(trace, output, f"recipe {name}", {})
+
+    command.__name__ = f"synth_{name}"
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = f"{recipe.summary}\n\nEvery option is listed below; see workloads/recipes/{name}.py for sources."
+    return command
+
+
+def _summary(trace, output: Path, what: str, extra: dict) -> None:
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
+
+    s = trace.summary()
+    rows = {"requests": f"{s['requests']:,}", "input tokens (mean)": f"{s['input_tokens']:,} ({s['mean_input_len']:.1f})",
+            "output tokens (mean)": f"{s['output_tokens']:,} ({s['mean_output_len']:.1f})",
+            "sources": ", ".join(f"{k or '-'}: {v:,}" for k, v in s["sources"].items())}
+    if trace.has_arrivals:
+        span = float(trace.arrival_s.max() - trace.arrival_s.min())
+        rows["arrivals"] = f"{span:.1f} s ({trace.n / span:.2f} req/s)" if span > 0 else "all at once"
+    if trace.has_slos:
+        rows["SLOs (ttft/tbt/jct)"] = " / ".join(str(int(np.isfinite(getattr(trace, f)).sum()))
+                                                 for f in ("ttft_slo_s", "tbt_slo_s", "jct_slo_s"))
+    measured = trace.meta.get("measured", {})
+    for k in ("density", "sharing"):
+        if k in measured:
+            rows[f"measured {k}"] = f"{measured[k]:.4f}"
+    rows.update({k: str(v) for k, v in extra.items()})
+    tab = Table(title=f"{what} -> {output}")
+    tab.add_column("statistic")
+    tab.add_column("value", justify="right")
+    for k, v in rows.items():
+        tab.add_row(k, v)
+    Console().print(tab)
+

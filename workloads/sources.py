@@ -13,9 +13,9 @@ system prompt (``system_prompt_len``), as BlendServe App. A.3 does for every tra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
-from scipy.stats import norm
 
 from sim.errors import UserError
 
@@ -217,7 +217,7 @@ class MMLUModel:
     def subjects(self, rng: np.random.Generator) -> MMLUSubjects:
         """Draw the subjects: stratified normal quantiles (shuffled) so every seed has the fitted spread."""
         k = self.num_subjects
-        z = norm.ppf((np.arange(k) + 0.5) / k)
+        z = np.array([NormalDist().inv_cdf((i + 0.5) / k) for i in range(k)])
         mu0 = np.log(self.body_mean) - (self.between_sd**2 + self.within_sd**2) / 2
         log_mu = mu0 + self.between_sd * rng.permutation(z)
         weight = np.exp(self.size_sd * rng.permutation(z))

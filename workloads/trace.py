@@ -112,7 +112,7 @@ class Trace:
         return t
 
     def validate(self, where: str = "trace") -> None:
-        """Check invariants; raise :class:`UserError` naming the first bad row and field."""
+        """Check invariants; raise :class:`UserError` naming the first bad row (1-based) and field."""
         n = self.n
         for name in ("output_len", "unit_offsets"):
             if name == "unit_offsets" and len(self.unit_offsets) != n + 1:
@@ -146,7 +146,7 @@ class Trace:
                 unit_pos = np.flatnonzero(seg)[order[clash[0] + 1]]
                 row = int(np.searchsorted(self.unit_offsets, unit_pos, side="right") - 1)
                 raise UserError(
-                    f"{where}: row {row}, field prompt_segments: segment {int(s[clash[0]] - SEGMENT_BASE)} "
+                    f"{where}: row {row + 1}, field prompt_segments: segment {int(s[clash[0]] - SEGMENT_BASE)} "
                     f"has length {int(l_[clash[0] + 1])} here but {int(l_[clash[0]])} elsewhere"
                 )
             _first_bad(where, "prompt_segments", ln < 1, "has a segment of length < 1",
@@ -172,7 +172,7 @@ def _first_bad(where, field_name, mask, what, values, rows=None, other=None) -> 
         i = int(bad[0])
         row = int(rows[i]) if rows is not None else i
         extra = f" ({other[i]})" if other is not None else ""
-        raise UserError(f"{where}: row {row}, field {field_name}: {values[i]!r} {what}{extra}")
+        raise UserError(f"{where}: row {row + 1}, field {field_name}: {values[i]!r} {what}{extra}")
 
 
 # ---- builders -----------------------------------------------------------------------------
@@ -372,7 +372,7 @@ def read_trace(path: str | Path) -> Trace:
             raise UserError(f"{path}: column {name!r} must hold integers, found {c.type}")
         if c.null_count:
             row = int(np.flatnonzero(~col.valid_mask(c))[0])
-            raise UserError(f"{path}: row {row}, field {name}: missing value")
+            raise UserError(f"{path}: row {row + 1}, field {name}: missing value")
         return col.to_numpy(c).astype(np.int64)
 
     def floats(name, default):
@@ -403,7 +403,7 @@ def read_trace(path: str | Path) -> Trace:
         if len(vals) and (vals.min() < 0 or vals.max() > MAX_TOKEN_ID):
             bad = int(np.flatnonzero((vals < 0) | (vals > MAX_TOKEN_ID))[0])
             row = int(np.searchsorted(np.cumsum(lens), bad, side="right"))
-            raise UserError(f"{path}: row {row}, field prompt_tokens: token id out of range")
+            raise UserError(f"{path}: row {row + 1}, field prompt_tokens: token id out of range")
         sym_chunks.append(vals)
         len_chunks.append(np.ones(len(vals), dtype=np.int64))
         owner_chunks.append(np.repeat(np.arange(n), lens))
@@ -413,14 +413,14 @@ def read_trace(path: str | Path) -> Trace:
         valid, lens, flat = col.list_parts(table.column("prompt_segments"))
         if (valid & has_prompt).any():
             row = int(np.flatnonzero(valid & has_prompt)[0])
-            raise UserError(f"{path}: row {row}: both prompt_tokens and prompt_segments are set")
+            raise UserError(f"{path}: row {row + 1}: both prompt_tokens and prompt_segments are set")
         if len(flat) and (flat.field("segment_id").null_count or flat.field("length").null_count):
             raise UserError(f"{path}: field prompt_segments: a segment lacks its id or length")
         sid = col.to_numpy(flat.field("segment_id")).astype(np.int64)
         sln = col.to_numpy(flat.field("length")).astype(np.int64)
         if len(sid) and sid.min() < 0:
             row = int(np.repeat(np.arange(n), lens)[np.flatnonzero(sid < 0)[0]])
-            raise UserError(f"{path}: row {row}, field prompt_segments: negative segment id")
+            raise UserError(f"{path}: row {row + 1}, field prompt_segments: negative segment id")
         sym_chunks.append(SEGMENT_BASE + sid)
         len_chunks.append(sln)
         owner_chunks.append(np.repeat(np.arange(n), lens))

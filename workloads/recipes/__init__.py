@@ -19,8 +19,7 @@ from typing import Any
 
 from sim.errors import UserError
 
-# Recipe name -> module under workloads.recipes defining ``RECIPE``.
-_MODULES = (("blendserve", "blendserve"), ("batchllm", "batchllm"), ("preble", "preble"), ("accelgen", "accelgen"))
+_MODULES = ("blendserve", "batchllm", "preble", "accelgen")  # each defines RECIPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,14 +47,13 @@ class Recipe:
 
 
 def recipe_names() -> list[str]:
-    return [name for name, _ in _MODULES]
+    return list(_MODULES)
 
 
 def get_recipe(name: str) -> Recipe:
     """The recipe called ``name`` (UserError listing the choices otherwise)."""
-    for n, module in _MODULES:
-        if n == name:
-            return importlib.import_module(f"workloads.recipes.{module}").RECIPE
+    if name in _MODULES:
+        return importlib.import_module(f"workloads.recipes.{name}").RECIPE
     raise UserError(f"unknown recipe {name!r}; choose one of {', '.join(recipe_names())}")
 
 
@@ -69,4 +67,68 @@ def option_help(options_cls: type) -> dict[str, str]:
     return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(options_cls)}
 
 
-__all__ = ["Recipe", "get_recipe", "option_help", "recipe_names", "synthesize"]
+# ---- helpers the recipe modules share (numpy imported inside: listing recipes stays light) ---
+def rngs(seed: int, k: int) -> list:
+    """``k`` independent generators derived from one seed (adding a stream never shifts the others)."""
+    import numpy as np
+
+    if seed < 0:
+        raise UserError(f"--seed must be >= 0, got {seed}")
+    return [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(k)]
+
+
+def poisson_arrivals(rng, n: int, rate: float):
+    """Arrival times (s) of a Poisson process of ``rate`` requests/s; all zero when ``rate`` is 0."""
+    import numpy as np
+
+    if rate < 0 or not np.isfinite(rate):
+        raise UserError(f"--rate must be a finite number >= 0 (requests/s), got {rate}")
+    if rate == 0:
+        return np.zeros(n)
+    return np.cumsum(rng.exponential(1.0 / rate, size=n))
+
+
+def popularity(k: int, zipf: float):
+    """Probability of each of ``k`` shared prefixes: uniform for ``zipf`` = 0, else rank^-zipf."""
+    import numpy as np
+
+    if zipf < 0:
+        raise UserError(f"--zipf must be >= 0, got {zipf}")
+    w = np.arange(1, k + 1, dtype=np.float64) ** -zipf
+    return w / w.sum()
+
+
+def paths(columns: list[tuple]) -> tuple:
+    """CSR segment paths from per-request columns, left to right.
+
+    Each column is ``(segment_id, length)``, two arrays of one entry per request; a request skips a
+    column where its segment id is negative. Returns ``(offsets, segment_ids, segment_lengths)``.
+    """
+    import numpy as np
+
+    ids = np.stack([np.asarray(c[0], dtype=np.int64) for c in columns], axis=1)
+    lens = np.stack([np.asarray(c[1], dtype=np.int64) for c in columns], axis=1)
+    keep = ids >= 0
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(keep.sum(axis=1), out=offsets[1:])
+    return offsets, ids[keep], lens[keep]
+
+
+def lengths_with_mean_sd(rng, n: int, mean: float, sd: float, lo: int, hi: int):
+    """Log-normal token counts with the given (unclipped) mean and standard deviation."""
+    import numpy as np
+
+    sigma = float(np.sqrt(np.log1p((sd / mean) ** 2)))
+    mu = float(np.log(mean) - sigma**2 / 2)
+    return np.clip(np.rint(np.exp(rng.normal(mu, sigma, size=n))), lo, hi).astype(np.int64)
+
+
+def require_positive(**values) -> None:
+    """Raise a UserError naming the first option (``--flag`` form) that is not > 0."""
+    for k, v in values.items():
+        if not (v > 0):
+            raise UserError(f"--{k.replace('_', '-')} must be > 0, got {v}")
+
+
+__all__ = ["Recipe", "get_recipe", "lengths_with_mean_sd", "option_help", "paths", "poisson_arrivals", "popularity",
+           "recipe_names", "require_positive", "rngs", "synthesize"]

@@ -1,0 +1,133 @@
+"""``blendsim sweep``: a density x sharing grid of workloads, every policy on each, one results table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+DEFAULT_POLICIES = ("dfs", "random", "blendserve")
+
+
+def sweep_cmd(
+    out: Path = typer.Option(..., "-o", "--out", help="Sweep directory (created, or resumed when it exists)."),
+    recipe: str = typer.Option("blendserve", "--recipe", help="Workload recipe with density and sharing options."),
+    densities: str = typer.Option("0.80:1.40:0.05", "--densities",
+                                  help="Compute densities: start:stop:step (inclusive) or a comma list."),
+    sharing: str = typer.Option("0.05:0.45:0.10", "--sharing",
+                                help="Optimal prefix sharing ratios: start:stop:step (inclusive) or a comma list."),
+    policies: str = typer.Option(None, "--policies",
+                                 help=f"Comma list of policies (default: those of {','.join(DEFAULT_POLICIES)} "
+                                      "that are registered; see `blendsim policies`)."),
+    models: str = typer.Option("llama-3-8b", "--models", help="Comma list of model presets or config.json paths."),
+    hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
+    requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
+    mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
+    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow "
+                                                      "(default: each policy's own)."),
+    recipe_opt: list[str] = typer.Option(None, "--recipe-opt", help="Further recipe option key=value "
+                                                                    "(e.g. source=azure; repeatable)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the workloads and the policies."),
+    jobs: int = typer.Option(None, "--jobs", "-j", help="Cells in parallel (local: worker processes, default: "
+                                                        "CPU count; ray: tasks in flight, default: cluster CPUs)."),
+    backend: str = typer.Option("local", "--backend", help="local (process pool) or ray (a Ray cluster)."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to use (e.g. ray://head:10001 "
+                                                                "or auto; default: a local Ray for this run)."),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep finished cells of an earlier run "
+                                                                  "of this sweep (--no-resume starts over)."),
+) -> None:
+    """Simulate every policy on a density x sharing grid of synthetic workloads; write OUT/results.parquet.
+
+    Each cell (workload x policy x model x hardware) is a run directory under OUT/runs/; an
+    interrupted sweep resumes where it stopped. Compare the policies with `blendsim report OUT`.
+    """
+    from sim.errors import UserError
+    from sim.run_cli import parse_opts
+    from sim.sweep.backends import make_backend
+    from sim.sweep.driver import describe, failure_line, run_sweep
+    from sim.sweep.grid import SweepSpec, parse_names, parse_values
+    from sim.sweep.spec_check import check_spec
+    from sim.sweep.store import check_sweep_dir
+
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {jobs}")
+    spec = check_spec(SweepSpec(
+        recipe=recipe, densities=parse_values(densities, "--densities"), sharing=parse_values(sharing, "--sharing"),
+        policies=parse_names(policies, "--policies") if policies else _default_policies(),
+        models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
+        mode=mode, engine=engine, seed=seed, recipe_options=parse_opts(recipe_opt)))
+    check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
+    be = make_backend(backend, jobs, ray_address)
+    n = len(spec.cells())
+    typer.echo(f"sweep: {len(spec.workloads())} workload(s) x {len(spec.policies)} polic{'y' if len(spec.policies) == 1 else 'ies'}"
+               f" = {n} cells, {spec.requests} requests each, {backend} backend, {be.capacity} in parallel")
+    try:
+        with _Bar(sys.stderr.isatty()) as bar:
+            outcome = run_sweep(spec, out, be, resume=resume, progress=bar.update)
+    except KeyboardInterrupt:
+        typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
+                   f"again to resume", err=True)
+        raise typer.Exit(130) from None
+    typer.echo(describe(outcome))
+    if outcome.failures:
+        if all(f["user_error"] for f in outcome.failures):
+            raise UserError(failure_line(outcome))
+        typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
+
+
+def _default_policies() -> tuple[str, ...]:
+    from policies.base import policy_names
+
+    known = set(policy_names())
+    return tuple(p for p in DEFAULT_POLICIES if p in known)
+
+
+class _Bar:
+    """A rich progress bar of cells: done/total, cells per second, elapsed time and ETA."""
+
+    def __init__(self, show: bool):
+        self.show = show
+        self._task = None
+
+    def __enter__(self):
+        if self.show:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                ProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.text import Text
+
+            class Rate(ProgressColumn):
+                def render(self, task):
+                    return Text(f"{task.speed:.2f} cells/s" if task.speed else "- cells/s")
+
+            self._bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
+                                 Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=False)
+            self._bar.__enter__()
+        return self
+
+    def update(self, done: int, total: int) -> None:
+        if not self.show:
+            return
+        if self._task is None:  # cells finished by an earlier run do not count towards the rate
+            self._task = self._bar.add_task("sweep", total=total, completed=done)
+        else:
+            self._bar.update(self._task, completed=done)
+
+    def __exit__(self, *exc):
+        if self.show:
+            self._bar.__exit__(*exc)
+        return False
+
+
+__all__ = ["sweep_cmd"]

@@ -1,0 +1,164 @@
+"""The sweep's grid: value lists from the command line, the spec, and its cells.
+
+A *workload* is one trace: a (density, sharing) grid point synthesised for one model and hardware.
+A *cell* is one simulation: a workload under one policy. Every workload and cell has a stable name
+that is also its place in the sweep directory::
+
+    SWEEP_DIR/traces/<model>/<hardware>/<workload>.parquet
+    SWEEP_DIR/runs/<model>/<hardware>/<workload>/<policy>/      (a run directory + cell.json)
+
+Names come from the numbers (``d0.85-s0.05``), never from how they were typed, so ``0.8`` and
+``0.80`` name the same workload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from sim.errors import UserError
+
+MAX_VALUES = 10_000  # more grid values than this is a typo, not a sweep
+
+
+def parse_values(text: str, flag: str) -> tuple[float, ...]:
+    """``start:stop:step`` (inclusive, decimal steps are exact) or a comma list, as sorted floats.
+
+    >>> parse_values("0.80:1.40:0.05", "--densities")[-1], len(parse_values("0.05:0.45:0.10", "-s"))
+    (1.4, 5)
+    """
+    s = str(text).strip()
+    bad = f"{flag} {text!r}: expected start:stop:step (e.g. 0.80:1.40:0.05) or a comma list (e.g. 0.8,1.1)"
+    try:
+        if ":" in s:
+            parts = [Decimal(p.strip()) for p in s.split(":")]
+            if len(parts) != 3 or not all(p.is_finite() for p in parts):
+                raise UserError(bad)
+            start, stop, step = parts
+            if step <= 0 or stop < start:
+                raise UserError(f"{flag} {text!r}: need step > 0 and stop >= start")
+            count = int((stop - start) / step) + 1  # Decimal arithmetic: 0.05 steps land exactly on stop
+            if count > MAX_VALUES:
+                raise UserError(f"{flag} {text!r}: {count} values is more than {MAX_VALUES}")
+            values = [start + k * step for k in range(count)]
+        else:
+            values = [Decimal(p.strip()) for p in s.split(",") if p.strip()]
+            if not values or not all(v.is_finite() for v in values):
+                raise UserError(bad)
+    except InvalidOperation:
+        raise UserError(bad) from None
+    out = sorted({float(v) for v in values})
+    if len(out) > MAX_VALUES:
+        raise UserError(f"{flag} {text!r}: more than {MAX_VALUES} values")
+    return tuple(out)
+
+
+def parse_names(text: str, flag: str) -> tuple[str, ...]:
+    """A comma list of names (order kept, duplicates dropped)."""
+    names = list(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
+    if not names:
+        raise UserError(f"{flag} {text!r}: give at least one name")
+    return tuple(names)
+
+
+def slug(name: str) -> str:
+    """A file-name-safe form of a model/hardware/policy name."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("._") or "_"
+
+
+def workload_name(density: float, sharing: float) -> str:
+    return f"d{density:g}-s{sharing:g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One trace of the sweep."""
+
+    density: float  # target compute density rho of the grid point
+    sharing: float  # target optimal prefix sharing ratio s of the grid point
+    model: str  # model argument as given (preset name or config.json path)
+    model_name: str  # resolved model name (the ModelSpec's)
+    hardware: str  # hardware preset
+
+    @property
+    def name(self) -> str:
+        return workload_name(self.density, self.sharing)
+
+    @property
+    def key(self) -> tuple:
+        return (self.model_name, self.hardware, self.density, self.sharing)
+
+    def trace_relpath(self) -> str:
+        return f"traces/{slug(self.model_name)}/{slug(self.hardware)}/{self.name}.parquet"
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One simulation of the sweep: a workload under a policy."""
+
+    workload: Workload
+    policy: str
+
+    @property
+    def key(self) -> tuple:
+        return (*self.workload.key, self.policy)
+
+    def run_relpath(self) -> str:
+        w = self.workload
+        return f"runs/{slug(w.model_name)}/{slug(w.hardware)}/{w.name}/{slug(self.policy)}"
+
+    def label(self) -> dict:
+        """The cell's identity columns in results.parquet (also its cell.json)."""
+        w = self.workload
+        return {"workload": w.name, "model": w.model_name, "hardware": w.hardware, "grid_density": w.density,
+                "grid_sharing": w.sharing, "policy": self.policy, "run_dir": self.run_relpath()}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep runs. ``settings()`` are the parts every cell of one SWEEP_DIR must share."""
+
+    recipe: str
+    densities: tuple[float, ...]
+    sharing: tuple[float, ...]
+    policies: tuple[str, ...]
+    models: tuple[str, ...]
+    hardware: tuple[str, ...]
+    requests: int
+    mode: str = "sequential"
+    engine: str | None = None  # None: each policy's own engine-overhead style
+    seed: int = 0
+    recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
+    model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
+
+    def settings(self) -> dict:
+        """The settings that define every cell besides its grid point, policy, model and hardware."""
+        return {"recipe": self.recipe, "requests": self.requests, "mode": self.mode, "engine": self.engine,
+                "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
+
+    def workloads(self) -> list[Workload]:
+        """Every workload, in a fixed order (model, hardware, density, sharing)."""
+        return [Workload(d, s, m, self.model_names.get(m, m), h)
+                for m in self.models for h in self.hardware for d in self.densities for s in self.sharing]
+
+    def cells(self) -> list[Cell]:
+        """Every cell, grouped by workload; policies in the order given."""
+        return [Cell(w, p) for w in self.workloads() for p in self.policies]
+
+    def recipe_kwargs(self, w: Workload) -> dict:
+        """Options for ``get_recipe(recipe).make(**...)`` for workload ``w``."""
+        from workloads.recipes import get_recipe
+
+        names = {f.name for f in dataclasses.fields(get_recipe(self.recipe).options)}
+        kw = {"density": w.density, "sharing": w.sharing}
+        for k, v in (("requests", self.requests), ("model", w.model), ("hardware", w.hardware),
+                     ("seed", self.seed)):
+            if k in names:
+                kw[k] = v
+        kw.update(self.recipe_options)
+        return kw
+
+
+__all__ = ["Cell", "SweepSpec", "Workload", "parse_names", "parse_values", "slug", "workload_name"]

@@ -1,0 +1,145 @@
+"""The sweep directory on disk: its marker file, finished cells, and atomic installs.
+
+Everything a sweep writes appears atomically: a trace file is renamed into place, a run directory
+(``write_run``'s files plus ``cell.json``) is built in a hidden temporary folder beside its final
+place and renamed there. A killed sweep therefore leaves finished cells intact, unfinished cells
+absent, and at most some hidden ``.name.*`` temporaries, which the next sweep removes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from sim.errors import UserError
+from sim.io import read_json, write_json
+
+MARKER = "sweep.json"
+SCHEMA = 1
+
+
+def check_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict | None:
+    """Refuse a path that is no sweep directory, or a sweep made with other settings (unless
+    ``resume`` is off). Returns the existing sweep.json, if any. Changes nothing on disk."""
+    d = Path(sweep_dir)
+    marker = d / MARKER
+    if d.exists() and not d.is_dir():
+        raise UserError(f"{d}: exists and is not a directory; choose another -o")
+    if d.exists() and any(d.iterdir()) and not marker.exists():
+        raise UserError(f"{d}: exists and is not a blendsim sweep directory (no {MARKER}); choose another -o")
+    old = read_marker(d) if marker.exists() else None
+    new = _jsonable(spec.settings())
+    if old is not None and resume and old["settings"] != new:
+        was = old["settings"]
+        diff = ", ".join(f"{k}={was.get(k)!r}" for k in sorted(new) if was.get(k) != new[k])
+        raise UserError(f"{d}: was swept with other settings ({diff}); use another -o, or --no-resume to "
+                        f"start over")
+    return old
+
+
+def open_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict:
+    """Create or reopen ``sweep_dir`` for ``spec``; return the sweep.json written.
+
+    A reopened sweep must have been made with the same settings (recipe, requests, mode, engine,
+    seed, recipe options); its grid, policies, models and hardware may grow. ``resume=False`` starts
+    over: earlier cells, traces and results are removed.
+    """
+    d = Path(sweep_dir)
+    old = check_sweep_dir(d, spec, resume)
+    if old is not None and not resume:
+        for sub in ("runs", "traces"):
+            shutil.rmtree(d / sub, ignore_errors=True)
+        for f in ("results.parquet", "failures.json"):
+            (d / f).unlink(missing_ok=True)
+        old = None
+    grid = {"densities": list(spec.densities), "sharing": list(spec.sharing), "policies": list(spec.policies),
+            "models": [spec.model_names.get(m, m) for m in spec.models], "hardware": list(spec.hardware)}
+    if old is not None:  # union, so the marker describes every cell the directory may hold
+        grid = {k: _union(old["grid"].get(k, []), v, sort=k in ("densities", "sharing", "models"))
+                for k, v in grid.items()}
+    doc = {"schema_version": SCHEMA, "kind": "blendsim-sweep", "settings": _jsonable(spec.settings()), "grid": grid}
+    write_json(d / MARKER, doc)
+    clean_stale(d)
+    return doc
+
+
+def read_marker(sweep_dir: Path) -> dict:
+    doc = read_json(Path(sweep_dir) / MARKER, "sweep marker")
+    if not isinstance(doc, dict) or doc.get("kind") != "blendsim-sweep" or "settings" not in doc:
+        raise UserError(f"{Path(sweep_dir) / MARKER}: not a blendsim sweep marker")
+    if int(doc.get("schema_version", 0)) > SCHEMA:
+        raise UserError(f"{Path(sweep_dir) / MARKER}: sweep schema {doc['schema_version']} is newer than "
+                        f"this blendsim ({SCHEMA})")
+    return doc
+
+
+def clean_stale(sweep_dir: Path) -> int:
+    """Remove hidden temporaries (``.name.*``) a killed sweep left under runs/ and traces/."""
+    n = 0
+    for sub in ("runs", "traces"):
+        root = Path(sweep_dir) / sub
+        if not root.exists():
+            continue
+        for p in sorted(root.rglob(".*")):
+            if p.exists():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+                n += 1
+    return n
+
+
+def cell_done(sweep_dir: Path, cell) -> bool:
+    """True iff the cell's run directory holds a complete summary.json (and its cell.json)."""
+    d = Path(sweep_dir) / cell.run_relpath()
+    try:
+        s = json.loads((d / "summary.json").read_text())
+        c = json.loads((d / "cell.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(s, dict) and "throughput_tok_s" in s and s.get("policy") == cell.policy and \
+        isinstance(c, dict) and c.get("policy") == cell.policy
+
+
+def install_run(src: Path, sweep_dir: Path, cell) -> Path:
+    """Add cell.json to the run directory ``src`` (beside the final place) and rename it into place."""
+    final = Path(sweep_dir) / cell.run_relpath()
+    write_json(src / "cell.json", cell.label())
+    if final.exists():  # an unfinished or redone cell
+        shutil.rmtree(final)
+    src.rename(final)
+    return final
+
+
+def staging_dir(sweep_dir: Path, cell) -> Path:
+    """A hidden, empty temporary folder beside the cell's final run directory."""
+    final = Path(sweep_dir) / cell.run_relpath()
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+
+
+def install_files(files: dict[str, bytes], sweep_dir: Path, cell) -> Path:
+    """Write a run directory shipped as bytes (a remote worker's) and install it atomically."""
+    tmp = staging_dir(sweep_dir, cell)
+    try:
+        run = tmp / "run"
+        run.mkdir()
+        for name, data in sorted(files.items()):
+            (run / Path(name).name).write_bytes(data)
+        out = install_run(run, sweep_dir, cell)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _union(a: list, b: list, sort: bool) -> list:
+    out = list(dict.fromkeys([*a, *b]))
+    return sorted(out) if sort else out
+
+
+def _jsonable(obj):
+    return json.loads(json.dumps(obj, sort_keys=True))
+
+
+__all__ = ["MARKER", "cell_done", "check_sweep_dir", "clean_stale", "install_files", "install_run", "open_sweep_dir", "read_marker",
+           "staging_dir"]
