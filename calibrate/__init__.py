@@ -1,0 +1,13 @@
+"""Calibration: profile a model's kernels on a device, fit them, and save a ``sim.profile.Profile``.
+
+* ``run``       — one calibration run (:class:`~calibrate.run.Calibrator`): plan, measure, fit, assemble.
+* ``grids``     — where each operator is measured (token, prefill and decode grids; quick variants).
+* ``kernels``   — the per-token operators (GEMMs, norms, rotary, activation, KV write, embedding).
+* ``attention`` — prefill and decode attention (FlashAttention, FlashInfer or PyTorch SDPA).
+* ``timing``    — CUDA-event / CPU clocks, medians and spread; ``measure`` — interleaved sweeps, OOM skips.
+* ``overlap``   — GEMM and decode attention on two CUDA streams; the interference term kappa.
+* ``device``    — device identity (NVML / platform), software versions, measured peaks.
+* ``fit``       — relative-error polynomial fits, form chosen held out; ``refit`` from stored medians.
+* ``validate``  — held-out checks against the cost model; ``vidur`` — import Vidur's CSVs.
+* ``report``    — rich tables; ``cli`` — ``blendsim calibrate`` (``show``, ``import-vidur``).
+"""

@@ -1,10 +1,143 @@
-"""Commands of this package, mounted on the ``blendsim`` app by ``sim.cli``."""
+"""``blendsim calibrate``: profile a model's kernels on this device; ``show`` and ``import-vidur`` profiles.
+
+    blendsim calibrate --device cuda --model llama-3-8b --dtype bf16 --tp 1 -o profile.json
+    blendsim calibrate --device cpu --model tiny --quick -o p.json
+    blendsim calibrate show profile.json
+    blendsim calibrate import-vidur DIR --model llama-2-7b -o vidur.json
+
+Profiles are written atomically: a failed or interrupted run leaves any earlier file untouched.
+"""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 import typer
+
+from sim.errors import UserError
+
+OUT_HELP = "Profile JSON to write (atomically; an existing file is replaced only by a complete profile)."
+
+cal_app = typer.Typer(invoke_without_command=True, no_args_is_help=False, add_completion=False,
+                      pretty_exceptions_enable=False, rich_markup_mode=None,
+                      help="Profile GEMM, attention and overlap kernels on a device and fit a cost profile.")
+
+
+@cal_app.callback(invoke_without_command=True)
+def calibrate_cmd(
+    ctx: typer.Context,
+    device: str = typer.Option("cuda", "--device", help="Where to profile: cuda or cpu."),
+    model: str = typer.Option(None, "--model", "-m", help="Model preset (see `blendsim models`) or a config.json."),
+    dtype: str = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default: the model's)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: its per-GPU shard is profiled."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (CI and smoke runs)."),
+    threads: int = typer.Option(1, "--threads", help="CPU threads (torch.set_num_threads); cpu only."),
+    holdout: int = typer.Option(4, "--holdout", help="Off-grid points per operator timed with the grid and kept "
+                                                     "out of the fit, to report a true held-out error (0: none)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
+    out: Path = typer.Option(None, "-o", "--out", help=OUT_HELP),
+) -> None:
+    """Profile the model's operators on DEVICE, fit them, and write a profile (or run a subcommand)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None or out is None:
+        raise UserError("calibrate: give --model and -o/--out (or a subcommand: show, import-vidur)")
+    if holdout < 0:
+        raise UserError(f"--holdout must be >= 0, got {holdout}")
+    _check_out(out)
+    from rich.console import Console
+
+    from calibrate.report import fit_table
+    from calibrate.run import CalibrationConfig, Calibrator
+
+    cfg = CalibrationConfig(model=model, device=device, dtype=dtype, tp=tp, quick=quick, threads=threads,
+                            seed=seed, holdout=holdout, command=_command(ctx))
+    cal = Calibrator(cfg)
+    profile = _with_progress(cal)
+    profile.save(out)
+    profile.path = str(out)
+    c = Console()
+    c.print(fit_table(profile, title=f"{profile.model} {profile.dtype} tp={tp} on {profile.device.get('name', device)}"))
+    for s in profile.skipped:
+        pt = f" at {s['point']}" if s.get("point") else ""
+        typer.echo(f"note: skipped {s['op']}{pt}: {s['reason']}", err=True)
+    c.print(f"wrote {out}")
+
+
+@cal_app.command("show")
+def show_cmd(profile: Path = typer.Argument(..., help="Profile JSON.")) -> None:
+    """Print a profile's device, fit errors and coverage (operators and grid ranges)."""
+    from calibrate.report import print_profile
+    from sim.profile import load_profile
+
+    print_profile(load_profile(profile))
+
+
+@cal_app.command("import-vidur")
+def import_vidur_cmd(
+    ctx: typer.Context,
+    folder: Path = typer.Argument(..., help="Folder with Vidur's mlp.csv (and attention.csv)."),
+    model: str = typer.Option(None, "--model", "-m", help="Model the CSVs profile (default: the preset of their shape)."),
+    tp: int = typer.Option(1, "--tp", help="Which num_tensor_parallel_workers rows to use."),
+    dtype: str = typer.Option("fp16", "--dtype", help="dtype to label the profile with (Vidur measures fp16; "
+                                                       "bf16 runs at the same speed on A100/H100)."),
+    out: Path = typer.Option(..., "-o", "--out", help=OUT_HELP),
+) -> None:
+    """Turn Vidur-format profiling CSVs into a blendsim profile."""
+    from rich.console import Console
+
+    from calibrate.report import fit_table
+    from calibrate.vidur import import_vidur
+
+    _check_out(out)
+    profile = import_vidur(folder, model, tp, dtype, command=_command(ctx))
+    profile.save(out)
+    Console().print(fit_table(profile, title=f"{profile.model} tp={tp} from {folder}"))
+    for s in profile.skipped:
+        typer.echo(f"note: {s['op']}: {s['reason']}", err=True)
+    typer.echo(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this package's commands to ``app`` (filled in as the package grows)."""
-    return None
+    """Mount ``calibrate`` (with ``show`` and ``import-vidur``) on the ``blendsim`` app."""
+    app.add_typer(cal_app, name="calibrate")
+
+
+# ---- helpers ------------------------------------------------------------------------------
+def _check_out(out: Path) -> None:
+    """Fail before any work when the output cannot be written."""
+    if out.is_dir():
+        raise UserError(f"{out}: is a folder; give a file name for the profile")
+    parent = out.parent if str(out.parent) else Path(".")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{out}: {probe} is not a folder")
+    import os
+
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"{out}: cannot write in {probe}")
+
+
+def _command(ctx: typer.Context) -> str:
+    """The command as given (options in canonical form), for ``produced_by``."""
+    parts = [ctx.command_path]
+    for k, v in ctx.params.items():
+        if v is None or v is False:
+            continue
+        flag = "--" + k.replace("_", "-")
+        parts += [flag] if v is True else [flag, shlex.quote(str(v))]
+    return " ".join(parts)
+
+
+def _with_progress(cal):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("calibrating {task.fields[op]:<12}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("calibrate", total=cal.total_steps(), op="")
+        return cal.run(advance=lambda label: bar.update(task, advance=1, op=label))

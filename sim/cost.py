@@ -169,7 +169,7 @@ class RooflineTimer:
         q4, b, kv2, q2 = 4 * s.q, s.dtype_bytes, 2 * s.kv, 2 * s.q
         ar, gr, bw, la = self.attn_rate, self.gemm_rate, self.bw, self.launch
 
-        def prefill(Tp, Np, pairs, pkv):
+        def prefill(Tp, Np, pairs, pkv, chunks=None):
             a = q4 * pairs / ar
             m = b * (q2 * Tp + pkv * kv2) / bw
             return (a if a > m else m) + la
@@ -254,11 +254,12 @@ class CostModel:
         return {"time_s": self._combine_arr(c, m, o, comm) + ovh, "compute_s": c, "memory_s": m,
                 "other_s": o, "comm_s": comm, "overhead_s": ovh + 0 * c}
 
-    def step(self, T: int, Tp: int, Np: int, pairs: int, pkv: int, D: int, Cd: int, N: int):
+    def step(self, T: int, Tp: int, Np: int, pairs: int, pkv: int, D: int, Cd: int, N: int, chunks=None):
         """Fast path for the engine: ``(time_s, compute_s, memory_s)`` of one step.
 
         Token-count-only operators come from tables; attention is priced here. Equal to
-        :meth:`cost` on the same features (tested).
+        :meth:`cost` on the same features (tested). ``chunks`` (the Batch's prefill list) lets a
+        calibrated model price each sequence's prefill attention call on its own.
         """
         if T >= self._tables_n:
             self._grow(2 * T + 1)
@@ -267,7 +268,7 @@ class CostModel:
         o = self._to[T]
         comm = self._tcomm[T]
         if Np:
-            c += self._prefill_s(Tp, Np, pairs, pkv) * self.layers
+            c += self._prefill_s(Tp, Np, pairs, pkv, chunks) * self.layers
         if D:
             m += self._decode_s(D, Cd) * self.layers
         ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T

@@ -34,7 +34,7 @@ class SimExecutor:
             pkv += c + n
         D = batch.num_decode
         t, comp, mem = self.cm.step(tp + D, tp, len(batch.prefill), pairs, pkv, D, batch.decode_ctx_sum,
-                                    batch.num_logits)
+                                    batch.num_logits, batch.prefill)
         self.last = (comp, mem)
         return t
 

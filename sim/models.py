@@ -128,8 +128,11 @@ _HF = "HuggingFace config.json of "
 PRESETS: dict[str, ModelSpec] = {
     m.name: m
     for m in [
-        ModelSpec("llama-3-8b", 4096, 32, 32, 8, 14336, 128256, source=_HF + "meta-llama/Meta-Llama-3-8B"),
-        ModelSpec("llama-3-70b", 8192, 80, 64, 8, 28672, 128256, source=_HF + "meta-llama/Meta-Llama-3-70B"),
+        # NOTE: Llama-3.1 has Llama-3's shapes with a 128K context (BlendServe evaluates Llama-3.1)
+        ModelSpec("llama-3-8b", 4096, 32, 32, 8, 14336, 128256, max_position_embeddings=131072,
+                  source=_HF + "meta-llama/Llama-3.1-8B (shapes of Meta-Llama-3-8B)"),
+        ModelSpec("llama-3-70b", 8192, 80, 64, 8, 28672, 128256, max_position_embeddings=131072,
+                  source=_HF + "meta-llama/Llama-3.1-70B (shapes of Meta-Llama-3-70B)"),
         ModelSpec("llama-2-7b", 4096, 32, 32, 32, 11008, 32000, max_position_embeddings=4096,
                   source=_HF + "meta-llama/Llama-2-7b-hf"),
         ModelSpec("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, qkv_bias=True, max_position_embeddings=32768,

@@ -243,12 +243,14 @@ class ProfileTimer:
         rp, rd = self.roofline.attn_scalars()
         pf, dfit = self.profile.ops.get("attn_prefill"), self.profile.ops.get("attn_decode")
 
-        def prefill(Tp, Np, pairs, pkv):
+        def prefill(Tp, Np, pairs, pkv, chunks=None):
             if pf is None:
                 return rp(Tp, Np, pairs, pkv)
+            if chunks:  # exact: one kernel call per sequence's chunk
+                return sum(self._prefill_chunk(pf, n, c) for _, n, c, _ in chunks)
             n = max(Tp / Np, 1.0)
             ctx = max(pairs / Np / n - (n + 1) / 2, 0.0)
-            return pf.predict_scalar(n, ctx) * Np
+            return self._prefill_chunk(pf, n, ctx) * Np
 
         def decode(D, Cd):
             if dfit is None:
@@ -256,6 +258,18 @@ class ProfileTimer:
             return dfit.predict_scalar(D, Cd / D)
 
         return prefill, decode
+
+    @staticmethod
+    def _prefill_chunk(fit: OpFit, n: float, c: float) -> float:
+        """One chunk of ``n`` new tokens after ``c`` of context. Beyond the measured range the time
+        grows with the causal (query, key) pairs, n*c + n(n+1)/2 — superlinear in n — not linearly."""
+        (nlo, nhi), (clo, chi) = fit.domain
+        n2 = min(max(n, nlo), nhi)
+        c2 = min(max(c, clo), chi)
+        t = fit.predict_scalar(n2, c2)
+        if n > nhi or c > chi:
+            t *= (n * c + n * (n + 1) / 2) / max(n2 * c2 + n2 * (n2 + 1) / 2, 1.0)
+        return t
 
 
 __all__ = ["OP_VARS", "OpFit", "Profile", "ProfileTimer", "SCHEMA", "SCHEMA_VERSION", "load_profile", "model_shape"]

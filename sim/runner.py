@@ -101,13 +101,21 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     cm = build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine, cfg.profile)
     tree = PrefixTree(trace)
     bnd = bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep, cm.kappa))
+    total = trace.input_len + trace.output_len
+    if total.max() > dep.model.max_position_embeddings:
+        i = int(np.argmax(total))
+        raise UserError(
+            f"request {trace.ids[i]} (row {i + 1}) needs a context of {int(total[i])} tokens (prompt "
+            f"{int(trace.input_len[i])} + output {int(trace.output_len[i])}), beyond {dep.model.name}'s "
+            f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json"
+        )
     B = eng.block_size
     blocks = dep.num_blocks(B)
     need = -(-(trace.input_len + trace.output_len) // B)
     if need.max() > blocks:
         i = int(np.argmax(need))
         raise UserError(
-            f"request {trace.ids[i]} (row {i}) needs {int(need[i]) * B} KV tokens (prompt {int(trace.input_len[i])} "
+            f"request {trace.ids[i]} (row {i + 1}) needs {int(need[i]) * B} KV tokens (prompt {int(trace.input_len[i])} "
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "
             f"{dep.model.name} on {dep.hardware.name} x{dep.tp}); use more GPUs per replica (--tp)"
         )

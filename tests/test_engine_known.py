@@ -105,6 +105,14 @@ def test_replicas_split_the_work():
 def test_request_too_big_for_a_replica_is_refused():
     from sim.errors import UserError
 
-    trace = from_columns(input_len=[10_000], output_len=[10])
+    trace = from_columns(input_len=[3000], output_len=[10])
     with pytest.raises(UserError, match="more than a replica holds"):
-        run_simulation(trace, RunConfig(model="tiny", hardware="cpu", kv_capacity_override=5000 * 4096))
+        run_simulation(trace, RunConfig(model="tiny", hardware="cpu", kv_capacity_override=2000 * 4096))
+
+
+def test_request_beyond_the_model_context_is_refused():
+    from sim.errors import UserError
+
+    trace = from_columns(input_len=[100, 4000], output_len=[10, 200])  # tiny has a 4,096-token context
+    with pytest.raises(UserError, match=r"row 2\) needs a context of 4200 tokens"):
+        run_simulation(trace, RunConfig(model="tiny", hardware="cpu"))

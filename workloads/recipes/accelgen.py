@@ -8,8 +8,8 @@ SLOs, per request:
 
 * TTFT = the mean prompt-processing time of the request's 512-token length group x a scale drawn
   from U[0.5, 1.5] (sec. 3.1). The paper measured the group means with FasterTransformer; here the
-  prompt-processing time is the cost model's prefill of the whole prompt on ``--model`` /
-  ``--hardware`` (the paper's OPT-13B on an A100 by default): max(Comp(p, 1), weights / bandwidth).
+  prompt-processing time is the cost model's step time for the whole prompt alone on ``--model`` /
+  ``--hardware`` (the paper's OPT-13B on an A100 by default).
 * TBT = 0.1875 s (normal reading speed) x a scale drawn from U[0.75, 1.25] (sec. 6.1).
 * JCT, for the share ``--jct-share`` of requests that are offline jobs (sec. 4.3: "or specify the JCT
   SLO for a job"): U[0.5, 1.5] x (group prefill time + output tokens x 0.1875 s); these requests have
@@ -55,13 +55,16 @@ class AccelGenOptions:
                 raise UserError(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(self, name)}")
 
 
-def prefill_time(p, dep) -> np.ndarray:
-    """Seconds to process a whole prompt of p tokens alone: compute-bound, or bound by reading the weights."""
-    from sim.density import Rates, comp_time
+def prefill_time(p: np.ndarray, dep) -> np.ndarray:
+    """Seconds to process each prompt alone in one step: the cost model's full step (every operator,
+    launches included; roofline, no engine overhead), like the isolated runs the paper measured."""
+    from sim.cost import CostModel, features_arrays
 
-    rates = Rates.of(dep)
-    weights_s = dep.model.weight_bytes / rates.bandwidth
-    return np.maximum(comp_time(p, np.ones_like(p), rates), weights_s)
+    p = np.asarray(p, dtype=np.int64)
+    one = np.ones_like(p)
+    f = features_arrays(num_tokens=p, num_prefill_tokens=p, num_prefill_seqs=one, attn_pairs=p * (p + 1) // 2,
+                        prefill_kv_tokens=p, num_decode=0 * p, decode_ctx_sum=0 * p, num_logits=one)
+    return CostModel(dep).cost_many(f)["time_s"]
 
 
 def build(opts: AccelGenOptions):

@@ -1,0 +1,156 @@
+"""Held-out checks of a profile: points off its grid, timed, against the cost model's prediction.
+
+Points are drawn (seeded) inside each operator's measured domain but off its grid: log-spaced token
+counts nudged off grid values, and log-uniform (tokens, context) / (batch, context) pairs for
+attention. Predictions go through :class:`sim.profile.ProfileTimer` (the cost model's path, with
+features built as the engine builds them), not through the fit directly, so the check covers the chain.
+
+Two ways to time them: :func:`validate` measures them now, on this device (a later check of a
+profile); a calibration run with ``holdout > 0`` measures them inside its own interleaved sweeps,
+so that they share the grid's conditions, keeps them out of the fit, and stores them with each
+operator (``fit["holdout"]``), where :func:`holdout_errors` reads them. On a shared host the
+machine's speed drifts by tens of percent within minutes (other tenants' work, SMT siblings), so only
+the second separates the fit's error from the machine's drift.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.batch import BatchFeatures
+from sim.profile import Profile, ProfileTimer
+
+
+def heldout_points(op: str, grid, n: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """``n`` points inside the domain of ``grid`` (and within its cap on total KV), none on it."""
+    g = np.asarray(grid, dtype=float)
+    on_grid = {tuple(int(v) for v in p) for p in g}
+    lo, hi = [int(np.ceil(v)) for v in g.min(axis=0)], [int(np.floor(v)) for v in g.max(axis=0)]
+    out: list[tuple[int, ...]] = []
+    if len(lo) == 1:
+        for x in np.geomspace(max(lo[0], 1), hi[0], n + 2)[1:-1]:
+            t = int(round(x))
+            while (t,) in on_grid or (t,) in out:
+                t += 1
+            if t < hi[0]:
+                out.append((t,))
+        return out
+    cap = (g[:, 0] * g[:, 1]).max() if op == "attn_decode" else (g[:, 0] + g[:, 1]).max()
+    tries = 0
+    while len(out) < n and tries < 100 * n:
+        tries += 1
+        # log-uniform in each variable (a context from 0: log-uniform in 1 + context)
+        p = tuple(int(round(np.exp(rng.uniform(np.log(1 + a), np.log(1 + b))))) - 1 if a == 0
+                  else int(round(np.exp(rng.uniform(np.log(a), np.log(b))))) for a, b in zip(lo, hi))
+        total = p[0] * p[1] if op == "attn_decode" else p[0] + p[1]
+        if p in on_grid or p in out or total > cap:
+            continue
+        out.append(p)
+    return out
+
+
+def features(op: str, p) -> BatchFeatures:
+    """The step features under which ``op`` runs at point ``p`` (one sequence for prefill)."""
+    if op == "attn_prefill":
+        return BatchFeatures.prefill_only(p[0], p[1])
+    if op == "attn_decode":
+        return BatchFeatures.decode_only(p[0], p[1])
+    t = p[0]
+    return BatchFeatures(num_tokens=t, num_prefill_tokens=t, num_prefill_seqs=1, attn_pairs=t, prefill_kv_tokens=t,
+                         num_logits=t)
+
+
+def predict(timer: ProfileTimer, op: str, p) -> float:
+    """Seconds the cost model gives ``op`` at ``p``."""
+    from sim.ops import op_counts
+
+    f = features(op, p)
+    flops, nbytes, kernels = op_counts(timer.shapes, f)[op]
+    return float(timer.op_time(op, flops, nbytes, kernels, f))
+
+
+def validate(profile: Profile, model, device: str, n_points: int = 8, seed: int = 1, threads: int = 1,
+             passes: int = 3, ops=None) -> dict:
+    """Measure held-out points of every fitted operator; ``{op: {points, measured_s, predicted_s, rel_err}}``."""
+    import torch
+
+    from calibrate.run import shard_deployment
+    from calibrate.timing import keep_freed_memory, pin_threads
+
+    timer = ProfileTimer(profile, shard_deployment(model, profile.tp))
+    threads_before = torch.get_num_threads()
+    if device == "cpu":
+        pin_threads(threads)
+        keep_freed_memory()
+        torch.set_flush_denormal(True)
+    try:
+        return _validate(profile, model, device, timer, n_points, seed, passes, ops)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _validate(profile, model, device, timer, n_points, seed, passes, ops) -> dict:
+    import torch
+
+    from calibrate.attention import Attention, pick_backend
+    from calibrate.kernels import TORCH_DTYPES, TokenKernels
+    from calibrate.measure import measure_op
+    from calibrate.timing import Clock
+
+    s = timer.shapes
+    rng = np.random.default_rng(seed)
+    clock = Clock(device, budget_s=0.06, min_reps=6, max_reps=60)
+    hq, hk, d = s.q // model.head_dim, s.kv // model.head_dim, model.head_dim
+    tdtype = TORCH_DTYPES[profile.dtype]
+    out = {}
+    with torch.inference_mode():
+        backend, _ = pick_backend(device, hq, hk, d, tdtype)
+        att = Attention(backend, hq, hk, d, tdtype, device, seed=seed)
+        kern = TokenKernels(s, d, model.qkv_bias, profile.dtype, device, seed=seed)
+        for op, fit in sorted(profile.ops.items()):
+            if ops is not None and op not in ops:
+                continue
+            pts = heldout_points(op, fit.grid, n_points, rng)
+            if op == "attn_prefill":
+                build = lambda p: att.prefill(*p)  # noqa: E731
+            elif op == "attn_decode":
+                build = lambda p: att.decode(*p)  # noqa: E731
+            else:
+                build = lambda p, op=op: kern.make(op, p[0])  # noqa: E731
+            data = measure_op(clock, op, pts, build, passes)
+            kern.release()
+            meas = np.asarray(data.median_s)
+            pred = np.asarray([predict(timer, op, tuple(p)) for p in data.grid])
+            out[op] = {"points": data.grid, "measured_s": meas.tolist(), "predicted_s": pred.tolist(),
+                       "rel_err": (np.abs(pred - meas) / meas).tolist()}
+    return out
+
+
+def holdout_errors(profile: Profile, model) -> dict:
+    """Errors of the cost model at the held-out points a calibration measured alongside its grid.
+
+    Same shape as :func:`validate`'s result; operators without stored held-out points are left out.
+    """
+    from calibrate.run import shard_deployment
+
+    timer = ProfileTimer(profile, shard_deployment(model, profile.tp))
+    out = {}
+    for op, fit in sorted(profile.ops.items()):
+        h = (fit.fit or {}).get("holdout") or {}
+        if not h.get("grid"):
+            continue
+        meas = np.asarray(h["median_s"], dtype=float)
+        pred = np.asarray([predict(timer, op, tuple(p)) for p in h["grid"]])
+        out[op] = {"points": h["grid"], "measured_s": meas.tolist(), "predicted_s": pred.tolist(),
+                   "rel_err": (np.abs(pred - meas) / meas).tolist()}
+    return out
+
+
+def summary(result: dict) -> dict:
+    """Median relative error per operator and over all points."""
+    per_op = {op: float(np.median(r["rel_err"])) for op, r in result.items() if r["rel_err"]}
+    every = np.concatenate([r["rel_err"] for r in result.values() if r["rel_err"]])
+    return {"per_op": per_op, "all": float(np.median(every)), "n_points": int(every.size)}
+
+
+__all__ = ["features", "heldout_points", "holdout_errors", "predict", "summary", "validate"]

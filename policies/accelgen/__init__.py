@@ -1,0 +1,142 @@
+"""``accelgen``: AccelGen (Shen and Sen), heterogeneous-SLO high-throughput serving.
+
+Three methods on a vLLM-style chunked-prefill engine (the paper's sec. 4):
+
+* SLO-guaranteed dynamic chunking (4.2): the token budget S_b = S_pf x SLO_min / T_pf (Eq. 6), the
+  pivot forward size S_pf and its step time T_pf taken from the project's cost model in place of the
+  paper's profiling (``budget.py``); each step is filled to exactly S_b tokens, cutting prompts where
+  the budget ends; exclusive request allocation (ERA) serves long prompts (>= 4K tokens) one at a time.
+* Iteration-level SLO-based prioritisation (4.3): candidates ordered by remaining time T_r, JCT SLOs
+  converted to a per-iteration wait allowance with carry-over (``slack.py``); urgent = T_r < T_max.
+* Multi-resource-aware batching (4.4, Alg. 1-2): urgent requests first, preempting the largest T_r;
+  then the candidate nearest to (free compute, free KV) in Euclidean distance (``scheduler.py``,
+  ``batching.py``).
+
+Engine: ``vllm`` — AccelGen is implemented on vLLM's source (sec. 5), so it is priced like the
+``vllm`` and ``sarathi`` policies; vLLM's 256-sequence cap and 16-token blocks, greedy admission with
+recompute preemption (sec. 5: vLLM handles KV overflow and preemption). The engine's token budget is
+only a hard cap on S_b (8,192, vLLM's), never the budget itself.
+
+Choices the paper leaves open (options in brackets):
+* S_pf: the smallest forward size (multiples of 16) whose prefill throughput is within ``pivot_tol``
+  (1%) of the sweep's best: 896 tokens (67 ms) for llama-3-8b on an A100-80GB; 640 for OPT-13B, whose
+  pivot the paper measured at 768 on a real A100 (sec. 3.1) — the cost model saturates a bit sooner.
+* SLO_min: the tightest iteration-level SLO among the running requests, the queue's head and each
+  request being added (adding a tighter one shrinks the step's budget); with none, S_b = S_pf (the
+  paper's default budget).
+  JCT-only requests do not bound S_b unless ``jct_budget`` (then by SLO_JCT / (N_ck + S_g)).
+* T_max: the largest step time over the last ``tmax_window`` (64) steps (T_pf before the first);
+  L_c: exponential average (``lc_alpha`` 1/8) of the chunks that cut a prompt, S_pf at first;
+  P and P_max measured online; S_g: the trace's output hint, else the replica's mean finished output
+  (``jct_output=oracle``: the true length).
+* Urgent: T_r < ``urgent_factor`` (1) x T_max. Long prompts: >= ``long_prompt`` (4,096) tokens.
+  ERA holds until the long prompt's prefill ends (``era=request``: until it finishes; ``off``), for
+  urgent long prompts too (``era_urgent=false`` exempts them: Alg. 1 admits every urgent request,
+  sec. 4.2 states ERA without exception).
+* Alg. 2's window holds at most ``max_window`` (64) candidates ("several requests"); gamma = 0.75 s
+  (sec. 6.1). Partly prefilled prompts are chunkable like long ones. Distances in tokens as the paper
+  writes them (``distance=normalized``: each axis over its capacity).
+* Ablations of sec. 6.3: ``order=fcfs`` (/Order), ``select=order`` (/Batch); ``urgent_preempt=false``.
+* Requests without SLOs are best effort (after all SLO requests, FCFS); ``best_effort_slack`` gives
+  them a deadline of arrival + slack instead. Online requests without a TBT SLO get 0.1875 s
+  (``default_tbt``), the paper's default reading speed.
+
+NOTE (benchmarks/bench_accelgen.py): Eq. 6 prices a step by its token count alone, as at the pivot
+(no prior context). A chunk deep into a 4K-100K-token prompt also attends to everything before it, so
+on the accelgen mix Eq. 6's steps reach 0.5-0.75 s against 0.14-0.23 s TBT SLOs; ``budget_model=cost``
+sizes each chunk with the cost model instead (an extension) and keeps TBT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from policies.accelgen.budget import pivot_forward_size
+from policies.accelgen.queue import SlackQueue
+from policies.accelgen.scheduler import AccelGenScheduler, Params
+from policies.accelgen.slack import SloBook
+from policies.base import Policy, register
+from sim.errors import UserError
+
+_CHOICES = {"era": ("prefill", "request", "off"), "budget_model": ("eq6", "cost"),
+            "distance": ("tokens", "normalized"), "jct_output": ("hint", "oracle"),
+            "order": ("slack", "fcfs"), "select": ("euclid", "order")}
+_INTS = ("long_prompt", "max_window", "tmax_window")
+
+
+@register("accelgen")
+class AccelGen(Policy):
+    description = "AccelGen: Eq. 6 SLO budgets, T_r order, ERA, dynamic chunks, Euclidean compute/KV batching"
+    default_engine = "vllm"
+    engine_defaults = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "prefix_caching": True,
+                       "mix": "decode-first", "admission": "greedy"}
+    options = {
+        "pivot_tol": (0.01, "pivot forward size: throughput within this fraction of the best"),
+        "default_tbt": (0.1875, "TBT SLO (s) of online requests that give none (the paper's reading speed)"),
+        "gamma": (0.75, "Alg. 2 window: candidates with T_r within T_r^1 + gamma seconds"),
+        "urgent_factor": (1.0, "urgent when T_r < urgent_factor x T_max"),
+        "long_prompt": (4096, "prompts of at least this many tokens are long (ERA)"),
+        "era": ("prefill", "exclusive request allocation: prefill | request | off"),
+        "era_urgent": (True, "ERA also holds back urgent long prompts (false: urgent ones are exempt)"),
+        "max_window": (64, "most candidates Alg. 2 and the fill look at per step"),
+        "tmax_window": (64, "steps over which T_max is the largest step time"),
+        "lc_alpha": (0.125, "weight of each new cut chunk in the average chunk length L_c"),
+        "jct_budget": (False, "JCT requests also bound S_b by SLO_JCT / iterations"),
+        "jct_output": ("hint", "S_g for JCT conversion: hint (else replica mean) | oracle"),
+        "budget_model": ("eq6", "token budget: eq6 (paper) | cost (cost model with the step's decodes)"),
+        "distance": ("tokens", "Alg. 2 distance: tokens (paper) | normalized"),
+        "best_effort_slack": (math.inf, "requests without SLOs: deadline arrival + this (inf: lowest tier)"),
+        "urgent_preempt": (True, "urgent requests preempt running ones with a larger T_r (Alg. 1)"),
+        "order": ("slack", "queue order: slack (T_r, sec. 4.3) | fcfs (the paper's /Order ablation)"),
+        "select": ("euclid", "batching: euclid (Alg. 2) | order (queue order, the paper's /Batch ablation)"),
+    }
+
+    def prepare(self) -> None:
+        o = self.opt
+        for k, allowed in _CHOICES.items():
+            if o[k] not in allowed:
+                raise UserError(f"option {k}: expected one of {', '.join(allowed)}, got {o[k]!r}")
+        for k in ("default_tbt", "urgent_factor", "pivot_tol", "lc_alpha"):
+            if not o[k] > 0:
+                raise UserError(f"option {k}: must be > 0, got {o[k]}")
+        for k in _INTS:
+            if int(o[k]) < 1:
+                raise UserError(f"option {k}: must be >= 1, got {o[k]}")
+        if o["gamma"] < 0 or o["best_effort_slack"] < 0 or o["lc_alpha"] > 1 or o["pivot_tol"] >= 1:
+            raise UserError("options gamma and best_effort_slack must be >= 0, lc_alpha and pivot_tol < 1")
+        if o["budget_model"] == "cost" and self.ctx.engine.round_tokens:
+            raise UserError("option budget_model=cost sizes steps by time: it does not take --round-tokens")
+        if self.ctx.engine.mix != "decode-first":
+            raise UserError("policy accelgen mixes decodes and prefill chunks in every step: "
+                            "use --mix decode-first")
+        self.s_pf, self.t_pf = pivot_forward_size(self.ctx.cost_model, float(o["pivot_tol"]))
+        self.book = SloBook(self.ctx.trace, float(o["default_tbt"]), o["jct_output"])
+        fields = {f.name for f in dataclasses.fields(Params)}
+        kw = {k: (int(v) if k in _INTS else v) for k, v in o.items() if k in fields}
+        self.params = Params(s_pf=self.s_pf, t_pf=self.t_pf, **kw)
+        self._scheds: list[AccelGenScheduler] = []
+
+    def make_scheduler(self, replica: int, **kw) -> AccelGenScheduler:
+        s = AccelGenScheduler(queue=SlackQueue(self.ctx.trace.n), replica=replica, params=self.params,
+                              book=self.book, cost_model=self.ctx.cost_model, **kw)
+        self._scheds.append(s)
+        return s
+
+    def summary_extra(self) -> dict:
+        tot: dict = {}
+        for s in self._scheds:
+            for k, v in s.counts.items():
+                tot[k] = tot.get(k, 0) + v
+        steps = max(1, tot.get("steps", 0))
+        return {
+            "accelgen_pivot_tokens": self.s_pf,
+            "accelgen_pivot_time_s": self.t_pf,
+            "accelgen_mean_budget": tot.get("budget_sum", 0) / steps,
+            "accelgen_exact_budget_frac": tot.get("exact_steps", 0) / steps,
+            "accelgen_short_steps_with_work": tot.get("short_steps", 0),
+            "accelgen_urgent_admissions": tot.get("urgent", 0),
+            "accelgen_preempt_compute": tot.get("preempt_compute", 0),
+            "accelgen_preempt_urgent": tot.get("preempt_urgent", 0),
+            "accelgen_era_deferred_steps": tot.get("era_deferred", 0),
+        }

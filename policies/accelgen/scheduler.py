@@ -1,0 +1,319 @@
+"""AccelGen's per-replica scheduler: Alg. 1 and 2 on top of the engine's chunked-prefill step.
+
+One step (``schedule``):
+
+1. S_b from Eq. 6 and the tightest iteration-level SLO of the batch (running requests, the queue's
+   head and each request being added). Running TG tasks stay in the batch; if they alone exceed S_b, the one with the
+   largest T_r is preempted until they fit (Alg. 1 lines 2-4, compute); their KV for this step is
+   reserved, preempting by largest T_r when short (lines 2-4, KV).
+2. Urgent candidates (T_r < T_max) join in T_r order, each chunked at S_b (dynamic chunking). One
+   that lacks KV or a sequence slot preempts running requests with a larger T_r, largest first
+   (Alg. 1: the max-T_r member of the batch goes; when that is the urgent request itself, it waits).
+3. SelectRequests (Alg. 2) on the rest: a window of candidates within T_r^1 + gamma of the first; long
+   or partly prefilled prompts get a chunk that reaches S_b or fills the free KV; the candidate
+   nearest to (free compute, free KV) is added, repeatedly, while one fits.
+4. Dynamic chunking (sec. 4.2): if compute is left, the next candidates in T_r order are chunked to
+   make the step exactly S_b tokens (as far as KV allows).
+
+ERA (sec. 4.2): no new long prompt (>= ``long_prompt`` tokens) starts while another is being served,
+urgent or not (``era_urgent=false``: urgent long prompts are exempt — Alg. 1 puts every urgent request
+in the batch while sec. 4.2 states ERA without exception; the paper does not say which rule wins).
+
+NOTE: the paper leaves open how urgent requests share compute; here they are chunked in T_r order and
+preemption for compute only happens when the decodes alone exceed S_b, since preempting a TG task
+frees one token and chunking an urgent prompt costs nothing. Victim selection scans the running
+requests (at most ``max_seqs``) once per preemption: T_r of JCT requests changes every iteration, so
+no static order exists.
+"""
+
+from __future__ import annotations
+
+from policies.accelgen.batching import chunk_len, new_blocks
+from policies.accelgen.budget import clamp_budget, eq6_budget, largest_fit
+from policies.accelgen.params import MinBag, Params
+from policies.accelgen.select import SelectMixin
+from policies.accelgen.slack import INF, Slack, SloBook, StepStats
+from sim.batch import Batch
+from sim.scheduler import Scheduler
+
+
+class AccelGenScheduler(SelectMixin, Scheduler):
+    fast_forward_ok = False  # T_r depends on the clock
+
+    def __init__(self, *, params: Params, book: SloBook, cost_model, **kw):
+        super().__init__(**kw)
+        self.prm = params
+        self.cm = cost_model
+        self.book = book
+        self.q = self.waiting  # a SlackQueue
+        self.st = StepStats(params.t_pf, params.s_pf, params.tmax_window, params.lc_alpha)
+        self.slack = Slack(book, self.st, params.best_effort_slack)
+        self.slo_run = MinBag()  # iteration-level SLOs of the running requests
+        self.n_chunks = [0] * len(self.P)
+        self.t_requeue: dict[int, float] = {}  # preempted request -> when it re-entered the queue
+        self.t_evicted: dict[int, float] = {}  # preempted request -> first eviction since its last token
+        self.long_active: set[int] = set()
+        self.counts = dict.fromkeys(("steps", "budget_sum", "exact_steps", "short_steps", "urgent",
+                                     "preempt_compute", "preempt_urgent", "era_deferred"), 0)
+        self._now = 0.0
+        self._in_batch: set[int] = set()
+        self._later: list = []
+        self._reserved = False
+        self._ptok = 0
+        self._bcache: dict = {}
+        self._era_hit = False
+        self._slo_floor = INF
+        self._sb_memo: dict = {}  # Eq. 6 budgets by SLO
+
+    # ---- the step -------------------------------------------------------------------------
+    def schedule(self, now: float) -> Batch | None:
+        self._now = now
+        self._in_batch = set()
+        self._later = []
+        self._bcache = {}
+        self._ptok = 0
+        self._feat = [0, 0, 0]  # this step's prefill chunks: sequences, attention pairs, KV read
+        self._slo_floor = INF  # SLO of the queue's head once Alg. 2 looks at it (it bounds S_b too)
+        self._era_hit = False
+        chunks: list = []
+        self._chunk_seqs = seqs = []
+        cost = self.prm.budget_model == "cost"  # NOTE: time-based rooms never preempt for compute
+        while not cost and self.n_dec and self.n_dec > self._budget(self.slo_run.min()):
+            self._preempt(self._victim(now, decoders_only=True), now)
+            self.counts["preempt_compute"] += 1
+        if self.n_dec:
+            self._reserve_decode(now)
+        self._reserved = True
+        left = False
+        if self.q._heap:
+            if self.prm.order == "slack":
+                self._urgent(now, chunks, seqs)
+            left = self._select(now, chunks, seqs)
+        self._reserved = False
+        for r, s in self._later:
+            self._push(r, s)
+        D = self.n_dec
+        if not chunks and D == 0:
+            if self.prefilling:
+                # partial prefills hold the KV and none can grow: free the one with the largest T_r
+                self._preempt(self._victim(now), now)
+                return self.schedule(now)
+            return None
+        self.blocked = False
+        sb = D + self._ptok + self._room(-1)
+        c = self.counts
+        c["steps"] += 1
+        c["budget_sum"] += sb
+        c["exact_steps"] += D + self._ptok == sb
+        c["short_steps"] += D + self._ptok < sb and left
+        c["era_deferred"] += self._era_hit
+        logits = D + sum(1 for s in seqs if s.computed == s.target)
+        decode = None
+        if self.record and D:
+            t = self.tau
+            decode = [(s.req, s.c0 + t - s.tau0) for s in self.dec.values()]
+            self.events.extend((self.step_no, "decode", r, x, 0, 0) for r, x in decode)
+        return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode)
+
+    def update(self, batch: Batch, now: float) -> None:
+        self.st.step_done(self.step_no, now - self._now, batch.num_decode)
+        super().update(batch, now)
+
+    # ---- Alg. 1: urgent requests ------------------------------------------------------------
+    def _urgent(self, now: float, chunks: list, seqs: list) -> None:
+        limit = now + self.st.t_max * self.prm.urgent_factor
+        failed = []
+        while True:
+            e = self.q.pop(below=limit)
+            if e is None:
+                break
+            r = e[2]
+            row = self._row(r)
+            if row[4] and self.long_active and self.prm.era_urgent and self.prm.era != "off":
+                self._era_hit = True
+                failed.append(e)
+                continue
+            a_c = self._room(r, row[1])
+            if a_c <= 0:
+                failed.append(e)
+                if self._room(-1) <= 0:
+                    break  # the step is full
+                continue
+            above = e[0] - now if self.prm.urgent_preempt else None
+            if self._take(r, a_c, True, now, chunks, seqs, room_above=above):
+                self.counts["urgent"] += 1
+            else:
+                failed.append(e)
+        for e in failed:
+            self.q.restore(e)
+
+    # ---- placing a chunk ------------------------------------------------------------------
+    def _take(self, r: int, n: int, chunkable: bool, now: float, chunks: list, seqs: list,
+              room_above: float | None = None) -> int:
+        """Give candidate ``r`` a chunk of up to ``n`` tokens (admitting it if new); with ``room_above``
+        (an urgent request's T_r) preempt running requests with a larger T_r for a slot or KV."""
+        self._in_batch.add(r)
+        s = self.running.get(r)
+        new = s is None
+        B = self.B
+        if new:
+            cap = self.cfg.max_seqs
+            if cap and len(self.running) >= cap:
+                v = None if room_above is None else self._victim(now, above=room_above)
+                if v is None:
+                    return 0
+                self._preempt(v, now)
+                self.counts["preempt_urgent"] += 1
+            s = self._admit(r, now)
+        c = s.computed
+        n = min(n, s.target - c)
+        need = new_blocks(c, n, B)
+        while room_above is not None and need > self.kv.available:
+            v = self._victim(now, above=room_above)
+            if v is None:
+                break
+            self._preempt(v, now)
+            self.counts["preempt_urgent"] += 1
+        if need > self.kv.available:
+            n = chunk_len(n, n, c, self.kv.available, B) if chunkable else 0
+        if n <= 0:
+            self._in_batch.discard(r)
+            if new:
+                self._release_locks(s, now)
+            return 0
+        if new:
+            self._commit_admission(s, now)
+        n = self._grow(s, n, now)
+        if new:
+            self.q.n_wait -= 1
+            self.slo_run.add(self.slack.budget_slo(r, self.prm.jct_budget))
+            if self.P[r] >= self.prm.long_prompt and self.prm.era != "off":
+                self.long_active.add(r)
+            chunks.append((r, n, c, s.hit))
+            self.on_admit(s, now)
+        else:
+            chunks.append((r, n, c, 0))
+        seqs.append(s)
+        self._ptok += n
+        f = self._feat
+        f[0] += 1
+        f[1] += n * c + n * (n + 1) // 2
+        f[2] += c + n
+        self.n_chunks[r] += 1
+        if c + n < s.target:
+            self.st.chunk_cut(n)
+            self._later.append((r, s))
+        return n
+
+    # ---- budgets, keys, victims -----------------------------------------------------------
+    def _budget(self, slo: float) -> int:
+        """S_b (Eq. 6) for a batch whose tightest iteration-level SLO is ``slo``."""
+        p = self.prm
+        key = (slo, p.s_pf, p.t_pf)
+        sb = self._sb_memo.get(key)
+        if sb is None:
+            sb = self._sb_memo[key] = clamp_budget(eq6_budget(p.s_pf, p.t_pf, slo), self.cfg.token_budget,
+                                                   self.cfg.round_tokens)
+        return sb
+
+    def _room(self, r: int, c: int = 0) -> int:
+        """Tokens left in this step if request ``r`` (-1: none), with ``c`` tokens of context, joins:
+        its SLO may tighten S_b. ``budget_model=cost``: the chunk the cost model fits in SLO_min."""
+        slo = min(self.slo_run.min(), self._slo_floor)
+        if r >= 0:
+            slo = min(slo, self.slack.budget_slo(r, self.prm.jct_budget))
+        if self.prm.budget_model == "cost" and slo < INF:
+            return self._time_room(slo, c)
+        return self._budget(slo) - self.n_dec - self._ptok
+
+    def _time_room(self, slo: float, c: int) -> int:
+        """Largest chunk at context ``c`` that keeps this step's cost-model time within ``slo``."""
+        D, tp, (npf, pairs, pkv) = self.n_dec, self._ptok, self._feat
+        key = (slo, c, D, tp, npf)
+        n = self._bcache.get(key)
+        if n is None:
+            Cd = self.dec_S + D * self.tau
+            step = self.cm.step
+
+            def t(x):
+                return step(tp + x + D, tp + x, npf + 1, pairs + x * c + x * (x + 1) // 2, pkv + c + x, D, Cd,
+                            D + npf + 1)[0]
+
+            n = self._bcache[key] = largest_fit(t, slo, self.cfg.token_budget - D - tp)
+        return n
+
+    def _push(self, r: int, s) -> None:
+        if s is None:
+            g = self.resume.get(r, 0)
+            rem = self.P[r] + g
+        else:
+            g = s.generated
+            rem = s.target - s.computed
+        if self.prm.order == "fcfs":
+            key = self.book.arrival[r]
+        else:
+            key = self.slack.key(r, rem, g > 0, self.t_requeue.get(r, 0.0), self.n_chunks[r], max(g - 1, 0))
+        self.q.push(r, key, self.book.arrival[r])
+
+    def _tr(self, s, now: float) -> float:
+        """T_r of a running request."""
+        r = s.req
+        if s.fin >= 0:
+            gen = s.generated + self.tau - s.tau0
+            return self.slack.decoder_tr(r, now, self.n_chunks[r], max(gen - 1, 0))
+        g = s.generated
+        return self.slack.key(r, s.target - s.computed, g > 0, self.t_requeue.get(r, 0.0), self.n_chunks[r],
+                              max(g - 1, 0)) - now
+
+    def _victim(self, now: float, decoders_only: bool = False, above: float = -INF):
+        """The running request outside this step's chunks with the largest T_r (> ``above``); ties
+        go to the newest."""
+        best, best_tr = None, -INF
+        inb = self._in_batch
+        for s in self.running.values():
+            if s.req in inb or (decoders_only and s.fin < 0):
+                continue
+            tr = self._tr(s, now)
+            if tr > above and (best is None or tr >= best_tr):
+                best, best_tr = s, tr
+        return best
+
+    # ---- engine hooks ---------------------------------------------------------------------
+    def pick_victim(self):
+        return self._victim(self._now)
+
+    def requeue(self, req: int) -> None:
+        if req in self.resume:  # preempted: it re-enters the queue now
+            self.t_requeue[req] = self._now
+            self.t_evicted.setdefault(req, self._now)
+        self.q.n_wait += 1
+        self._push(req, None)
+
+    def _preempt(self, s, now: float) -> None:
+        r = s.req
+        if s.fin >= 0:
+            self.st.preempted += 1  # (the engine returns a block reserved for its decode token)
+        self.slo_run.remove(self.slack.budget_slo(r, self.prm.jct_budget))
+        self.long_active.discard(r)
+        super()._preempt(s, now)
+
+    def _prefill_done(self, s, now: float, step: int) -> None:
+        r = s.req
+        self.q.drop(r)
+        if self.prm.era == "prefill":
+            self.long_active.discard(r)
+        t = self.t_evicted.pop(r, None)
+        if t is not None:
+            self.st.p_max = max(self.st.p_max, now - t)
+        self.t_requeue.pop(r, None)
+        super()._prefill_done(s, now, step)
+
+    def on_finish(self, s, now: float) -> None:
+        r = s.req
+        self.slo_run.remove(self.slack.budget_slo(r, self.prm.jct_budget))
+        self.long_active.discard(r)
+        self.st.fin_sum += s.d
+        self.st.fin_n += 1
+
+
+__all__ = ["AccelGenScheduler", "MinBag", "Params"]

@@ -1,0 +1,214 @@
+"""``blendsim calibrate`` end to end on the CPU: the quick tiny-model run, held-out accuracy, ``show``,
+the profile in ``blendsim cost``, and every user error ending in one line and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from calibrate.fit import refit
+from calibrate.run import CalibrationConfig, Calibrator, shard_deployment
+from calibrate.validate import holdout_errors, predict, summary, validate
+from sim.cli import get_app
+from sim.models import get_model
+from sim.profile import ProfileTimer, load_profile
+
+QUICK_BUDGET_S = 120.0  # the CI path must finish within two minutes on a 2-core machine
+
+
+def run(*args: str):
+    return CliRunner().invoke(get_app(), list(args))
+
+
+def one_line_error(r, *needles: str) -> str:
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("blendsim: error: ") and "\n" not in err and "Traceback" not in r.output, r.output
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """One quick CPU calibration of the tiny model, with 8 held-out points per operator."""
+    out = tmp_path_factory.mktemp("cal") / "p.json"
+    t0 = time.perf_counter()
+    r = run("calibrate", "--device", "cpu", "--model", "tiny", "--quick", "--holdout", "8", "-o", str(out))
+    wall = time.perf_counter() - t0
+    assert r.exit_code == 0, r.output
+    return out, wall, r
+
+
+def test_quick_cpu_calibration_writes_a_complete_profile_in_time(quick):
+    out, wall, r = quick
+    assert wall < QUICK_BUDGET_S, f"quick calibration took {wall:.0f} s"
+    p = load_profile(out)
+    assert (p.model, p.dtype, p.tp) == ("tiny", "fp32", 1)
+    expected = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "norm", "rope", "act", "kv_write",
+                "embedding", "attn_prefill", "attn_decode"}
+    assert set(p.ops) == expected
+    for op, f in p.ops.items():
+        assert len(f.grid) == len(f.median_s) == len(f.p10_s) == len(f.p90_s) == f.fit["n_points"] >= 16
+        assert all(lo <= m <= hi for lo, m, hi in zip(f.p10_s, f.median_s, f.p90_s)), op
+        assert 0 <= f.fit["median_rel_err"] <= f.fit["max_rel_err"]
+        assert f.fit["heldout_median_rel_err"] is not None and len(f.fit["holdout"]["grid"]) >= 6
+    assert p.device["kind"] == "cpu" and p.device["threads"] == 1
+    assert p.software["attention_backend"] == "torch_sdpa" and p.software["torch"] == torch.__version__
+    assert p.interference is None and p.overlap is None
+    assert any(s["op"] == "overlap" and "no CUDA streams" in s["reason"] for s in p.skipped)
+    assert p.hardware["mem_bandwidth"] > 1e8 and p.hardware["peak_flops"] > 1e8
+    assert p.produced_by["quick"] is True and "--quick" in p.produced_by["command"]
+    assert "qkv_proj" in r.stdout and "wrote" in r.stdout
+
+
+def test_heldout_points_predicted_within_ten_percent(quick):
+    """Off-grid points, timed in the calibration's own sweeps but kept out of its fit, against the cost
+    model (ProfileTimer with engine-built features): median relative error under 10%."""
+    out, _, _ = quick
+    p = load_profile(out)
+    res = holdout_errors(p, get_model("tiny"))
+    s = summary(res)
+    assert s["n_points"] >= 12 * 6
+    assert s["all"] < 0.10, s
+    for op, e in s["per_op"].items():  # no operator off by a factor (wrong units, shapes or variables)
+        assert e < 0.5, (op, s["per_op"])
+    # the points are really off the fitting grid and inside its domain
+    for op, r in res.items():
+        f = p.ops[op]
+        grid = {tuple(g) for g in f.grid}
+        for pt in r["points"]:
+            assert tuple(pt) not in grid
+            assert all(lo <= v <= hi for v, (lo, hi) in zip(pt, f.domain))
+
+
+def test_fresh_measurements_agree_with_the_profile(quick):
+    """Points timed now, after the run: the profile describes this machine (CPU speed on a shared host
+    drifts between runs, so this bound is wider than the held-out one above)."""
+    out, _, _ = quick
+    p = load_profile(out)
+    res = validate(p, get_model("tiny"), "cpu", n_points=5, seed=7, passes=2,
+                   ops={"qkv_proj", "down_proj", "norm", "attn_decode", "attn_prefill"})
+    s = summary(res)
+    assert s["n_points"] >= 20
+    assert s["all"] < 0.25, s
+
+
+def test_refit_from_the_file_reproduces_every_fit(quick):
+    p = load_profile(quick[0])
+    again = refit(p)
+    for op, f in p.ops.items():
+        g = again.ops[op]
+        assert g.terms == f.terms and g.fit["form"] == f.fit["form"], op
+        np.testing.assert_allclose(g.coef, f.coef, rtol=1e-8, atol=0, err_msg=op)
+
+
+def test_show_prints_device_fit_errors_and_coverage(quick):
+    r = run("calibrate", "show", str(quick[0]))
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for s in ("tiny fp32 tp=1", "device: cpu", "torch_sdpa", "Fit quality", "Coverage", "k-fold", "holdout",
+              "tokens 1..1024", "batch 1..48", "context 0..1536", "attn_decode", "lm_head", "allreduce",
+              "overlap interference: not measured", "measured peaks"):
+        assert s in out, s
+
+
+def test_cost_command_uses_the_profile(quick):
+    out = quick[0]
+    r = run("cost", "--model", "tiny", "--hardware", "cpu", "--profile", str(out), "--prefill-tokens", "64", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["cost_model"] == "profile" and res["step_time_s"] > 0
+    p = load_profile(out)
+    timer = ProfileTimer(p, shard_deployment(get_model("tiny"), 1))
+    ops = {row["op"]: row["time_s"] for row in res["per_layer"] + res["whole_model"]}
+    assert ops["qkv_proj"] == pytest.approx(predict(timer, "qkv_proj", (64,)), rel=1e-12)
+    assert ops["attn_prefill"] == pytest.approx(predict(timer, "attn_prefill", (64, 0)), rel=1e-12)
+
+
+def test_profile_for_another_dtype_or_model_is_refused(quick):
+    out = str(quick[0])
+    one_line_error(run("cost", "--model", "tiny", "--hardware", "cpu", "--dtype", "bf16", "--profile", out,
+                       "--prefill-tokens", "64", "--json"), "dtype fp32", "bf16")
+    one_line_error(run("cost", "--model", "llama-3-8b", "--hardware", "a100-80gb", "--profile", out,
+                       "--prefill-tokens", "64"), "fitted for model 'tiny'", "hidden_size 512 vs 4096")
+
+
+# ---- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize("content, needle", [
+    ("{\"schema\": \"blendsim.profile\", \"schema_version\": 1, \"model\": ", "corrupt profile"),
+    ("\x00\x01 not json", "corrupt profile"),
+    ("{\"hello\": 1}", "not a blendsim profile"),
+    ("{\"schema\": \"blendsim.profile\", \"schema_version\": 9, \"model\": \"m\", \"dtype\": \"fp32\", \"tp\": 1, "
+     "\"ops\": {}}", "schema version 9"),
+])
+def test_corrupt_or_foreign_profiles_are_refused(tmp_path, content, needle):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    one_line_error(run("calibrate", "show", str(path)), str(path), needle)
+    one_line_error(run("cost", "--model", "tiny", "--hardware", "cpu", "--profile", str(path),
+                       "--decode-seqs", "4", "--context", "100"), needle)
+
+
+def test_missing_profile_file(tmp_path):
+    one_line_error(run("calibrate", "show", str(tmp_path / "nope.json")), "no such profile")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_without_gpu_is_one_line_and_keeps_the_old_output(tmp_path):
+    out = tmp_path / "p.json"
+    out.write_text("precious")
+    one_line_error(run("calibrate", "--device", "cuda", "--model", "tiny", "-o", str(out)), "--device cuda",
+                   "no GPU")
+    assert out.read_text() == "precious"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "tiny"], "give --model and -o"),
+    (["--device", "tpu", "--model", "tiny"], "--device 'tpu'"),
+    (["--device", "cpu", "--model", "tiny", "--dtype", "fp8"], "--dtype fp8"),
+    (["--device", "cpu", "--model", "no-such-model"], "unknown model"),
+    (["--device", "cpu", "--model", "tiny", "--tp", "3"], "--tp 3"),
+    (["--device", "cpu", "--model", "tiny", "--holdout", "-1"], "--holdout"),
+])
+def test_bad_calibrate_options(tmp_path, args, needle):
+    out = tmp_path / "p.json"
+    out.write_text("precious")
+    cmd = ["calibrate", *args] + (["-o", str(out)] if "give --model" not in needle else [])
+    one_line_error(run(*cmd), needle)
+    assert out.read_text() == "precious"
+
+
+def test_output_that_is_a_folder_is_refused_before_any_work(tmp_path):
+    one_line_error(run("calibrate", "--device", "cpu", "--model", "tiny", "-o", str(tmp_path)), "is a folder")
+
+
+def test_oom_point_during_a_run_is_skipped_and_recorded(monkeypatch, tmp_path):
+    """A grid point that runs out of memory is listed in ``skipped``; the run and the fit go on."""
+    from calibrate import kernels
+
+    cal = Calibrator(CalibrationConfig(model="tiny", device="cpu", quick=True))
+    cal.plan = {"o_proj": [(t,) for t in (1, 4, 16, 64, 256, 1024)], "attn_decode": [(1, 16), (4, 64), (12, 256)]}
+    cal.holdout = {op: [] for op in cal.plan}
+    real = kernels.TokenKernels.make
+
+    def make(self, op, tokens):
+        if op == "o_proj" and tokens == 1024:
+            raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 1099511627776 bytes")
+        return real(self, op, tokens)
+
+    monkeypatch.setattr(kernels.TokenKernels, "make", make)
+    steps = []
+    p = cal.run(advance=steps.append)
+    assert len(steps) == cal.total_steps()  # the progress bar reaches its end
+    assert set(p.ops) == {"o_proj", "attn_decode"}
+    assert p.ops["o_proj"].domain == [[1.0, 256.0]] and len(p.ops["o_proj"].grid) == 5
+    oom = [s for s in p.skipped if s["op"] == "o_proj"]
+    assert oom and oom[0]["point"] == [1024] and "out of memory" in oom[0]["reason"]
+    p.save(tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json").skipped == p.skipped

@@ -1,0 +1,260 @@
+"""AccelGen on small hand cases: Eq. 6, T_r keys (JCT conversion included), ERA, dynamic chunking to
+exactly S_b, Alg. 2's Euclidean choice and Alg. 1's preemptions (CPU, no cost model needed except for
+the pivot)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from policies.accelgen.batching import chunk_len, kv_fit, nearest, new_blocks
+from policies.accelgen.budget import eq6_budget, pivot_forward_size
+from policies.accelgen.params import MinBag, Params
+from policies.accelgen.queue import SlackQueue
+from policies.accelgen.scheduler import AccelGenScheduler
+from policies.accelgen.slack import Slack, SloBook, StepStats
+from sim.kv import KVCache
+from sim.prefix_tree import PrefixTree
+from sim.runner import RunConfig, run_simulation
+from sim.seq import EngineConfig, RequestRecords
+from tests.helpers import random_trace, tiny_capacity_bytes
+from workloads.trace import from_columns
+
+INF = math.inf
+
+
+# ---- Eq. 6 and the pivot --------------------------------------------------------------------
+class LinearCM:
+    """Step time 10 ms + 0.1 ms per token (throughput S / (0.01 + 1e-4 S) rises and saturates)."""
+
+    def step(self, T, Tp, Np, pairs, pkv, D, Cd, N):
+        return 0.01 + 1e-4 * T, 0.0, 0.0
+
+
+def test_pivot_on_a_hand_worked_sweep():
+    # sizes 16, 32, 48, 64: throughput 1379, 2424, 3243, 3902 tokens/s; within 50% of 3902 -> 32
+    s_pf, t_pf = pivot_forward_size(LinearCM(), tol=0.5, grid=16, limit=64)
+    assert (s_pf, t_pf) == (32, pytest.approx(0.0132))
+
+
+def test_pivot_of_opt13b_on_a100_near_the_papers_768():
+    from sim.cost import build_cost_model
+    from sim.deployment import Deployment
+    from sim.hardware import get_hardware
+    from sim.models import get_model
+
+    cm = build_cost_model(Deployment(get_model("opt-13b"), get_hardware("a100-80gb")), engine="vllm")
+    # sec. 3.1 measured 768 on this pair; the roofline saturates within 1% at 640 (7,653 of 7,730 tok/s)
+    assert pivot_forward_size(cm, tol=0.01)[0] == 640
+
+
+def test_eq6_budget():
+    # S_pf = 768 tokens in T_pf = 0.1 s; the tightest TBT 0.75 x 0.1875 s: 768 x 0.140625 / 0.1 = 1080
+    assert eq6_budget(768, 0.1, 0.1875 * 0.75) == 1080
+    assert eq6_budget(768, 0.1, 0.05) == 384
+    assert eq6_budget(768, 0.1, INF) == 768  # no SLO binds: the pivot itself
+
+
+def test_min_bag_tracks_the_tightest_running_slo():
+    b = MinBag()
+    for x in (0.2, 0.1, 0.1, INF):
+        b.add(x)
+    assert b.min() == 0.1
+    b.remove(0.1)
+    assert b.min() == 0.1
+    b.remove(0.1)
+    assert b.min() == 0.2
+    b.remove(0.2)
+    assert b.min() == INF
+
+
+# ---- T_r ------------------------------------------------------------------------------------
+def _book(**cols):
+    n = len(cols["input_len"])
+    cols.setdefault("output_len", [10] * n)
+    return SloBook(from_columns(**cols), default_tbt=0.1875)
+
+
+def test_remaining_time_keys_and_jct_conversion():
+    nan = float("nan")
+    book = _book(input_len=[2500, 500, 1200, 10], arrival_s=[0.0, 1.0, 0.5, 0.0],
+                 ttft_slo_s=[2.0, nan, nan, nan], tbt_slo_s=[nan, nan, 0.2, nan], jct_slo_s=[nan, 100.0, nan, nan],
+                 output_len_hint=[-1, 99, -1, -1])
+    st = StepStats(t_pf=0.1, s_pf=1000, window=8, alpha=0.125)  # T_max = 0.1, L_c = 1000 at first
+    sl = Slack(book, st)
+    # online, before its first token: arrival + TTFT - ceil(2500 / 1000) x T_max
+    assert sl.key(0, 2500, False, 0.0, 0, 0) == pytest.approx(2.0 - 0.3)
+    # JCT: T_e = 1 x 0.1 + 99 x 0.1 = 10 s, a = (100 - 10) / (1 + 99) = 0.9 s per iteration
+    assert sl.key(1, 500, False, 0.0, 0, 0) == pytest.approx(1.0 + 0.9)
+    assert sl.plans[1][0] == pytest.approx(0.9)
+    # after one chunk and 10 decode iterations: arrival + 12 a + 1 x 0.1 + 10 x 0.1 (wait carried over)
+    assert sl.key(1, 0, True, 0.0, 1, 10) == pytest.approx(1.0 + 12 * 0.9 + 1.1)
+    # a preempted TG task re-enters at t0 = 1.5 with 1,200 tokens to recompute: 1.5 + 0.2 - 2 x 0.1
+    assert sl.key(2, 1200, True, 1.5, 0, 0) == pytest.approx(1.5)
+    # no SLO: best effort, after everything
+    assert sl.key(3, 10, False, 0.0, 0, 0) == INF
+    # a running TG task: T_r = TBT - T_max (T_w = 0, one iteration)
+    assert sl.decoder_tr(2, 5.0, 0, 0) == pytest.approx(0.1)
+    # the queue orders them by key: 2 (1.5), 0 (1.7), 1 (1.9), 3 (inf)
+    q = SlackQueue(4)
+    for r, k in ((0, 1.7), (1, 1.9), (2, 1.5), (3, INF)):
+        q.push(r, k, 0.0)
+    q.push(0, 2.5, 0.0)  # re-keyed: the old entry is stale
+    assert list(q) == [2, 1, 0, 3]
+
+
+def test_jct_conversion_charges_expected_preemption_time():
+    book = _book(input_len=[500], jct_slo_s=[100.0], output_len_hint=[99])
+    st = StepStats(t_pf=0.1, s_pf=1000, window=8, alpha=0.125)
+    st.preempted, st.tg_tokens, st.p_max = 1, 4, 2.0  # P = 0.25, P_max = 2 s
+    sl = Slack(book, st)
+    # T_e = 0.1 + 99 x (0.1 + 2 x 0.25) = 59.5; a = (100 - 59.5) / 100
+    assert sl.key(0, 500, False, 0.0, 0, 0) == pytest.approx(0.405)
+    assert sl.plan(0)[3] == pytest.approx(1.0)  # the per-iteration SLO JCT / (N_ck + S_g)
+
+
+def test_step_stats_window_max_and_chunk_average():
+    st = StepStats(t_pf=0.5, s_pf=100, window=3, alpha=0.5)
+    assert st.t_max == 0.5
+    for i, dt in enumerate((0.2, 0.1, 0.05, 0.04)):
+        st.step_done(i, dt, 0)
+    assert st.t_max == 0.1  # steps 1-3 are the window
+    st.chunk_cut(300)
+    assert st.l_c == 200 and st.n_chunks(401) == 3
+
+
+# ---- a scheduler on a hand-built replica ----------------------------------------------------
+def make(prompts, outputs, *, blocks=1000, slo=0.2, ttft=100.0, arrival=None, s_pf=100, t_pf=0.1,
+         cap=8192, max_seqs=0, **params):
+    n = len(prompts)
+    cols = {"input_len": prompts, "output_len": outputs, "tbt_slo_s": np.broadcast_to(slo, n).astype(float),
+            "ttft_slo_s": np.broadcast_to(ttft, n).astype(float)}
+    if arrival is not None:
+        cols["arrival_s"] = arrival
+    trace = from_columns(**cols)
+    cfg = EngineConfig(token_budget=cap, max_seqs=max_seqs, block_size=16, admission="greedy")
+    kv = KVCache(PrefixTree(trace), blocks, 16)
+    sched = AccelGenScheduler(queue=SlackQueue(n), params=Params(s_pf=s_pf, t_pf=t_pf, **params),
+                              book=SloBook(trace, 0.1875), cost_model=None, kv=kv, cfg=cfg,
+                              prompt_len=list(prompts), output_len=list(outputs), records=RequestRecords(n))
+    return sched
+
+
+def step(sched, now, dt=0.1):
+    b = sched.schedule(now)
+    sched.update(b, now + dt)
+    sched.kv.check()
+    return b
+
+
+def test_era_serves_one_long_prompt_at_a_time_and_steps_hit_the_budget():
+    # S_b = 100 x 0.2 / 0.1 = 200; prompts 0 and 1 are long (>= 200), prompt 2 short
+    s = make([300, 300, 40], [5, 5, 5], long_prompt=200)
+    for r in range(3):
+        s.requeue(r)
+    b1 = step(s, 0.0)
+    assert b1.prefill == [(0, 200, 0, 0)]  # long prompts first (larger N_ck), the chunk fills S_b
+    b2 = step(s, 0.1)
+    # prompt 0 finishes its prefill; prompt 1 may not start while 0 is served: the short one joins
+    assert [(r, n) for r, n, _, _ in b2.prefill] == [(0, 100), (2, 40)]
+    assert s.counts["era_deferred"] == 1
+    b3 = step(s, 0.2)
+    assert b3.num_decode == 2 and b3.prefill == [(1, 198, 0, 0)]  # 2 decodes + 198 = S_b exactly
+    # without ERA, step 2 would have started prompt 1 with the tokens left
+    t = make([300, 300, 40], [5, 5, 5], long_prompt=200, era="off")
+    for r in range(3):
+        t.requeue(r)
+    step(t, 0.0)
+    # Alg. 2 then prefers prompt 1's 200-token chunk (nearest to the free compute) to the others
+    assert step(t, 0.1).prefill == [(1, 200, 0, 0)]
+
+
+def test_dynamic_chunking_cuts_a_short_prompt_to_fill_the_budget():
+    s = make([90, 90, 90], [3, 3, 3])
+    for r in range(3):
+        s.requeue(r)
+    b = step(s, 0.0)
+    assert [(r, n) for r, n, _, _ in b.prefill] == [(0, 90), (1, 90), (2, 20)]
+    assert b.num_tokens == 200 == s._budget(0.2)
+    assert s.st.l_c == pytest.approx(100 + 0.125 * (20 - 100))  # the cut chunk updates L_c
+
+
+def test_nearest_by_euclidean_distance():
+    # free (100, 200): distances 158.1, 136.0, (KV too big), 14.1
+    assert nearest(100, 200, [(50, 50), (100, 64), (100, 208), (90, 190)]) == 3
+    assert nearest(100, 200, [None, (101, 10), (0, 0)]) is None
+    assert nearest(100, 200, [(50, 150), (50, 150)]) == 0  # ties: earlier in T_r order
+    assert new_blocks(20, 30, 16) == 2 and kv_fit(20, 2, 16) == 44 and chunk_len(100, 50, 20, 2, 16) == 44
+
+
+def test_alg2_prefers_the_request_that_fills_compute_and_kv():
+    # 10 free blocks (160 tokens), S_b = 200. Request 0 is first in T_r order (earlier arrival) but
+    # request 1 (150 tokens, all 10 blocks) is nearest to (200, 160): sqrt(50^2 + 0) < sqrt(100^2 + 48^2)
+    s = make([100, 150], [2, 2], blocks=10, arrival=[0.0, 0.01], s_pf=200, t_pf=0.2)  # L_c = 200
+    s.requeue(0)
+    s.requeue(1)
+    assert list(s.q) == [0, 1]
+    b = step(s, 0.02)
+    assert b.prefill == [(1, 150, 0, 0)]
+    # FIFO selection (the paper's /Batch ablation) takes request 0 whole, then what KV is left of 1
+    t = make([100, 150], [2, 2], blocks=10, arrival=[0.0, 0.01], s_pf=200, t_pf=0.2, select="order")
+    t.requeue(0)
+    t.requeue(1)
+    assert [(r, n) for r, n, _, _ in step(t, 0.02).prefill] == [(0, 100), (1, 48)]
+
+
+def test_urgent_request_preempts_the_running_request_with_the_largest_remaining_time():
+    # 13 blocks of 16 tokens. Requests 0 and 1 (64 tokens = 4 blocks each; TBT 0.1 and 0.5 s) prefill in
+    # one 0.1 s step and decode; request 2 (64 tokens, TTFT 1 ms) arrives at t = 1: urgent. The two
+    # decode tokens take a fifth block each: 13 - 10 = 3 free < 4 needed.
+    s = make([64, 64, 64], [20, 20, 20], blocks=13, slo=[0.1, 0.5, 0.2], ttft=[100.0, 100.0, 0.001],
+             arrival=[0.0, 0.0, 1.0], s_pf=1000)
+    s.requeue(0)
+    s.requeue(1)
+    assert [r for r, *_ in step(s, 0.0).prefill] == [0, 1] and s.n_dec == 2
+    s.requeue(2)
+    b = step(s, 1.0)
+    # T_r (T_max = 0.1): request 1: 0.5 - 0.1 = 0.4 > request 0: 0.0 > request 2: 1.001 - 0.1 - 1.0 < 0
+    assert s.rec.preemptions == [0, 1, 0]
+    assert b.num_decode == 1 and b.prefill == [(2, 64, 0, 0)]
+    assert s.counts["preempt_urgent"] == 1 and list(s.q) == [1]
+    # the block reserved for request 1's decode token was given back: only the survivors hold KV
+    assert s.kv.used == 5 + 4
+
+
+def test_decodes_over_the_budget_preempt_the_loosest():
+    s = make([1, 1, 1], [50, 50, 50], slo=[0.1, 0.1, 0.3], s_pf=100, t_pf=0.1)
+    for r in range(3):
+        s.requeue(r)
+    step(s, 0.0)
+    assert s.n_dec == 3
+    s.prm = dataclasses.replace(s.prm, s_pf=2)  # S_b = 2 x 0.1 / 0.1 = 2 < 3 decodes
+    b = step(s, 0.1)
+    assert b.num_decode == 2 and s.rec.preemptions == [0, 0, 1] and s.counts["preempt_compute"] == 1
+
+
+# ---- whole runs -----------------------------------------------------------------------------
+@pytest.mark.parametrize("opts", [{"budget_model": "cost"}, {"order": "fcfs"}, {"era": "request"},
+                                  {"era_urgent": "false", "distance": "normalized"},
+                                  {"jct_budget": "true", "jct_output": "oracle", "urgent_preempt": "false"}])
+def test_option_variants_run_every_request(opts):
+    rng = np.random.default_rng(5)
+    trace = random_trace(rng, n=30, arrivals=True, slos=True)
+    trace.jct_slo_s = np.where(np.arange(30) % 4 == 0, 20.0, np.nan)
+    cfg = RunConfig(policy="accelgen", model="tiny", hardware="cpu", options={"long_prompt": "60", **opts},
+                    kv_capacity_override=tiny_capacity_bytes(trace, 200))
+    r = run_simulation(trace, cfg)
+    assert np.isfinite(r.requests["finish_s"]).all()
+    assert r.summary["accelgen_pivot_tokens"] > 0
+
+
+def test_bad_options_are_one_line_errors():
+    from sim.errors import UserError
+
+    trace = random_trace(np.random.default_rng(1), n=3)
+    for opts in ({"era": "sometimes"}, {"gamma": "-1"}, {"max_window": "0"}):
+        with pytest.raises(UserError):
+            run_simulation(trace, RunConfig(policy="accelgen", model="tiny", hardware="cpu", options=opts))
