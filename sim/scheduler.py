@@ -24,6 +24,7 @@ from sim.kv import KVCache
 from sim.seq import EngineConfig, RequestRecords, Seq, WaitQueue
 
 DEFAULT_EST_OUTPUT = 256  # expected output tokens before 16 requests have finished on a replica
+UNLIMITED = 1 << 62
 
 
 class Scheduler:
@@ -153,8 +154,16 @@ class Scheduler:
         pass
 
     def requeue(self, req: int) -> None:
-        """A preempted request goes back to waiting."""
+        """A request (new, or preempted) goes to waiting."""
         self.waiting.push(req)
+
+    def max_hit_blocks(self, req: int) -> int:
+        """Most prefix-cache blocks ``req`` may reuse (e.g. BatchLLM shares only a group's prefix)."""
+        return UNLIMITED
+
+    def max_insert_blocks(self, s: Seq) -> int:
+        """Most of its prompt's blocks ``s`` may put in the prefix cache (the rest stay private)."""
+        return UNLIMITED
 
     # ---- admission and prefill ------------------------------------------------------------
     def _schedule_prefill(self, budget: int, now: float, chunks: list, seqs: list) -> None:
@@ -204,7 +213,8 @@ class Scheduler:
         p = self.P[r]
         path = kv.path_of(r)
         s = Seq(r, p, self.Dlen[r], path, p + g, g, self._order)
-        hit = kv.match(path, (s.target - 1) // self.B)
+        cap = self.max_hit_blocks(r)
+        hit = kv.match(path, min((s.target - 1) // self.B, cap))
         if hit:
             nb = kv.nblocks
             acc = i = 0
@@ -305,6 +315,9 @@ class Scheduler:
         a request admitted later in the same step already hits them: intra-batch sharing)."""
         B = self.B
         done = (s.computed if s.computed < s.p else s.p) // B
+        cap = self.max_insert_blocks(s)
+        if done > cap:
+            done = cap
         j = s.ins_j
         if done <= j:
             return

@@ -54,7 +54,7 @@ import numpy as np
 
 from policies.base import Policy, Router, register
 from policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
-from policies.batchllm.scheduler import BatchLLMScheduler, CappedKV
+from policies.batchllm.scheduler import BatchLLMScheduler
 from sim.errors import UserError
 
 ORDERS = ("r_group", "r_group_hint", "tree")
@@ -188,9 +188,6 @@ class BatchLLM(Policy):
 
     # ---- online -------------------------------------------------------------------------------
     def make_scheduler(self, replica: int, **kw):
-        kv = kw["kv"]
-        # NOTE: the runner's fresh (unused) cache is swapped for one whose matches can be capped
-        kw["kv"] = CappedKV(kv.tree, kv.total, kv.block_size, kv.caching, kv.on_event)
         return BatchLLMScheduler(plan=self.plan, replica=replica, **kw)
 
     def make_router(self, replicas: list) -> Router:

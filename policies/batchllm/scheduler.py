@@ -28,23 +28,9 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from sim.kv import KVCache
 from sim.scheduler import Scheduler
 
 IDLE, PENDING, OPEN = 0, 1, 2  # a group's session on a replica
-
-
-class CappedKV(KVCache):
-    """A KV cache whose prefix matches stop at ``limit`` blocks (``limit`` < 0: no cap).
-
-    BatchLLM shares only the first-level prefix: a request may reuse its group's common prefix and
-    nothing deeper (sec. 4.2: the other levels are expanded during token batching)."""
-
-    limit = -1
-
-    def match(self, path, max_blocks):
-        lim = self.limit
-        return super().match(path, max_blocks if lim < 0 or lim > max_blocks else lim)
 
 
 class GroupQueue:
@@ -158,25 +144,21 @@ class BatchLLMScheduler(Scheduler):
             if self.state.get(g) == OPEN and self.waiting_members[g] == 0:
                 self._close(g, now)
 
-    def _admit(self, r: int, now: float):
-        self.kv.limit = self.hit_cap[r]
-        return super()._admit(r, now)
+    def max_hit_blocks(self, req: int) -> int:
+        """BatchLLM shares only the first-level prefix: a request may reuse its group's common prefix
+        and nothing deeper (sec. 4.2: the other levels are expanded during token batching)."""
+        cap = self.hit_cap[req]
+        return cap if cap >= 0 else super().max_hit_blocks(req)
 
-    def _insert(self, s, now: float) -> None:
+    def max_insert_blocks(self, s) -> int:
         """Only blocks within the request's cap enter the prefix cache: with ``share=group`` that is
         the group's common prefix (offered by its leader); distinct parts stay private and are freed
-        when the request finishes, as in the fork."""
+        when the request finishes, as in the fork.
+
+        NOTE: without this cap a request that recomputes blocks another request cached deeper down
+        would lock the cached copies *and* hold its private ones (twice the memory)."""
         cap = self.hit_cap[s.req]
-        lim = cap * self.B
-        if cap < 0 or s.computed <= lim:
-            super()._insert(s, now)
-        elif s.ins_j < cap:
-            # NOTE: without this cap a request that recomputes blocks another request cached deeper
-            # down would lock the cached copies *and* hold its private ones (twice the memory).
-            c = s.computed
-            s.computed = lim
-            super()._insert(s, now)
-            s.computed = c
+        return cap if cap >= 0 else super().max_insert_blocks(s)
 
     def _kv_committed(self) -> int:
         """KV blocks in use plus those the prefilling requests' remaining prompts will take."""
@@ -281,4 +263,4 @@ class BatchLLMScheduler(Scheduler):
             self._unpin(g, self._now)
 
 
-__all__ = ["BatchLLMScheduler", "CappedKV", "GroupQueue"]
+__all__ = ["BatchLLMScheduler", "GroupQueue"]
