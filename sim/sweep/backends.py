@@ -82,7 +82,8 @@ class LocalBackend:
             try:
                 out.append((f, f.result()))
             except BrokenProcessPool:
-                raise UserError("a sweep worker process died (out of memory?); rerun the command to resume") from None
+                raise UserError("a sweep worker process died (killed, out of memory, or failed to start: see above); "
+                                "finished cells are kept, rerun the command to resume") from None
         return out
 
     def trace_arg(self, path: Path, handle=None):

@@ -1,0 +1,131 @@
+"""``blendserve``: BlendServe (ASPLOS'26) — resource-aware batching for offline inference.
+
+Offline (``prepare``, see ``plan.py``): sample ~1% of the requests for their output length and estimate
+the rest from the prefix tree (``estimate.py``, sec. 5.1); give every tree node its compute density
+rho = (1 - s) Comp / Mem (``restree.py``, sec. 5.1); sort every node's children by density and split
+outlier leaves under the root until the leaf densities are monotone or no split is affordable
+(``split.py``, Alg. 1-2, sec. 5.2 and 5.4); merge the sorted tree into scan units (``merge.py``, App.
+A.2); cut it into one balanced share per data-parallel replica (``partition.dp_partition``, sec. 5.5).
+Online: each replica runs the dual scanner (``scanner.py``, sec. 5.3, Alg. 3), blending requests from
+the compute-intensive left end and the memory-intensive right end at the root's density.
+
+Choices the paper leaves open (each is also noted where it is made):
+* Densities for Alg. 3 are occupancy densities, the paper's own Mem (p d + d^2/2), finite for one-token
+  outputs; the tree is sorted and split with sim.density's rho (d - 1 decode reads), as the project
+  defines it. Degenerate partitions are clipped (``partition.py``).
+* t and the 99% target: a leaf may be split when it costs <= t tokens of recomputation and the total
+  stays within (1 - keep_sharing) of the trace's shared tokens; t defaults to that whole budget.
+* Sampling is stratified per sibling group, seeded; hinted requests are exact and never sampled;
+  sampled requests run first as a warm-up (``warmup=barrier``: the scan waits for them, per replica,
+  since replicas do not talk) and are then out of the scan; ``warmup=none`` keeps them in the scan with
+  their (then known) lengths, as if the warm-up were free.
+* Footprint of a running request for the memory shares: p + d_est/2 (Alg. 3's average); a request
+  that outlives its estimate on the left is re-booked on the right as p + 2 d_est / 2.
+* Engine: NanoFlow-like (BlendServe's batch scheduler follows NanoFlow, App. A.2): steps trimmed to
+  multiples of 128 tokens and a dense token budget of 1,024 (NanoFlow's dense batch for 8B models,
+  also the largest batch of BlendServe's Table 1); token-granular prefix cache (block_size 1), as the
+  SGLang radix tree BlendServe's runtime cache is built on. Pass --token-budget 2048 for 70B (TP8).
+  Engine-overhead style stays ``ideal``: compare policies with the same explicit ``--engine``.
+"""
+
+from __future__ import annotations
+
+from policies.base import Policy, Router, register, register_router
+from policies.blendserve.plan import Plan, build_plan
+from policies.blendserve.scanner import DualScanScheduler
+from sim.errors import UserError
+
+WARMUP_MODES = ("barrier", "none")
+
+
+@register_router("blendserve-dp")
+class PartitionRouter(Router):
+    """Offline: every request goes to the replica whose subtree share holds it (sec. 5.5)."""
+
+    def __init__(self, ctx, replicas, assign=None):
+        super().__init__(ctx, replicas)
+        self.assign = None if assign is None else assign.tolist()
+        self._rr = 0
+
+    def route(self, req: int, now: float) -> int:
+        if self.assign is None:  # used without a plan: round-robin
+            self._rr = (self._rr + 1) % len(self.replicas)
+            return self._rr
+        return self.assign[req]
+
+
+@register("blendserve")
+class BlendServe(Policy):
+    description = "BlendServe: density-sorted prefix tree, dual scanner blending compute/memory-bound requests"
+    default_engine = "ideal"
+    engine_defaults = {"token_budget": 1024, "round_tokens": 128, "block_size": 1}
+    router = "blendserve-dp"
+    options = {
+        "sample": (0.01, "fraction of requests sampled for their output length (sec. 5.1)"),
+        "warmup": ("barrier", "barrier: sampled requests run first and the scan waits for them; none: they "
+                              "stay in the scan with their known lengths"),
+        "default_output": (256.0, "output-length estimate when nothing is sampled or hinted"),
+        "keep_sharing": (0.99, "splits may cost at most (1 - this) of the trace's shared prompt tokens"),
+        "split_threshold": (-1.0, "t: most recomputed tokens one leaf split may cost; -1 = the whole budget"),
+        "split_divide": (False, "Alg. 2 literally: divide t by the fan-out at every level"),
+        "max_rounds": (64, "cap on sort -> split -> resort rounds (C1/C2 normally stop it first)"),
+        "merge_cap": (1.0, "merged scan units hold about this many KV caches of requests (p + d/2 each)"),
+        "fill": ("both", "after Alg. 3's per-side prompt rates, the rest of a step goes to sides with room in "
+                         "their share: both, left (the right side keeps Alg. 3's pace) or none"),
+        "relocate": (2.0, "online adjustment: a left request that has generated more than this many times "
+                          "its estimate (severely underestimated) moves to M_R; 0 = never"),
+        "footprint": ("mean", "how a running request is booked against its share: mean (p + d_est/2, Alg. 3) or "
+                              "peak (p + d_est)"),
+        "guard": ("fluid", "KV guard inside the shares: fluid (peak of the expected KV over the newcomer's life, "
+                           "finishes included), horizon (the engine's reserve rule over its life) or none"),
+        "degenerate": ("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
+                               "side nearer the target) or even (M split in half, both scanners keep moving)"),
+    }
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        o = self.opt
+        if o["warmup"] not in WARMUP_MODES:
+            raise UserError(f"option warmup: choose one of {', '.join(WARMUP_MODES)}, got {o['warmup']!r}")
+        if not 0 <= o["sample"] <= 1:
+            raise UserError(f"option sample: must be in [0, 1], got {o['sample']}")
+        if not 0 <= o["keep_sharing"] <= 1:
+            raise UserError(f"option keep_sharing: must be in [0, 1], got {o['keep_sharing']}")
+        if o["fill"] not in ("both", "left", "none"):
+            raise UserError(f"option fill: choose both, left or none, got {o['fill']!r}")
+        if o["guard"] not in ("fluid", "horizon", "none"):
+            raise UserError(f"option guard: choose fluid, horizon or none, got {o['guard']!r}")
+        if o["degenerate"] not in ("even", "clip"):
+            raise UserError(f"option degenerate: choose even or clip, got {o['degenerate']!r}")
+        if o["footprint"] not in ("peak", "mean"):
+            raise UserError(f"option footprint: choose peak or mean, got {o['footprint']!r}")
+        if o["merge_cap"] <= 0 or o["max_rounds"] < 0 or o["default_output"] < 1:
+            raise UserError("options merge_cap > 0, max_rounds >= 0 and default_output >= 1 are required")
+        self.plan: Plan | None = None
+        self.schedulers: list = []
+
+    def prepare(self) -> None:
+        self.plan = build_plan(self.ctx, self.opt)
+
+    def rank(self):
+        return self.plan.rank
+
+    def make_router(self, replicas: list) -> Router:
+        return PartitionRouter(self.ctx, replicas, self.plan.replica)
+
+    def make_scheduler(self, replica: int, **kw):
+        s = DualScanScheduler(plan=self.plan, rho_rt=self.plan.rho_rt[replica], fill=self.opt["fill"],
+                              relocate=self.opt["relocate"], footprint=self.opt["footprint"],
+                              degenerate=self.opt["degenerate"], guard=self.opt["guard"],
+                              replica=replica, **kw)
+        self.schedulers.append(s)
+        return s
+
+    def summary_extra(self) -> dict:
+        rep = dict(self.plan.report)
+        rep["relocations"] = sum(s.relocations for s in self.schedulers)
+        rep["repartitions"] = sum(s.partitions for s in self.schedulers)
+        return {"blendserve": rep}
+
+
+__all__ = ["BlendServe", "PartitionRouter"]

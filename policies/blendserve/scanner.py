@@ -1,0 +1,283 @@
+"""The dual scanner: BlendServe's per-replica scheduler (sec. 5.3-5.4, Alg. 3).
+
+Two pointers walk the density-sorted request sequence toward each other: the left one from the
+compute-intensive end, the right one from the memory-intensive end (each a heap over the sequence
+positions of the waiting requests, so a preempted request comes back at its place). Whenever a pointer
+enters another merged unit, M (the KV cache) is split into M_L and M_R from rho(rt) and the two units'
+densities, and Alg. 3 gives each side its prompt-token rate C_L / C_R (``partition.py``).
+
+Admission, per step: first each side at its Alg. 3 rate (a token bucket, so a rate below one request
+per step still admits one every few steps); then, with ``fill``, the rest of the step's token budget
+to any side whose share has room, which saturates the shares and re-admits at once when a request
+finishes early (sec. 5.4). A side's share holds its running requests booked at p + d_est / 2 (Alg. 3's
+average KV; ``footprint=peak`` books p + d_est). Inside the shares a regular scheduler admits, as the
+preprint puts it (sec. 3.4): the engine's reserve rule, over the newcomer's lifetime (``_fits_horizon``).
+
+Online adjustment (sec. 5.4): a request that outlives its estimate is re-estimated as running as long
+again (its booking grows); a left-side one that has run past ``relocate`` times its first estimate
+("severely underestimated") is relocated to M_R. These events happen at known decode clocks, so the
+engine's fast-forward stops at them. Decoding and preemption are the engine's.
+
+Warm-up (``warmup="barrier"``): the sampled requests run first, in DFS order, with the engine's reserve
+admission; the scan starts once they have all finished (their lengths fed the estimates).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from policies.blendserve.adjust import LEFT, RIGHT, WARM, OnlineAdjust
+from policies.blendserve.memguard import FluidPeak
+from policies.blendserve.partition import dual_scan_budgets
+from sim.scheduler import Scheduler
+
+
+class _Waiting:
+    """What the engine sees of the waiting requests: their number."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class DualScanScheduler(OnlineAdjust, Scheduler):
+    fast_forward_ok = True  # decisions change only at admissions, finishes and overrun events
+
+    def __init__(self, *, plan, rho_rt: float, fill: str = "both", relocate: float = 2.0, footprint: str = "mean",
+                 degenerate: str = "clip", guard: str = "fluid", **kw):
+        kw["queue"] = _Waiting()
+        super().__init__(**kw)
+        self.plan = plan
+        self.rho_rt = rho_rt
+        self.fill = fill
+        self.relocate = relocate
+        self.degenerate = degenerate
+        self.guard = guard
+        self.fluid = FluidPeak()
+        self.fp_frac = 1.0 if footprint == "peak" else 0.5  # booking: p + est (peak) or p + est / 2 (mean)
+        self.est_cur: dict[int, float] = {}  # current output estimate of each running request
+        self.M = self.kv.total * self.B  # KV capacity in tokens
+        self.left: list = []  # heap of sequence positions
+        self.right: list = []  # heap of -positions
+        self.warm: list = []  # heap of (dfs rank, request)
+        self.taken: dict[int, bool] = {}
+        self.warm_open = 0  # warm-up requests delivered and not finished
+        self.foot = [0.0, 0.0, 0.0]  # footprint (tokens) of the running requests of each side
+        self.n_side = [0, 0, 0]
+        self.fp_cur: dict[int, float] = {}
+        self.share = [0.0, 0.0, 0.0]  # M_L, M_R (tokens) at index LEFT, RIGHT
+        self.rate = [0.0, 0.0, 0.0]  # C_L, C_R (prompt tokens per step)
+        self.bucket = [0.0, 0.0, 0.0]
+        self.bucket_cap = [0.0, 0.0, 0.0]
+        self.bucket_step = 0
+        self._units = None
+        self.overrun: list = []  # heap of (decode clock, order, request, seq): a request outlives its estimate
+        self.relocations = 0
+        self.partitions = 0
+
+    # ---- waiting structure ------------------------------------------------------------------
+    def requeue(self, req: int) -> None:
+        pl = self.plan
+        if pl.warm[req]:
+            if req not in self.resume:
+                self.warm_open += 1
+            heapq.heappush(self.warm, (pl.warm_pos[req], req))
+        else:
+            pos = pl.pos[req]
+            heapq.heappush(self.left, pos)
+            heapq.heappush(self.right, -pos)
+        self.taken[req] = False
+        self.waiting.n += 1
+
+    def _head(self, side: int) -> int | None:
+        h = self.left if side == LEFT else self.right
+        seq, taken = self.plan.seq, self.taken
+        while h:
+            r = seq[h[0] if side == LEFT else -h[0]]
+            if not taken[r]:
+                return r
+            heapq.heappop(h)
+        return None
+
+    # ---- engine hooks ----------------------------------------------------------------------
+    def _admit(self, r: int, now: float):
+        s = super()._admit(r, now)
+        if not self.plan.warm[r]:
+            s.est = int(round(self.plan.est[r]))
+        return s
+
+    def _schedule_prefill(self, budget: int, now: float, chunks: list, seqs: list) -> None:
+        for s in list(self.prefilling):  # continuing prefill chunks first (the base rule)
+            if budget <= 0:
+                return
+            n = s.target - s.computed
+            c = s.computed
+            n = self._grow(s, n if n < budget else budget, now)
+            if n == 0:
+                self.blocked = True
+                return
+            chunks.append((s.req, n, c, 0))
+            seqs.append(s)
+            budget -= n
+        self.blocked = False
+        if self.warm_open:
+            self._warmup(budget, now, chunks, seqs)
+        elif self.waiting.n:
+            self._scan(budget, now, chunks, seqs)
+
+    def _warmup(self, budget, now, chunks, seqs) -> None:
+        cap = self.cfg.max_seqs
+        while budget > 0:
+            while self.warm and self.taken[self.warm[0][1]]:
+                heapq.heappop(self.warm)
+            if not self.warm or (cap and len(self.running) >= cap):
+                self.blocked = True  # the barrier: nothing else runs until the warm-up is done
+                return
+            r = self.warm[0][1]
+            n = self._take(r, WARM, budget, now, chunks, seqs, reserve=True)
+            if n <= 0:
+                self.blocked = True
+                return
+            budget -= n
+
+    def _scan(self, budget, now, chunks, seqs) -> None:
+        self._repartition()
+        k = self.step_no - self.bucket_step
+        if k:
+            self.bucket_step = self.step_no
+            for x in (LEFT, RIGHT):
+                self.bucket[x] = min(self.bucket[x] + k * self.rate[x], self.bucket_cap[x])
+        cap = self.cfg.max_seqs
+        for paced in ((True, False) if self.fill != "none" else (True,)):
+            open_ = [LEFT, RIGHT] if paced or self.fill == "both" else [LEFT]
+            while budget > 0 and open_:
+                for side in list(open_):
+                    if budget <= 0:
+                        break
+                    r = self._head(side)
+                    if (r is None or (cap and len(self.running) >= cap) or not self._fits(side, r)
+                            or (paced and self.bucket[side] <= 0 and self.n_side[side])):
+                        open_.remove(side)
+                        continue
+                    n = self._take(r, side, budget, now, chunks, seqs, reserve=self.guard != "none")
+                    if n < 0:  # its expected growth does not fit: this side waits, the other goes on
+                        open_.remove(side)
+                        continue
+                    if n == 0:  # the KV cache itself is full
+                        self.blocked = True
+                        return
+                    budget -= n
+                    if paced:
+                        self.bucket[side] -= self.running[r].target
+                    self._repartition()
+        if budget > 0 and (self.fill == "both" or all(self.bucket[x] > 0 for x in (LEFT, RIGHT))):
+            self.blocked = True  # only a finish, preemption or overrun can change the answer
+
+    def _fits(self, side: int, r: int) -> bool:
+        """The side's memory share admits ``r`` (always when the side runs nothing: progress)."""
+        return self.n_side[side] == 0 or self.foot[side] + self.P[r] + self.plan.est[r] * self.fp_frac <= self.share[side]
+
+    def _take(self, r, side, budget, now, chunks, seqs, reserve=False) -> int:
+        """Admit ``r`` for ``side`` with its first chunk; returns the tokens granted, 0 when no KV block
+        is left, -1 when the reserve rule refuses it.
+
+        Follows the engine's protocol: ``_admit`` (match and lock), the checks, ``_commit_admission``,
+        then ``_grow``."""
+        s = self._admit(r, now)
+        if reserve and self.running and not self._fits_kv(s, side):
+            self._release_locks(s, now)
+            return -1
+        if not self._can_grow(s):
+            self._release_locks(s, now)
+            return 0
+        self.taken[r] = True
+        self.waiting.n -= 1
+        s.side = side
+        est = self.plan.est[r] if side != WARM else float(s.est)
+        self.est_cur[r] = est
+        fp = self.P[r] + est * self.fp_frac
+        self.fp_cur[r] = fp
+        self.foot[side] += fp
+        self.n_side[side] += 1
+        self._commit_admission(s, now)
+        self.fluid.add(r, s.target, self.tau, self.tau + max(int(est) - s.generated, 1))
+        c = s.computed
+        n = s.target - c
+        n = self._grow(s, n if n < budget else budget, now)
+        chunks.append((r, n, c, s.hit))
+        seqs.append(s)
+        self.on_admit(s, now)
+        return n
+
+    def _fits_kv(self, s, side: int) -> bool:
+        """The guard inside the shares: will the KV cache hold ``s`` as everything grows?"""
+        if side == WARM:
+            return self._fits_expected(s)  # the engine's own reserve rule during the warm-up
+        if self.guard == "horizon":
+            return self._fits_horizon(s)
+        pending = s.target - s.computed
+        for q in self.prefilling:
+            pending += q.target - q.computed
+        extra = self.fluid.peak_extra(self.tau, pending, max(s.est - s.generated, 1))
+        return extra * self.cfg.reserve_ratio <= self.kv.available * self.B
+
+    def _fits_horizon(self, s) -> bool:
+        """Reserve admission over the newcomer's lifetime: KV must hold the rest of its prompt, its
+        expected output, the prompts still prefilling and what the running requests are expected to
+        grow while it runs (each at most one token per step, at most its own expected remainder).
+
+        NOTE: the engine's reserve rule books every running request's whole expected remainder; with
+        video requests expected to decode for tens of thousands of steps that would keep short
+        compute-intensive requests out of memory the videos will not need for a long time."""
+        growth = self.est_sum - self.gen_S - self.n_dec * self.tau - self.gen_P
+        pending = 0
+        for q in self.prefilling:
+            pending += q.target - q.computed
+        rem = max(s.est - s.generated, 1)
+        growth = min(max(growth, 0), len(self.running) * rem)
+        need = (s.target - s.computed) + pending + self.cfg.reserve_ratio * (rem + growth)
+        return need <= self.kv.available * self.B
+
+    def _repartition(self) -> None:
+        """Recompute M_L, M_R, C_L, C_R when a pointer has entered another unit (Alg. 3)."""
+        pl = self.plan
+        rl, rr = self._head(LEFT), self._head(RIGHT)
+        if rl is None:
+            return
+        ul, ur = pl.unit[rl], pl.unit[rr]
+        if (ul, ur) == self._units:
+            return
+        self._units = (ul, ur)
+        self.partitions += 1
+        m_l, m_r, c_l, c_r = dual_scan_budgets(self.rho_rt, pl.unit_rho[ul], pl.unit_rho[ur], self.M,
+                                               pl.unit_p[ul], pl.unit_d[ul], pl.unit_p[ur], pl.unit_d[ur],
+                                               degenerate=self.degenerate)
+        self.share[LEFT], self.share[RIGHT] = m_l, m_r
+        self.rate[LEFT], self.rate[RIGHT] = c_l, c_r
+        self.bucket_cap[LEFT] = c_l + pl.unit_p[ul]  # one step's rate plus one request
+        self.bucket_cap[RIGHT] = c_r + pl.unit_p[ur]
+
+    # ---- bookkeeping on finish, preemption and overrun ---------------------------------------
+    def _drop(self, s) -> None:
+        side = s.side
+        self.fluid.remove(s.req)
+        self.est_cur.pop(s.req, None)
+        self.foot[side] -= self.fp_cur.pop(s.req, 0.0)
+        self.n_side[side] -= 1
+
+    def on_finish(self, s, now: float) -> None:
+        self._drop(s)
+        if s.side == WARM:
+            self.warm_open -= 1
+        # NOTE: a request that finishes with its prefill (one output token) frees its booking inside
+        # update(); without this the engine would fast-forward past the admissions that frees up
+        self.blocked = False
+
+    def _preempt(self, s, now: float) -> None:
+        self._drop(s)
+        super()._preempt(s, now)
+
+
+__all__ = ["DualScanScheduler", "LEFT", "RIGHT", "WARM"]

@@ -1,0 +1,87 @@
+"""The validation folder: collected rows and their atomic writing.
+
+``VAL_DIR/`` holds ``summary.json`` (``"kind": "blendsim.validation"``), ``steps.parquet`` (one row per
+replayed step: the Batch's counts, predicted and measured seconds, cost-model FLOPs and bytes),
+``ops.parquet`` (per operator, on the steps whose operators were timed), ``nvml.parquet`` (GPU samples)
+and ``sim/<policy>/`` (each policy's simulated run, ``schedule.parquet`` included, for later replays).
+Everything is written into a temporary folder beside ``VAL_DIR`` that replaces it only once complete,
+so an interrupted write never leaves half a folder; a run stopped by a fault writes what it measured.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import UserError
+
+KIND = "blendsim.validation"
+STEP_COLUMNS = ("policy", "replica", "step", "kind", "num_tokens", "num_prefill_tokens", "num_prefill_seqs",
+                "num_decode", "decode_ctx_sum", "attn_pairs", "num_logits", "predicted_s", "pred_compute_s",
+                "pred_memory_s", "measured_s", "host_s", "prep_s", "rel_err", "flops", "bytes", "kv_blocks_used",
+                "checksum")
+OP_COLUMNS = ("policy", "replica", "step", "op", "op_class", "predicted_s", "measured_s")
+
+
+class Rows:
+    """Column-wise rows of one table."""
+
+    def __init__(self, columns: tuple):
+        self.columns = columns
+        self.cols = {c: [] for c in columns}
+
+    def add(self, **values) -> None:
+        for c in self.columns:
+            self.cols[c].append(values[c])
+
+    def __len__(self) -> int:
+        return len(self.cols[self.columns[0]])
+
+    def arrays(self) -> dict:
+        return {c: np.asarray(v) for c, v in self.cols.items()}
+
+
+def check_val_dir(out: str | Path) -> Path:
+    """Refuse to overwrite a folder that holds something other than an earlier validation."""
+    from sim.io import read_json
+
+    d = Path(out)
+    if d.exists() and (not d.is_dir() or any(d.iterdir())):
+        s = d / "summary.json"
+        if not (d.is_dir() and s.exists() and read_json(s, "summary").get("kind") == KIND):
+            raise UserError(f"{d}: exists and is not a blendsim validation folder; choose another -o")
+    return d
+
+
+def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> Path:
+    """Write the folder atomically; ``tables`` maps a name to a :class:`Rows`, ``sims`` a policy to its
+    ``sim.runner.RunResult``."""
+    import pyarrow.parquet as pq
+
+    from sim import columns as col
+    from sim.io import write_json
+    from sim.runner import write_run
+
+    d = check_val_dir(out)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    try:
+        write_json(tmp / "summary.json", summary)
+        for name, rows in tables.items():
+            if rows is not None and len(rows):
+                pq.write_table(col.table(rows.arrays()), tmp / f"{name}.parquet", compression="zstd")
+        for policy, res in sims.items():
+            write_run(res, tmp / "sim" / policy)
+        if d.exists():
+            shutil.rmtree(d)
+        tmp.rename(d)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return d
+
+
+__all__ = ["KIND", "OP_COLUMNS", "Rows", "STEP_COLUMNS", "check_val_dir", "write_results"]

@@ -1,0 +1,178 @@
+"""What a report reads: sweep directories, run directories and validation directories.
+
+* a **sweep directory** has ``sweep.json`` (``blendsim sweep``); its rows come from results.parquet,
+  or straight from its run directories when the table is missing or older than them;
+* a **run directory** has ``summary.json`` and ``steps.parquet`` (``blendsim simulate``, a sweep cell);
+* a **validation directory** (``blendsim validate``) has ``summary.json`` (``"kind":
+  "blendsim.validation"``) and ``steps.parquet`` with ``step``, ``predicted_s`` and ``measured_s``
+  (optionally ``policy``, ``replica``); any run directory with such a step table counts as one too;
+* a folder of run directories (e.g. the demo's ``runs/``) stands for each of them.
+
+``load_inputs`` returns one pandas row per run (summary keys plus ``workload``, ``group``, ``label``,
+``run_path``, ``origin``) and the validation directories found.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import UserError
+
+VALIDATION_COLUMNS = ("predicted_s", "measured_s")
+
+
+@dataclass
+class Inputs:
+    runs: pd.DataFrame  # one row per run
+    validations: list = field(default_factory=list)  # (directory, per-step Parquet file) pairs
+    sources: list = field(default_factory=list)  # (path, kind) of every argument, for the report's header
+
+
+def load_inputs(paths: list) -> Inputs:
+    """Classify and read every path (UserError naming a path that is none of the kinds)."""
+    if not paths:
+        raise UserError("give at least one sweep, run or validation directory")
+    frames, validations, sources = [], [], []
+    for p in map(Path, paths):
+        kind = classify(p)
+        sources.append((str(p), kind))
+        if kind == "sweep":
+            frames.append(_sweep_rows(p))
+        elif kind == "validation":
+            f = validation_file(p)
+            if f is None:
+                raise UserError(f"{p}: a validation directory without a per-step table (steps.parquet with "
+                                f"{', '.join(VALIDATION_COLUMNS)})")
+            validations.append((p, f))
+        elif kind == "run":
+            frames.append(_run_rows([p], origin=p))
+        else:  # a folder of runs
+            frames.append(_run_rows(sorted(q.parent for q in p.glob("*/summary.json")), origin=p))
+    runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(runs):
+        runs = _label(runs)
+    return Inputs(runs, validations, sources)
+
+
+def classify(p: Path) -> str:
+    """"sweep", "run", "validation" or "runs" (a folder of run directories)."""
+    if not p.exists():
+        raise UserError(f"{p}: no such directory")
+    if not p.is_dir():
+        raise UserError(f"{p}: not a directory (give a sweep, run or validation directory)")
+    if (p / "sweep.json").exists():
+        return "sweep"
+    if (p / "summary.json").exists():
+        if _kind(p / "summary.json") == "blendsim.validation" or validation_file(p) is not None:
+            return "validation"
+        if (p / "steps.parquet").exists():
+            return "run"
+    if any(p.glob("*/summary.json")):
+        return "runs"
+    raise UserError(f"{p}: not a sweep, run or validation directory (no sweep.json, summary.json or runs in it)")
+
+
+def _kind(summary: Path):
+    try:
+        s = json.loads(summary.read_text())
+    except (OSError, ValueError):
+        return None
+    return s.get("kind") if isinstance(s, dict) else None
+
+
+def validation_file(d: Path) -> Path | None:
+    """The per-step Parquet file of a validation directory: steps.parquet, else the first other one
+    with predicted_s and measured_s (a per-operator table is not it)."""
+    import pyarrow.parquet as pq
+
+    others = sorted(f for f in d.glob("*.parquet") if f.name not in ("steps.parquet", "ops.parquet"))
+    for f in [d / "steps.parquet", *others]:
+        try:
+            names = set(pq.read_schema(f).names)
+        except Exception:  # noqa: BLE001 - an unreadable file is simply not the one
+            continue
+        if set(VALIDATION_COLUMNS) <= names:
+            return f
+    return None
+
+
+def _sweep_rows(d: Path) -> pd.DataFrame:
+    from sim.sweep.results import RESULTS, collect_rows
+
+    table = d / RESULTS
+    runs = d / "runs"
+    newest = max((f.stat().st_mtime for f in runs.glob("*/*/*/*/summary.json")), default=0.0) if runs.exists() else 0.0
+    if table.exists() and table.stat().st_mtime >= newest:
+        try:
+            df = pd.read_parquet(table)
+        except Exception as e:  # noqa: BLE001
+            raise UserError(f"{table}: unreadable results table ({str(e).splitlines()[0]})") from None
+    else:  # an interrupted sweep: assemble from the finished cells
+        df = pd.DataFrame(collect_rows(d))
+    if df.empty:
+        raise UserError(f"{d}: the sweep has no finished cells yet")
+    df["run_path"] = [str(d / r) for r in df["run_dir"]]
+    df["origin"] = str(d)
+    return df
+
+
+def _run_rows(dirs: list, origin: Path) -> pd.DataFrame:
+    rows = []
+    for r in dirs:
+        try:
+            s = json.loads((r / "summary.json").read_text())
+        except (OSError, ValueError) as e:
+            raise UserError(f"{r / 'summary.json'}: unreadable run summary ({e})") from None
+        if not isinstance(s, dict) or "throughput_tok_s" not in s:
+            raise UserError(f"{r / 'summary.json'}: not a blendsim run summary (no throughput_tok_s)")
+        cell = _cell_label(r)  # a sweep cell given on its own keeps its grid point
+        rows.append({**s, **cell, "run_path": str(r), "origin": str(origin)})
+    if not rows:
+        raise UserError(f"{origin}: no run directories in it")
+    return pd.DataFrame(rows)
+
+
+def _cell_label(r: Path) -> dict:
+    try:
+        c = json.loads((r / "cell.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    keys = ("workload", "grid_density", "grid_sharing")
+    return {k: c[k] for k in keys if k in c} if isinstance(c, dict) else {}
+
+
+def _label(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``workload`` (runs of one trace share it), ``group`` (workload x deployment x mode: the
+    runs compared side by side) and ``label`` (the policy, made unique within its group)."""
+    df = df.copy()
+    for c in ("grid_density", "grid_sharing"):
+        if c not in df:
+            df[c] = np.nan
+    if "workload" not in df:
+        df["workload"] = None
+    loose = df["workload"].isna()
+    if loose.any():
+        fp = df.loc[loose, ["n_requests", "input_tokens", "output_tokens", "optimal_sharing_ratio"]].astype(str).agg("|".join, axis=1)
+        names: dict = {}
+        for key, (_, r) in zip(fp, df.loc[loose].iterrows(), strict=True):
+            if key not in names:
+                base = f"d{r['compute_density']:.2f}-s{r['optimal_sharing_ratio']:.2f}-n{int(r['n_requests'])}"
+                taken = sum(1 for v in names.values() if v.split("#")[0] == base)
+                names[key] = base if not taken else f"{base}#{taken + 1}"
+        df.loc[loose, "workload"] = [names[k] for k in fp]
+    deploy = df["model"].astype(str) + "/" + df["hardware"].astype(str) + "/" + df["mode"].astype(str)
+    many = deploy.nunique() > 1
+    df["deployment"] = deploy
+    df["group"] = (df["workload"] + " · " + deploy) if many else df["workload"]
+    df["label"] = df["policy"].astype(str)
+    dup = df.duplicated(["group", "label"], keep=False)
+    df.loc[dup, "label"] = df.loc[dup, "policy"] + " (" + df.loc[dup, "run_path"].map(lambda s: Path(s).name) + ")"
+    return df
+
+
+__all__ = ["Inputs", "VALIDATION_COLUMNS", "classify", "load_inputs", "validation_file"]

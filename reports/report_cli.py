@@ -1,0 +1,39 @@
+"""``blendsim report``: compare policies from sweep, run and validation directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def report_cmd(
+    inputs: list[Path] = typer.Argument(..., help="Sweep directories, run directories (or folders of them) "
+                                                  "and validation directories."),
+    out: Path = typer.Option(None, "-o", "--out", help="Report directory to write (default: "
+                                                       "reports/generated/<first input's name>)."),
+    baseline: str = typer.Option(None, "--baseline", help="Policy the speedups are over (default: dfs when present)."),
+    steps_workload: str = typer.Option(None, "--steps-workload", help="Workload whose per-step compute and memory "
+                                                                      "time is drawn (default: the middle one)."),
+    steps_policies: str = typer.Option(None, "--steps-policies", help="Comma list of policies drawn per step "
+                                                                      "(default: all)."),
+) -> None:
+    """Write REPORT_DIR/index.html (self-contained: tables and plots), report.md and CSV tables.
+
+    Tables: policies side by side per workload (throughput, speedup over the baseline, prefix sharing
+    and its fraction of optimal, fraction of T_o and of the practical optimum, latency/SLO when
+    present). Plots: throughput with the optimal bound, speedup heatmaps over a sweep's grid, prefix
+    sharing vs optimal, per-step compute vs memory time, and predicted vs measured step time for
+    validation directories.
+    """
+    from reports.render import write_report
+    from sim.sweep.grid import parse_names
+
+    if out is None:
+        out = Path("reports/generated") / (inputs[0].resolve().name or "report")
+    pols = list(parse_names(steps_policies, "--steps-policies")) if steps_policies else None
+    page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols)
+    typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")
+
+
+__all__ = ["report_cmd"]

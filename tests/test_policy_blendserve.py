@@ -1,0 +1,273 @@
+"""BlendServe (policies/blendserve): hand-worked cases from the paper and small end-to-end runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies.blendserve.estimate import estimate_from_known, sample_requests
+from policies.blendserve.merge import scan_units
+from policies.blendserve.partition import (dp_partition, dual_scan_budgets, left_fraction,
+                                           occupancy_time)
+from policies.blendserve.restree import ResourceTree
+from policies.blendserve.split import sort_and_split
+from sim.density import Rates, comp_time
+from sim.prefix_tree import PrefixTree
+from sim.runner import RunConfig, run_simulation
+from workloads.trace import from_columns, from_segment_arrays
+
+GB = 1e9
+# comp = p + d and mem = sum_{j<d} (p + j): easy to work by hand
+UNIT = Rates(flops=1.0, bandwidth=1.0, gemm_params=0.5, head_params=0, attn_coef=0.0, kv_bytes=1,
+             interference=0.0)
+
+
+def _tree(prompts, p):
+    return PrefixTree(from_columns(input_len=p, output_len=[1] * len(p), prompts=prompts))
+
+
+# ---- Alg. 3 and Fig. 6 ---------------------------------------------------------------------
+def test_fig6_densities_are_the_papers_formula():
+    """Fig. 6 / preprint Fig. 5: Llama-3.1-8B on an A100 80GB, 512/256 tokens -> 3.73, 256/16384 ->
+    0.096 (sec. 4.1 without the quadratic term, FP16 KV of 32 layers x 8 heads x 128)."""
+    paper = Rates(flops=312e12, bandwidth=2.039e12, gemm_params=8e9, head_params=0, attn_coef=0.0,
+                  kv_bytes=32 * 8 * 128 * 2 * 2, interference=0.0)
+    for p, d, rho in ((512, 256, 3.73), (256, 16384, 0.096)):
+        got = comp_time(p, d, paper, quadratic=False) / occupancy_time(p, d, paper)
+        assert got == pytest.approx(rho, rel=0.005)  # the paper rounds (3.7395 -> 3.73)
+
+
+def test_fig6_memory_partition():
+    """60 GB left after weights, root density 1.27: 19.3 and 40.7 GB (exactly 19.38 / 40.62)."""
+    m_l, m_r, _, _ = dual_scan_budgets(1.27, 3.73, 0.096, 60 * GB, 512, 256, 256, 16384, kv_bytes=131072)
+    assert m_l / GB == pytest.approx(19.3, abs=0.1) and m_r / GB == pytest.approx(40.7, abs=0.1)
+    assert m_l + m_r == pytest.approx(60 * GB)
+    assert 3.73 * m_l + 0.096 * m_r == pytest.approx(1.27 * 60 * GB)  # the compute constraint
+
+
+def test_alg3_budgets_by_hand():
+    # rho 5 / 1 around a target of 2: M_L = 120 (2 - 1) / (5 - 1) = 30, M_R = 90 (tokens, kv_bytes 1)
+    # left p=10, d=10: N_L = 30 / (10 + 5) = 2 decoding requests, C_L = 2 * 10 / 10 = 2 prompt tokens/step
+    # right p=10, d=40: N_R = 90 / (10 + 20) = 3, C_R = 3 * 10 / 40 = 0.75
+    assert dual_scan_budgets(2.0, 5.0, 1.0, 120.0, 10, 10, 10, 40) == pytest.approx((30, 90, 2.0, 0.75))
+
+
+def test_partition_degenerate_cases():
+    assert left_fraction(2.0, 1.5, 0.5) == 1.0  # rho(L) <= rho(rt): all to the (denser) left
+    assert left_fraction(2.0, 5.0, 3.0) == 0.0  # rho(R) >= rho(rt): all to the (sparser) right
+    assert left_fraction(2.0, 5.0, 3.0, "even") == 0.5 == left_fraction(2.0, 1.5, 0.5, "even")
+    assert left_fraction(2.0, 3.0, 3.0) == 0.5  # both pointers in one unit
+    assert left_fraction(2.0, np.inf, 1.0) == 0.0  # the limit of the formula
+    assert left_fraction(2.0, 1.0, 5.0) == pytest.approx(0.75)  # inverted order still solves
+    m_l, m_r, c_l, c_r = dual_scan_budgets(2.0, 5.0, 3.0, 100.0, 10, 10, 10, 10)
+    assert (m_l, m_r, c_l) == (0.0, 100.0, 0.0) and c_r == pytest.approx(100 / 15)
+
+
+# ---- resource-aware tree, sort, split ------------------------------------------------------
+def _fig5():
+    """Fig. 5: #1 and #3 (compute-intensive: long prompts, one-token outputs) share prefix A (8 tokens)
+    with #2 (memory-intensive); #4 and #5 share prefix B (5 tokens) and belong in between."""
+    prompts = [[(1, 8), (11, 40)], [(1, 8), (12, 2)], [(1, 8), (13, 40)], [(2, 5), (14, 1)], [(2, 5), (15, 1)]]
+    p = [48, 10, 48, 6, 6]
+    d = np.array([1.0, 20.0, 1.0, 8.0, 10.0])
+    return _tree(prompts, p), d
+
+
+def test_node_density_uses_subtree_sharing():
+    tree, d = _fig5()
+    rt = ResourceTree(tree, d, UNIT)
+    rt.aggregate()
+    p = np.array([48, 10, 48, 6, 6.0])
+    comp, mem = p + d, (d - 1) * p + (d - 1) * d / 2
+    a = tree.parent[tree.req_node[0]]  # node A
+    keep = (8 + 40 + 2 + 40) / 106  # A once and the three tails, over A's 106 prompt tokens
+    assert rt.rho_node[a] == pytest.approx(keep * comp[:3].sum() / mem[:3].sum())
+    np.testing.assert_allclose(1 - rt.computed / np.maximum(rt.P, 1), np.where(rt.P > 0, tree.sharing_ratio(), 1),
+                               atol=1e-12)
+    np.testing.assert_allclose(rt.rho_leaf, np.where(mem > 0, comp / np.maximum(mem, 1), np.inf))
+
+
+def test_layer_wise_sort():
+    """Alg. 1: children in descending density at every level; leaves laid out depth-first.
+    A (0.286) before B (0.104); inside A #1 and #3 (infinite: no decode reads) then #2 (0.079);
+    inside B #4 (0.2) then #5 (0.162)."""
+    tree, d = _fig5()
+    rt = ResourceTree(tree, d, UNIT)
+    rt.aggregate()
+    rt.sort()
+    assert rt.seq.tolist() == [0, 2, 1, 3, 4]
+    assert rt.rho_node[tree.parent[tree.req_node[0]]] == pytest.approx(128 / 380 * 90 / 106)
+
+
+def test_split_moves_the_outlier_and_stops_on_c1():
+    """Fig. 5 (3): #2 leaves A for the root, recomputing A's 8 tokens; the order becomes monotone
+    (moving #4 and #5 instead would cost 5 + 5)."""
+    tree, d = _fig5()
+    rt = ResourceTree(tree, d, UNIT)
+    rep = sort_and_split(rt, keep_sharing=0.0, threshold=8)
+    assert rt.moved.tolist() == [False, True, False, False, False]
+    assert rt.seq.tolist() == [0, 2, 3, 4, 1] and rep.stop == "C1" and rep.splits == 1
+    assert rep.recompute_tokens == 8
+    assert (rep.sharing_before - rep.sharing_after) * 118 == pytest.approx(8)  # 118 prompt tokens
+
+
+def test_split_stopping_condition_c2():
+    tree, d = _fig5()
+    rt = ResourceTree(tree, d, UNIT)
+    rep = sort_and_split(rt, keep_sharing=0.0, threshold=4)  # every fix costs more than t
+    assert rep.stop == "C2" and rep.splits == 0 and rep.inversions_left == 1
+    rt = ResourceTree(tree, d, UNIT)
+    rep = sort_and_split(rt, keep_sharing=0.99)  # 1% of the 21 shared tokens pays for nothing
+    assert rep.stop == "C2" and rep.budget_tokens == pytest.approx(0.21)
+    # Alg. 2 divides t by the fan-out on the way down: #2 gets t / (2 x 3), #4 and #5 t / (2 x 2)
+    rt = ResourceTree(tree, d, UNIT)
+    assert sort_and_split(rt, keep_sharing=0.0, threshold=18, divide=True).stop == "C2"
+    rt = ResourceTree(tree, d, UNIT)
+    rep = sort_and_split(rt, keep_sharing=0.0, threshold=48, divide=True)
+    assert rep.splits == 1 and rt.moved[1]
+
+
+def test_monotone_tree_stops_at_once():
+    tree, _ = _fig5()
+    rt = ResourceTree(tree, np.array([1.0, 1.0, 1.0, 30.0, 40.0]), UNIT)
+    rep = sort_and_split(rt)
+    assert rep.stop == "C1" and rep.rounds == 0 and not rt.moved.any()
+
+
+def test_merge_groups_whole_subtrees_only():
+    tree, d = _fig5()
+    rt = ResourceTree(tree, d, UNIT)
+    rt.aggregate()
+    rt.sort()
+    fp = np.array([48, 10, 48, 6, 6.0]) + d / 2  # A's subtree books 117 tokens, B's 21
+    assert scan_units(rt, fp, 30.0).tolist() == [0, 1, 2, 3, 3]  # B merged, A's leaves apart
+    assert scan_units(rt, fp, 50.0).tolist() == [0, 0, 1, 2, 2]  # plus a run of A's whole leaves
+    assert scan_units(rt, fp, 1e9).tolist() == [0, 0, 0, 0, 0]
+    assert scan_units(rt, fp, 1.0).tolist() == [0, 1, 2, 3, 4]
+
+
+# ---- output-length estimation ---------------------------------------------------------------
+def test_estimates_siblings_and_walk_up():
+    # root -> X -> x0..x3 ; root -> Y -> y0, y1 ; root -> Z -> {Z1 -> z0, z1 ; Z2 -> z2, z3}
+    prompts = [[(1, 4), (10 + i, 2)] for i in range(4)] + [[(2, 4), (20 + i, 2)] for i in range(2)] \
+        + [[(3, 4), (4, 4), (30 + i, 2)] for i in range(2)] + [[(3, 4), (5, 4), (40 + i, 2)] for i in range(2)]
+    tree = _tree(prompts, [6] * 6 + [10] * 4)
+    known = np.zeros(10, dtype=bool)
+    value = np.zeros(10)
+    known[0], value[0] = True, 10.0  # x0 sampled: its true length
+    known[1], value[1] = True, 30.0  # x1 hinted
+    d = estimate_from_known(tree, known, value)
+    assert d[:2].tolist() == [10, 30]  # known lengths are used as they are
+    assert d[2:4].tolist() == [20, 20]  # unsampled leaves of X: their siblings' mean
+    assert d[4:6].tolist() == [20, 20]  # Y has none: its siblings' (X's) mean
+    assert d[6:10].tolist() == [20] * 4  # Z1, Z2 and Z have none: walk up to Z's siblings
+    known[6], value[6] = True, 100.0
+    d = estimate_from_known(tree, known, value)
+    assert d[7] == 100 and d[8] == 100  # z1: sibling z0; Z2: its sibling Z1
+    assert d[4] == pytest.approx(140 / 3)  # Y: the known requests of its siblings X and Z
+    assert estimate_from_known(tree, np.zeros(10, dtype=bool), value, default=64.0).tolist() == [64.0] * 10
+
+
+def test_sampling_is_stratified_seeded_and_skips_hints():
+    prompts = [[(g, 4), (100 + 8 * g + i, 2)] for g in range(5) for i in range(8)]
+    tree = _tree(prompts, [6] * 40)
+    eligible = np.ones(40, dtype=bool)
+    eligible[:8] = False  # group 0 is hinted
+    a = sample_requests(tree, 0.25, np.random.default_rng(3), eligible)
+    b = sample_requests(tree, 0.25, np.random.default_rng(3), eligible)
+    assert (a == b).all() and not a[:8].any()
+    assert a.reshape(5, 8)[1:].sum(axis=1).tolist() == [2, 2, 2, 2]  # 25% of every group of 8
+
+
+# ---- data parallelism ----------------------------------------------------------------------
+def test_dp_partition_balances_compute_and_memory():
+    rng = np.random.default_rng(0)
+    n = 4000
+    rho = np.sort(rng.lognormal(0, 1.5, n))[::-1]  # density-sorted
+    mem = rng.lognormal(0, 1, n)
+    comp = rho * mem
+    for k in (2, 3, 4):
+        part = dp_partition(comp, mem, k)
+        firsts, lasts = [], []
+        for j in range(k):
+            mine = part == j
+            assert comp[mine].sum() / comp.sum() == pytest.approx(1 / k, abs=0.01)
+            assert mem[mine].sum() / mem.sum() == pytest.approx(1 / k, abs=0.01)
+            idx = np.flatnonzero(mine)
+            assert np.count_nonzero(np.diff(idx) > 1) <= 1  # one block from each end at most
+            firsts.append(idx[0])
+            lasts.append(idx[-1])
+        # replica j takes the j-th block from the left and the j-th from the right: nested
+        assert (np.diff(firsts) > 0).all() and (np.diff(lasts) < 0).all()
+
+
+# ---- end to end ----------------------------------------------------------------------------
+def _blend_like(n=3000, seed=0):
+    """A BlendServe-like mix: chat (11-token system prompt), MMLU-like (134-token system prompt plus
+    ~600-token subject prefixes, one-token answers) and hinted video generation (long outputs)."""
+    rng = np.random.default_rng(seed)
+    kind = rng.choice(3, n, p=[0.64, 0.35, 0.01])
+    subj = rng.integers(0, 20, n)
+    subj_len = rng.integers(400, 800, 20)
+    own = rng.integers(20, 700, n)
+    ids, lens, offs = [], [], [0]
+    for i in range(n):
+        path = [(kind[i], (11, 134, 1)[kind[i]])]
+        if kind[i] == 1:
+            path.append((10 + subj[i], subj_len[subj[i]]))
+        path.append((100 + i, own[i]))
+        ids += [s for s, _ in path]
+        lens += [x for _, x in path]
+        offs.append(len(ids))
+    p = np.asarray([sum(lens[offs[i]:offs[i + 1]]) for i in range(n)])
+    d = np.where(kind == 0, rng.integers(20, 500, n), np.where(kind == 1, 1, rng.integers(2000, 6000, n)))
+    hint = np.where(kind == 2, d, -1)
+    return from_segment_arrays(p, d, offs, ids, lens, output_len_hint=hint)
+
+
+def test_end_to_end_keeps_sharing_and_balances():
+    trace = _blend_like()
+    r = run_simulation(trace, RunConfig(policy="blendserve", mode="overlap"))
+    s = r.summary
+    assert s["sharing_frac_of_opt"] >= 0.97
+    assert s["blendserve"]["sampled"] > 0 and s["blendserve"]["split_stop"] in ("C1", "C2")
+    # the scanners start the longest (hinted) video requests first: they are the right end
+    rq = r.requests
+    video = np.flatnonzero(trace.output_len_hint >= 0)
+    longest = video[np.argmax(trace.output_len[video])]
+    assert rq["admit_s"][longest] <= np.median(rq["admit_s"])
+
+
+def test_fast_forward_does_not_change_the_schedule():
+    trace = _blend_like(800, seed=1)
+    a, b = (run_simulation(trace, RunConfig(policy="blendserve", mode="overlap", fast_forward=ff)) for ff in (True, False))
+    np.testing.assert_allclose(a.requests["finish_s"], b.requests["finish_s"], rtol=1e-9)
+
+
+def test_online_relocation_of_underestimated_requests():
+    """Hints far below the truth: left-side requests outlive twice their estimate and move right."""
+    trace = _blend_like(600, seed=2)
+    trace.output_len_hint = np.where(trace.output_len > 40, 8, trace.output_len)
+    s = run_simulation(trace, RunConfig(policy="blendserve", mode="overlap", options={"warmup": "none"})).summary
+    assert s["blendserve"]["relocations"] > 0
+    s0 = run_simulation(trace, RunConfig(policy="blendserve", mode="overlap",
+                                          options={"warmup": "none", "relocate": 0})).summary
+    assert s0["blendserve"]["relocations"] == 0
+
+
+def test_data_parallel_replicas_share_the_work():
+    trace = _blend_like(2000, seed=3)
+    r = run_simulation(trace, RunConfig(policy="blendserve", mode="overlap", replicas=2))
+    rep = r.requests["replica"]
+    assert set(np.unique(rep)) == {0, 1}
+    rho = r.summary["blendserve"]["rho_rt_replicas"]
+    assert rho[0] == pytest.approx(rho[1], rel=0.05)
+
+
+def test_bad_options():
+    from sim.errors import UserError
+
+    trace = _blend_like(50)
+    for opt in ({"warmup": "later"}, {"sample": 2}, {"footprint": "max"}):
+        with pytest.raises(UserError):
+            run_simulation(trace, RunConfig(policy="blendserve", options=opt))

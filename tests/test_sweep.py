@@ -1,0 +1,246 @@
+"""``blendsim sweep``: grid parsing, an end-to-end grid, determinism across --jobs, resume after a kill
+or an interruption, failed cells, and user errors (one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import get_app
+from sim.errors import UserError
+from sim.sweep import assemble_results, check_spec, make_backend, parse_values, run_sweep
+from sim.sweep.grid import SweepSpec
+
+GRID = ["--recipe", "blendserve", "--densities", "0.9,1.2", "--sharing", "0.15:0.35:0.2", "--policies", "dfs,random",
+        "--requests", "400", "--seed", "3"]
+N_CELLS = 8
+
+
+def sweep(*args: str):
+    return CliRunner().invoke(get_app(), ["sweep", *args])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The grid swept once, uninterrupted, one cell at a time."""
+    d = tmp_path_factory.mktemp("ref") / "sweep"
+    r = sweep(*GRID, "--jobs", "1", "-o", str(d))
+    assert r.exit_code == 0, r.output
+    return d
+
+
+def done_cells(d: Path) -> int:
+    return len(list((d / "runs").glob("*/*/*/*/summary.json"))) if (d / "runs").exists() else 0
+
+
+# ---- grid values ----------------------------------------------------------------------------
+def test_ranges_are_inclusive_and_exact_with_decimal_steps():
+    dens = parse_values("0.80:1.40:0.05", "--densities")
+    assert len(dens) == 13 and dens[0] == 0.8 and dens[-1] == 1.4 and dens[1] == 0.85 and dens[7] == 1.15
+    assert parse_values("0.05:0.45:0.10", "--sharing") == (0.05, 0.15, 0.25, 0.35, 0.45)
+    assert parse_values("0:1:0.3", "x") == (0.0, 0.3, 0.6, 0.9)  # a step that misses stop stops before it
+    assert parse_values("1.2, 0.8,0.80", "x") == (0.8, 1.2)
+    assert parse_values("1.1", "x") == (1.1,)
+
+
+@pytest.mark.parametrize("bad", ["a:b:c", "1:2", "1:0:0.1", "0.1:1:0", "0.1:1:-0.1", "", ",", "1,x", "nan", "1:2:3:4"])
+def test_bad_range_strings_are_user_errors(bad):
+    with pytest.raises(UserError, match="--densities"):
+        parse_values(bad, "--densities")
+
+
+# ---- end to end -----------------------------------------------------------------------------
+def test_small_grid_end_to_end(reference):
+    d = reference
+    table = pq.read_table(d / "results.parquet")
+    assert table.num_rows == N_CELLS
+    rows = table.to_pylist()
+    assert [(r["grid_density"], r["grid_sharing"], r["policy"]) for r in rows] == [
+        (dd, s, p) for dd in (0.9, 1.2) for s in (0.15, 0.35) for p in ("dfs", "random")]
+    assert table.column_names[:7] == ["workload", "model", "hardware", "grid_density", "grid_sharing", "policy", "run_dir"]
+    for r in rows:
+        run = d / r["run_dir"]
+        summary = json.loads((run / "summary.json").read_text())
+        for k, v in summary.items():  # every summary key is a column with the run's own value
+            assert r[k] == v, (r["run_dir"], k)
+        assert (run / "steps.parquet").exists() and (run / "requests.parquet").exists()
+        assert json.loads((run / "cell.json").read_text())["workload"] == r["workload"]
+        assert abs(r["compute_density"] / r["grid_density"] - 1) < 0.02  # the recipe hit the grid point
+        assert abs(r["optimal_sharing_ratio"] / r["grid_sharing"] - 1) < 0.02
+        assert r["model"] == "llama-3-8b" and r["hardware"] == "a100-80gb" and r["seed"] == 3
+    # one trace per workload, shared by its policy cells
+    assert sorted(p.name for p in (d / "traces").rglob("*.parquet")) == [
+        "d0.9-s0.15.parquet", "d0.9-s0.35.parquet", "d1.2-s0.15.parquet", "d1.2-s0.35.parquet"]
+    by_w = {}
+    for r in rows:
+        by_w.setdefault(r["workload"], set()).add((r["n_requests"], r["input_tokens"], r["output_tokens"]))
+    assert all(len(v) == 1 for v in by_w.values())
+    marker = json.loads((d / "sweep.json").read_text())
+    assert marker["settings"]["requests"] == 400 and marker["grid"]["policies"] == ["dfs", "random"]
+
+
+def test_rerun_skips_finished_cells_and_reassembles_the_same_bytes(reference, tmp_path):
+    ref = (reference / "results.parquet").read_bytes()
+    before = {p: p.stat().st_mtime_ns for p in (reference / "runs").rglob("summary.json")}
+    r = sweep(*GRID, "--jobs", "1", "-o", str(reference))
+    assert r.exit_code == 0, r.output
+    assert f"0 cell(s) simulated, {N_CELLS} already done" in r.stdout
+    assert {p: p.stat().st_mtime_ns for p in (reference / "runs").rglob("summary.json")} == before
+    assert (reference / "results.parquet").read_bytes() == ref
+    (reference / "results.parquet").unlink()
+    assemble_results(reference)  # from the run directories alone
+    assert (reference / "results.parquet").read_bytes() == ref
+
+
+def test_same_bytes_with_a_process_pool(reference, tmp_path):
+    r = sweep(*GRID, "--jobs", "2", "-o", str(tmp_path / "s"))
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "s" / "results.parquet").read_bytes() == (reference / "results.parquet").read_bytes()
+
+
+def test_resume_after_killing_the_sweep(reference, tmp_path):
+    """SIGKILL the whole sweep (driver and workers) after its first cell; the rerun finishes the rest."""
+    d = tmp_path / "s"
+    cmd = [sys.executable, "-c", "from sim.cli import main; main()", "sweep", *GRID, "--jobs", "2", "-o", str(d)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while done_cells(d) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = done_cells(d)
+    assert 1 <= killed_at < N_CELLS, f"the sweep was not stopped mid-way ({killed_at} cells done)"
+    assert not (d / "results.parquet").exists()
+    r = sweep(*GRID, "--jobs", "2", "-o", str(d))
+    assert r.exit_code == 0, r.output
+    assert f"{N_CELLS - killed_at} cell(s) simulated, {killed_at} already done" in r.stdout
+    assert (d / "results.parquet").read_bytes() == (reference / "results.parquet").read_bytes()
+    assert not [p for p in d.rglob(".*")]  # no temporaries left behind
+
+
+def test_resume_after_an_interruption(reference, tmp_path, monkeypatch):
+    """Ctrl-C after two cells: the command says how to resume (exit 130); resuming gives the same table."""
+    import sim.sweep.driver as driver
+
+    real, calls = driver.cell_task, []
+
+    def flaky(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(driver, "cell_task", flaky)
+    d = tmp_path / "s"
+    r = sweep(*GRID, "--jobs", "1", "-o", str(d))
+    assert r.exit_code == 130 and "run the same command again to resume" in r.stderr
+    assert done_cells(d) == 2
+    monkeypatch.setattr(driver, "cell_task", real)
+    r = sweep(*GRID, "--jobs", "1", "-o", str(d))
+    assert r.exit_code == 0, r.output
+    assert (d / "results.parquet").read_bytes() == (reference / "results.parquet").read_bytes()
+
+
+def test_sweep_grows_and_no_resume_starts_over(reference, tmp_path):
+    d = tmp_path / "s"
+    one = ["--recipe", "blendserve", "--densities", "0.9", "--sharing", "0.15", "--requests", "400", "--seed", "3"]
+    assert sweep(*one, "--policies", "dfs", "--jobs", "1", "-o", str(d)).exit_code == 0
+    r = sweep(*one, "--policies", "dfs,random", "--jobs", "1", "-o", str(d))  # a new policy: one more cell
+    assert r.exit_code == 0 and "1 cell(s) simulated, 1 already done" in r.stdout
+    assert pq.read_table(d / "results.parquet").num_rows == 2
+    r = sweep(*one, "--policies", "dfs", "--jobs", "1", "--no-resume", "-o", str(d))
+    assert r.exit_code == 0 and "1 cell(s) simulated, 0 already done" in r.stdout
+    assert pq.read_table(d / "results.parquet").column("policy").to_pylist() == ["dfs"]
+
+
+def test_unreachable_grid_point_fails_its_cells_only(tmp_path):
+    d = tmp_path / "s"
+    r = sweep("--densities", "1.0", "--sharing", "0.25,0.97", "--policies", "dfs", "--requests", "400", "--jobs", "1",
+              "-o", str(d))
+    assert r.exit_code == 2
+    line = r.stderr.strip()
+    assert "\n" not in line and line.startswith("blendsim: error: 1 of 2 cells failed")
+    assert "d1-s0.97" in line and "cannot reach" in line
+    assert pq.read_table(d / "results.parquet").column("workload").to_pylist() == ["d1-s0.25"]
+    fails = json.loads((d / "failures.json").read_text())["failures"]
+    assert [f["cell"] for f in fails] == ["runs/llama-3-8b/a100-80gb/d1-s0.97/dfs"]
+
+
+# ---- backends -------------------------------------------------------------------------------
+def test_ray_backend_on_a_local_instance(reference, tmp_path):
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'blendsim[ray]')")
+    r = sweep(*GRID, "--backend", "ray", "--jobs", "2", "-o", str(tmp_path / "s"))
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "s" / "results.parquet").read_bytes() == (reference / "results.parquet").read_bytes()
+
+
+def test_ray_backend_without_ray_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    r = sweep("--backend", "ray", "--densities", "1.0", "--sharing", "0.25", "-o", str(tmp_path / "s"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "needs Ray" in r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_library_use_without_the_cli(reference, tmp_path):
+    spec = check_spec(SweepSpec("blendserve", (0.9, 1.2), (0.15, 0.35), ("dfs", "random"), ("llama-3-8b",),
+                                ("a100-80gb",), requests=400, seed=3))
+    seen = []
+    out = run_sweep(spec, tmp_path / "s", make_backend("local", 1), progress=lambda k, n: seen.append((k, n)))
+    assert (out.ran, out.skipped, out.total, out.failures) == (N_CELLS, 0, N_CELLS, [])
+    assert seen[0] == (0, N_CELLS) and seen[-1] == (N_CELLS, N_CELLS)
+    assert out.results.read_bytes() == (reference / "results.parquet").read_bytes()
+
+
+# ---- user errors ----------------------------------------------------------------------------
+def _not_a_sweep(tmp_path) -> str:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    return str(tmp_path / "other")
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--densities", "0.8:1.4"], "--densities '0.8:1.4'"),
+    (["--sharing", "0.3:0.1:0.1"], "stop >= start"),
+    (["--policies", "dfs,nope"], "unknown policy 'nope'"),
+    (["--recipe", "nope"], "unknown recipe 'nope'"),
+    (["--recipe", "batchllm"], "no density and sharing options"),
+    (["--models", "gpt-9"], "unknown model 'gpt-9'"),
+    (["--hardware", "tpu"], "unknown hardware 'tpu'"),
+    (["--mode", "fast"], "--mode 'fast'"),
+    (["--engine", "turbo"], "unknown engine 'turbo'"),
+    (["--sharing", "0.5,1.5"], "--sharing must be in (0, 1)"),
+    (["--recipe-opt", "source=nope"], "--source must be one of"),
+    (["--recipe-opt", "colour=red"], "no such option"),
+    (["--recipe-opt", "requests=5"], "set it with --requests"),
+    (["--jobs", "0"], "--jobs must be >= 1"),
+    (["--backend", "slurm"], "--backend 'slurm'"),
+    (["--ray-address", "auto"], "--ray-address needs --backend ray"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, expect):
+    r = sweep("--densities", "1.0", "--sharing", "0.25", "--requests", "50", *args, "-o", str(tmp_path / "s"))
+    assert r.exit_code == 2, r.output
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("blendsim: error: ") and expect in r.stderr, r.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_sweep_dir_that_is_something_else(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    for target, expect in ((str(f), "is not a directory"), (_not_a_sweep(tmp_path), "not a blendsim sweep directory")):
+        r = sweep("--densities", "1.0", "--sharing", "0.25", "-o", target)
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and expect in r.stderr, r.stderr
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+def test_resuming_with_other_settings_is_refused(reference):
+    r = sweep(*[a if a != "3" else "4" for a in GRID], "--jobs", "1", "-o", str(reference))
+    assert r.exit_code == 2 and "other settings (seed=3)" in r.stderr and "--no-resume" in r.stderr
