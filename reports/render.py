@@ -11,7 +11,6 @@ import base64
 import html
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +21,7 @@ from reports import tables as T
 from reports import validation as V
 from reports.inputs import load_inputs
 from sim.errors import UserError
+from sim.io import staging_dir
 
 MARKER = "index.html"
 
@@ -74,8 +74,7 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
 
 
 def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = staging_dir(out)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the report from its readers

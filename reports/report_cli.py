@@ -27,10 +27,12 @@ def report_cmd(
     validation directories.
     """
     from reports.render import write_report
+    from sim.io import check_writable
     from sim.sweep.grid import parse_names
 
     if out is None:
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")
+    check_writable(out)
     pols = list(parse_names(steps_policies, "--steps-policies")) if steps_policies else None
     page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols)
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")

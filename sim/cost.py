@@ -17,7 +17,7 @@ token-count-only operators from tables built once from the same formulas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -112,10 +112,32 @@ ENGINES: dict[str, EngineOverhead] = {
 
 
 def get_engine(name: str) -> EngineOverhead:
+    """A preset by name, or the user's own measurements as ``fixed_s=A,per_seq_s=B,per_token_s=C`` (any
+    subset, seconds; e.g. from timing an engine's step minus its kernels), optionally after a preset's
+    name and a colon to start from it: ``vllm:fixed_s=0.002``."""
+    base, _, spec = name.rpartition(":") if ":" in name else ("", "", name)
+    if "=" not in spec:
+        base, spec = name, ""
     try:
-        return ENGINES[name]
+        eng = ENGINES[base or "ideal"]
     except KeyError:
-        raise UserError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}") from None
+        raise UserError(f"unknown engine {base!r}; choose one of {', '.join(ENGINES)}, or give "
+                        "fixed_s=...,per_seq_s=...,per_token_s=...") from None
+    if not spec:
+        return eng
+    values = {}
+    for part in spec.split(","):
+        key, _, val = part.partition("=")
+        key = key.strip()
+        if key not in ("fixed_s", "per_seq_s", "per_token_s"):
+            raise UserError(f"engine {name!r}: unknown field {key!r}; use fixed_s, per_seq_s, per_token_s")
+        try:
+            values[key] = float(val)
+        except ValueError:
+            raise UserError(f"engine {name!r}: {key} must be a number of seconds, got {val!r}") from None
+        if not (values[key] >= 0 and values[key] < float("inf")):
+            raise UserError(f"engine {name!r}: {key} must be a finite number >= 0, got {val!r}")
+    return replace(eng, name=name, source=f"user-given ({name})", **values)
 
 
 # ---- op timers ----------------------------------------------------------------------------

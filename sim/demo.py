@@ -39,13 +39,9 @@ def run_demo(out: Path, requests: int = 4000, density: float = 1.1, sharing: flo
         run_dirs.append(d)
         summaries[p] = res.summary
         echo(f"  simulated {p:<11s} [{time.perf_counter() - t1:.1f} s]")
-    report = None
-    try:
-        from reports.render import write_report
-    except ImportError:
-        write_report = None
-    if write_report is not None:
-        report = write_report(run_dirs, out / "report", baseline="dfs" if "dfs" in summaries else None)
+    from reports.render import write_report
+
+    report = write_report(run_dirs, out / "report", baseline="dfs" if "dfs" in summaries else None)
     return {"summaries": summaries, "report": report, "out": out}
 
 

@@ -98,9 +98,12 @@ PRESETS: dict[str, HardwareSpec] = {
                      link_bandwidth=450e9, num_sms=132,
                      source="NVIDIA H100 datasheet (SXM5): 989 TFLOPS BF16 dense, 3.35 TB/s, "
                             "NVLink 900 GB/s bidirectional"),
-        HardwareSpec("h200", 989.4 * TB, 4.8 * TB, 141 * 10**9, peak_flops_fp32=66.9 * TB,
+        # NOTE: "141 GB" is the marketing figure; the board exposes 143,771 MiB (140.4 GiB, nvidia-smi),
+        # as the "80GB" boards expose about 80 GiB, so the presets count memory alike.
+        HardwareSpec("h200", 989.4 * TB, 4.8 * TB, 143_771 * 2**20, peak_flops_fp32=66.9 * TB,
                      link_bandwidth=450e9, num_sms=132,
-                     source="NVIDIA H200 datasheet (SXM): 989 TFLOPS BF16 dense, 4.8 TB/s, 141 GB"),
+                     source="NVIDIA H200 datasheet (SXM): 989 TFLOPS BF16 dense, 4.8 TB/s, 141 GB "
+                            "(143,771 MiB as nvidia-smi reports it)"),
         HardwareSpec("a6000", 154.8 * TB, 0.768 * TB, 48 * GiB, peak_flops_fp32=38.7 * TB,
                      link_bandwidth=56.25e9, num_sms=84,
                      source="NVIDIA RTX A6000 datasheet: 154.8 TFLOPS FP16 tensor dense, 768 GB/s, "

@@ -30,6 +30,22 @@ def atomic_path(path: str | Path):
         raise
 
 
+def staging_dir(final: str | Path) -> Path:
+    """A new hidden folder beside ``final`` (its parents created) to fill and then rename into place."""
+    final = Path(final)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    except OSError as e:
+        raise UserError(f"{final}: cannot write there ({e.strerror or e})") from None
+
+
+def check_writable(final: str | Path) -> Path:
+    """Fail now, with one line, if ``final`` could not be written later (before hours of work)."""
+    staging_dir(final).rmdir()
+    return Path(final)
+
+
 def write_json(path: str | Path, obj) -> Path:
     """Write ``obj`` as sorted, indented JSON, atomically (equal objects give equal bytes)."""
     with atomic_path(path) as tmp:

@@ -77,7 +77,7 @@ class OpFit:
         """Seconds at ``xs`` (numbers or arrays). Inside the measured domain: the polynomial. Beyond
         its upper end: the edge value scaled linearly (GEMM and attention times grow linearly in
         tokens, batch and context there). Below its lower end: the edge value."""
-        xs = [np.asarray(x, dtype=float) for x in xs]
+        xs = np.broadcast_arrays(*[np.asarray(x, dtype=float) for x in xs])  # a scalar batch, an array of contexts
         ratio = 1.0
         clamped = []
         for x, (lo, hi) in zip(xs, self.domain):

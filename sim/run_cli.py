@@ -20,7 +20,9 @@ def cost_cmd(
     prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="New prompt tokens in the step (one chunk)."),
     decode_seqs: int = typer.Option(0, "--decode-seqs", help="Decoding sequences in the step."),
     context: int = typer.Option(0, "--context", help="Context before each sequence's new tokens."),
-    engine: str = typer.Option("ideal", "--engine", help="Engine overhead style: ideal, vllm, vllm-v0, sglang, nanoflow."),
+    engine: str = typer.Option("ideal", "--engine", help="Engine overhead style: ideal, vllm, vllm-v0, sglang, "
+                               "nanoflow, or your own fixed_s=A,per_seq_s=B,per_token_s=C (seconds; after "
+                               "'PRESET:' to start from a preset)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
@@ -75,8 +77,8 @@ def simulate_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
-    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow "
-                                                       "(default: the policy's own)."),
+    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow, "
+                                                       "or fixed_s=A,per_seq_s=B,per_token_s=C (default: the policy's own)."),
     token_budget: int = typer.Option(None, "--token-budget", help="New tokens per step, chunked prefill "
                                                                   "(default: the policy's)."),
     max_seqs: int = typer.Option(None, "--max-seqs", help="Running sequences per replica, 0 = no cap "

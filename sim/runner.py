@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import UserError
+from sim.io import check_writable, staging_dir
 from sim.seq import EngineConfig, RequestRecords
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
@@ -154,7 +154,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     requests = {
         "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
-        "cached_tokens": rec.cached_tokens, "recomputed_tokens": rec.recomputed_tokens,
+        "generated_tokens": rec.generated, "cached_tokens": rec.cached_tokens, "recomputed_tokens": rec.recomputed_tokens,
         "prefill_computed": rec.prefill_computed, "preemptions": rec.preemptions, "admit_s": rec.admit_s,
         "first_token_s": rec.first_token_s, "finish_s": rec.finish_s, **per_req,
     }
@@ -178,7 +178,7 @@ def check_run_dir(run_dir: str | Path) -> Path:
     d = Path(run_dir)
     if d.exists() and (not d.is_dir() or (any(d.iterdir()) and not (d / "summary.json").exists())):
         raise UserError(f"{d}: exists and is not a blendsim run directory; choose another -o")
-    return d
+    return check_writable(d)
 
 
 def write_run(result: RunResult, run_dir: str | Path) -> Path:
@@ -190,8 +190,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     from sim.io import write_json
 
     d = check_run_dir(run_dir)
-    d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
+    tmp = staging_dir(d)
     try:
         write_json(tmp / "summary.json", result.summary)
         cols = {"replica": [], "step": []}

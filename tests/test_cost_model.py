@@ -379,6 +379,20 @@ def test_unknown_mode_and_engine_are_user_errors():
         get_engine("trt")
 
 
+def test_users_own_engine_overhead_replaces_the_defaults():
+    own = get_engine("fixed_s=0.002,per_seq_s=1e-5")
+    assert own(100, 4096) == pytest.approx(0.002 + 100 * 1e-5)
+    based = get_engine("vllm:per_token_s=0")
+    v = ENGINES["vllm"]
+    assert based(10, 1000) == pytest.approx(v.fixed_s + 10 * v.per_seq_s)
+    c = CostModel(dep(), "sequential", engine="fixed_s=0.01")
+    assert c.cost(BatchFeatures.decode_only(8, 1000)).overhead_s == pytest.approx(0.01)
+    for bad, msg in (("fixed_s=abc", "must be a number"), ("speed=1", "unknown field"),
+                     ("fixed_s=-1", ">= 0"), ("trt:fixed_s=1", "unknown engine 'trt'")):
+        with pytest.raises(UserError, match=msg):
+            get_engine(bad)
+
+
 # ---- BlendServe Table 1: Llama-3-8B on A100-80GB, one layer, decode at context 1024 ----------------
 
 

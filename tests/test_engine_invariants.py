@@ -50,6 +50,7 @@ def test_invariants(policy, checked_kv):
         rq, s = r.requests, r.summary
         # every request finishes with exactly its output length
         assert np.isfinite(rq["finish_s"]).all()
+        np.testing.assert_array_equal(rq["generated_tokens"], trace.output_len)
         # tokens computed = prompt tokens - cached + recomputed, per request
         np.testing.assert_array_equal(rq["prefill_computed"],
                                       trace.input_len - rq["cached_tokens"] + rq["recomputed_tokens"])

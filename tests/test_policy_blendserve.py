@@ -7,8 +7,7 @@ import pytest
 
 from policies.blendserve.estimate import estimate_from_known, sample_requests
 from policies.blendserve.merge import scan_units
-from policies.blendserve.partition import (dp_partition, dual_scan_budgets, left_fraction,
-                                           occupancy_time)
+from policies.blendserve.partition import dp_partition, dual_scan_budgets, left_fraction, occupancy_time
 from policies.blendserve.restree import ResourceTree
 from policies.blendserve.split import sort_and_split
 from sim.density import Rates, comp_time

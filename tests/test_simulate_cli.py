@@ -86,6 +86,54 @@ def test_missing_or_corrupt_trace(tmp_path):
     assert r.exit_code == 2 and "not a readable Parquet trace" in r.stderr
 
 
+def _bad_trace(tmp_path, kind):
+    import pyarrow as pa
+
+    good = {"input_len": pa.array([10, 20, 30]), "output_len": pa.array([5, 6, 7])}
+    path = tmp_path / f"{kind}.parquet"
+    if kind == "truncated":
+        write_trace(random_trace(np.random.default_rng(1), n=50), path)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        return path
+    cols, meta = dict(good), None
+    if kind == "missing-column":
+        del cols["output_len"]
+    elif kind == "negative":
+        cols["input_len"] = pa.array([10, -3, 30])
+    elif kind == "text":
+        cols["output_len"] = pa.array(["5", "six", "7"])
+    elif kind == "newer-schema":
+        meta = {b"blendsim.schema_version": b"99"}
+    pq.write_table(pa.table(cols).replace_schema_metadata(meta), path)
+    return path
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("truncated", "not a readable Parquet trace"),
+    ("missing-column", "missing column 'output_len'"),
+    ("negative", "row 2, field input_len: -3"),
+    ("text", "column 'output_len' must hold integers"),
+    ("newer-schema", "schema version 99 is newer"),
+])
+def test_bad_trace_contents_are_one_line(tmp_path, kind, message):
+    r = invoke("simulate", _bad_trace(tmp_path, kind), "--model", "tiny", "--hardware", "cpu", "-o", tmp_path / "r")
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert "Traceback" not in r.output
+
+
+def test_unreadable_model_config_is_one_line(trace_file, tmp_path):
+    cfg = tmp_path / "config.json"
+    for content, message in (('{"hidden_size": 4096,', "config.json"), ('{"model_type": "llama"}', "config.json")):
+        cfg.write_text(content)
+        for cmd in (["simulate", trace_file, "-o", tmp_path / "r"], ["cost", "--decode-seqs", "4"]):
+            r = invoke(*cmd, "--model", cfg, "--hardware", "cpu")
+            assert r.exit_code == 2, r.output
+            lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+            assert len(lines) == 1 and message in lines[0], r.stderr
+
+
 def test_never_overwrites_a_folder_that_is_not_a_run(trace_file, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -110,7 +158,9 @@ def test_listings():
 
 
 def test_every_command_has_help():
-    for cmd in (["simulate"], ["cost"], ["demo"], ["workloads"], ["policies"]):
+    for cmd in (["simulate"], ["cost"], ["demo"], ["workloads"], ["policies"], ["models"], ["hardware"],
+                ["sweep"], ["report"], ["validate"], ["calibrate"], ["calibrate", "show"],
+                ["calibrate", "import-vidur"], ["workloads", "synth"], ["workloads", "synth", "blendserve"]):
         r = invoke(*cmd, "--help")
         assert r.exit_code == 0 and "Usage" in r.stdout
 
@@ -120,3 +170,17 @@ def test_demo_runs(tmp_path):
     assert r.exit_code == 0, r.output
     assert (tmp_path / "demo" / "runs" / "dfs" / "summary.json").exists()
     assert "policies side by side" in r.stdout
+    page = tmp_path / "demo" / "report" / "index.html"
+    assert page.exists() and str(page) in r.stdout.replace("\n", "")
+
+
+@pytest.mark.parametrize("cmd", ["simulate", "report"])
+def test_an_unwritable_output_is_one_line_before_any_work(cmd, trace_file, tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    run = tmp_path / "run"
+    assert invoke("simulate", trace_file, "--model", "tiny", "--hardware", "cpu", "-o", run).exit_code == 0
+    args = [trace_file, "--model", "tiny", "--hardware", "cpu"] if cmd == "simulate" else [run]
+    r = invoke(cmd, *args, "-o", tmp_path / "a-file" / "out")
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().count("\n") == 0 and "cannot write there" in r.output, r.output
+    assert (tmp_path / "a-file").read_text() == "x"

@@ -172,7 +172,9 @@ def _first_bad(where, field_name, mask, what, values, rows=None, other=None) -> 
         i = int(bad[0])
         row = int(rows[i]) if rows is not None else i
         extra = f" ({other[i]})" if other is not None else ""
-        raise UserError(f"{where}: row {row + 1}, field {field_name}: {values[i]!r} {what}{extra}")
+        v = values[i]
+        v = v.item() if isinstance(v, np.generic) else v  # -3, not np.int64(-3)
+        raise UserError(f"{where}: row {row + 1}, field {field_name}: {v!r} {what}{extra}")
 
 
 # ---- builders -----------------------------------------------------------------------------

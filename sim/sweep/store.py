@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from sim.errors import UserError
 from sim.io import read_json, write_json
+from sim.io import staging_dir as io_staging_dir
 
 MARKER = "sweep.json"
 SCHEMA = 1
@@ -113,9 +113,7 @@ def install_run(src: Path, sweep_dir: Path, cell) -> Path:
 
 def staging_dir(sweep_dir: Path, cell) -> Path:
     """A hidden, empty temporary folder beside the cell's final run directory."""
-    final = Path(sweep_dir) / cell.run_relpath()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    return io_staging_dir(Path(sweep_dir) / cell.run_relpath())
 
 
 def install_files(files: dict[str, bytes], sweep_dir: Path, cell) -> Path:

@@ -32,8 +32,11 @@ from workloads.sources import COMPUTE_SOURCES, MMLU, OPENVID, get_source
 
 @dataclass(frozen=True, slots=True)
 class BlendServeOptions:
-    density: float = field(metadata={"help": "Target compute density rho (e.g. 0.8-1.4; 1 = balanced)."})
-    sharing: float = field(metadata={"help": "Target optimal prefix sharing ratio s (e.g. 0.05-0.45)."})
+    # NOTE: the defaults are the centre of BlendServe's sec. 6.5 grid (rho 0.80-1.40 x s 0.05-0.45).
+    density: float = field(default=1.1, metadata={
+        "help": "Target compute density rho (e.g. 0.8-1.4; 1 = balanced; default: the grid's centre)."})
+    sharing: float = field(default=0.25, metadata={
+        "help": "Target optimal prefix sharing ratio s (e.g. 0.05-0.45; default: the grid's centre)."})
     requests: int = field(default=400_000, metadata={"help": "Number of requests (BlendServe uses 400,000)."})
     source: str = field(default="burstgpt", metadata={
         "help": f"Compute-intensive source mixed with OpenVid and MMLU: {', '.join(COMPUTE_SOURCES)}."})
