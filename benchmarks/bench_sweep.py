@@ -2,6 +2,7 @@
 
     python benchmarks/bench_sweep.py                         # 65 workloads x 40,000 requests, --jobs 2
     python benchmarks/bench_sweep.py --requests 4000 --jobs 1 --out /tmp/bench-sweep
+    python benchmarks/bench_sweep.py --mode overlap --engine-of blendserve --out runs/grid   # the README heatmap
 
 Prints the wall time of the whole sweep, the worker CPU seconds it contained (synthesis, simulation and
 writing), the machine's load and per-policy results. Target: under
@@ -28,6 +29,7 @@ def main() -> None:
     ap.add_argument("--policies", default="dfs,random,blendserve")
     ap.add_argument("--mode", default="sequential")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--engine-of", default=None, help="run every policy on this policy's engine settings")
     ap.add_argument("--out", type=Path, default=None, help="sweep directory to keep (default: a temporary one)")
     a = ap.parse_args()
 
@@ -40,7 +42,8 @@ def main() -> None:
     if missing:
         print(f"note: not registered, left out: {', '.join(missing)}")
     spec = check_spec(SweepSpec("blendserve", parse_values(a.densities, "--densities"), parse_values(a.sharing, "--sharing"),
-                                pols, ("llama-3-8b",), ("a100-80gb",), requests=a.requests, mode=a.mode))
+                                pols, ("llama-3-8b",), ("a100-80gb",), requests=a.requests, mode=a.mode,
+                                engine_of=a.engine_of))
     out = a.out or Path(tempfile.mkdtemp(prefix="bench-sweep-")) / "sweep"
     n = len(spec.cells())
     print(f"{len(spec.workloads())} workloads x {len(pols)} policies ({', '.join(pols)}) = {n} cells, "

@@ -175,6 +175,23 @@ def test_unreachable_grid_point_fails_its_cells_only(tmp_path):
     assert [f["cell"] for f in fails] == ["runs/llama-3-8b/a100-80gb/d1-s0.97/dfs"]
 
 
+def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
+    from policies.base import get_policy
+
+    eng = get_policy("blendserve").engine_defaults
+    d = tmp_path / "s"
+    r = sweep("--densities", "1.0", "--sharing", "0.25", "--policies", "dfs,random", "--requests", "400",
+              "--engine-of", "blendserve", "--jobs", "1", "-o", str(d))
+    assert r.exit_code == 0, r.output
+    rows = pq.read_table(d / "results.parquet").to_pylist()
+    assert [row["policy"] for row in rows] == ["dfs", "random"]
+    for row in rows:
+        assert (row["token_budget"], row["block_size"]) == (eng["token_budget"], eng["block_size"])
+        assert row["engine"] == get_policy("blendserve").default_engine
+    r = sweep("--densities", "1.0", "--sharing", "0.25", "--engine-of", "nope", "-o", str(tmp_path / "t"))
+    assert r.exit_code == 2 and "unknown policy 'nope'" in r.stderr
+
+
 # ---- backends -------------------------------------------------------------------------------
 def test_ray_backend_on_a_local_instance(reference, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'blendsim[ray]')")

@@ -26,6 +26,9 @@ def sweep_cmd(
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow "
                                                       "(default: each policy's own)."),
+    engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's engine settings "
+                                                            "(token budget, block size, rounding, overhead style), "
+                                                            "so only the scheduling differs (default: each its own)."),
     recipe_opt: list[str] = typer.Option(None, "--recipe-opt", help="Further recipe option key=value "
                                                                     "(e.g. source=azure; repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workloads and the policies."),
@@ -56,7 +59,7 @@ def sweep_cmd(
         recipe=recipe, densities=parse_values(densities, "--densities"), sharing=parse_values(sharing, "--sharing"),
         policies=parse_names(policies, "--policies") if policies else _default_policies(),
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
-        mode=mode, engine=engine, seed=seed, recipe_options=parse_opts(recipe_opt)))
+        mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt)))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)
     n = len(spec.cells())

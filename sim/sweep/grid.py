@@ -129,6 +129,7 @@ class SweepSpec:
     requests: int
     mode: str = "sequential"
     engine: str | None = None  # None: each policy's own engine-overhead style
+    engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
@@ -136,7 +137,20 @@ class SweepSpec:
     def settings(self) -> dict:
         """The settings that define every cell besides its grid point, policy, model and hardware."""
         return {"recipe": self.recipe, "requests": self.requests, "mode": self.mode, "engine": self.engine,
-                "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
+                "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
+
+    def run_settings(self) -> dict:
+        """RunConfig fields every cell shares: mode, engine and, with ``engine_of``, that policy's
+        engine settings (token budget, block size, ...) and engine-overhead style."""
+        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed}
+        if self.engine_of:
+            from policies.base import get_policy
+            from sim.runner import ENGINE_FIELDS
+
+            pol = get_policy(self.engine_of)
+            out.update({k: v for k, v in pol.engine_defaults.items() if k in ENGINE_FIELDS})
+            out["engine"] = self.engine or pol.default_engine
+        return out
 
     def workloads(self) -> list[Workload]:
         """Every workload, in a fixed order (model, hardware, density, sharing)."""

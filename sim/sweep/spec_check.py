@@ -37,7 +37,7 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
             raise UserError(f"--recipe-opt {k}: recipe {spec.recipe} has no such option; "
                             f"options are {', '.join(sorted(set(fields) - set(SWEEP_SET)))}")
         opts[k] = _coerce(fields[k], v)
-    for p in spec.policies:
+    for p in spec.policies + ((spec.engine_of,) if spec.engine_of else ()):
         get_policy(p)
     names = {m: get_model(m).name for m in spec.models}
     if len(set(names.values())) < len(names):

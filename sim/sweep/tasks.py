@@ -87,8 +87,7 @@ def _cell(spec, cell, trace, sweep_dir):
             trace = path
         t = read_trace(trace)
         w = cell.workload
-        cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware, mode=spec.mode, engine=spec.engine,
-                        seed=spec.seed)
+        cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware, **spec.run_settings())
         result = run_simulation(t, cfg)
         if sweep_dir is None:
             run = write_run(result, Path(tmp) / "run")
