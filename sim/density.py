@@ -9,8 +9,9 @@ For a request with prompt p and output d on a deployment:
 * Mem(r) = kv_bytes_per_token x sum_{j=1}^{d-1} (p + j) / B — the KV cache each of the d - 1 decode
   steps reads; B is the achievable bandwidth (peak x memory efficiency).
 * rho(R) = (1 - s) sum Comp / sum Mem for a request set R with sharing ratio s.
-* T_o = max((1 - s_o) T_comp, T_mem); the practical optimum under the overlap model adds the
-  interference share of the shorter side.
+* T_o = max((1 - s_o) T_comp, T_mem); ``t_opt_overlap_s`` adds the overlap model's interference share
+  of the shorter side. (Run summaries report a tighter practical optimum, the work priced as perfectly
+  blended steps by the run's own cost model: ``sim.metrics.blended_optimum``.)
 
 Differences from the paper, deliberately: P_gemm counts the weights a token really multiplies (layer
 GEMMs, plus the LM head per sampled row) instead of all parameters (the embedding lookup is no GEMM);

@@ -116,3 +116,19 @@ def test_request_beyond_the_model_context_is_refused():
     trace = from_columns(input_len=[100, 4000], output_len=[10, 200])  # tiny has a 4,096-token context
     with pytest.raises(UserError, match=r"row 2\) needs a context of 4200 tokens"):
         run_simulation(trace, RunConfig(model="tiny", hardware="cpu"))
+
+
+def test_practical_optimum_is_a_perfectly_blended_schedule():
+    """Prompts of exactly one token budget, one token out: every step is one full prefill chunk, which is
+    what the blended schedule prices, so the run sits exactly at its practical optimum (overlap mode);
+    a sequential run of the same steps is slower than the overlapped estimate."""
+    trace = from_columns(input_len=[256] * 8, output_len=[1] * 8)
+    for mode, frac in (("overlap", 1.0), ("sequential", None)):
+        s = run_simulation(trace, RunConfig(policy="fcfs", model="tiny", hardware="cpu", mode=mode,
+                                            token_budget=256, block_size=1)).summary
+        assert s["steps"] == 8
+        if frac is None:
+            assert s["frac_of_practical_opt"] < 1.0
+        else:
+            assert s["frac_of_practical_opt"] == pytest.approx(frac, rel=1e-9)
+        assert s["t_opt_practical_s"] >= s["t_opt_s"]
