@@ -96,19 +96,21 @@ def critical_path(trace, cost_model, top: int = 8) -> float:
     return best
 
 
-def blended_optimum(trace, sharing: float, cost_model, token_budget: int) -> float:
+def blended_optimum(trace, sharing: float, cost_model, token_budget: int, kv_tokens: float = float("inf"),
+                    max_seqs: int = 0) -> float:
     """The practical optimum: the trace's work as a perfectly blended schedule, priced by the run's own
     cost model (timer, engine overhead) under the overlap mode.
 
     BlendServe sec. 6.1 prices T_o's compute and memory work by *profiling* GEMMs overlapped with
     attention rather than taking max(T_comp, T_mem). Here that profile is the cost model itself: the
-    work -- (1 - s_o) of the prompt tokens and every output token -- is cut into full steps of
+    work -- (1 - s_o) of the prompt tokens and every decode step -- is cut into full steps of
     ``token_budget`` new tokens, each carrying the trace's average mix (prefill tokens at their mean
     context, decode tokens at their mean context), and each step is priced like any other. So the
     estimate pays what every schedule on this engine pays (weight reads, elementwise operators, the
     LM head, interference, engine overhead) and nothing a bad order adds (unbalanced steps, short
-    steps in the tail, recomputation). It ignores the KV capacity and sequence caps: an estimate, not
-    a bound (T_o is the bound).
+    steps in the tail, recomputation). A step decodes no more sequences than the KV cache holds at
+    their mean context (``kv_tokens``) or the sequence cap allows; when that binds, the decodes need
+    more, smaller steps. An estimate, not a bound (T_o is the bound).
     """
     from sim.batch import BatchFeatures
     from sim.cost import CostModel
@@ -122,11 +124,14 @@ def blended_optimum(trace, sharing: float, cost_model, token_budget: int) -> flo
     if total <= 0 or token_budget <= 0:
         return 0.0
     steps = total / token_budget
+    dec_ctx = float((k * p + k * (k + 1.0) / 2.0).sum() / decode) if decode else 0.0  # token j reads p + j
+    fit = min(kv_tokens / max(dec_ctx, 1.0), float(max_seqs) if max_seqs > 0 else float("inf"))
+    if decode > steps * fit:  # the decodes need more steps than the budget alone implies
+        steps = decode / max(fit, 1.0)
     pf, nd = prefill / steps, decode / steps
     # prefill tokens computed are each prompt's unshared tail: mean position (1 + s) / 2 of the prompt
     pos = (1.0 + sharing) / 2.0 * float((p * p).sum() / p.sum()) if p.sum() else 0.0
     chunk_ctx = max(pos - pf / 2.0, 0.0)
-    dec_ctx = float((k * p + k * (k + 1.0) / 2.0).sum() / decode) if decode else 0.0  # token j reads p + j
     n_pf, n_d = int(round(pf)), int(round(nd))
     f = BatchFeatures.from_parts([(0, n_pf, int(round(chunk_ctx)), 0)] if n_pf else [], n_d,
                                  int(round(n_d * dec_ctx - n_d)), n_d + (1 if n_pf else 0))
@@ -167,7 +172,8 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     n_gpu = cfg.replicas
     t_opt = bounds.t_opt_s / n_gpu
     # NOTE: never below T_o; on several replicas each gets 1/n of the work
-    t_prac = max(blended_optimum(trace, bounds.sharing, cost_model, engine_cfg.token_budget) / n_gpu, t_opt)
+    t_prac = max(blended_optimum(trace, bounds.sharing, cost_model, engine_cfg.token_budget,
+                                 kv_stats["total"] * engine_cfg.block_size, engine_cfg.max_seqs) / n_gpu, t_opt)
     dt = np.concatenate([np.asarray(c["dt_s"]) for c in steps_by_replica]) if steps_by_replica else np.zeros(0)
     comp = np.concatenate([np.asarray(c["compute_s"]) for c in steps_by_replica]) if dt.size else dt
     mem = np.concatenate([np.asarray(c["memory_s"]) for c in steps_by_replica]) if dt.size else dt

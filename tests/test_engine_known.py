@@ -132,3 +132,17 @@ def test_practical_optimum_is_a_perfectly_blended_schedule():
         else:
             assert s["frac_of_practical_opt"] == pytest.approx(frac, rel=1e-9)
         assert s["t_opt_practical_s"] >= s["t_opt_s"]
+
+
+def test_practical_optimum_respects_the_kv_capacity_and_the_sequence_cap():
+    from sim.metrics import blended_optimum
+
+    trace = from_columns(input_len=[2000] * 64, output_len=[500] * 64)
+    cm = _cm("overlap")
+    free = blended_optimum(trace, 0.0, cm, 1024)
+    assert blended_optimum(trace, 0.0, cm, 1024, kv_tokens=1e12, max_seqs=0) == free
+    # mean decode context 2,250 tokens: 18,000 KV tokens hold 8 decoding sequences, not the ~200 a
+    # 1,024-token step would carry, so the decodes need many more (cheaper) steps
+    tight = blended_optimum(trace, 0.0, cm, 1024, kv_tokens=18_000)
+    capped = blended_optimum(trace, 0.0, cm, 1024, max_seqs=8)
+    assert tight > 2 * free and capped == pytest.approx(tight, rel=1e-9)
