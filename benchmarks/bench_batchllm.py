@@ -118,7 +118,7 @@ def savings(seed: int) -> None:
         ins = int(rng.integers(300, 800))
         for j in range(64):  # documents per instruction, 500-3000 tokens, 1-16 questions each
             doc = int(rng.integers(500, 3000))
-            for k in range(int(rng.integers(1, 17))):
+            for _ in range(int(rng.integers(1, 17))):
                 prompts.append([(i, ins), (1000 + 64 * i + j, doc), (10**6 + len(prompts), int(rng.integers(20, 120)))])
     tree = PrefixTree(from_columns(input_len=[sum(n for _, n in p) for p in prompts], output_len=[1] * len(prompts),
                                    prompts=prompts))

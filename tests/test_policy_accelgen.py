@@ -58,6 +58,31 @@ def test_eq6_budget():
     assert eq6_budget(768, 0.1, INF) == 768  # no SLO binds: the pivot itself
 
 
+def test_eq6_ignores_the_context_that_budget_model_cost_prices():
+    # Eq. 6 scales the pivot by token count: Eq. 4 without its attention term S / (6H). On llama-3-8b
+    # (H = 4096) a chunk with no prior context meets the 0.1875 s SLO within a few percent, but at 6H
+    # tokens of context (attention = the linear layers) the same chunk takes about twice the SLO;
+    # budget_model=cost's chunk there (largest_fit on the cost model) fits.
+    from policies.accelgen.budget import largest_fit, prefill_step_time
+    from sim.cost import build_cost_model
+    from sim.deployment import Deployment
+    from sim.hardware import get_hardware
+    from sim.models import get_model
+
+    cm = build_cost_model(Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb")), engine="vllm")
+    s_pf, t_pf = pivot_forward_size(cm, tol=0.01)
+    assert prefill_step_time(cm, s_pf) == pytest.approx(t_pf)
+    sb = eq6_budget(s_pf, t_pf, 0.1875)
+
+    def t(n, c):
+        return cm.step(n, n, 1, n * c + n * (n + 1) // 2, c + n, 0, 0, 1)[0]
+
+    deep = 6 * 4096
+    assert t(sb, 0) < 1.05 * 0.1875 and t(sb, deep) > 1.8 * 0.1875
+    fit = largest_fit(lambda n: t(n, deep), 0.1875, 8192)
+    assert 0.3 * sb < fit < 0.7 * sb and t(fit, deep) <= 0.1875 < t(fit + 1, deep)
+
+
 def test_min_bag_tracks_the_tightest_running_slo():
     b = MinBag()
     for x in (0.2, 0.1, 0.1, INF):

@@ -41,10 +41,14 @@ Choices the paper leaves open (options in brackets):
   them a deadline of arrival + slack instead. Online requests without a TBT SLO get 0.1875 s
   (``default_tbt``), the paper's default reading speed.
 
-NOTE (benchmarks/bench_accelgen.py): Eq. 6 prices a step by its token count alone, as at the pivot
-(no prior context). A chunk deep into a 4K-100K-token prompt also attends to everything before it, so
-on the accelgen mix Eq. 6's steps reach 0.5-0.75 s against 0.14-0.23 s TBT SLOs; ``budget_model=cost``
-sizes each chunk with the cost model instead (an extension) and keeps TBT.
+NOTE (benchmarks/bench_accelgen.py): Eq. 6 prices a step by its token count alone, as at the pivot:
+the paper derives it from Eq. 4 without the attention term S/(6H), which it drops for S < 6H. A chunk
+deep into a 4K-100K-token prompt attends to everything before it; on the accelgen mix ~37% of prompt
+tokens lie beyond 6H (24,576 for llama-3-8b), where Eq. 6's 1,900-3,100-token steps take 0.33-1.18 s
+against 0.14-0.23 s TBT SLOs. Near saturation the slow steps stretch every decode, KV fills, and
+Alg. 1's urgent long prompts preempt long decoders (largest T_r), so over half the prompt tokens are
+recomputed. ``budget_model=cost`` sizes each chunk with the cost model instead (an extension: the
+paper's goal that a step meets SLO_min, by the cost model rather than Eq. 6) and keeps TBT.
 """
 
 from __future__ import annotations

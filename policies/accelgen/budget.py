@@ -7,7 +7,8 @@ prefill-only steps of one sequence and no prior context, as a forward-size sweep
 
 Eq. 6 scales the pivot linearly to the tightest iteration-level SLO of the batch:
 ``S_b = S_pf * SLO_min / T_pf``. It ignores what a chunk's context costs (attention reads all earlier
-tokens of the prompt), so chunks deep into a long prompt run far over SLO_min. Option
+tokens of the prompt: the term S/(6H) of Eq. 4, which the paper drops for S < 6H), so chunks deep
+into a long prompt run far over SLO_min (twice it at 6H of context). Option
 ``budget_model=cost`` (an extension, not the paper's rule) sizes every chunk so the cost-model time of
 the whole step — its decodes, its chunks and their contexts — fits SLO_min.
 """
