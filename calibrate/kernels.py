@@ -1,4 +1,9 @@
-"""The per-token operators of one decoder layer (and the model's ends), as timeable callables.
+"""The per-token operators of one decoder layer (and the model's ends), as standalone timeable callables.
+
+A profile's operator times come from forwards of the real backend's model (``calibrate.forward``):
+a kernel looped alone runs with its data and code hot in the caches, which a forward pass never
+does. These standalone callables serve where one kernel must run on its own: the two-stream overlap
+measurement (``calibrate.overlap``) co-runs a GEMM from here with decode attention.
 
 Shapes are exactly those the cost model accounts for (``sim.ops.Shapes``: the per-GPU shard under
 tensor parallelism), so a profile's times and the roofline's FLOP/byte counts describe the same work:
@@ -69,6 +74,14 @@ class TokenKernels:
             self._weights[key] = self._rand(*shape)
         return self._weights[key]
 
+    def _table(self, key: str, rows: int, *shape) -> torch.Tensor:
+        """A cached ``[rows or more, *shape]`` table (position tables, KV slots), grown when too short."""
+        t = self._weights.get(key)
+        if t is None or t.shape[0] < rows:
+            self._weights.pop(key, None)
+            t = self._weights[key] = self._rand(rows, *shape)
+        return t
+
     def _linear(self, key: str, tokens: int, n_in: int, n_out: int, bias: bool = False):
         w = self._weight(key, n_out, n_in)
         b = self._weight(key + ".bias", n_out) if bias else None
@@ -114,9 +127,8 @@ class TokenKernels:
         d = self.head_dim
         hq, hk = self.s.q // d, self.s.kv // d
         q, k = self._rand(t, hq, d), self._rand(t, hk, d)
-        n_pos = max(4096, t)
-        cos, sin = self._weight("rope.cos", n_pos, d // 2), self._weight("rope.sin", n_pos, d // 2)
-        pos = torch.randint(0, n_pos, (t,), generator=self.gen, device=self.device)
+        cos, sin = self._table("rope.cos", max(4096, t), d // 2), self._table("rope.sin", max(4096, t), d // 2)
+        pos = torch.randint(0, min(cos.shape[0], sin.shape[0]), (t,), generator=self.gen, device=self.device)
 
         def rotate(x, c, s_):
             x1, x2 = x[..., : d // 2], x[..., d // 2:]
@@ -139,11 +151,10 @@ class TokenKernels:
     def _kv_write(self, t):
         d = self.head_dim
         hk = self.s.kv // d
-        slots_total = max(16384, 2 * t)
-        kc = self._weight("k_cache", slots_total, hk, d)
-        vc = self._weight("v_cache", slots_total, hk, d)
+        kc = self._table("k_cache", max(16384, 2 * t), hk, d)
+        vc = self._table("v_cache", max(16384, 2 * t), hk, d)
         k, v = self._rand(t, hk, d), self._rand(t, hk, d)
-        slots = torch.randperm(slots_total, generator=self.gen, device=self.device)[:t]
+        slots = torch.randperm(min(kc.shape[0], vc.shape[0]), generator=self.gen, device=self.device)[:t]
 
         def run():
             kc.index_copy_(0, slots, k)
@@ -157,7 +168,7 @@ class TokenKernels:
         ids = torch.randint(0, s.vocab, (t,), generator=self.gen, device=self.device)
         if not s.learned_pos:
             return lambda: F.embedding(ids, w)
-        p = self._weight("pos_embed", max(4096, t), s.hidden)
+        p = self._table("pos_embed", max(4096, t), s.hidden)
         pos = torch.arange(t, device=self.device)
         return lambda: F.embedding(ids, w) + F.embedding(pos, p)
 

@@ -34,6 +34,35 @@ def measure_op(clock: Clock, op: str, points, build, passes: int = 1, skipped: l
     ``build(point)`` returns a zero-argument callable running the operator once. ``on_point`` is
     called after each point of each pass (progress); ``release`` frees cached memory after an OOM.
     """
+    take = lambda fn, reps, warm: [{op: t} for t in clock.samples(fn, reps, warmup=warm)]  # noqa: E731
+    return _sweep(clock, points, build, take, lambda p: (op,), passes, skipped, on_point, release).get(op, OpData(op))
+
+
+def measure_steps(clock: Clock, points, build, ops_at, passes: int = 1, skipped: list | None = None,
+                  on_point=None, release=None) -> dict[str, OpData]:
+    """:func:`measure_op` for callables that time their own operators (``calibrate.forward``).
+
+    ``build(point)()`` runs one step and returns ``{op: seconds}``; every call is one sample of each
+    operator in it. ``ops_at(point)`` names the operators measured at ``point`` (an out-of-memory
+    point is recorded as skipped for each of them). Returns ``{op: OpData}``.
+    """
+    import gc
+
+    def take(fn, reps, warm):
+        for _ in range(warm):
+            fn()
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            return [fn() for _ in range(reps)]
+        finally:
+            if gc_was:
+                gc.enable()
+
+    return _sweep(clock, points, build, take, ops_at, passes, skipped, on_point, release)
+
+
+def _sweep(clock, points, build, take, ops_at, passes, skipped, on_point, release) -> dict[str, OpData]:
     skipped = [] if skipped is None else skipped
     points = [tuple(int(v) for v in p) for p in points]
     fns: dict = {}
@@ -43,7 +72,7 @@ def measure_op(clock: Clock, op: str, points, build, passes: int = 1, skipped: l
     dead: set = set()
 
     def fail(p, e):
-        skipped.append({"op": op, "point": list(p), "reason": _reason(e)})
+        skipped.extend({"op": op, "point": list(p), "reason": _reason(e)} for op in ops_at(p))
         dead.add(p)
         fns.pop(p, None)
         if release is not None:
@@ -63,7 +92,7 @@ def measure_op(clock: Clock, op: str, points, build, passes: int = 1, skipped: l
                     warm = 0
                 else:  # a short kernel gets one call to bring its data back into cache
                     warm = 1 if short[p] else 0
-                samples[p].extend(clock.samples(fn, reps[p], warmup=warm))
+                samples[p].extend(take(fn, reps[p], warm))
                 clock.sync()
                 if passes > 1 and k < passes - 1:
                     fns[p] = fn
@@ -76,16 +105,21 @@ def measure_op(clock: Clock, op: str, points, build, passes: int = 1, skipped: l
                 fail(p, e)
             if on_point:
                 on_point()
-    out = OpData(op)
+    out: dict[str, OpData] = {}
     for p in points:
         if p in dead or not samples[p]:
             continue
-        t = summarize(samples[p])
-        out.grid.append(list(p))
-        out.median_s.append(t.median_s)
-        out.p10_s.append(t.p10_s)
-        out.p90_s.append(t.p90_s)
-        out.reps.append(t.reps)
+        for op in ops_at(p):
+            vals = [s[op] for s in samples[p] if op in s]
+            if not vals:
+                continue
+            t = summarize(vals)
+            d = out.setdefault(op, OpData(op))
+            d.grid.append(list(p))
+            d.median_s.append(t.median_s)
+            d.p10_s.append(t.p10_s)
+            d.p90_s.append(t.p90_s)
+            d.reps.append(t.reps)
     return out
 
 
@@ -94,4 +128,4 @@ def _reason(e: BaseException) -> str:
     return f"out of memory ({type(e).__name__}: {first[:200]})"
 
 
-__all__ = ["OpData", "measure_op"]
+__all__ = ["OpData", "measure_op", "measure_steps"]

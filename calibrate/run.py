@@ -1,5 +1,8 @@
 """One calibration run: measure every operator of a model shard on a device, fit, and build a Profile.
 
+Operators are timed inside forwards of the real backend's model and attention backend
+(``calibrate.forward``), so the profile prices what ``blendsim validate`` replays.
+
     cal = Calibrator(CalibrationConfig(model="tiny", device="cpu", quick=True))
     profile = cal.run(advance=lambda label: ...)   # cal.total_steps() calls of advance
     profile.save("p.json")
@@ -18,11 +21,11 @@ import numpy as np
 import torch
 
 from calibrate import grids
-from calibrate.attention import Attention, pick_backend
 from calibrate.device import identity, measure_peaks, resolve_device, software
 from calibrate.fit import attach_holdout, fit_op
+from calibrate.forward import ForwardProbe, backend_info, longest_position, measure_plan, plan_steps
 from calibrate.kernels import TOKEN_OPS, TORCH_DTYPES, TokenKernels
-from calibrate.measure import OpData, measure_op
+from calibrate.measure import OpData
 from calibrate.overlap import GEMM_OP, measure_overlap
 from calibrate.timing import Clock, is_oom, keep_freed_memory, pin_threads
 from calibrate.validate import heldout_points
@@ -91,8 +94,11 @@ class Calibrator:
 
     def total_steps(self) -> int:
         """How many times :meth:`run` calls ``advance``."""
-        n = sum(len(p) for p in self.plan.values()) + sum(len(p) for p in self.holdout.values())
-        return n * self.passes + len(self.overlap_grid) + 1
+        return plan_steps(self._points()) * self.passes + len(self.overlap_grid) + 1
+
+    def _points(self) -> dict:
+        """Every operator's grid and held-out points (measured in the same sweeps)."""
+        return {op: sorted(set(pts) | set(self.holdout[op])) for op, pts in self.plan.items()}
 
     def run(self, advance=None) -> Profile:
         """Measure, fit and return the profile; ``advance(label)`` is called once per step.
@@ -117,34 +123,28 @@ class Calibrator:
         budget = 0.06 if cfg.quick else 0.2
         clock = Clock(dev, budget_s=budget, min_reps=6 if dev == "cpu" else 10, max_reps=60 if cfg.quick else 200)
         s, m = self.shapes, self.model
-        hq, hk = s.q // m.head_dim, s.kv // m.head_dim
         tdtype = TORCH_DTYPES[m.dtype]
         skipped: list = []
-        data: dict[str, OpData] = {}
+        points = self._points()
         with torch.inference_mode():
-            backend, att_info = pick_backend(dev, hq, hk, m.head_dim, tdtype)
-            att = Attention(backend, hq, hk, m.head_dim, tdtype, dev, seed=cfg.seed)
-            kern = TokenKernels(s, m.head_dim, m.qkv_bias, m.dtype, dev, seed=cfg.seed)
-            release = kern.release if dev == "cuda" else None
-            for op, pts in self.plan.items():
-                if op == "attn_prefill":
-                    build = lambda p: att.prefill(*p)  # noqa: E731
-                elif op == "attn_decode":
-                    build = lambda p: att.decode(*p)  # noqa: E731
-                else:
-                    build = lambda p, op=op: kern.make(op, p[0])  # noqa: E731
-                both = sorted(set(pts) | set(self.holdout[op]))  # held-out points share the sweeps
-                data[op] = measure_op(clock, op, both, build, self.passes, skipped,
-                                      on_point=lambda op=op: tick(op), release=release)
-                kern.release()
+            probe = ForwardProbe(m, cfg.tp, dev, seed=cfg.seed, max_position=longest_position(points))
+            data: dict[str, OpData] = measure_plan(probe, clock, points, self.passes, skipped, tick, probe.release)
             overlap = None
             if dev == "cuda":
-                overlap = measure_overlap(clock, lambda t: kern.make(GEMM_OP, t), att.decode, self.overlap_grid,
+                kern = TokenKernels(s, m.head_dim, m.qkv_bias, m.dtype, dev, seed=cfg.seed)
+
+                def release():
+                    kern.release()
+                    probe.release()
+
+                overlap = measure_overlap(clock, lambda t: kern.make(GEMM_OP, t), probe.decode_kernel, self.overlap_grid,
                                           skipped, on_point=lambda: tick("overlap"), release=release)
                 kern.release()
             else:
                 skipped.append({"op": "overlap", "point": [],
                                 "reason": "no CUDA streams on cpu: interference not measured (hardware default applies)"})
+            info = backend_info(probe)
+            probe = None
             try:
                 hardware = measure_peaks(clock, dev, tdtype, cfg.quick)
             except Exception as e:  # noqa: BLE001 - out-of-memory is recorded, anything else re-raised
@@ -167,7 +167,7 @@ class Calibrator:
             hrows = [i for i, p in enumerate(d.grid) if tuple(p) in held]
             attach_holdout(ops[op], *([getattr(d, k)[i] for i in hrows] for k in ("grid", "median_s", "p10_s", "p90_s")))
         sw = software(dev)
-        sw.update({"attention_backend": backend, **att_info})
+        sw.update(info)
         if dev == "cuda":
             sw["tf32_matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
         produced = {"tool": "blendsim calibrate", "version": sw["blendsim"], "command": cfg.command,

@@ -92,37 +92,25 @@ def validate(profile: Profile, model, device: str, n_points: int = 8, seed: int 
 def _validate(profile, model, device, timer, n_points, seed, passes, ops) -> dict:
     import torch
 
-    from calibrate.attention import Attention, pick_backend
-    from calibrate.kernels import TORCH_DTYPES, TokenKernels
-    from calibrate.measure import measure_op
+    from calibrate.forward import ForwardProbe, longest_position, measure_plan
     from calibrate.timing import Clock
 
-    s = timer.shapes
     rng = np.random.default_rng(seed)
     clock = Clock(device, budget_s=0.06, min_reps=6, max_reps=60)
-    hq, hk, d = s.q // model.head_dim, s.kv // model.head_dim, model.head_dim
-    tdtype = TORCH_DTYPES[profile.dtype]
-    out = {}
+    plan = {op: heldout_points(op, fit.grid, n_points, rng) for op, fit in sorted(profile.ops.items())
+            if ops is None or op in ops}
+    if model.dtype != profile.dtype:
+        model = model.with_dtype(profile.dtype)
     with torch.inference_mode():
-        backend, _ = pick_backend(device, hq, hk, d, tdtype)
-        att = Attention(backend, hq, hk, d, tdtype, device, seed=seed)
-        kern = TokenKernels(s, d, model.qkv_bias, profile.dtype, device, seed=seed)
-        for op, fit in sorted(profile.ops.items()):
-            if ops is not None and op not in ops:
-                continue
-            pts = heldout_points(op, fit.grid, n_points, rng)
-            if op == "attn_prefill":
-                build = lambda p: att.prefill(*p)  # noqa: E731
-            elif op == "attn_decode":
-                build = lambda p: att.decode(*p)  # noqa: E731
-            else:
-                build = lambda p, op=op: kern.make(op, p[0])  # noqa: E731
-            data = measure_op(clock, op, pts, build, passes)
-            kern.release()
-            meas = np.asarray(data.median_s)
-            pred = np.asarray([predict(timer, op, tuple(p)) for p in data.grid])
-            out[op] = {"points": data.grid, "measured_s": meas.tolist(), "predicted_s": pred.tolist(),
-                       "rel_err": (np.abs(pred - meas) / meas).tolist()}
+        probe = ForwardProbe(model, profile.tp, device, seed=seed, max_position=longest_position(plan),
+                             prefer_backend=(profile.software or {}).get("attention_backend"))
+        data = measure_plan(probe, clock, plan, passes, release=probe.release)
+    out = {}
+    for op, d in sorted(data.items()):
+        meas = np.asarray(d.median_s)
+        pred = np.asarray([predict(timer, op, tuple(p)) for p in d.grid])
+        out[op] = {"points": d.grid, "measured_s": meas.tolist(), "predicted_s": pred.tolist(),
+                   "rel_err": (np.abs(pred - meas) / meas).tolist()}
     return out
 
 

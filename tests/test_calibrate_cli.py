@@ -193,19 +193,19 @@ def test_output_that_is_a_folder_is_refused_before_any_work(tmp_path):
 
 def test_oom_point_during_a_run_is_skipped_and_recorded(monkeypatch, tmp_path):
     """A grid point that runs out of memory is listed in ``skipped``; the run and the fit go on."""
-    from calibrate import kernels
+    from calibrate import forward
 
     cal = Calibrator(CalibrationConfig(model="tiny", device="cpu", quick=True))
     cal.plan = {"o_proj": [(t,) for t in (1, 4, 16, 64, 256, 1024)], "attn_decode": [(1, 16), (4, 64), (12, 256)]}
     cal.holdout = {op: [] for op in cal.plan}
-    real = kernels.TokenKernels.make
+    real = forward.ForwardProbe.tokens
 
-    def make(self, op, tokens):
-        if op == "o_proj" and tokens == 1024:
+    def tokens(self, t, logits=1, keep=forward.TOKEN_OPS):
+        if t == 1024:
             raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 1099511627776 bytes")
-        return real(self, op, tokens)
+        return real(self, t, logits, keep)
 
-    monkeypatch.setattr(kernels.TokenKernels, "make", make)
+    monkeypatch.setattr(forward.ForwardProbe, "tokens", tokens)
     steps = []
     p = cal.run(advance=steps.append)
     assert len(steps) == cal.total_steps()  # the progress bar reaches its end

@@ -1,18 +1,18 @@
-"""The profiled kernels do the work the cost model accounts for: shapes per TP shard, attention semantics
-(chunked-prefill causality, decode over the whole cache, GQA), and the GPU path where a GPU exists."""
+"""The profiled operators do the work the cost model accounts for: every grid point is a step of the real
+backend's model with the cost model's features, shapes are per TP shard, standalone kernels grow their
+tables for large points, and the GPU path runs where a GPU exists."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
-from calibrate.attention import Attention, pick_backend
+from calibrate.forward import backend_info
 from calibrate.kernels import TOKEN_OPS, TokenKernels
 from calibrate.run import CalibrationConfig, Calibrator, shard_deployment
+from sim.batch import BatchFeatures
 from sim.models import get_model
-from sim.ops import Shapes
+from sim.ops import Shapes, op_counts
 
 
 def _kernels(model: str, tp: int) -> tuple[TokenKernels, Shapes]:
@@ -53,54 +53,90 @@ def test_plain_mlp_and_learned_positions_follow_the_model():
                               "kv_write", "embedding"}
 
 
-def _reference(q, k, v, visible):
-    """Plain attention of query rows q [hq, n, d] over keys [hk, L, d], row i seeing keys < visible[i]."""
-    hq, hk = q.shape[0], k.shape[0]
-    k = k.repeat_interleave(hq // hk, dim=0)
-    v = v.repeat_interleave(hq // hk, dim=0)
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    mask = torch.arange(k.shape[1])[None, :] < torch.as_tensor(visible)[:, None]
-    s = s.masked_fill(~mask, float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
+# ---- the forward probe: what calibration times ------------------------------------------
+@pytest.fixture(scope="module")
+def probe():
+    from calibrate.forward import ForwardProbe
+
+    return ForwardProbe(get_model("tiny"), 1, "cpu", seed=1, max_position=64)
 
 
-def _capture_inputs(att: Attention):
-    seen = []
-    real = att._rand
-
-    def rand(*shape):
-        t = real(*shape)
-        seen.append(t)
-        return t
-
-    att._rand = rand
-    return seen
+def _features(inp) -> BatchFeatures:
+    """The cost model's features of a step's inputs."""
+    p = inp.num_prefill_seqs
+    kv = inp.kv_len
+    return BatchFeatures(inp.num_tokens, int(inp.q_start[p]), p, inp.attn_pairs, int(kv[:p].sum()), len(kv) - p,
+                         int((kv[p:] - 1).sum()), len(inp.logits_rows))
 
 
-@pytest.mark.parametrize("n, ctx", [(4, 0), (3, 5), (1, 9)])
-def test_chunked_prefill_attends_to_context_and_causally_within_the_chunk(n, ctx):
-    att = Attention("torch_sdpa", 8, 2, 16, torch.float32, "cpu", seed=3)
-    seen = _capture_inputs(att)
-    out = att.prefill(n, ctx)()
-    q, k, v = seen
-    ref = _reference(q[0], k[0], v[0], [ctx + i + 1 for i in range(n)])
-    torch.testing.assert_close(out[0], ref, rtol=1e-5, atol=1e-5)
-    assert k.shape == (1, 2, ctx + n, 16)  # GQA: the KV heads are not expanded
+@pytest.mark.parametrize("op, point", [("qkv_proj", (7,)), ("lm_head", (5,)), ("attn_prefill", (6, 0)),
+                                       ("attn_prefill", (5, 19)), ("attn_decode", (3, 21)), ("attn_decode", (1, 16))])
+def test_probe_steps_have_the_cost_models_features(probe, op, point):
+    """Each grid point is timed on a step whose features are the ones the cost model prices it with."""
+    from calibrate.validate import features
+
+    if op == "attn_prefill":
+        probe.prefill(*point)
+    elif op == "attn_decode":
+        probe.decode(*point)
+    else:
+        probe.tokens(point[0], point[0])
+    got, want = _features(probe.last_inputs), features(op, point)
+    s = Shapes.of(shard_deployment(get_model("tiny"), 1))
+    counts, expected = op_counts(s, got), op_counts(s, want)
+    assert counts[op] == expected[op]
+    if op == "attn_prefill":
+        assert got == want
+    if op == "attn_decode":
+        assert got == want
+    assert all(len(t) * probe.B >= k for t, k in zip(probe.last_inputs.block_tables, probe.last_inputs.kv_len))
 
 
-def test_decode_reads_each_sequences_whole_cache():
-    att = Attention("torch_sdpa", 8, 2, 16, torch.float32, "cpu", seed=4)
-    seen = _capture_inputs(att)
-    out = att.decode(3, 6)()
-    q, k, v = seen
-    assert k.shape == (3, 2, 7, 16)  # context plus the new token
-    for b in range(3):
-        torch.testing.assert_close(out[b], _reference(q[b], k[b], v[b], [7]), rtol=1e-5, atol=1e-5)
+def test_probe_times_every_operator_through_the_real_backend(probe):
+    from real_backend.attention import TorchSDPA
+
+    assert isinstance(probe.attn, TorchSDPA) and probe.layers == get_model("tiny").num_layers
+    with torch.inference_mode():
+        tok = probe.tokens(9, 4)()
+        pre = probe.prefill(8, 24)()
+        dec = probe.decode(3, 40)()
+    assert set(tok) == set(TOKEN_OPS) and all(v > 0 for v in tok.values())
+    assert set(pre) == {"attn_prefill"} and pre["attn_prefill"] > 0
+    assert set(dec) == {"attn_decode"} and dec["attn_decode"] > 0
+    info = backend_info(probe)
+    assert info["attention_backend"] == "torch_sdpa" and info["attention_block_size"] == probe.B
 
 
-def test_cpu_uses_torch_sdpa():
-    name, info = pick_backend("cpu", 8, 2, 64, torch.float32)
-    assert name == "torch_sdpa" and info["attention_version"] == torch.__version__
+def test_probe_shards_heads_mlp_and_vocabulary():
+    from calibrate.forward import probe_layers, shard_spec
+
+    m = get_model("llama-3-8b")
+    s = shard_spec(m, 4, 2, max_position=200_000)
+    sh = Shapes.of(shard_deployment(m, 4))
+    assert (s.q_dim, s.kv_dim, s.mlp_in_out, s.vocab_size) == (sh.q, sh.kv, sh.mlp1, sh.vocab)
+    assert s.hidden_size == sh.hidden and s.num_layers == 2 and s.max_position_embeddings == 200_000
+    assert 2 <= probe_layers(m, 1) < m.num_layers  # capped by weight bytes, at least two
+    assert probe_layers(get_model("tiny"), 1) == get_model("tiny").num_layers
+
+
+def test_standalone_kernels_time_past_their_first_tables():
+    """Tables sized at the first point grow for later, larger points (GPU grids reach 16K tokens)."""
+    from sim.models import ModelSpec
+
+    k, s = _kernels("tiny", 1)
+    opt = ModelSpec("opt-mini", 64, 2, 4, 4, 128, 500, rope=False, gated_mlp=False, dtype="fp32",
+                    max_position_embeddings=8192)
+    so = Shapes.of(shard_deployment(opt, 1))
+    ko = TokenKernels(so, opt.head_dim, False, "fp32", "cpu")
+    with torch.inference_mode():
+        for t in (1, 5000):
+            q, kk = k.make("rope", t)()
+            assert q.shape == (t, s.q // 64, 64) and bool(torch.isfinite(q).all())
+        for t in (1, 20000):
+            k.make("kv_write", t)()
+        assert k._weights["k_cache"].shape[0] >= 40000
+        for t in (1, 6000):
+            assert ko.make("embedding", t)().shape == (t, so.hidden)
 
 
 @pytest.mark.gpu
