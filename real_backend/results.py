@@ -10,8 +10,6 @@ so an interrupted write never leaves half a folder; a run stopped by a fault wri
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -62,25 +60,17 @@ def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> P
     import pyarrow.parquet as pq
 
     from sim import columns as col
-    from sim.io import write_json
+    from sim.io import atomic_dir, write_json
     from sim.runner import write_run
 
     d = check_val_dir(out)
-    d.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
-    try:
+    with atomic_dir(d) as tmp:
         write_json(tmp / "summary.json", summary)
         for name, rows in tables.items():
             if rows is not None and len(rows):
                 pq.write_table(col.table(rows.arrays()), tmp / f"{name}.parquet", compression="zstd")
         for policy, res in sims.items():
             write_run(res, tmp / "sim" / policy)
-        if d.exists():
-            shutil.rmtree(d)
-        tmp.rename(d)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return d
 
 

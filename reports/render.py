@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import os
-import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +19,7 @@ from reports import tables as T
 from reports import validation as V
 from reports.inputs import load_inputs
 from sim.errors import UserError
-from sim.io import staging_dir
+from sim.io import atomic_dir
 
 MARKER = "index.html"
 
@@ -74,11 +72,7 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
 
 
 def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
-    tmp = staging_dir(out)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the report from its readers
-    try:
+    with atomic_dir(out) as tmp:
         (tmp / "figures").mkdir()
         body, md = [], [f"# blendsim report\n\n{_provenance(inputs, markdown=True)}\n"]
         for name, (df, spec) in md_tables.items():
@@ -100,12 +94,6 @@ def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
             df.to_csv(tmp / name, index=False)
         (tmp / "report.md").write_text("\n".join(md))
         (tmp / MARKER).write_text(_page(_provenance(inputs, markdown=False), "\n".join(body)))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out / MARKER
 
 

@@ -35,9 +35,31 @@ def staging_dir(final: str | Path) -> Path:
     final = Path(final)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the results from their readers
+        return tmp
     except OSError as e:
         raise UserError(f"{final}: cannot write there ({e.strerror or e})") from None
+
+
+@contextlib.contextmanager
+def atomic_dir(final: str | Path):
+    """Yield an empty staging folder beside ``final``; it replaces ``final`` only if the block succeeds
+    (an earlier ``final`` is removed then), and is removed if the block fails."""
+    import shutil
+
+    final = Path(final)
+    tmp = staging_dir(final)
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def check_writable(final: str | Path) -> Path:

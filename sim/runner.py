@@ -8,14 +8,13 @@ cost model, and the metrics module turns the records into summary, step and requ
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import UserError
-from sim.io import check_writable, staging_dir
+from sim.io import atomic_dir, check_writable
 from sim.seq import EngineConfig, RequestRecords
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
@@ -190,8 +189,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     from sim.io import write_json
 
     d = check_run_dir(run_dir)
-    tmp = staging_dir(d)
-    try:
+    with atomic_dir(d) as tmp:
         write_json(tmp / "summary.json", result.summary)
         cols = {"replica": [], "step": []}
         for rep, c in enumerate(result.steps):
@@ -209,12 +207,6 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
             tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
             tab = tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
             pq.write_table(tab, tmp / "schedule.parquet", compression="zstd")
-        if d.exists():
-            shutil.rmtree(d)
-        tmp.rename(d)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return d
 
 

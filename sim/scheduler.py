@@ -166,20 +166,28 @@ class Scheduler:
         return UNLIMITED
 
     # ---- admission and prefill ------------------------------------------------------------
-    def _schedule_prefill(self, budget: int, now: float, chunks: list, seqs: list) -> None:
+    def _continue_prefills(self, budget: int, now: float, chunks: list, seqs: list) -> int:
+        """Next chunks of the prompts already being prefilled, in order; the budget left, or -1 when
+        the budget ran out or memory blocked one (then nothing new may start this step)."""
         for s in list(self.prefilling):
             if budget <= 0:
-                return
+                return -1
             n = s.target - s.computed
             c = s.computed
             n = self._grow(s, n if n < budget else budget, now)
             if n == 0:
                 self.blocked = True
-                return
+                return -1
             chunks.append((s.req, n, c, 0))
             seqs.append(s)
             budget -= n
         self.blocked = False
+        return budget
+
+    def _schedule_prefill(self, budget: int, now: float, chunks: list, seqs: list) -> None:
+        budget = self._continue_prefills(budget, now, chunks, seqs)
+        if budget < 0:
+            return
         cap = self.cfg.max_seqs
         reserve = self.cfg.admission == "reserve"
         while budget > 0:

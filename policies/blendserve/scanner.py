@@ -109,19 +109,9 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
         return s
 
     def _schedule_prefill(self, budget: int, now: float, chunks: list, seqs: list) -> None:
-        for s in list(self.prefilling):  # continuing prefill chunks first (the base rule)
-            if budget <= 0:
-                return
-            n = s.target - s.computed
-            c = s.computed
-            n = self._grow(s, n if n < budget else budget, now)
-            if n == 0:
-                self.blocked = True
-                return
-            chunks.append((s.req, n, c, 0))
-            seqs.append(s)
-            budget -= n
-        self.blocked = False
+        budget = self._continue_prefills(budget, now, chunks, seqs)  # continuing chunks first (the base rule)
+        if budget < 0:
+            return
         if self.warm_open:
             self._warmup(budget, now, chunks, seqs)
         elif self.waiting.n:
