@@ -122,13 +122,19 @@ class PrefixTree:
         counts = np.diff(offsets)
         cum = np.zeros(len(ulen) + 1, dtype=np.int64)
         np.cumsum(ulen, out=cum[1:])
-        # dense ranks of unit symbols so (node, symbol) packs into one int64 key
+        # ranks of unit symbols so (node, symbol) packs into one int64 key: the symbols themselves,
+        # shifted, when their range allows (token ids: a vocabulary), else dense ranks (np.unique
+        # sorts every unit, most of the build's time on token-id prompts); either keeps their order
         if len(sym):
-            _, rank = np.unique(sym, return_inverse=True)
-            n_sym = int(rank.max()) + 1
+            lo, hi = int(sym.min()), int(sym.max())
+            if (hi - lo + 1) * (len(sym) + 1) < 2**62:
+                rank, n_sym = (sym - lo if lo else sym), hi - lo + 1
+            else:
+                _, rank = np.unique(sym, return_inverse=True)
+                n_sym = int(rank.max()) + 1
         else:
             rank, n_sym = np.zeros(0, dtype=np.int64), 1
-        rank = rank.astype(np.int64)
+        rank = np.asarray(rank, dtype=np.int64)  # no copy when it is already
 
         parent = [np.array([-1], dtype=np.int64)]
         tokens = [np.array([0], dtype=np.int64)]
@@ -149,7 +155,9 @@ class PrefixTree:
                     break
             u = offsets[active] + k
             key = node * n_sym + rank[u]
-            order = np.argsort(key, kind="stable")
+            # NOTE: where no group splits (a shared system prompt, level after level) the keys arrive
+            # sorted and the stable sort is the identity: check in O(n) instead of sorting
+            order = np.arange(len(key)) if (key[1:] >= key[:-1]).all() else np.argsort(key, kind="stable")
             key_s = key[order]
             first = np.r_[True, key_s[1:] != key_s[:-1]]
             grp = np.cumsum(first) - 1
