@@ -2,8 +2,9 @@
 
 * ``run``       — one calibration run (:class:`~calibrate.run.Calibrator`): plan, measure, fit, assemble.
 * ``grids``     — where each operator is measured (token, prefill and decode grids; quick variants).
-* ``kernels``   — the per-token operators (GEMMs, norms, rotary, activation, KV write, embedding).
-* ``attention`` — prefill and decode attention (FlashAttention, FlashInfer or PyTorch SDPA).
+* ``forward``   — every operator timed inside forwards of the real backend's model and attention
+  backend (FlashAttention, FlashInfer or PyTorch SDPA over a paged KV cache) on synthetic steps.
+* ``kernels``   — standalone per-token operators (the overlap measurement's GEMM).
 * ``timing``    — CUDA-event / CPU clocks, medians and spread; ``measure`` — interleaved sweeps, OOM skips.
 * ``overlap``   — GEMM and decode attention on two CUDA streams; the interference term kappa.
 * ``device``    — device identity (NVML / platform), software versions, measured peaks.

@@ -3,7 +3,7 @@
 The peaks (a large device-to-device copy for memory bandwidth, a large square matmul in the run's
 dtype for matmul throughput) go in ``profile.hardware`` under HardwareSpec's field names, so a user
 with an unlisted GPU can fill a :class:`sim.hardware.HardwareSpec` from them
-(:func:`hardware_fields`).
+(:func:`calibrate.report.hardware_fields`, printed by ``blendsim calibrate show``).
 """
 
 from __future__ import annotations
@@ -137,17 +137,4 @@ def measure_peaks(clock, device: str, dtype: torch.dtype, quick: bool) -> dict:
             "method": "median of a device-to-device copy (bytes read + written) and an n x n matmul"}
 
 
-def hardware_fields(profile) -> dict:
-    """HardwareSpec keyword arguments measured by a profile (peak_flops is for the profile's dtype)."""
-    hw = profile.hardware or {}
-    if not hw:
-        return {}
-    out = {"mem_bandwidth": hw["mem_bandwidth"], "memory_bytes": int(profile.device.get("memory_bytes", 0) or 0)}
-    key = "peak_flops_fp32" if profile.dtype == "fp32" else "peak_flops"
-    out[key] = hw["peak_flops"]
-    if profile.device.get("num_sms"):
-        out["num_sms"] = int(profile.device["num_sms"])
-    return {k: v for k, v in out.items() if v}
-
-
-__all__ = ["hardware_fields", "identity", "measure_peaks", "resolve_device", "software"]
+__all__ = ["identity", "measure_peaks", "resolve_device", "software"]

@@ -76,9 +76,29 @@ def print_profile(profile: Profile, console: Console | None = None) -> None:
     if hw:
         c.print(f"measured peaks: memory {hw.get('mem_bandwidth', 0) / 1e9:,.1f} GB/s, matmul "
                 f"{hw.get('peak_flops', 0) / 1e12:,.3f} TFLOP/s ({hw.get('peak_flops_dtype', profile.dtype)})")
+        fields = hardware_fields(profile)
+        c.print("HardwareSpec fields they imply: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                              for k, v in fields.items()))
     for s in profile.skipped or []:
         pt = f" at {s.get('point')}" if s.get("point") else ""
         c.print(f"skipped: {s.get('op')}{pt}: {s.get('reason')}")
+
+
+def hardware_fields(profile: Profile) -> dict:
+    """:class:`sim.hardware.HardwareSpec` keyword arguments measured by a profile, for an unlisted device.
+
+    ``mem_bandwidth`` is the measured copy bandwidth (bytes read + written per second); the matmul peak
+    fills ``peak_flops_fp32`` for an fp32 profile, else ``peak_flops``; the efficiencies stay the preset
+    defaults (they are fractions of these peaks).
+    """
+    hw = profile.hardware or {}
+    if not hw:
+        return {}
+    out = {"mem_bandwidth": hw.get("mem_bandwidth"), "memory_bytes": int((profile.device or {}).get("memory_bytes", 0) or 0)}
+    out["peak_flops_fp32" if profile.dtype == "fp32" else "peak_flops"] = hw.get("peak_flops")
+    if (profile.device or {}).get("num_sms"):
+        out["num_sms"] = int(profile.device["num_sms"])
+    return {k: v for k, v in out.items() if v}
 
 
 def _ordered(ops) -> list[str]:
@@ -90,4 +110,4 @@ def _int(v) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-__all__ = ["coverage_table", "fit_table", "print_profile"]
+__all__ = ["coverage_table", "fit_table", "hardware_fields", "print_profile"]

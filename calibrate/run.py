@@ -144,7 +144,9 @@ class Calibrator:
                 skipped.append({"op": "overlap", "point": [],
                                 "reason": "no CUDA streams on cpu: interference not measured (hardware default applies)"})
             info = backend_info(probe)
-            probe = None
+            probe = None  # the model and its KV cache go before the peaks are measured
+            if dev == "cuda":
+                torch.cuda.empty_cache()
             try:
                 hardware = measure_peaks(clock, dev, tdtype, cfg.quick)
             except Exception as e:  # noqa: BLE001 - out-of-memory is recorded, anything else re-raised

@@ -1,7 +1,7 @@
 """A Llama-architecture decoder in PyTorch, built from a ``sim.models.ModelSpec`` with seeded random weights.
 
-Its operators are exactly those ``sim.ops`` prices, with the same shapes, and are written the way the
-calibration (``calibrate.kernels``) times them, so a profile describes this model:
+Its operators are exactly those ``sim.ops`` prices, with the same shapes; calibration times them inside
+this model's own forward (``calibrate.forward``), so a profile describes this model:
 
 * ``embedding`` token lookup (plus learned positions when the spec has no rotary);
 * per layer: ``norm`` (residual add + RMSNorm, twice), ``qkv_proj`` (fused, bias for Qwen2), ``rope``

@@ -117,8 +117,20 @@ def test_show_prints_device_fit_errors_and_coverage(quick):
     out = r.stdout
     for s in ("tiny fp32 tp=1", "device: cpu", "torch_sdpa", "Fit quality", "Coverage", "k-fold", "holdout",
               "tokens 1..1024", "batch 1..48", "context 0..1536", "attn_decode", "lm_head", "allreduce",
-              "overlap interference: not measured", "measured peaks"):
+              "overlap interference: not measured", "measured peaks", "HardwareSpec fields they imply",
+              "mem_bandwidth=", "peak_flops_fp32="):
         assert s in out, s
+
+
+def test_measured_peaks_fill_a_hardware_spec(quick):
+    from calibrate.report import hardware_fields
+    from sim.hardware import HardwareSpec
+
+    p = load_profile(quick[0])
+    fields = hardware_fields(p)
+    assert fields["mem_bandwidth"] == p.hardware["mem_bandwidth"] and fields["peak_flops_fp32"] == p.hardware["peak_flops"]
+    hw = HardwareSpec("measured", peak_flops=16 * fields["peak_flops_fp32"], **fields)
+    assert hw.flops_for("fp32") == p.hardware["peak_flops"] and hw.memory_bytes == p.device["memory_bytes"] > 0
 
 
 def test_cost_command_uses_the_profile(quick):

@@ -85,9 +85,7 @@ def test_probe_steps_have_the_cost_models_features(probe, op, point):
     s = Shapes.of(shard_deployment(get_model("tiny"), 1))
     counts, expected = op_counts(s, got), op_counts(s, want)
     assert counts[op] == expected[op]
-    if op == "attn_prefill":
-        assert got == want
-    if op == "attn_decode":
+    if op.startswith("attn"):
         assert got == want
     assert all(len(t) * probe.B >= k for t, k in zip(probe.last_inputs.block_tables, probe.last_inputs.kv_len))
 
@@ -103,6 +101,9 @@ def test_probe_times_every_operator_through_the_real_backend(probe):
     assert set(tok) == set(TOKEN_OPS) and all(v > 0 for v in tok.values())
     assert set(pre) == {"attn_prefill"} and pre["attn_prefill"] > 0
     assert set(dec) == {"attn_decode"} and dec["attn_decode"] > 0
+    with torch.inference_mode():
+        out = probe.decode_kernel(3, 40)()  # one layer's decode attention alone (the overlap measurement's)
+    assert out.shape == (3, 8, 64) and bool(torch.isfinite(out).all())
     info = backend_info(probe)
     assert info["attention_backend"] == "torch_sdpa" and info["attention_block_size"] == probe.B
 
