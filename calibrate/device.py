@@ -35,7 +35,7 @@ def identity(device: str, threads: int) -> dict:
              "num_sms": int(props.multi_processor_count), "capability": f"{props.major}.{props.minor}"}
         d.update(_nvml())
         return d
-    return {"kind": "cpu", "name": _cpu_model() or platform.processor() or platform.machine(),
+    return {"kind": "cpu", "name": cpu_model() or platform.processor() or platform.machine(),
             "processor": platform.processor(), "machine": platform.machine(), "platform": platform.platform(),
             "logical_cpus": os.cpu_count(), "threads": threads, "memory_bytes": _ram_bytes()}
 
@@ -96,7 +96,8 @@ def _nvml_handle(pynvml):
     return pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else torch.cuda.current_device())
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -26,20 +26,11 @@ def device_info(device: torch.device) -> dict:
     else:
         import platform
 
-        info.update(name=_cpu_model() or platform.processor() or platform.machine(),
+        from calibrate.device import cpu_model
+
+        info.update(name=cpu_model() or platform.processor() or platform.machine(),
                     threads=torch.get_num_threads(), cpus=os.cpu_count())
     return info
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def free_memory_bytes(device: torch.device) -> int:

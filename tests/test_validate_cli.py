@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -203,15 +205,19 @@ def test_validate_refuses_to_overwrite_another_folder(small_trace, tmp_path):
 
 
 # ---- calibrated accuracy --------------------------------------------------------------------
+def _blendsim(*args) -> subprocess.CompletedProcess:
+    """Run the installed command line in its own process, as a user does: the timings then come from a
+    fresh interpreter, not from the test process after hundreds of other tests."""
+    cmd = [sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def cpu_profile(tmp_path_factory):
     """A quick CPU profile of the tiny model, made with ``blendsim calibrate``."""
-    from calibrate.cli import register
-
-    app = _app(register)
     path = tmp_path_factory.mktemp("profile") / "p.json"
-    r = CliRunner().invoke(app, ["calibrate", "--device", "cpu", "--model", "tiny", "--quick", "-o", str(path)])
-    assert r.exit_code == 0, r.output
+    r = _blendsim("calibrate", "--device", "cpu", "--model", "tiny", "--quick", "-o", path)
+    assert r.returncode == 0, r.stderr
     return path
 
 
@@ -219,9 +225,10 @@ def test_calibrated_simulator_predicts_cpu_step_times(cpu_profile, tmp_path, cap
     trace = tmp_path / "t.parquet"
     write_trace(_groups_trace(4, 6), trace)
     out = tmp_path / "val"
-    r = _invoke(trace, "--policy", "vllm", "--token-budget", "512", "--profile", cpu_profile, "-o", out, "--json")
-    assert r.exit_code == 0, r.output
-    s = json.loads(r.output)
+    r = _blendsim("validate", trace, "--policy", "vllm", "--token-budget", "512", "--profile", cpu_profile,
+                  "-o", out, "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
     p = s["policies"]["vllm"]
     e = p["step_error"]
     with capsys.disabled():
