@@ -29,40 +29,19 @@ def run_live(trace, cfg, runtime: DeviceRuntime, *, repeats: int = 1, on_step=No
 
     ``on_step(replica, batch, t_end)`` is called after every step (e.g. to check invariants).
     """
-    from policies.base import PolicyContext, get_policy
-    from sim.cost import build_cost_model
-    from sim.deployment import Deployment
     from sim.engine import Cluster, Replica
     from sim.errors import UserError
-    from sim.hardware import get_hardware
     from sim.kv import KVCache
-    from sim.models import get_model
-    from sim.prefix_tree import PrefixTree
-    from sim.runner import engine_config
+    from sim.runner import prepare_run
     from sim.seq import RequestRecords
 
-    if cfg.offline:
-        trace = trace.offline()
-    policy_cls = get_policy(cfg.policy)
-    eng = engine_config(cfg, policy_cls)
-    dep = Deployment(get_model(cfg.model, cfg.dtype), get_hardware(cfg.hardware), cfg.tp,
-                     gpu_memory_utilization=eng.gpu_memory_utilization, max_batched_tokens=eng.token_budget,
-                     max_seqs=eng.max_seqs or 1024, kv_capacity_override=cfg.kv_capacity_override)
+    run = prepare_run(trace, cfg)
+    trace, eng, dep, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.tree, run.num_blocks,
+                                             run.policy)
     if dep.model != runtime.spec:
         raise UserError(f"the runtime holds {runtime.spec.name}/{runtime.spec.dtype}, the run asks for "
                         f"{dep.model.name}/{dep.model.dtype}")
-    cm = build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine, cfg.profile)
-    tree = PrefixTree(trace)
     B = eng.block_size
-    blocks = dep.num_blocks(B)
-    need = -(-(trace.input_len + trace.output_len) // B)
-    if need.max() > blocks:
-        raise UserError(f"a request needs {int(need.max())} KV blocks, a replica holds {blocks}")
-    ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng, replicas=cfg.replicas,
-                        seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks)
-    policy = policy_cls(ctx)
-    policy.prepare()
-    policy._finalize()
     rec = RequestRecords(trace.n)
     replicas = []
     for i in range(cfg.replicas):

@@ -75,16 +75,26 @@ def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
     return EngineConfig(**base)
 
 
-def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
-    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
+@dataclass
+class Prepared:
+    """A run wired up to the point where replicas are built: what the simulator and the live device
+    run (``real_backend.live``) share."""
+
+    trace: object  # the trace as run (offline: every arrival at 0)
+    engine: EngineConfig
+    deployment: object  # sim.deployment.Deployment
+    cost_model: object  # sim.cost.CostModel
+    tree: object  # sim.prefix_tree.PrefixTree
+    num_blocks: int  # KV blocks per replica
+    policy: object  # the prepared policies.base.Policy
+
+
+def prepare_run(trace, cfg: RunConfig) -> Prepared:
+    """Check the trace fits the deployment, build the cost model and prefix tree, prepare the policy."""
     from policies.base import PolicyContext, get_policy
     from sim.cost import build_cost_model
-    from sim.density import Rates, bounds
     from sim.deployment import Deployment
-    from sim.engine import Cluster, Replica, SimExecutor
     from sim.hardware import get_hardware
-    from sim.kv import KVCache
-    from sim.metrics import per_request_table, summarize
     from sim.models import get_model
     from sim.prefix_tree import PrefixTree
 
@@ -99,7 +109,6 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
                      max_seqs=eng.max_seqs or 1024, kv_capacity_override=cfg.kv_capacity_override)
     cm = build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine, cfg.profile)
     tree = PrefixTree(trace)
-    bnd = bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep, cm.kappa))
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:
         i = int(np.argmax(total))
@@ -123,6 +132,21 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     policy = policy_cls(ctx)
     policy.prepare()
     policy._finalize()
+    return Prepared(trace, eng, dep, cm, tree, blocks, policy)
+
+
+def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
+    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
+    from sim.density import Rates, bounds
+    from sim.engine import Cluster, Replica, SimExecutor
+    from sim.kv import KVCache
+    from sim.metrics import per_request_table, summarize
+
+    run = prepare_run(trace, cfg)
+    trace, eng, dep, cm, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.cost_model, run.tree,
+                                                  run.num_blocks, run.policy)
+    B = eng.block_size
+    bnd = bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep, cm.kappa))
 
     rec = RequestRecords(trace.n)
     tick = (lambda: progress(rec.n_finished)) if progress else None
@@ -210,4 +234,5 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     return d
 
 
-__all__ = ["RunConfig", "RunResult", "check_run_dir", "engine_config", "run_simulation", "write_run"]
+__all__ = ["Prepared", "RunConfig", "RunResult", "check_run_dir", "engine_config", "prepare_run", "run_simulation",
+           "write_run"]
