@@ -10,7 +10,8 @@ Preble's ablation (320 / 5,400 / 18 per 2 GPUs -> 640 prefixes, 36 req/s).
 
 Policies: ``e2`` (the paper's algorithm, defaults), ``e2 no-P/D`` (the same without prefill/decode
 balancing: an ablation that explains a difference from the paper, see the report), ``e2-code`` (the options that follow Preble's
-public code: cost L + M, the code's load model, TTFT overload signal, group quota 10), and
+public code: cost L + M, the code's load model, TTFT overload signal, group quota 10, exploit rule, route map
+and autoscaling), and
 ``round-robin`` (the ``fcfs`` policy: round-robin routing, FCFS local queue — Preble's baseline).
 
 Routing speed: time spent inside ``E2Router.route`` only (``perf_counter`` around each call; on a
@@ -36,7 +37,8 @@ from workloads.recipes import synthesize
 
 ENGINE = dict(model="llama-3-8b", hardware="a100-80gb", mode="sequential", replicas=4, engine="sglang",
               token_budget=512, block_size=1)
-CODE_OPTS = {"cost": "lm", "load": "code", "overload_signal": "ttft", "quota_unit": 10}
+CODE_OPTS = {"cost": "lm", "load": "code", "overload_signal": "ttft", "quota_unit": 10, "exploit": "code",
+             "route_map": "window", "autoscale": "code"}
 POLICIES = (("e2", "e2", {}), ("e2 no-P/D", "e2", {"pd_balance": False}), ("e2-code", "e2", CODE_OPTS),
             ("round-robin", "fcfs", {}))
 TARGET_DECISIONS_S = 20_000

@@ -83,6 +83,20 @@ def test_p_term_decides_between_equal_loads():
         assert r.route(2, 0.2) == want
 
 
+def test_full_match_exploits_by_the_paper_and_may_explore_by_the_code():
+    """A prompt seen in full before: missed 0 < matched, so the paper exploits; Preble's code compares
+    the matched leaf's own 1,000 tokens with the 100 before it and explores."""
+    pr = [[(100, 800)], [(1, 100), (2, 1000)], [(1, 100), (3, 50)], [(101, 800)], [(1, 100), (2, 1000)]]
+    for rule, how in (("paper", EXPLOIT), ("code", EXPLORE)):
+        r = router(pr, R=2, exploit=rule, pd_balance=False)
+        holders = [r.route(q, 0.1 * q) for q in range(4)]
+        before = list(r.counts)
+        r.route(4, 1.0)
+        assert r.counts[how] == before[how] + 1, (rule, holders, r.counts)
+    with pytest.raises(Exception, match="option exploit"):
+        router(pr, exploit="sometimes")
+
+
 def test_exploit_among_several_holders_takes_the_cheapest():
     pr = [[(1, 400), (20, 500)], [(9, 300)], [(1, 400), (21, 500)], [(1, 400), (22, 100)]]
     r = router(pr, R=2)
@@ -124,6 +138,22 @@ def test_window_expires_old_entries():
     assert len(r.entries) == 1 and r.load.n[0] < before[0]
     assert r.counts[EXPLOIT] == 1  # the tool node was removed (no window entry, nothing cached): explore
     assert t.win_n[tool] == 1  # only request 3 now
+
+
+def test_route_map_forgets_on_eviction_by_the_paper_and_at_window_end_by_the_code():
+    pr = [[(1, 1000), (10, 100)], [(1, 1000), (11, 100)]]
+    for rule, kept in (("evict", False), ("window", True)):
+        r = router(pr, R=2, route_map=rule, pd_balance=False)
+        t = r.tree
+        tool = t.path(0)[0]
+        assert r.route(0, 0.0) == 0
+        fb = r.replicas[0].scheduler.feedback
+        fb.append((1.0, FINISH, 0, 0.1, 0.01, 10))
+        fb.append((2.0, EVICT, tool, 0, 0, 0))  # replica 0's cache dropped the tool prefix
+        r.sync(3.0)
+        assert bool(t.alloc[tool] & 1) == kept, rule
+        r.sync(200.0)  # request 0 has left the 180 s window: both rules forget the prefix now
+        assert t.alloc[tool] == 0, rule
 
 
 def _rebalance_router(on0: dict, on1: dict, **opts):

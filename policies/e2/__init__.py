@@ -24,9 +24,11 @@ paper; options give the code's behaviour:
   used it / all its requests in H). The paper assumes memory is always full; we read the replica's
   free blocks, which is the same once its cache has filled (it never shrinks by itself).
 * Exploit when missed < matched tokens with missed = prompt - matched (Alg. 1: a fully matched prompt
-  exploits; the code compares the leaf node's own tokens instead). Candidates: the replicas the deepest
+  exploits); ``exploit=code`` compares the leaf node's own tokens with the tokens before it, which
+  differs on a full match (the deepest matched node is then the leaf). Candidates: the replicas the deepest
   matched node is routed to. A prefix leaves a replica's route map when the replica evicts it (paper:
-  "cached ... until its eviction"; the code keeps it until its window empties).
+  "cached ... until its eviction"); ``route_map=window`` keeps it until no request through it is left
+  in H, as the code does.
 * Autoscaling (``autoscale=paper``): when loads are still Th_bal apart after rebalancing ("even after
   the above load rebalancing") with the new request's replica the heaviest, its prefix is replicated
   on the lightest replica not holding it if its mean queueing time there doubled over H (second half of

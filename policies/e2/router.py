@@ -49,12 +49,18 @@ OPTIONS = {
                            "heavy replica with one movable node; off"),
     "overload_signal": ("queue", "autoscaling trigger: queue = mean queueing time doubles over H (paper); "
                                  "ttft = mean TTFT doubles (Preble's code)"),
+    "exploit": ("paper", "exploit rule: paper = missed < matched tokens (Alg. 1: a fully matched prompt "
+                         "exploits); code = the matched leaf's own tokens < the tokens before it when the "
+                         "whole prompt matched (Preble's code)"),
+    "route_map": ("evict", "a replica leaves a prefix's route map: evict = when its cache evicts the prefix "
+                           "(paper); window = when no request through it is left in H (Preble's code)"),
     "groups": (10, "local scheduler: number of priority groups P (1 = FCFS)"),
     "quota_unit": (1, "local scheduler: group g admits (g+1) x quota_unit per pointer visit "
                       "(paper's example: 1; Preble's code: 10)"),
 }
 CHOICES = {"cost": ("lmp", "lm"), "load": ("paper", "code"), "autoscale": ("paper", "code", "off"),
-           "overload_signal": ("queue", "ttft")}
+           "overload_signal": ("queue", "ttft"), "exploit": ("paper", "code"),
+           "route_map": ("evict", "window")}
 # outcome codes of a routing decision
 EXPLOIT, EXPLORE, PD = 0, 1, 2
 
@@ -75,8 +81,9 @@ class E2Router(Router):
         self.use_m = bool(o["eviction_cost"])
         self.pd = bool(o["pd_balance"])
         self.pd_thr = float(o["pd_threshold"])
+        self.code_exploit = o["exploit"] == "code"
         kvs = [getattr(r.scheduler, "kv", None) for r in replicas]
-        self.tree = GlobalTree(ctx.tree, R, kvs)
+        self.tree = GlobalTree(ctx.tree, R, kvs, o["route_map"])
         self.tm = TimeModel(ctx.cost_model)
         self.stats = OutputStats(R, self.H, self.tm)
         self.code_load = o["load"] == "code"
@@ -127,7 +134,14 @@ class E2Router(Router):
         missed = p - matched
         i = -1
         pt = None
-        if missed < matched:
+        if self.code_exploit and missed == 0 and k:
+            # NOTE: Preble's code compares the leaf its insertion returns -- on a full match the
+            # deepest matched node -- by its own tokens against the tokens before it
+            before = tree.end[path[k - 2]] if k > 1 else 0
+            exploit = tree.end[path[k - 1]] - before < before
+        else:
+            exploit = missed < matched
+        if exploit:
             mask = tree.holders(path, k)
             if mask:
                 if mask & (mask - 1) == 0:  # a single holder

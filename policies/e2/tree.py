@@ -25,8 +25,11 @@ from __future__ import annotations
 class GlobalTree:
     """Online state over a static prefix tree, for ``R`` replicas whose KV caches are ``kvs``."""
 
-    def __init__(self, static_tree, replicas: int, kvs: list):
+    def __init__(self, static_tree, replicas: int, kvs: list, route_map: str = "evict"):
         t = static_tree
+        # "evict": a replica leaves a node's route map when its cache drops the node (the paper);
+        # "window": when no request through the node is left in the window H (Preble's code)
+        self.by_window = route_map == "window"
         self.R = R = replicas
         self.parent = t.parent.tolist()
         self.tokens = t.tokens.tolist()
@@ -145,14 +148,14 @@ class GlobalTree:
             if win_n[x] == 0 and alloc[x]:
                 m = alloc[x]
                 for j in range(R):
-                    if m >> j & 1 and not self.holds(j, x):
+                    if m >> j & 1 and not (self.ref[x * R + j] > 0 if self.by_window else self.holds(j, x)):
                         m &= ~(1 << j)
                 alloc[x] = m
 
     def evicted(self, i: int, x: int) -> None:
         """Replica ``i`` reported ``x`` gone from its cache: drop it from the route map unless
         requests through ``x`` are outstanding there or it was cached again since."""
-        if self.alloc[x] >> i & 1 and not self.holds(i, x):
+        if not self.by_window and self.alloc[x] >> i & 1 and not self.holds(i, x):
             self.alloc[x] &= ~(1 << i)
 
     def set_subtree(self, x: int, mask: int) -> None:
