@@ -20,7 +20,7 @@ import heapq
 
 import numpy as np
 
-from sim.prefix_tree import PrefixTree
+from sim.prefix_tree import PrefixTree, node_path
 
 
 class KVCache:
@@ -69,14 +69,7 @@ class KVCache:
 
     def path_of(self, req: int) -> list[int]:
         """Static-tree nodes from the root's child down to the end of ``req``'s prompt."""
-        parent = self.parent
-        x = self._req_node[req]
-        out = []
-        while x > 0:
-            out.append(x)
-            x = parent[x]
-        out.reverse()
-        return out
+        return node_path(self.parent, self._req_node[req])
 
     def match(self, path: list[int], max_blocks: int) -> int:
         """Blocks of the prefix along ``path`` that are cached, at most ``max_blocks``."""

@@ -21,6 +21,8 @@ this (every seen request through a chain's head passes the whole chain), and the
 
 from __future__ import annotations
 
+from sim.prefix_tree import node_path
+
 
 class GlobalTree:
     """Online state over a static prefix tree, for ``R`` replicas whose KV caches are ``kvs``."""
@@ -51,14 +53,7 @@ class GlobalTree:
     # ---- queries --------------------------------------------------------------------------
     def path(self, req: int) -> list[int]:
         """Static nodes from the root's child down to the end of ``req``'s prompt."""
-        parent = self.parent
-        x = self.req_node[req]
-        out = []
-        while x > 0:
-            out.append(x)
-            x = parent[x]
-        out.reverse()
-        return out
+        return node_path(self.parent, self.req_node[req])
 
     def exists(self, x: int) -> bool:
         return self.win_n[x] > 0 or self.alloc[x] != 0
