@@ -9,6 +9,7 @@ memory use, clocks, power and utilisation from a background thread while steps r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -37,13 +38,10 @@ def free_memory_bytes(device: torch.device) -> int:
     """Memory the run can still allocate on ``device`` (CUDA: free device memory; CPU: MemAvailable)."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
@@ -102,10 +100,8 @@ class NvmlSampler:
     def stop(self) -> dict:
         self._stop.set()
         self._thread.join(timeout=5)
-        try:
+        with contextlib.suppress(self._nv.NVMLError):
             self._nv.nvmlShutdown()
-        except self._nv.NVMLError:
-            pass
         return self.samples
 
     def summary(self) -> dict:
@@ -142,10 +138,9 @@ def _handle(nv, device: torch.device):
     if bus is not None:
         dom = getattr(p, "pci_domain_id", 0)
         dev = getattr(p, "pci_device_id", 0)
-        try:
+        # an NVML without this call or format: fall back to the index
+        with contextlib.suppress(Exception):
             return nv.nvmlDeviceGetHandleByPciBusId(f"{dom:08x}:{bus:02x}:{dev:02x}.0")
-        except Exception:  # noqa: BLE001 - an NVML without this call or format: fall back to the index
-            pass
     return nv.nvmlDeviceGetHandleByIndex(idx)
 
 

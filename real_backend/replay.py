@@ -19,6 +19,7 @@ from real_backend.paged_kv import BlockManager, KVExhausted
 from real_backend.sequences import SequenceBook
 from sim.batch import Batch
 from sim.errors import UserError
+from sim.io import read_parquet
 
 META_KEYS = ("block_size", "kv_capacity_blocks", "model", "policy", "dtype", "tp")
 
@@ -53,19 +54,12 @@ def load_schedule(src) -> Schedule:
 
 
 def _read_parquet(path: Path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from sim import columns as col
 
     if path.is_dir():
         path = path / "schedule.parquet"
-    if not path.exists():
-        raise UserError(f"{path}: no such schedule (simulate with --record-schedule)")
-    try:
-        tab = pq.ParquetFile(path).read()
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"{path}: not a readable schedule ({str(e).splitlines()[0]})") from None
+    tab = read_parquet(path, "schedule", missing="no such schedule (simulate with --record-schedule)")
     md = {k.decode(): v.decode() for k, v in (tab.schema.metadata or {}).items()}
     missing = [k for k in ("replica", "step", "kind", "request", "a", "b", "c") if k not in tab.column_names]
     if missing or any(f"blendsim.{k}" not in md for k in META_KEYS):

@@ -66,6 +66,18 @@ def _short(group: str) -> str:
     return group.split(" · ")[0]
 
 
+def _bar_figure(fig, ax, name, heading, dep, part, ylabel, xlabel, title, caption) -> Figure:
+    """Label, legend and grid of a per-workload bar chart, as a Figure."""
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return Figure(f"{name}-{_slug(dep)}-{part}", f"{heading} — {dep}" + (f" (part {part + 1})" if part else ""),
+                  caption, fig)
+
+
 def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
     """Throughput of each policy per workload, with T_o's throughput and the practical optimum."""
     col, out = colors(order), []
@@ -79,15 +91,11 @@ def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
                {"colors": "black", "linewidths": 2}, "optimal (T_o)")
         _marks(ax, xs, [(tokens / first["t_opt_practical_s"]).get(w, np.nan) for w in groups],
                {"colors": "dimgray", "linestyles": "dashed", "linewidths": 1.5}, "practical optimum")
-        ax.set_ylabel("throughput (tokens/s)")
-        ax.set_xlabel("workload (d = compute density, s = optimal prefix sharing)")
-        ax.set_title(f"Throughput per workload — {dep}")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        out.append(Figure(f"throughput-{_slug(dep)}-{part}", f"Throughput — {dep}" + (f" (part {part + 1})" if part else ""),
-                          "Bars: (input + output tokens) / makespan. Solid line: the same tokens over T_o = "
-                          "max((1 - s_o) T_comp, T_mem); dashed: over the practical optimum of the cost model.", fig))
+        out.append(_bar_figure(fig, ax, "throughput", "Throughput", dep, part, "throughput (tokens/s)",
+                               "workload (d = compute density, s = optimal prefix sharing)",
+                               f"Throughput per workload — {dep}",
+                               "Bars: (input + output tokens) / makespan. Solid line: the same tokens over T_o = "
+                               "max((1 - s_o) T_comp, T_mem); dashed: over the practical optimum of the cost model."))
     return out
 
 
@@ -100,15 +108,10 @@ def sharing_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
         opt = g.drop_duplicates("group").set_index("group")["optimal_sharing_ratio"] * 100.0
         _marks(ax, np.arange(len(groups)), [opt.get(w, np.nan) for w in groups],
                {"colors": "black", "linewidths": 2}, "optimal s_o (DFS, unbounded cache)")
-        ax.set_ylabel("prefix sharing ratio (%)")
-        ax.set_xlabel("workload")
-        ax.set_title(f"Prefix sharing vs optimal — {dep}")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        out.append(Figure(f"sharing-{_slug(dep)}-{part}", f"Prefix sharing — {dep}" + (f" (part {part + 1})" if part else ""),
-                          "s = 1 - (prefill tokens computed - recomputed) / prompt tokens (BatchLLM Eq. 2, "
-                          "recomputation after preemption excluded); the line is the trace's optimal s_o.", fig))
+        out.append(_bar_figure(fig, ax, "sharing", "Prefix sharing", dep, part, "prefix sharing ratio (%)", "workload",
+                               f"Prefix sharing vs optimal — {dep}",
+                               "s = 1 - (prefill tokens computed - recomputed) / prompt tokens (BatchLLM Eq. 2, "
+                               "recomputation after preemption excluded); the line is the trace's optimal s_o."))
     return out
 
 

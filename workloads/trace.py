@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import UserError
+from sim.io import read_parquet
 
 SCHEMA_VERSION = 1
 SEGMENT_BASE = 1 << 40  # unit symbols at or above this are segments, below are token ids
@@ -338,19 +339,12 @@ REQUIRED = ("input_len", "output_len")
 def read_trace(path: str | Path) -> Trace:
     """Read a trace written by :func:`write_trace` (or any Parquet file with its columns)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from sim import columns as col
 
     path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path}: no such file")
-    try:
-        # NOTE: ParquetFile rather than read_table, and sim.columns rather than to_numpy: both other
-        # routes import pandas (a quarter of a second of start-up for every command).
-        table = pq.ParquetFile(path).read()
-    except (pa.ArrowInvalid, OSError) as e:
-        raise UserError(f"{path}: not a readable Parquet trace ({str(e).splitlines()[0]})") from None
+    # NOTE: sim.columns rather than to_numpy, which imports pandas
+    table = read_parquet(path, "Parquet trace", missing="no such file")
     md = table.schema.metadata or {}
     try:
         version = int(md.get(b"blendsim.schema_version", b"1"))
