@@ -23,8 +23,8 @@ def _app(*registers) -> typer.Typer:
         register(app)
 
     @app.command("version", hidden=True)
-    def _version():  # a second command keeps typer from collapsing the app into one command
-        pass
+    def _version():
+        """A second command keeps typer from collapsing the app into one command."""
 
     return app
 
@@ -222,23 +222,27 @@ def cpu_profile(tmp_path_factory):
 
 
 def test_calibrated_simulator_predicts_cpu_step_times(cpu_profile, tmp_path, capsys):
+    """Median step error under 15%. A shared host's speed drifts by up to ~10% between processes (the
+    sign of the mean error flips from run to run), so the replay runs three times against the same
+    profile and the median of the three medians is checked (each run ~6 s)."""
     trace = tmp_path / "t.parquet"
     write_trace(_groups_trace(4, 6), trace)
-    out = tmp_path / "val"
-    r = _blendsim("validate", trace, "--policy", "vllm", "--token-budget", "512", "--profile", cpu_profile,
-                  "-o", out, "--json")
-    assert r.returncode == 0, r.stderr
-    s = json.loads(r.stdout)
-    p = s["policies"]["vllm"]
-    e = p["step_error"]
-    with capsys.disabled():
-        print(f"\ncalibrated CPU validation: {e['steps']} steps, median |err| {e['median_abs_err']:.3f}, "
-              f"p90 {e['p90_abs_err']:.3f}, mean {e['mean_err']:+.3f}, by kind "
-              f"{ {k: round(v['median_abs_err'], 3) for k, v in e['by_kind'].items()} }, classes "
-              f"{ {k: round(v['total_err'], 3) for k, v in p['op_class_error'].items()} }, "
-              f"throughput err {p['end_to_end']['throughput_err']:+.3f}")
-    assert e["steps"] >= 40
-    assert e["median_abs_err"] < 0.15, e
+    medians = []
+    for k in range(3):
+        r = _blendsim("validate", trace, "--policy", "vllm", "--token-budget", "512", "--profile", cpu_profile,
+                      "-o", tmp_path / f"val{k}", "--json")
+        assert r.returncode == 0, r.stderr
+        p = json.loads(r.stdout)["policies"]["vllm"]
+        e = p["step_error"]
+        assert e["steps"] >= 40
+        medians.append(e["median_abs_err"])
+        with capsys.disabled():
+            print(f"\ncalibrated CPU validation {k + 1}/3: {e['steps']} steps, median |err| "
+                  f"{e['median_abs_err']:.3f}, p90 {e['p90_abs_err']:.3f}, mean {e['mean_err']:+.3f}, by kind "
+                  f"{ {n: round(v['median_abs_err'], 3) for n, v in e['by_kind'].items()} }, classes "
+                  f"{ {n: round(v['total_err'], 3) for n, v in p['op_class_error'].items()} }, "
+                  f"throughput err {p['end_to_end']['throughput_err']:+.3f}")
+    assert float(np.median(medians)) < 0.15, medians
 
 
 def test_a_hard_stop_keeps_the_last_checkpoint(small_trace, tmp_path, monkeypatch):
