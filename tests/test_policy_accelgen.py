@@ -1,6 +1,6 @@
-"""AccelGen on small hand cases: Eq. 6, T_r keys (JCT conversion included), ERA, dynamic chunking to
-exactly S_b, Alg. 2's Euclidean choice and Alg. 1's preemptions (CPU, no cost model needed except for
-the pivot)."""
+"""AccelGen on small hand cases: Eq. 6 and its Eq. 4 form, T_r keys (JCT conversion included), ERA,
+dynamic chunking to exactly S_b, Alg. 2's Euclidean choice and Alg. 1's preemptions (CPU, no cost
+model needed except for the pivot)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from policies.accelgen.batching import chunk_len, kv_fit, nearest, new_blocks
-from policies.accelgen.budget import eq6_budget, pivot_forward_size
+from policies.accelgen.budget import eq4_budget, eq4_chunk, eq4_work, eq6_budget, pivot_forward_size
 from policies.accelgen.params import MinBag, Params
 from policies.accelgen.queue import SlackQueue
 from policies.accelgen.scheduler import AccelGenScheduler
@@ -81,6 +81,34 @@ def test_eq6_ignores_the_context_that_budget_model_cost_prices():
     assert t(sb, 0) < 1.05 * 0.1875 and t(sb, deep) > 1.8 * 0.1875
     fit = largest_fit(lambda n: t(n, deep), 0.1875, 8192)
     assert 0.3 * sb < fit < 0.7 * sb and t(fit, deep) <= 0.1875 < t(fit + 1, deep)
+    # budget_model=eq4 (Eq. 4 with the chunk's context) stays within 10% of the SLO out to 4 x 6H; what
+    # is left is the cost model's attention running at 0.55 of peak against its GEMMs' 0.70
+    w_b = eq4_budget(sb, s_pf, deep)
+    for o in (0, deep, 4 * deep):
+        c = eq4_chunk(w_b, o, deep)
+        assert 0.95 * 0.1875 < t(c, o) < 1.1 * 0.1875 and abs(c - fit) < 0.1 * fit or o != deep
+
+
+def test_eq4_budget_on_hand_worked_chunks():
+    # llama-3-8b: H = 4096, 6H = 24,576; S_pf = 896. Per layer, in units of 4H operations, a chunk of c
+    # tokens at offset o does 6H c (Eq. 1, 24 c H^2) + c (o + c) (Eq. 3, 4 c (o + c) H)
+    six_h, s_pf = 24576, 896
+    assert eq4_work(10, 100, six_h) * 4 * 4096 == 24 * 10 * 4096**2 + 4 * 10 * 110 * 4096
+    # S_b = S_pf: the budget is the pivot's own operations, so a chunk at offset 0 is exactly S_pf
+    assert eq4_chunk(eq4_budget(s_pf, s_pf, six_h), 0, six_h) == s_pf
+    # S_b = 1,870 (SLO_min 0.14 s): W_b = 1,870 x 25,472 = 47,632,640
+    w_b = eq4_budget(1870, s_pf, six_h)
+    assert w_b == 47_632_640
+    # offset 0: c (24,576 + c) <= W_b -> (isqrt(24,576^2 + 4 W_b) - 24,576) // 2 = (28,186 - 24,576) // 2
+    assert eq4_chunk(w_b, 0, six_h) == 1805  # Eq. 6's 1,870 less 3.5% (c / 6H = 7% vs S_pf / 6H = 3.6%)
+    assert eq4_chunk(w_b, 6 * 4096, six_h) == 950  # at 6H the attention doubles the work: about S_b / 2
+    assert eq4_chunk(w_b, 3 * six_h, six_h) == 482  # at 3 x 6H: about S_b / 4
+    for o in (0, 1000, six_h, 3 * six_h):  # exact: the largest integer chunk within the budget
+        c = eq4_chunk(w_b, o, six_h)
+        assert eq4_work(c, o, six_h) <= w_b < eq4_work(c + 1, o, six_h)
+    assert eq4_chunk(0, 0, six_h) == eq4_chunk(-5, 0, six_h) == 0
+    # c << 6H at offset 0: within S_pf / 6H of Eq. 6
+    assert 100 <= eq4_chunk(eq4_budget(100, s_pf, six_h), 0, six_h) <= 104
 
 
 def test_min_bag_tracks_the_tightest_running_slo():
@@ -154,6 +182,8 @@ def test_step_stats_window_max_and_chunk_average():
 # ---- a scheduler on a hand-built replica ----------------------------------------------------
 def make(prompts, outputs, *, blocks=1000, slo=0.2, ttft=100.0, arrival=None, s_pf=100, t_pf=0.1,
          cap=8192, max_seqs=0, **params):
+    """A scheduler on a hand-built replica; budgets in tokens (``budget_model=eq6``) unless told."""
+    params.setdefault("budget_model", "eq6")
     n = len(prompts)
     cols = {"input_len": prompts, "output_len": outputs, "tbt_slo_s": np.broadcast_to(slo, n).astype(float),
             "ttft_slo_s": np.broadcast_to(ttft, n).astype(float)}
@@ -195,6 +225,47 @@ def test_era_serves_one_long_prompt_at_a_time_and_steps_hit_the_budget():
     step(t, 0.0)
     # Alg. 2 then prefers prompt 1's 200-token chunk (nearest to the free compute) to the others
     assert step(t, 0.1).prefill == [(1, 200, 0, 0)]
+
+
+def test_eq4_chunks_shrink_with_the_prompts_context():
+    # H = 100 (6H = 600), S_pf = 100, T_pf = 0.1, SLO 0.2: S_b = 200, W_b = 200 x 700 = 140,000.
+    # One 600-token prompt alone: c (600 + o + c) <= 140,000 at offsets 0, 179, 329: 179, 150, 131
+    s = make([600], [2], long_prompt=10_000, budget_model="eq4", six_h=600)
+    s.requeue(0)
+    got = [step(s, 0.1 * k).prefill[0][1:3] for k in range(3)]
+    assert got == [(179, 0), (150, 179), (131, 329)]
+    # Eq. 6 takes S_b = 200 tokens each step, whatever the context
+    t = make([600], [2], long_prompt=10_000)
+    t.requeue(0)
+    assert [step(t, 0.1 * k).prefill[0][1] for k in range(3)] == [200, 200, 200]
+
+
+def test_eq4_decodes_count_their_context():
+    # request 0 prefills 4,799 tokens in one step (a budget raised for that step), then decodes with
+    # L = 4,799 tokens in its KV: 6H + L + 1 = 5,400 of W_b = 140,000 (S_b = 200, 6H = 600, S_pf = 100).
+    # Request 1's chunk at offset 0: c (600 + c) <= 134,600 -> 173 (eq6 would give it 200 - 1 = 199)
+    s = make([4799, 300], [5, 5], arrival=[0.0, 1.0], long_prompt=10_000, budget_model="eq4", six_h=600,
+             cap=100_000)
+    s.requeue(0)
+    s.prm = dataclasses.replace(s.prm, t_pf=0.0005)  # S_b = 40,000 for the first step
+    assert step(s, 0.0).prefill == [(0, 4799, 0, 0)]
+    s.prm = dataclasses.replace(s.prm, t_pf=0.1)
+    s.requeue(1)
+    b = step(s, 1.0)
+    assert b.num_decode == 1 and b.decode_ctx_sum == 4799
+    assert b.prefill == [(1, 173, 0, 0)] == [(1, eq4_chunk(140_000 - 5400, 0, 600), 0, 0)]
+
+
+def test_an_empty_step_takes_one_token_when_no_chunk_fits_the_budget():
+    # budget_model=eq4: a prompt at offset 179 when S_b drops to 1 token (W_b = 700 < 600 + 179 + 1):
+    # no chunk fits, but an empty step must still progress (Eq. 6's S_b >= 1), else the replica stalls
+    s = make([600], [2], long_prompt=10_000, budget_model="eq4", six_h=600)
+    s.requeue(0)
+    step(s, 0.0)
+    s.prm = dataclasses.replace(s.prm, t_pf=1000.0)
+    assert step(s, 0.1).prefill == [(0, 1, 179, 0)]
+    with pytest.raises(ValueError):
+        make([1], [1], budget_model="eq4")  # eq4 needs 6H
 
 
 def test_dynamic_chunking_cuts_a_short_prompt_to_fill_the_budget():
@@ -262,7 +333,8 @@ def test_decodes_over_the_budget_preempt_the_loosest():
 
 
 # ---- whole runs -----------------------------------------------------------------------------
-@pytest.mark.parametrize("opts", [{"budget_model": "cost"}, {"order": "fcfs"}, {"era": "request"},
+@pytest.mark.parametrize("opts", [{"budget_model": "cost"}, {"budget_model": "eq6"}, {"order": "fcfs"},
+                                  {"era": "request"}, {"budget_model": "cost", "jct_budget": "true"},
                                   {"era_urgent": "false", "distance": "normalized"},
                                   {"jct_budget": "true", "jct_output": "oracle", "urgent_preempt": "false"}])
 def test_option_variants_run_every_request(opts):

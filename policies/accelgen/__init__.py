@@ -4,8 +4,13 @@ Three methods on a vLLM-style chunked-prefill engine (the paper's sec. 4):
 
 * SLO-guaranteed dynamic chunking (4.2): the token budget S_b = S_pf x SLO_min / T_pf (Eq. 6), the
   pivot forward size S_pf and its step time T_pf taken from the project's cost model in place of the
-  paper's profiling (``budget.py``); each step is filled to exactly S_b tokens, cutting prompts where
-  the budget ends; exclusive request allocation (ERA) serves long prompts (>= 4K tokens) one at a time.
+  paper's profiling (``budget.py``). By default (``budget_model=eq4``) a step is filled until its Eq. 4
+  operations — with the attention term, each chunk at its own offset: c (6H + o + c) per layer in units
+  of 4H, decodes 6H + L + 1 — equal those of S_b tokens at the pivot, S_b (6H + S_pf); this is Eq. 6
+  where the paper's S << 6H holds and shrinks a chunk deep in a long prompt (about S_b / 2 at 6H of
+  context). ``budget_model=eq6`` fills each step to exactly S_b tokens (Eq. 4 without its attention
+  term, whatever the context); prompts are cut where the budget ends; exclusive request allocation
+  (ERA) serves long prompts (>= 4K tokens) one at a time.
 * Iteration-level SLO-based prioritisation (4.3): candidates ordered by remaining time T_r, JCT SLOs
   converted to a per-iteration wait allowance with carry-over (``slack.py``); urgent = T_r < T_max.
 * Multi-resource-aware batching (4.4, Alg. 1-2): urgent requests first, preempting the largest T_r;
@@ -41,14 +46,17 @@ Choices the paper leaves open (options in brackets):
   them a deadline of arrival + slack instead. Online requests without a TBT SLO get 0.1875 s
   (``default_tbt``), the paper's default reading speed.
 
-NOTE (benchmarks/bench_accelgen.py): Eq. 6 prices a step by its token count alone, as at the pivot:
-the paper derives it from Eq. 4 without the attention term S/(6H), which it drops for S < 6H. A chunk
-deep into a 4K-100K-token prompt attends to everything before it; on the accelgen mix ~37% of prompt
-tokens lie beyond 6H (24,576 for llama-3-8b), where Eq. 6's 1,900-3,100-token steps take 0.33-1.18 s
-against 0.14-0.23 s TBT SLOs. Near saturation the slow steps stretch every decode, KV fills, and
-Alg. 1's urgent long prompts preempt long decoders (largest T_r), so over half the prompt tokens are
-recomputed. ``budget_model=cost`` sizes each chunk with the cost model instead (an extension: the
-paper's goal that a step meets SLO_min, by the cost model rather than Eq. 6) and keeps TBT.
+NOTE (benchmarks/bench_accelgen.py, llama-3-8b on a100-80gb, 1,000 requests, rates 0.25/0.5/1):
+``budget_model=eq6`` prices a step by its token count alone; ~37% of this mix's prompt tokens lie
+beyond 6H (24,576), where its 1,900-3,100-token chunks take 0.33-1.18 s against 0.14-0.23 s TBT
+SLOs, KV fills and urgent long prompts preempt long decoders: 614 preemptions and 56% of prompt
+tokens recomputed at 0.5 req/s, SLO attainment 0.285/0.010/0.000. ``eq4`` (default) removes that:
+28 preemptions, 4% recomputed, attainment 0.310/0.091/0.014. Its steps still run over SLO_min
+(7% of steps at 0.25, median 1.07x; 39% at 0.5, median 1.19x) because Eq. 4 counts operations: the
+cost model runs attention at 0.55 of peak against 0.70 for GEMMs (a lone eq4 chunk at 4 x 6H takes
+~1.08x SLO_min) and decode attention is bound by KV reads (~250K tokens of decode context in the
+over-SLO steps at 0.5). ``budget_model=cost`` (an extension: the cost model sizes the chunk to meet
+SLO_min) removes the rest: TBT attainment >= 0.995 at every rate.
 """
 
 from __future__ import annotations
@@ -63,7 +71,7 @@ from policies.accelgen.slack import SloBook
 from policies.base import Policy, register
 from sim.errors import UserError
 
-_CHOICES = {"era": ("prefill", "request", "off"), "budget_model": ("eq6", "cost"),
+_CHOICES = {"era": ("prefill", "request", "off"), "budget_model": ("eq4", "eq6", "cost"),
             "distance": ("tokens", "normalized"), "jct_output": ("hint", "oracle"),
             "order": ("slack", "fcfs"), "select": ("euclid", "order")}
 _INTS = ("long_prompt", "max_window", "tmax_window")
@@ -71,7 +79,8 @@ _INTS = ("long_prompt", "max_window", "tmax_window")
 
 @register("accelgen")
 class AccelGen(Policy):
-    description = "AccelGen: Eq. 6 SLO budgets, T_r order, ERA, dynamic chunks, Euclidean compute/KV batching"
+    description = ("AccelGen: Eq. 6 SLO budgets in Eq. 4 operations, T_r order, ERA, dynamic chunks, "
+                   "Euclidean compute/KV batching")
     default_engine = "vllm"
     engine_defaults = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "prefix_caching": True,
                        "mix": "decode-first", "admission": "greedy"}
@@ -88,7 +97,8 @@ class AccelGen(Policy):
         "lc_alpha": (0.125, "weight of each new cut chunk in the average chunk length L_c"),
         "jct_budget": (False, "JCT requests also bound S_b by SLO_JCT / iterations"),
         "jct_output": ("hint", "S_g for JCT conversion: hint (else replica mean) | oracle"),
-        "budget_model": ("eq6", "token budget: eq6 (paper) | cost (cost model with the step's decodes)"),
+        "budget_model": ("eq4", "token budget: eq4 (Eq. 6's S_b in Eq. 4 operations, each chunk's context "
+                                "priced) | eq6 (S_b tokens) | cost (cost-model step time fits SLO_min)"),
         "distance": ("tokens", "Alg. 2 distance: tokens (paper) | normalized"),
         "best_effort_slack": (math.inf, "requests without SLOs: deadline arrival + this (inf: lowest tier)"),
         "urgent_preempt": (True, "urgent requests preempt running ones with a larger T_r (Alg. 1)"),
@@ -109,8 +119,9 @@ class AccelGen(Policy):
                 raise UserError(f"option {k}: must be >= 1, got {o[k]}")
         if o["gamma"] < 0 or o["best_effort_slack"] < 0 or o["lc_alpha"] > 1 or o["pivot_tol"] >= 1:
             raise UserError("options gamma and best_effort_slack must be >= 0, lc_alpha and pivot_tol < 1")
-        if o["budget_model"] == "cost" and self.ctx.engine.round_tokens:
-            raise UserError("option budget_model=cost sizes steps by time: it does not take --round-tokens")
+        if o["budget_model"] != "eq6" and self.ctx.engine.round_tokens:
+            raise UserError(f"option budget_model={o['budget_model']} sizes steps by operations or time, not "
+                            "by tokens: it does not take --round-tokens (use budget_model=eq6)")
         if self.ctx.engine.mix != "decode-first":
             raise UserError("policy accelgen mixes decodes and prefill chunks in every step: "
                             "use --mix decode-first")
@@ -118,7 +129,8 @@ class AccelGen(Policy):
         self.book = SloBook(self.ctx.trace, float(o["default_tbt"]), o["jct_output"])
         fields = {f.name for f in dataclasses.fields(Params)}
         kw = {k: (int(v) if k in _INTS else v) for k, v in o.items() if k in fields}
-        self.params = Params(s_pf=self.s_pf, t_pf=self.t_pf, **kw)
+        six_h = 6 * self.ctx.deployment.model.hidden_size
+        self.params = Params(s_pf=self.s_pf, t_pf=self.t_pf, six_h=six_h, **kw)
         self._scheds: list[AccelGenScheduler] = []
 
     def make_scheduler(self, replica: int, **kw) -> AccelGenScheduler:

@@ -14,6 +14,7 @@ class Params:
 
     s_pf: int  # pivot forward size (tokens)
     t_pf: float  # time of a pivot-size step (s)
+    six_h: int = 0  # 6H of Eq. 4 (6 x the model width): needed by budget_model=eq4
     gamma: float = 0.75  # Alg. 2 window: T_r within T_r^1 + gamma (s)
     urgent_factor: float = 1.0  # urgent: T_r < urgent_factor x T_max
     long_prompt: int = 4096  # ERA: prompts at least this long are served one at a time
@@ -22,7 +23,8 @@ class Params:
     tmax_window: int = 64  # steps over which T_max is the largest step time
     lc_alpha: float = 0.125  # weight of a new cut chunk in L_c
     jct_budget: bool = False  # JCT requests also bound S_b by their per-iteration share
-    budget_model: str = "eq6"  # eq6 (paper) or cost (fit SLO_min with the step's actual decodes)
+    budget_model: str = "eq4"  # eq4: Eq. 6's budget in Eq. 4 operations (chunk context priced);
+    #                             eq6: S_b tokens; cost: fit SLO_min on the cost model
     distance: str = "tokens"  # tokens (paper) or normalized (axes divided by S_b and KV capacity)
     best_effort_slack: float = INF  # key of a request without SLOs: arrival + this
     urgent_preempt: bool = True  # urgent requests preempt larger-T_r running ones (Alg. 1)

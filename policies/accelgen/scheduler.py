@@ -3,9 +3,11 @@
 One step (``schedule``):
 
 1. S_b from Eq. 6 and the tightest iteration-level SLO of the batch (running requests, the queue's
-   head and each request being added). Running TG tasks stay in the batch; if they alone exceed S_b, the one with the
-   largest T_r is preempted until they fit (Alg. 1 lines 2-4, compute); their KV for this step is
-   reserved, preempting by largest T_r when short (lines 2-4, KV).
+   head and each request being added); ``budget_model=eq4`` measures the step against S_b in Eq. 4
+   operations (each chunk and decode at its context, ``budget.py``), ``eq6`` in tokens. Running TG
+   tasks stay in the batch; if they alone exceed the budget, the one with the largest T_r is
+   preempted until they fit (Alg. 1 lines 2-4, compute); their KV for this step is reserved,
+   preempting by largest T_r when short (lines 2-4, KV).
 2. Urgent candidates (T_r < T_max) join in T_r order, each chunked at S_b (dynamic chunking). One
    that lacks KV or a sequence slot preempts running requests with a larger T_r, largest first
    (Alg. 1: the max-T_r member of the batch goes; when that is the urgent request itself, it waits).
@@ -29,7 +31,7 @@ no static order exists.
 from __future__ import annotations
 
 from policies.accelgen.batching import chunk_len, new_blocks
-from policies.accelgen.budget import clamp_budget, eq6_budget, largest_fit
+from policies.accelgen.budget import clamp_budget, eq4_budget, eq4_chunk, eq6_budget, largest_fit
 from policies.accelgen.params import MinBag, Params
 from policies.accelgen.select import SelectMixin
 from policies.accelgen.slack import INF, Slack, SloBook, StepStats
@@ -42,6 +44,8 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     def __init__(self, *, params: Params, book: SloBook, cost_model, **kw):
         super().__init__(**kw)
+        if params.budget_model == "eq4" and params.six_h <= 0:
+            raise ValueError("budget_model=eq4 needs Params.six_h (6 x the model width)")
         self.prm = params
         self.cm = cost_model
         self.book = book
@@ -60,6 +64,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         self._later: list = []
         self._reserved = False
         self._ptok = 0
+        self._attn4 = 0
         self._bcache: dict = {}
         self._era_hit = False
         self._slo_floor = INF
@@ -73,12 +78,13 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         self._bcache = {}
         self._ptok = 0
         self._feat = [0, 0, 0]  # this step's prefill chunks: sequences, attention pairs, KV read
+        self._attn4 = 0  # this step's chunks: sum of c (o + c), Eq. 3's query-key pairs (eq4)
         self._slo_floor = INF  # SLO of the queue's head once Alg. 2 looks at it (it bounds S_b too)
         self._era_hit = False
         chunks: list = []
         self._chunk_seqs = seqs = []
         cost = self.prm.budget_model == "cost"  # NOTE: time-based rooms never preempt for compute
-        while not cost and self.n_dec and self.n_dec > self._budget(self.slo_run.min()):
+        while not cost and self.n_dec and self._decodes_over(self.slo_run.min()):
             self._preempt(self._victim(now, decoders_only=True), now)
             self.counts["preempt_compute"] += 1
         if self.n_dec:
@@ -199,6 +205,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         f[0] += 1
         f[1] += n * c + n * (n + 1) // 2
         f[2] += c + n
+        self._attn4 += n * (c + n)
         self.n_chunks[r] += 1
         if c + n < s.target:
             self.st.chunk_cut(n)
@@ -207,7 +214,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     # ---- budgets, keys, victims -----------------------------------------------------------
     def _budget(self, slo: float) -> int:
-        """S_b (Eq. 6) for a batch whose tightest iteration-level SLO is ``slo``."""
+        """S_b (Eq. 6, in tokens) for a batch whose tightest iteration-level SLO is ``slo``."""
         p = self.prm
         key = (slo, p.s_pf, p.t_pf)
         sb = self._sb_memo.get(key)
@@ -218,13 +225,42 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     def _room(self, r: int, c: int = 0) -> int:
         """Tokens left in this step if request ``r`` (-1: none), with ``c`` tokens of context, joins:
-        its SLO may tighten S_b. ``budget_model=cost``: the chunk the cost model fits in SLO_min."""
+        its SLO may tighten S_b. ``budget_model=eq4``: the chunk at offset ``c`` whose Eq. 4 operations
+        fit what is left of W_b; ``cost``: the chunk the cost model fits in SLO_min. An empty step
+        always takes at least one token (as Eq. 6's S_b >= 1), so a tiny budget cannot stall a replica."""
         slo = min(self.slo_run.min(), self._slo_floor)
         if r >= 0:
             slo = min(slo, self.slack.budget_slo(r, self.prm.jct_budget))
-        if self.prm.budget_model == "cost" and slo < INF:
-            return self._time_room(slo, c)
-        return self._budget(slo) - self.n_dec - self._ptok
+        bm = self.prm.budget_model
+        if bm == "eq6" or (bm == "cost" and slo == INF):
+            return self._budget(slo) - self.n_dec - self._ptok
+        if bm == "cost":
+            n = self._time_room(slo, c)
+        else:
+            n = min(eq4_chunk(self._eq4_budget(slo) - self._eq4_used(), c, self.prm.six_h),
+                    self.cfg.token_budget - self.n_dec - self._ptok)
+        if n <= 0 and self.n_dec + self._ptok == 0:
+            return 1  # like Eq. 6's S_b >= 1: an empty step takes one token, else nothing ever runs
+        return n
+
+    def _eq4_budget(self, slo: float) -> int:
+        """W_b = S_b (6H + S_pf): Eq. 6's budget in Eq. 4 operations (``budget.py``)."""
+        return eq4_budget(self._budget(slo), self.prm.s_pf, self.prm.six_h)
+
+    def _eq4_used(self, chunks: bool = True) -> int:
+        """Eq. 4 operations of this step so far (units of 4H per layer): every token's 6H, plus each
+        chunk's c (o + c) and each decode's L + 1 query-key pairs."""
+        D = self.n_dec
+        w = self.prm.six_h * D + ((self.dec_S + D * self.tau + D) if D else 0)
+        if chunks:
+            w += self.prm.six_h * self._ptok + self._attn4
+        return w
+
+    def _decodes_over(self, slo: float) -> bool:
+        """Whether the running decodes alone exceed the budget (Alg. 1 lines 2-4: preempt)."""
+        if self.prm.budget_model == "eq4":
+            return self._eq4_used(chunks=False) > self._eq4_budget(slo)
+        return self.n_dec > self._budget(slo)
 
     def _time_room(self, slo: float, c: int) -> int:
         """Largest chunk at context ``c`` that keeps this step's cost-model time within ``slo``."""

@@ -3,9 +3,13 @@
 After the urgent requests, a window of candidates — those within T_r^1 + gamma of the first, at most
 ``max_window`` — is offered to Alg. 2: long or partly prefilled prompts get a chunk reaching S_b or
 filling the free KV, short ones must fit whole, and the candidate whose (compute, KV) demand is nearest
-to the free (compute, KV) joins, repeatedly, while one fits. If compute is still left, candidates are
-then taken in T_r order, any prompt cut where the step reaches S_b (sec. 4.2's token-by-token
-selection), so a step holds exactly S_b tokens whenever work and KV allow.
+to the free (compute, KV) joins, repeatedly, while one fits. Compute is in tokens ("available GPU
+resource represented by # of tokens"), also under ``budget_model=eq4``, where a candidate's D_c is the
+chunk that fits the Eq. 4 budget at its offset (measuring both axes in pivot-token equivalents of
+Eq. 4 operations instead left every result of bench_accelgen.py unchanged). If compute is still left,
+candidates are then taken in T_r order, any prompt cut where the step reaches S_b (sec. 4.2's
+token-by-token selection), so a step holds exactly S_b tokens (eq4: S_b's operations) whenever work
+and KV allow.
 """
 
 from __future__ import annotations
