@@ -270,3 +270,21 @@ def test_bad_options():
     for opt in ({"warmup": "later"}, {"sample": 2}, {"footprint": "max"}):
         with pytest.raises(UserError):
             run_simulation(trace, RunConfig(policy="blendserve", options=opt))
+
+
+def test_step_balance_caps_compute_while_memory_work_waits():
+    """``balance``: new prompt tokens stop where a step's compute time would pass ``balance`` x its
+    memory time, so steps end up closer to balanced than without the cap."""
+    trace = _blend_like(1500, seed=4)
+
+    def imbalance(opts):
+        r = run_simulation(trace, RunConfig(policy="blendserve", mode="overlap", options=opts))
+        c, m = (np.concatenate([np.asarray(s[k]) for s in r.steps]) for k in ("compute_s", "memory_s"))
+        return float(np.abs(c - m).sum() / (c + m).sum()), r.summary
+
+    off, s_off = imbalance({})
+    on, s_on = imbalance({"balance": 1.0})
+    assert on < off
+    assert s_on["output_tokens"] == s_off["output_tokens"] == int(trace.output_len.sum())
+    with pytest.raises(Exception, match="balance"):
+        run_simulation(trace, RunConfig(policy="blendserve", options={"balance": -1}))

@@ -78,6 +78,8 @@ class BlendServe(Policy):
                               "peak (p + d_est)"),
         "guard": ("fluid", "KV guard inside the shares: fluid (peak of the expected KV over the newcomer's life, "
                            "finishes included), horizon (the engine's reserve rule over its life) or none"),
+        "balance": (0.0, "extension: while memory-intensive requests wait, cap a step's prompt tokens so its "
+                         "compute time stays within this many times its memory time; 0 = off"),
         "degenerate": ("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
                                "side nearer the target) or even (M split in half, both scanners keep moving)"),
     }
@@ -99,6 +101,8 @@ class BlendServe(Policy):
             raise UserError(f"option degenerate: choose even or clip, got {o['degenerate']!r}")
         if o["footprint"] not in ("peak", "mean"):
             raise UserError(f"option footprint: choose peak or mean, got {o['footprint']!r}")
+        if o["balance"] < 0:
+            raise UserError(f"option balance: must be >= 0, got {o['balance']}")
         if o["merge_cap"] <= 0 or o["max_rounds"] < 0 or o["default_output"] < 1:
             raise UserError("options merge_cap > 0, max_rounds >= 0 and default_output >= 1 are required")
         self.plan: Plan | None = None
@@ -117,6 +121,7 @@ class BlendServe(Policy):
         s = DualScanScheduler(plan=self.plan, rho_rt=self.plan.rho_rt[replica], fill=self.opt["fill"],
                               relocate=self.opt["relocate"], footprint=self.opt["footprint"],
                               degenerate=self.opt["degenerate"], guard=self.opt["guard"],
+                              balance=float(self.opt["balance"]), cost_model=self.ctx.cost_model,
                               replica=replica, **kw)
         self.schedulers.append(s)
         return s

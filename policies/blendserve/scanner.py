@@ -18,6 +18,10 @@ again (its booking grows); a left-side one that has run past ``relocate`` times 
 ("severely underestimated") is relocated to M_R. These events happen at known decode clocks, so the
 engine's fast-forward stops at them. Decoding and preemption are the engine's.
 
+Step balance (``balance`` > 0, an extension; off by default): while memory-intensive requests wait,
+a step takes no more prompt tokens than keep its compute time within ``balance`` times its memory
+time, so compute work is not spent in steps whose memory side idles (the KV ramp-up at the start).
+
 Warm-up (``warmup="barrier"``): the sampled requests run first, in DFS order, with the engine's reserve
 admission; the scan starts once they have all finished (their lengths fed the estimates).
 """
@@ -25,6 +29,8 @@ admission; the scan starts once they have all finished (their lengths fed the es
 from __future__ import annotations
 
 import heapq
+
+import numpy as np
 
 from policies.blendserve.adjust import LEFT, RIGHT, WARM, OnlineAdjust
 from policies.blendserve.memguard import FluidPeak
@@ -46,7 +52,8 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
     fast_forward_ok = True  # decisions change only at admissions, finishes and overrun events
 
     def __init__(self, *, plan, rho_rt: float, fill: str = "both", relocate: float = 2.0, footprint: str = "mean",
-                 degenerate: str = "clip", guard: str = "fluid", **kw):
+                 degenerate: str = "clip", guard: str = "fluid", balance: float = 0.0,
+                 cost_model=None, **kw):
         kw["queue"] = _Waiting()
         super().__init__(**kw)
         self.plan = plan
@@ -55,6 +62,9 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
         self.relocate = relocate
         self.degenerate = degenerate
         self.guard = guard
+        self.balance = balance
+        self.cost_model = cost_model
+        self._ctab = None  # compute time of a step by its token count (balance)
         self.fluid = FluidPeak()
         self.fp_frac = 1.0 if footprint == "peak" else 0.5  # booking: p + est (peak) or p + est / 2 (mean)
         self.est_cur: dict[int, float] = {}  # current output estimate of each running request
@@ -115,7 +125,20 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
         if self.warm_open:
             self._warmup(budget, now, chunks, seqs)
         elif self.waiting.n:
+            if self.balance > 0 and self._head(RIGHT) is not None:
+                budget = min(budget, self._balanced_room())
             self._scan(budget, now, chunks, seqs)
+
+    def _balanced_room(self) -> int:
+        """``balance``: the prompt tokens that keep this step's compute time within ``balance`` times its
+        memory time (the decodes' KV reads), at least ``round_tokens`` (an extension, see __init__)."""
+        cm, D = self.cost_model, self.n_dec
+        if self._ctab is None:
+            n = self.cfg.token_budget + 1
+            self._ctab = np.maximum.accumulate([cm.step(t, t, 1, 0, 0, 0, 0, 1)[1] for t in range(n)])
+        m = cm.step(D, 0, 0, 0, 0, D, self.dec_S + D * self.tau, D)[2] if D else 0.0
+        T = int(np.searchsorted(self._ctab, self.balance * m, side="right")) - 1
+        return max(T, self.cfg.round_tokens or 1) - D
 
     def _warmup(self, budget, now, chunks, seqs) -> None:
         cap = self.cfg.max_seqs
