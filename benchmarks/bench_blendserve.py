@@ -93,7 +93,7 @@ def main() -> None:
 
     if not args.skip_sim:
         hdr = (f"{'trace':5s} {'policy':24s} {'tok/s':>8s} {'vs dfs':>7s} {'vs rnd':>7s} {'share/opt':>9s} "
-               f"{'frac_prac':>9s} {'preempt':>7s} {'wall s':>7s}")
+               f"{'sharing':>7s} {'frac_prac':>9s} {'preempt':>7s} {'wall s':>7s}")
         print(f"llama-3-8b / a100-80gb, overlap, engine {args.engine}, {args.requests} requests per trace\n{hdr}")
         checks = []
         for name, rho, s in (t for t in TRACES if t[0][1:] in args.traces.split(",")):
@@ -111,16 +111,20 @@ def main() -> None:
                 thr = summ["throughput_tok_s"]
                 print(f"{name:5s} {label:24s} {thr:8.0f} {thr / res['dfs']['throughput_tok_s']:7.3f} "
                       f"{thr / res['random']['throughput_tok_s'] if 'random' in res else float('nan'):7.3f} "
-                      f"{summ['sharing_frac_of_opt']:9.3f} {summ['frac_of_practical_opt']:9.3f} "
+                      f"{summ['sharing_frac_of_opt']:9.3f} {summ['prefix_sharing_ratio']:7.3f} "
+                      f"{summ['frac_of_practical_opt']:9.3f} "
                       f"{summ['preemptions']:7d} {wall:7.1f}", flush=True)
             print(f"{name:5s} (trace: rho {rho}, s {s}, synthesised in {t_synth:.1f} s)")
             b, d, r = res["blendserve"], res["dfs"], res["random"]
             checks.append((name, s, b["throughput_tok_s"] > max(d["throughput_tok_s"], r["throughput_tok_s"]),
-                           b["sharing_frac_of_opt"], b["frac_of_practical_opt"], r["sharing_frac_of_opt"]))
+                           b["sharing_frac_of_opt"], b["frac_of_practical_opt"], r["sharing_frac_of_opt"],
+                           r["prefix_sharing_ratio"]))
         print("\ntargets: blendserve beats dfs and random; keeps >= 97% of the optimal sharing; reaches >= 85% of "
-              "the practical optimum; random keeps < 30% of the optimal sharing on high-sharing traces")
-        for name, s, beats, share, prac, rshare in checks:
-            rnd = f"random {rshare:.3f} {'met' if rshare < 0.30 else 'MISSED'}" if s >= 0.3 else "random n/a"
+              "the practical optimum; random keeps < 30% of the optimal sharing on high-sharing traces (the "
+              "issue's reading; 'abs' is the other reading of the paper's Fig. 9: a sharing ratio below 0.30)")
+        for name, s, beats, share, prac, rshare, rabs in checks:
+            rnd = (f"random {rshare:.3f} of opt {'met' if rshare < 0.30 else 'MISSED'}, abs {rabs:.3f} "
+                   f"{'met' if rabs < 0.30 else 'MISSED'}") if s >= 0.3 else "random n/a"
             print(f"{name:5s} beats both: {'met' if beats else 'MISSED'}   sharing {share:.3f} "
                   f"{'met' if share >= 0.97 else 'MISSED'}   practical {prac:.3f} {'met' if prac >= 0.85 else 'MISSED'}"
                   f"   {rnd}")

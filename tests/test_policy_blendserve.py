@@ -288,3 +288,129 @@ def test_step_balance_caps_compute_while_memory_work_waits():
     assert s_on["output_tokens"] == s_off["output_tokens"] == int(trace.output_len.sum())
     with pytest.raises(Exception, match="balance"):
         run_simulation(trace, RunConfig(policy="blendserve", options={"balance": -1}))
+
+
+# ---- whole-subtree splits (Alg. 2's unit) ---------------------------------------------------
+def _fig5_pair():
+    """Fig. 5 with #2 replaced by a pair: #1 and #3 (compute-intensive) share A (8 tokens) with Z
+    (2 more tokens), under which #2a and #2b (memory-intensive, 2 own tokens each) share Z; #4 and #5
+    share B (5 tokens). Requests 0..5 are #1, #3, #2a, #2b, #4, #5."""
+    prompts = [[(1, 8), (11, 40)], [(1, 8), (13, 40)], [(1, 8), (12, 2), (31, 2)], [(1, 8), (12, 2), (32, 2)],
+               [(2, 5), (14, 1)], [(2, 5), (15, 1)]]
+    p = [48, 48, 12, 12, 6, 6]
+    d = np.array([1.0, 1.0, 20.0, 20.0, 8.0, 10.0])
+    return _tree(prompts, p), d
+
+
+def _z(tree):
+    return int(tree.parent[tree.req_node[2]])
+
+
+def test_split_subtree_moves_the_pair_as_one_unit():
+    """Seq #1 #3 #2a #2b #4 #5 has one inversion (#2b 0.077 < #4 0.2). The highest node whose leaves
+    are all outliers is Z: it goes under the root as one unit, paying A's 8 tokens once (leaf by leaf
+    it would be 10 + 10), and keeps Z shared by #2a and #2b."""
+    tree, d = _fig5_pair()
+    rt = ResourceTree(tree, d, UNIT)
+    rep = sort_and_split(rt, keep_sharing=0.0, threshold=10, mode="subtree")
+    z = _z(tree)
+    assert rt.moved_node.tolist() == [i == z for i in range(tree.num_nodes)] and not rt.moved.any()
+    assert rep.splits == 1 and rep.moved_requests == 2 and rep.stop == "C1" and rep.recompute_tokens == 8
+    assert rt.seq.tolist() == [0, 1, 4, 5, 2, 3]
+    # 132 prompt tokens; computed 101 before, 109 after: Z's path (A, 8 tokens) once more
+    assert rep.sharing_before * 132 == pytest.approx(31) and rep.sharing_after * 132 == pytest.approx(23)
+    assert rt.lcp().tolist() == [0, 8, 0, 5, 0, 10]  # #2b still shares A + Z with #2a
+    assert rt.computed[z] == 8 + 2 + 2 + 2  # the moved subtree computes its path and Z once
+    # merge and plan helpers walk the new shape: Z is a root child at depth 1
+    assert rt.ext_parent[z] == 0 and rt.elevel[z] == 1
+    assert rt.fanout_product().tolist() == [6, 6, 6, 6, 6, 6]  # root 3 children x 2 under A, Z or B
+    assert scan_units(rt, np.ones(6), 2.0).tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_split_leaf_mode_is_unchanged():
+    """split=leaf on the same tree: per-leaf costs (Z's leaves 10 each, #4 and #5 5 each), so the
+    cheaper right-hand run #4 #5 moves first; no static node ever moves."""
+    tree, d = _fig5_pair()
+    rt = ResourceTree(tree, d, UNIT)
+    rep = sort_and_split(rt, keep_sharing=0.0, threshold=10, mode="leaf")
+    assert not rt.moved_node.any() and rt.moved[4] and rt.moved[5]
+    assert rep.mode == "leaf" and rep.moved_requests == rep.splits >= 2 and rep.recompute_tokens >= 10
+    # where every unit is a single request both modes coincide (Fig. 5)
+    tree, d = _fig5()
+    a, b = ResourceTree(tree, d, UNIT), ResourceTree(tree, d, UNIT)
+    ra = sort_and_split(a, keep_sharing=0.0, threshold=8, mode="leaf")
+    rb = sort_and_split(b, keep_sharing=0.0, threshold=8, mode="subtree")
+    assert a.seq.tolist() == b.seq.tolist() and a.moved.tolist() == b.moved.tolist() and not b.moved_node.any()
+    assert (ra.splits, ra.recompute_tokens, ra.stop) == (rb.splits, rb.recompute_tokens, rb.stop)
+    with pytest.raises(ValueError):
+        sort_and_split(ResourceTree(tree, d, UNIT), mode="node")
+
+
+def test_split_subtree_cost_threshold_and_divide():
+    tree, d = _fig5_pair()
+    rt = ResourceTree(tree, d, UNIT)
+    rt.aggregate()
+    cost = rt.unit_cost()
+    z = _z(tree)
+    assert cost[z] == 8 and cost[rt.m + 2] == 10 and cost[rt.m + 4] == 5
+    assert cost[tree.parent[z]] == 0  # A: a root child, nothing shared above it
+    assert sort_and_split(ResourceTree(tree, d, UNIT), keep_sharing=0.0, threshold=7).stop == "C2"
+    # Alg. 2's division: Z is reached with t / (2 x 3); B's leaves with t / (2 x 2)
+    assert rt.node_fanout_product()[z] == 6
+    rt = ResourceTree(tree, d, UNIT)
+    assert sort_and_split(rt, keep_sharing=0.0, threshold=47, divide=True).stop == "C2"
+    rt = ResourceTree(tree, d, UNIT)
+    rep = sort_and_split(rt, keep_sharing=0.0, threshold=48, divide=True)
+    assert rep.splits == 1 and rt.moved_node[z]
+
+
+def test_subtree_move_equals_a_tree_built_in_that_shape():
+    """Moving Z under the root gives the aggregates of a trace whose #2a and #2b never shared A:
+    their first 8 tokens are another segment, so Z becomes a 10-token root child."""
+    tree, d = _fig5_pair()
+    rt = ResourceTree(tree, d, UNIT)
+    rt.aggregate()
+    rt.moved_node[_z(tree)] = True
+    rt.aggregate()
+    rt.sort()
+    prompts = [[(1, 8), (11, 40)], [(1, 8), (13, 40)], [(9, 8), (12, 2), (31, 2)], [(9, 8), (12, 2), (32, 2)],
+               [(2, 5), (14, 1)], [(2, 5), (15, 1)]]
+    direct = _tree(prompts, [48, 48, 12, 12, 6, 6])
+    rd = ResourceTree(direct, d, UNIT)
+    rd.aggregate()
+    rd.sort()
+    assert rt.sharing() == pytest.approx(rd.sharing()) == pytest.approx(1 - 109 / 132)
+    assert rt.sharing() == pytest.approx(1 - direct.computed_tokens_below[0] / 132)
+    for r in (0, 2, 4):  # A (now #1 and #3 only), Z, B against their direct counterparts
+        u, v = rt.ext_parent[rt.m + r], rd.ext_parent[rd.m + r]
+        for arr in ("cnt", "P", "computed", "rho_node"):
+            assert getattr(rt, arr)[u] == pytest.approx(getattr(rd, arr)[v]), (r, arr)
+    assert rt.rho_node[0] == pytest.approx(rd.rho_node[0])
+    assert rt.seq.tolist() == rd.seq.tolist() and rt.lcp().tolist() == rd.lcp().tolist()
+    np.testing.assert_allclose(rt.per_node(np.arange(6.0))[0], rd.per_node(np.arange(6.0))[0])
+
+
+def test_split_modes_are_deterministic_and_keep_the_budget():
+    trace = _blend_like(1500, seed=5)
+    tree = PrefixTree(trace)
+    d = trace.output_len.astype(float)
+    d = np.random.default_rng(0).permutation(d)  # outputs no longer follow the tree: many outliers
+    rates = Rates(flops=312e12, bandwidth=2.039e12, gemm_params=8e9, head_params=0, attn_coef=0.0,
+                  kv_bytes=131072, interference=0.0)
+    for mode in ("subtree", "leaf"):
+        runs = []
+        for _ in range(2):
+            rt = ResourceTree(tree, d, rates)
+            rep = sort_and_split(rt, keep_sharing=0.9, mode=mode)
+            runs.append((rt.seq.tolist(), rt.moved.tolist(), rt.moved_node.tolist(), rep))
+        assert runs[0] == runs[1]
+        assert rep.splits > 0 and rep.sharing_after >= 0.9 * rep.sharing_before - 1e-12
+        if mode == "subtree":  # whole subtrees moved: more requests than units
+            assert rt.moved_node.any() and rep.moved_requests > rep.splits
+        else:
+            assert not rt.moved_node.any() and rep.moved_requests == rep.splits
+        # the charged costs bound the sharing actually lost (siblings moved together cost less)
+        assert (rep.sharing_before - rep.sharing_after) * rt.P[0] <= rep.recompute_tokens + 1e-6
+        assert sorted(rt.seq.tolist()) == list(range(trace.n))
+        rt.sort()
+        assert rt.seq.tolist() == runs[0][0]

@@ -3,8 +3,10 @@
 Offline (``prepare``, see ``plan.py``): sample ~1% of the requests for their output length and estimate
 the rest from the prefix tree (``estimate.py``, sec. 5.1); give every tree node its compute density
 rho = (1 - s) Comp / Mem (``restree.py``, sec. 5.1); sort every node's children by density and split
-outlier leaves under the root until the leaf densities are monotone or no split is affordable
-(``split.py``, Alg. 1-2, sec. 5.2 and 5.4); merge the sorted tree into scan units (``merge.py``, App.
+outliers under the root until the leaf densities are monotone or no split is affordable (``split.py``,
+Alg. 1-2, sec. 5.2 and 5.4; ``split=subtree``, the default, moves the highest subtree whose requests are
+all outliers, paying its shared prefix once, as Alg. 2 re-inserts whole nodes; ``split=leaf`` moves the
+outlier requests one by one); merge the sorted tree into scan units (``merge.py``, App.
 A.2); cut it into one balanced share per data-parallel replica (``partition.dp_partition``, sec. 5.5).
 Online: each replica runs the dual scanner (``scanner.py``, sec. 5.3, Alg. 3), blending requests from
 the compute-intensive left end and the memory-intensive right end at the root's density.
@@ -13,8 +15,9 @@ Choices the paper leaves open (each is also noted where it is made):
 * Densities for Alg. 3 are occupancy densities, the paper's own Mem (p d + d^2/2), finite for one-token
   outputs; the tree is sorted and split with sim.density's rho (d - 1 decode reads), as the project
   defines it. Degenerate partitions are clipped (``partition.py``).
-* t and the 99% target: a leaf may be split when it costs <= t tokens of recomputation and the total
-  stays within (1 - keep_sharing) of the trace's shared tokens; t defaults to that whole budget.
+* t and the 99% target: a unit (subtree or, with split=leaf, request) may be split when it costs <= t
+  tokens of recomputation and the total stays within (1 - keep_sharing) of the trace's shared tokens;
+  t defaults to that whole budget.
 * Sampling is stratified per sibling group, seeded; hinted requests are exact and never sampled;
   sampled requests run first as a warm-up (``warmup=barrier``: the scan waits for them, per replica,
   since replicas do not talk) and are then out of the scan; ``warmup=none`` keeps them in the scan with
@@ -33,6 +36,7 @@ from __future__ import annotations
 from policies.base import Policy, Router, register, register_router
 from policies.blendserve.plan import Plan, build_plan
 from policies.blendserve.scanner import DualScanScheduler
+from policies.blendserve.split import SPLIT_MODES
 from sim.errors import UserError
 
 WARMUP_MODES = ("barrier", "none")
@@ -66,7 +70,9 @@ class BlendServe(Policy):
                               "stay in the scan with their known lengths"),
         "default_output": (256.0, "output-length estimate when nothing is sampled or hinted"),
         "keep_sharing": (0.99, "splits may cost at most (1 - this) of the trace's shared prompt tokens"),
-        "split_threshold": (-1.0, "t: most recomputed tokens one leaf split may cost; -1 = the whole budget"),
+        "split": ("subtree", "unit a split moves under the root: subtree (the highest node whose requests are all "
+                             "outliers, its shared prefix paid once; Alg. 2) or leaf (outlier requests one by one)"),
+        "split_threshold": (-1.0, "t: most recomputed tokens one split may cost; -1 = the whole budget"),
         "split_divide": (False, "Alg. 2 literally: divide t by the fan-out at every level"),
         "max_rounds": (64, "cap on sort -> split -> resort rounds (C1/C2 normally stop it first)"),
         "merge_cap": (1.0, "merged scan units hold about this many KV caches of requests (p + d/2 each)"),
@@ -93,6 +99,8 @@ class BlendServe(Policy):
             raise UserError(f"option sample: must be in [0, 1], got {o['sample']}")
         if not 0 <= o["keep_sharing"] <= 1:
             raise UserError(f"option keep_sharing: must be in [0, 1], got {o['keep_sharing']}")
+        if o["split"] not in SPLIT_MODES:
+            raise UserError(f"option split: choose one of {', '.join(SPLIT_MODES)}, got {o['split']!r}")
         if o["fill"] not in ("both", "left", "none"):
             raise UserError(f"option fill: choose both, left or none, got {o['fill']!r}")
         if o["guard"] not in ("fluid", "horizon", "none"):

@@ -58,7 +58,8 @@ def build_plan(ctx, opt: dict) -> Plan:
     warm = est.sampled if opt["warmup"] == "barrier" else np.zeros(n, dtype=bool)
     lap("sample")
     rt = ResourceTree(tree, est.d, rates, active=~warm)
-    rep = sort_and_split(rt, opt["keep_sharing"], opt["split_threshold"], opt["split_divide"], opt["max_rounds"])
+    rep = sort_and_split(rt, opt["keep_sharing"], opt["split_threshold"], opt["split_divide"], opt["max_rounds"],
+                         opt["split"])
     lap("sort_split")
     p = trace.input_len.astype(np.float64)
     d = est.d
@@ -95,7 +96,8 @@ def build_plan(ctx, opt: dict) -> Plan:
     occ_all, comp_all = occ.sum(), comp_eff.sum()
     report = {
         "sampled": int(est.sampled.sum()), "hinted": int(est.hinted.sum()), "warmup_requests": int(len(wreq)),
-        "splits": rep.splits, "split_rounds": rep.rounds, "split_stop": rep.stop,
+        "splits": rep.splits, "split_rounds": rep.rounds, "split_stop": rep.stop, "split_mode": rep.mode,
+        "split_moved_requests": rep.moved_requests,
         "split_threshold_tokens": rep.threshold, "split_budget_tokens": rep.budget_tokens,
         "split_recompute_tokens": rep.recompute_tokens, "inversions_left": rep.inversions_left,
         "tree_sharing_before": rep.sharing_before, "tree_sharing_after": rep.sharing_after,

@@ -3,8 +3,13 @@
 Built on top of the static ``sim.prefix_tree.PrefixTree`` (never rebuilt): every request becomes a leaf
 hanging under the node where its prompt ends (node id ``m + r`` for request r, after the ``m`` static
 nodes), so requests and shared-prefix subtrees are sorted together, as in the paper's tree where leaves
-are requests. A split (``split.py``) detaches a request leaf and re-attaches it under the root; the
-static nodes are never changed, only the per-node aggregates are recomputed without the moved leaves.
+are requests. A split (``split.py``) detaches a request leaf (``moved[r]``) or a whole static node with
+its subtree (``moved_node[v]``, Alg. 2's unit) and re-attaches it under the root; the static arrays are
+never changed. Moves are kept as an *effective* parent (``eparent``: the root for moved nodes) and
+effective levels (``elevel``), and every aggregate, the sort and the preorder walk that tree. A moved
+node v is a root child that computes the path above it (``start[v]`` tokens) once, for its whole
+subtree, and keeps the sharing inside it, exactly as a prefix-tree node whose edge held those
+``start[v] + tokens[v]`` tokens (a tree built directly in that shape has the same aggregates).
 
 Per node, over the requests below it (estimated output lengths):
 rho(R) = (1 - s_R) * sum Comp / sum Mem, with sim.density's Comp and Mem and s_R the subtree's optimal
@@ -46,20 +51,43 @@ class ResourceTree:
         self.mem = mem_time(self.p, self.d, rates)
         self.rho_leaf = density(self.comp, self.mem)
         self.active = np.ones(self.n, dtype=bool) if active is None else np.asarray(active, dtype=bool)
-        self.moved = np.zeros(self.n, dtype=bool)
+        self.moved = np.zeros(self.n, dtype=bool)  # request leaves moved under the root
+        self.moved_node = np.zeros(self.m, dtype=bool)  # static nodes (whole subtrees) moved under the root
         self.levels = level_groups(t.level)
+        self._eff_key = None
+        self._effective()
         first = np.full(self.m, np.iinfo(np.int64).max, dtype=np.int64)
         np.minimum.at(first, t.req_node, np.arange(self.n))
         for idx in self.levels[:0:-1]:
             np.minimum.at(first, t.parent[idx], first[idx])
         self.first = first  # first request below each node: the tie-break (order of appearance)
 
+    # ---- effective tree (moved nodes hang under the root) -----------------------------------
+    def _effective(self) -> None:
+        """``eparent``, ``elevel`` and ``elevels`` of the static nodes with the moved ones under the root
+        (recomputed only when ``moved_node`` changed)."""
+        key = np.flatnonzero(self.moved_node).tobytes()
+        if key == self._eff_key:
+            return
+        self._eff_key = key
+        t = self.tree
+        if not self.moved_node.any():
+            self.eparent, self.elevel, self.elevels = t.parent, t.level, self.levels
+            return
+        par = np.where(self.moved_node, 0, t.parent)
+        par[0] = -1
+        lvl = np.zeros(self.m, dtype=np.int64)
+        for idx in self.levels[1:]:  # static parents come first; moved nodes' parent is the root
+            lvl[idx] = lvl[par[idx]] + 1
+        self.eparent, self.elevel, self.elevels = par, lvl, level_groups(lvl)
+
     # ---- aggregates ------------------------------------------------------------------------
     def up(self, cols: np.ndarray) -> np.ndarray:
-        """Per static node, the sum over its subtree of per-node values (1-D or 2-D columns)."""
+        """Per static node, the sum over its (effective) subtree of per-node values (1-D or 2-D)."""
+        self._effective()
         acc = np.array(cols, dtype=np.float64)
-        par = self.tree.parent
-        for idx in self.levels[:0:-1]:
+        par = self.eparent
+        for idx in self.elevels[:0:-1]:
             np.add.at(acc, par[idx], acc[idx])
         return acc
 
@@ -72,7 +100,8 @@ class ResourceTree:
         return acc
 
     def aggregate(self) -> None:
-        """Recompute counts, sharing and density of every static node (moved leaves excluded)."""
+        """Recompute counts, sharing and density of every static node (moved leaves and subtrees
+        excluded from their old ancestors; at the root, a moved subtree recomputes its path once)."""
         t = self.tree
         stay = self.active & ~self.moved
         rn = t.req_node
@@ -86,11 +115,12 @@ class ResourceTree:
         self.alive = self.cnt > 0
         self.alive[0] = True
         # tokens a DFS computes for each subtree on its own (PrefixTree.computed_tokens_below, restricted
-        # to the stay requests): every live node once, the path above once, +1 per duplicate prompt
+        # to the stay requests): every live node once, the path above once, +1 per duplicate prompt;
+        # the root computes moved leaves whole and the path above every live moved subtree once
         dup = np.maximum(nterm - 1, 0)
         inside = self.up(t.tokens * self.alive + dup)
         self.computed = inside + t.start * self.alive
-        self.computed[0] += self.p[mv].sum()
+        self.computed[0] += self.p[mv].sum() + float(t.start[self.moved_node & self.alive].sum())
         with np.errstate(invalid="ignore", divide="ignore"):
             keep = np.where(self.P > 0, self.computed / self.P, 1.0)  # 1 - s per node
         self.rho_node = density(comp, mem, 1.0 - keep)
@@ -105,9 +135,10 @@ class ResourceTree:
         """Sort every node's children by descending density and lay the leaves out in DFS order."""
         t, m, n = self.tree, self.m, self.n
         rn = t.req_node
-        par = np.concatenate([t.parent, np.where(self.moved, 0, rn)])
+        self._effective()
+        par = np.concatenate([self.eparent, np.where(self.moved, 0, rn)])
         par[0] = -1
-        lvl = np.concatenate([t.level, np.where(self.moved, 1, t.level[rn] + 1)])
+        lvl = np.concatenate([self.elevel, np.where(self.moved, 1, self.elevel[rn] + 1)])
         inc = np.concatenate([self.alive, self.active])
         key = np.concatenate([-self.rho_node, -self.rho_leaf])
         key = np.where(np.isnan(key), np.inf, key)
@@ -160,29 +191,52 @@ class ResourceTree:
             out[1:] = np.where((w > 0) & (w < self.m), t.start[wi] + t.tokens[wi], 0.0)
         return out
 
+    def unit_cost(self) -> np.ndarray:
+        """Per extended node (m static nodes, then n request leaves), the prompt tokens it shares with
+        stay requests outside it where it stands now: the end of its deepest (effective) strict
+        ancestor that holds more stay requests than it does (0 at the root). Moving the node, with its
+        whole subtree, under the root makes it recompute exactly these tokens once (its split cost,
+        Alg. 2's len_prefix); the sharing inside it is kept. Call after :meth:`aggregate`."""
+        t = self.tree
+        self._effective()
+        par, cnt = self.eparent, self.cnt
+        end = (t.start + t.tokens).astype(np.float64)
+        end[0] = 0.0
+        cost = np.zeros(self.m)
+        for idx in self.elevels[1:]:
+            pa = par[idx]
+            cost[idx] = np.where(cnt[pa] > cnt[idx], end[pa], cost[pa])
+        rn = t.req_node
+        leaf = np.where(cnt[rn] > 1, end[rn], cost[rn])
+        leaf[self.moved] = 0.0
+        return np.concatenate([cost, leaf])
+
     def shared_prefix(self) -> np.ndarray:
         """Per request, the prompt tokens it shares with other stay requests where it stands now:
         the end of the deepest node on its path that another stay request also uses. Moving the
         request under the root makes it recompute exactly these tokens (its split cost)."""
-        t = self.tree
-        end = np.zeros(self.m)
-        for idx in self.levels[1:]:
-            end[idx] = np.where(self.cnt[idx] >= 2, t.start[idx] + t.tokens[idx], end[t.parent[idx]])
-        return end[t.req_node]
+        return self.unit_cost()[self.m:]
+
+    def node_fanout_product(self) -> np.ndarray:
+        """Per extended node (static, then request leaves), the product of the number of children of
+        every (effective) node above it: the divisor Alg. 2 has applied to t when it reaches it."""
+        rn = self.tree.req_node
+        self._effective()
+        stay = self.active & ~self.moved
+        kids = np.bincount(self.eparent[1:][self.alive[1:]], minlength=self.m).astype(np.float64)
+        kids += np.bincount(rn, weights=stay, minlength=self.m)
+        kids[0] += float((self.active & self.moved).sum())
+        prod = np.ones(self.m)
+        for idx in self.elevels[1:]:
+            pa = self.eparent[idx]
+            prod[idx] = prod[pa] * kids[pa]
+        leaf = np.where(self.moved, np.maximum(kids[0], 1.0), prod[rn] * np.maximum(kids[rn], 1.0))
+        return np.concatenate([prod, leaf])
 
     def fanout_product(self) -> np.ndarray:
         """Per request, the product of the number of children of every node above its leaf (the
         divisor Alg. 2 applies to the threshold on its way down)."""
-        t, rn = self.tree, self.tree.req_node
-        stay = self.active & ~self.moved
-        kids = np.bincount(t.parent[1:][self.alive[1:]], minlength=self.m).astype(np.float64)
-        kids += np.bincount(rn, weights=stay, minlength=self.m)
-        kids[0] += float((self.active & self.moved).sum())
-        prod = np.ones(self.m)
-        for idx in self.levels[1:]:
-            pa = t.parent[idx]
-            prod[idx] = prod[pa] * kids[pa]
-        return np.where(self.moved, np.maximum(kids[0], 1.0), prod[rn] * np.maximum(kids[rn], 1.0))
+        return self.node_fanout_product()[self.m:]
 
 
 __all__ = ["ResourceTree", "level_groups"]
