@@ -247,19 +247,17 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         """W_b = S_b (6H + S_pf): Eq. 6's budget in Eq. 4 operations (``budget.py``)."""
         return eq4_budget(self._budget(slo), self.prm.s_pf, self.prm.six_h)
 
-    def _eq4_used(self, chunks: bool = True) -> int:
+    def _eq4_used(self) -> int:
         """Eq. 4 operations of this step so far (units of 4H per layer): every token's 6H, plus each
         chunk's c (o + c) and each decode's L + 1 query-key pairs."""
         D = self.n_dec
-        w = self.prm.six_h * D + ((self.dec_S + D * self.tau + D) if D else 0)
-        if chunks:
-            w += self.prm.six_h * self._ptok + self._attn4
-        return w
+        w = self.prm.six_h * (D + self._ptok) + self._attn4
+        return w + (self.dec_S + D * self.tau + D if D else 0)
 
     def _decodes_over(self, slo: float) -> bool:
         """Whether the running decodes alone exceed the budget (Alg. 1 lines 2-4: preempt)."""
         if self.prm.budget_model == "eq4":
-            return self._eq4_used(chunks=False) > self._eq4_budget(slo)
+            return self._eq4_used() > self._eq4_budget(slo)  # called before any chunk joins the step
         return self.n_dec > self._budget(slo)
 
     def _time_room(self, slo: float, c: int) -> int:

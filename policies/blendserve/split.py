@@ -72,46 +72,38 @@ def inversions(rho: np.ndarray) -> np.ndarray:
     return np.flatnonzero(rho[:-1] < rho[1:])
 
 
-def candidate_runs(rho, blocked, cost, viol):
-    """For each inversion, the cheaper movable run: (start, end, cost) triples, end exclusive.
-
-    ``blocked[i]`` marks leaves that cannot move (already split, or over their threshold)."""
-    n = len(rho)
-    neg = -rho
-    cb = np.r_[0, np.cumsum(blocked)]
-    cc = np.r_[0.0, np.cumsum(cost)]
-    seg_lo = np.r_[0, viol[:-1] + 1]
-    seg_hi = np.r_[viol[1:], n - 1]
-    out = []
-    for b, lo, hi in zip(viol.tolist(), seg_lo.tolist(), seg_hi.tolist()):
-        # each segment between inversions is non-increasing, so -rho is sorted inside it
-        lt = lo + int(np.searchsorted(neg[lo:b + 1], neg[b + 1], side="right"))  # [lt, b] sparser than b+1
-        hh = b + 1 + int(np.searchsorted(neg[b + 1:hi + 1], neg[b], side="left"))  # [b+1, hh) denser than b
-        best = None
-        for s, e in ((lt, b + 1), (b + 1, hh)):
-            if e > s and cb[e] == cb[s]:
-                c = cc[e] - cc[s]
-                if best is None or (c, e - s) < (best[2], best[1] - best[0]):
-                    best = (s, e, c)
-        if best is not None:
-            out.append(best)
-    return out
-
-
 def _sides(rho, viol):
-    """Both candidate runs of every inversion: (k, start, end) with end exclusive (see candidate_runs)."""
+    """Both candidate runs of every inversion k: (k, start, end), end exclusive -- the leaves before it
+    that are sparser than the leaf after it (they belong further right), and the leaves after it that
+    are denser than the leaf before it (further left)."""
     n = len(rho)
     neg = -rho
     seg_lo = np.r_[0, viol[:-1] + 1]
     seg_hi = np.r_[viol[1:], n - 1]
     out = []
     for k, (b, lo, hi) in enumerate(zip(viol.tolist(), seg_lo.tolist(), seg_hi.tolist())):
+        # each segment between inversions is non-increasing, so -rho is sorted inside it
         lt = lo + int(np.searchsorted(neg[lo:b + 1], neg[b + 1], side="right"))
         hh = b + 1 + int(np.searchsorted(neg[b + 1:hi + 1], neg[b], side="left"))
         for s, e in ((lt, b + 1), (b + 1, hh)):
             if e > s:
                 out.append((k, s, e))
     return np.array(out, dtype=np.int64).reshape(-1, 3)
+
+
+def candidate_runs(rho, blocked, cost, viol):
+    """For each inversion, the cheaper movable run: (start, end, cost) triples, end exclusive.
+
+    ``blocked[i]`` marks leaves that cannot move (already split, or over their threshold)."""
+    cb = np.r_[0, np.cumsum(blocked)]
+    cc = np.r_[0.0, np.cumsum(cost)]
+    best = {}
+    for k, s, e in _sides(rho, viol).tolist():
+        if cb[e] == cb[s]:
+            c = cc[e] - cc[s]
+            if k not in best or (c, e - s) < (best[k][2], best[k][1] - best[k][0]):
+                best[k] = (s, e, c)
+    return list(best.values())
 
 
 def subtree_runs(rt: ResourceTree, viol, cost_node, thr_node):
