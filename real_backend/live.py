@@ -45,7 +45,7 @@ def run_live(trace, cfg, runtime: DeviceRuntime, *, repeats: int = 1, on_step=No
     rec = RequestRecords(trace.n)
     replicas = []
     for i in range(cfg.replicas):
-        kv = KVCache(tree, blocks, B, eng.prefix_caching)
+        kv = KVCache(tree, blocks, B, eng.prefix_caching, retain=eng.prefix_retain)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=trace.input_len.tolist(),
                                       output_len=trace.output_len.tolist(), records=rec, record=True,
                                       output_hint=trace.output_len_hint.tolist())

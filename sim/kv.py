@@ -7,7 +7,10 @@ containing token (j+1)B - 1, so the cache keeps, per tree node, how many of the 
 are cached (always a prefix of them). ``block_size=1`` gives token-granular sharing (SGLang's default).
 
 A running request holds a reference on the path nodes it uses; nodes with no reference are evictable,
-deepest-first in least-recently-used order (SGLang's leaf LRU), a node's blocks from its tail. Every
+deepest-first in least-recently-used order (SGLang's leaf LRU), a node's blocks from its tail. With
+``retain=False`` a prefix lives only while a running request uses it (sharing among the requests in
+memory together, no reuse after the last one finishes): :meth:`settle` frees every unreferenced block
+after each release. Every
 insertion and eviction can be reported to a listener, so a replay of the schedule can mirror the
 cache exactly.
 
@@ -27,13 +30,14 @@ class KVCache:
     """Block accounting plus a prefix cache over a static prefix tree's nodes."""
 
     def __init__(self, tree: PrefixTree, num_blocks: int, block_size: int = 16, caching: bool = True,
-                 on_event=None):
+                 on_event=None, retain: bool = True):
         if num_blocks <= 0:
             raise ValueError("KV cache needs at least one block")
         self.tree = tree
         self.block_size = B = int(block_size)
         self.total = int(num_blocks)
         self.caching = caching
+        self.retain = retain
         self.on_event = on_event  # callable(kind, node, index, count) for "insert"/"evict", or None
         start = tree.start
         end = start + tree.tokens
@@ -114,6 +118,11 @@ class KVCache:
             self.evictable += self.cached[node]
             if self.cached_children[node] == 0:
                 heapq.heappush(self._heap, (now, node))
+
+    def settle(self) -> None:
+        """After a request released its path: without retention, free every unreferenced block now."""
+        if not self.retain and self.evictable:
+            self.evict(self.evictable)
 
     def insert(self, node: int, index: int, count: int) -> int:
         """Offer blocks ``index .. index+count-1`` of ``node``, computed privately by a request that

@@ -89,6 +89,9 @@ def simulate_cmd(
                                                                   "(NanoFlow: 128)."),
     mix: str = typer.Option(None, "--mix", help="decode-first (chunked prefill) or prefill-first."),
     no_prefix_cache: bool = typer.Option(False, "--no-prefix-cache", help="Disable prefix caching."),
+    no_prefix_retain: bool = typer.Option(False, "--no-prefix-retain",
+                                          help="Free a cached prefix as soon as no running request uses it "
+                                               "(only requests in memory together share)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype."),
     offline: bool = typer.Option(False, "--offline", help="Release every request at t=0."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
@@ -110,7 +113,7 @@ def simulate_cmd(
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
-                    offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))
+                    prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))
     result = _with_progress(lambda progress: run_simulation(t, cfg, progress), t.n, sys.stderr.isatty())
     write_run(result, out)
     for note in result.notes:

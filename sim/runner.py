@@ -18,7 +18,7 @@ from sim.io import atomic_dir, check_writable
 from sim.seq import EngineConfig, RequestRecords
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
-                 "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio")
+                 "prefix_retain", "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class RunConfig:
     round_tokens: int | None = None
     mix: str | None = None
     prefix_caching: bool | None = None
+    prefix_retain: bool | None = None
     gpu_memory_utilization: float | None = None
     fast_forward: bool | None = None
     admission: str | None = None  # reserve or greedy
@@ -155,7 +156,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     hints = trace.output_len_hint.tolist()
     replicas = []
     for i in range(cfg.replicas):
-        kv = KVCache(tree, blocks, B, eng.prefix_caching)
+        kv = KVCache(tree, blocks, B, eng.prefix_caching, retain=eng.prefix_retain)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule, output_hint=hints)
         replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not cfg.record_schedule,

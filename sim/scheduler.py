@@ -463,6 +463,7 @@ class Scheduler:
         for x in s.path[:s.lock_n]:
             kv.unlock(x, now)
         s.lock_n = 0
+        kv.settle()
 
     # ---- fast-forward of pure-decode stretches --------------------------------------------
     def quiescent(self) -> bool:

@@ -24,6 +24,8 @@ class EngineConfig:
     mix: str = "decode-first"  # decode-first: running decodes then prefill chunks in one step
     #                            prefill-first: a step with prefill work runs no decodes (vLLM v0)
     prefix_caching: bool = True  # reuse cached prefixes across requests
+    prefix_retain: bool = True  # keep a prefix cached after its last user finishes (SGLang, vLLM: LRU);
+    #                             False: only requests in memory together share (freed at once)
     gpu_memory_utilization: float = 0.90
     fast_forward: bool = True  # price runs of identical pure-decode steps in one vectorised call
     admission: str = "reserve"  # reserve: admit only if memory also covers the expected decode growth of

@@ -72,6 +72,18 @@ def test_random_order_shares_far_less_when_prefixes_do_not_fit():
     assert rnd["sharing_frac_of_opt"] < 0.5 * dfs["sharing_frac_of_opt"]
 
 
+def test_without_retention_only_requests_in_memory_together_share():
+    # 60 groups of 12; a cache that keeps every prefix lets random order share almost all of them, one
+    # that frees a prefix with its last running user keeps sharing only where group members overlap
+    trace = _groups_trace(groups=60, per_group=12, prefix=592, tail=60, out=2)
+    base = dict(model="tiny", hardware="cpu", block_size=16, token_budget=2048)
+    res = {(p, k): run_simulation(trace, RunConfig(policy=p, seed=1, prefix_retain=k, **base)).summary
+           for p in ("dfs", "random") for k in (True, False)}
+    assert res["random", True]["sharing_frac_of_opt"] > 0.99  # the default cache holds all 60 prefixes
+    assert res["random", False]["sharing_frac_of_opt"] < 0.5
+    assert res["dfs", False]["sharing_frac_of_opt"] > 0.99  # group members run together in DFS order
+
+
 def test_fast_forward_changes_nothing_but_speed():
     rng = np.random.default_rng(4)
     n = 300

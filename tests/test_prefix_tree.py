@@ -99,3 +99,21 @@ def test_kv_cache_blocks_follow_the_tree():
     assert kv.evict(1) == 1 and kv.cached[path0[0]] == 1  # evicted from the node's tail
     kv.check()
     assert shared != path0[0]
+
+
+def test_kv_cache_without_retention_frees_a_prefix_when_its_last_user_leaves():
+    t = from_columns(input_len=[50, 45], output_len=[1, 1], prompts=[[(1, 40), (2, 10)], [(1, 40), (3, 5)]])
+    kv = KVCache(PrefixTree(t), num_blocks=10, block_size=16, retain=False)
+    p0, p1 = kv.path_of(0), kv.path_of(1)
+    kv.reserve(3)
+    kv.lock(p0[0], 0.0)
+    kv.insert(p0[0], 0, 2)
+    kv.lock(p1[0], 0.5)  # a second user while the first still runs: shares
+    assert kv.match(p1, 10) == 2
+    kv.unlock(p0[0], 1.0)
+    kv.settle()
+    assert kv.cache_blocks == 2 and kv.evictable == 0  # still held by the second
+    kv.unlock(p1[0], 2.0)
+    kv.settle()
+    assert kv.cache_blocks == 0 and kv.match(p1, 10) == 0 and kv.evicted_blocks == 2
+    kv.check()

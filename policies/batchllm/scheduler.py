@@ -209,6 +209,7 @@ class BatchLLMScheduler(Scheduler):
         kv = self.kv
         for x in self.pin_nodes[g]:
             kv.unlock(x, now)
+        kv.settle()
 
     # ---- memory pressure: pins give way first ----------------------------------------------------
     def schedule(self, now: float):
