@@ -111,9 +111,28 @@ def trace_ceilings(trace, model: str, hardware: str) -> tuple[float, float]:
     return float((trace.ttft_slo_s[on] >= alone).mean()), float(np.maximum(p - six_h, 0).sum() / p.sum())
 
 
-def run_one(trace, policy: str, model: str, hardware: str, options: dict) -> dict:
+def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
+    """Sarathi-Serve's rule for its token budget: the largest forward size whose step meets the
+    system-wide TBT SLO, here a T-token prompt chunk alone priced on the vLLM engine (sequential)."""
+    from sim.batch import BatchFeatures
+    from sim.cost import build_cost_model
+    from sim.run_cli import _deployment
+
+    cm = build_cost_model(_deployment(model, hardware, 1), "sequential", "vllm")
+    lo, hi = 1, 1 << 17
+    while lo < hi:  # largest T with time(T) <= slo (time grows with T)
+        mid = (lo + hi + 1) // 2
+        if cm.cost(BatchFeatures.from_parts([(0, mid, 0, 0)], 0, 0, 1)).time_s <= slo_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def run_one(trace, policy: str, model: str, hardware: str, options: dict, budget: int | None = None) -> dict:
     t0 = time.perf_counter()
-    r = run_simulation(trace, RunConfig(policy=policy, model=model, hardware=hardware, options=options))
+    r = run_simulation(trace, RunConfig(policy=policy, model=model, hardware=hardware, options=options,
+                                        token_budget=budget))
     wall = time.perf_counter() - t0
     s, rq = r.summary, r.requests
     ttft, tbt, jct = kind_attainment(trace, rq)
@@ -134,12 +153,16 @@ def main() -> None:
     ap.add_argument("--policies", default="accelgen,sarathi,vllm")
     ap.add_argument("--variants", default="budget_model=eq6,budget_model=cost",
                     help="extra accelgen option sets")
+    ap.add_argument("--sarathi-slo", type=float, default=0.2,
+                    help="also run sarathi with the token budget of this system-wide TBT SLO (s); 0 = off")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ttft-scale", type=float, default=1.0, help="multiply the TTFT SLOs (diagnostic)")
     a = ap.parse_args()
-    runs = [(p, {}) for p in a.policies.split(",")]
+    runs = [(p, {}, None) for p in a.policies.split(",")]
+    if a.sarathi_slo > 0:
+        runs.append(("sarathi", {}, sarathi_budget(a.sarathi_slo, a.model, a.hardware)))
     for v in filter(None, a.variants.split(",")):
-        runs.append(("accelgen", dict(kv.split("=", 1) for kv in v.split(";") if kv)))
+        runs.append(("accelgen", dict(kv.split("=", 1) for kv in v.split(";") if kv), None))
     head = (f"{'rate':>5} {'policy':<34} {'SLO':>6} {'goodput':>8} {'thr':>7} {'makespan':>8} {'TTFT':>6} "
             f"{'TBT':>6} {'JCT':>6} {'iter':>6} {'preempt':>7} {'recomp':>6} {'p95 dt':>7} {'wall s':>6}")
     print(f"{a.requests} requests of the accelgen recipe, {a.model} on {a.hardware}, one replica, "
@@ -152,9 +175,11 @@ def main() -> None:
         feas, deep = trace_ceilings(trace, a.model, a.hardware)
         print(f"# rate {rate:g}: TTFT feasible alone {feas:.3f} of online requests; prompt tokens beyond "
               f"6H of context {deep:.3f}")
-        for policy, opts in runs:
-            m = run_one(trace, policy, a.model, a.hardware, opts)
+        for policy, opts, budget in runs:
+            m = run_one(trace, policy, a.model, a.hardware, opts, budget)
             name = policy + ("[" + ",".join(f"{k}={v}" for k, v in opts.items()) + "]" if opts else "")
+            if budget:
+                name += f"[{a.sarathi_slo:g} s SLO: budget {budget}]"
             print(f"{rate:>5.2f} {name:<34} {m['slo']:>6.3f} {m['goodput']:>8.0f} {m['thr']:>7.0f} "
                   f"{m['makespan']:>8.1f} {m['ttft']:>6.3f} {m['tbt']:>6.3f} {m['jct']:>6.3f} "
                   f"{m['iter']:>6.3f} {m['pre']:>7d} {m['recomp']:>6.3f} {m['p95dt']:>7.3f} {m['wall']:>6.1f}", flush=True)

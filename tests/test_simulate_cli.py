@@ -43,6 +43,19 @@ def test_simulate_writes_the_run_directory(trace_file, tmp_path):
     assert {"chunk", "decode", "finish"} <= kinds
 
 
+def test_cache_flags_reach_the_engine_and_the_summary(trace_file, tmp_path):
+    runs = {}
+    for name, flags in (("default", []), ("no-retain", ["--no-prefix-retain"]), ("off", ["--no-prefix-cache"])):
+        r = invoke("simulate", trace_file, "--model", "tiny", "--hardware", "cpu", "-o", tmp_path / name,
+                   "--json", *flags)
+        assert r.exit_code == 0, r.output
+        runs[name] = json.loads(r.stdout)
+    assert (runs["default"]["prefix_caching"], runs["default"]["prefix_retain"]) == (True, True)
+    assert (runs["no-retain"]["prefix_caching"], runs["no-retain"]["prefix_retain"]) == (True, False)
+    assert runs["off"]["prefix_caching"] is False
+    assert runs["off"]["cached_tokens"] == 0
+
+
 def test_offline_runs_have_no_latency_keys(trace_file, tmp_path):
     from workloads.trace import from_columns
 
