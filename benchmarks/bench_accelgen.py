@@ -21,7 +21,8 @@ prompt tokens beyond 6H of context, where Eq. 4's attention term S/(6H) exceeds 
 token-linear budget underprices a chunk by more than 2x.
 
     python benchmarks/bench_accelgen.py [--requests 1000] [--rates 0.25,0.5,1] [--model llama-3-8b]
-        [--hardware a100-80gb] [--variants "budget_model=eq6,budget_model=cost"] [--seed 0]
+        [--hardware a100-80gb] [--variants "budget_model=eq6,budget_model=cost"] [--sarathi-slo 0.2]
+        [--seed 0]
 
 ``--variants`` adds AccelGen runs with policy options (``;``-separated key=value, ``,`` between runs).
 ``--ttft-scale`` multiplies the recipe's TTFT SLOs (a diagnostic of the ceiling above).
@@ -32,6 +33,11 @@ req/s: about half the TTFT SLOs are below the prompt's isolated step, and a shor
 ms) is below any step it waits out or shares. SLO attainment / goodput (tok/s) at 0.25 / 0.5 / 1 req/s:
 
 * sarathi 0.325/0.105/0.007, 992/733/71; vllm 0.288/0.067/0.002, 691/287/29.
+* sarathi with the budget of a system-wide TBT SLO (``--sarathi-slo``; Sarathi-Serve sizes its budget
+  so a step meets the SLO, and AccelGen sec. 3 sweeps that SLO from 0.2 to 1 s): 0.2 s -> 2,560 tokens,
+  0.286/0.008/0.000, 686/19/0; 0.14 s (the mix's tightest TBT SLO) -> 1,792 tokens, 0.294/0.020/0.000,
+  751/50/0. Long prompts' deep chunks overrun the SLO and greedy admission thrashes the KV (542
+  preemptions at 0.5 req/s with 2,560). The default 512 tokens fits a ~45 ms SLO.
 * accelgen, ``budget_model=eq6`` (token-count budget): 0.285/0.010/0.000, 688/23/0. ~37% of the
   prompt tokens lie beyond 6H = 24,576, where Eq. 6's 1,900-3,100-token chunks take 0.33-1.18 s
   against 0.14-0.23 s TBT SLOs; at 0.5 the slow steps stretch every decode, KV fills, urgent long
