@@ -2,6 +2,7 @@
 
     python benchmarks/bench_blendserve.py [--requests 40000] [--engine nanoflow] [--dp 1,2,4]
                                           [--variant warmup=none ...] [--prep-requests 400000]
+                                          [--kv-gib 220]
 
 Traces: ``blendsim workloads synth blendserve`` (App. A.3: BurstGPT + OpenVid + MMLU) at rho/s =
 1.4/35%, 0.9/35%, 1.4/5%, 0.9/5%, measured for llama-3-8b on a100-80gb. Every policy runs on the same
@@ -36,7 +37,7 @@ def make_trace(rho: float, s: float, n: int):
 
 
 def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict | None = None,
-             retain: bool = True) -> tuple[dict, float]:
+             retain: bool = True, kv_gib: float = 0.0) -> tuple[dict, float]:
     from policies.blendserve import BlendServe
     from sim.runner import RunConfig, run_simulation
 
@@ -44,7 +45,7 @@ def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict |
     cfg = RunConfig(policy=policy, model="llama-3-8b", hardware="a100-80gb", mode="overlap", engine=engine,
                     token_budget=eng["token_budget"], round_tokens=eng["round_tokens"],
                     block_size=eng["block_size"], replicas=replicas, options=options or {},
-                    prefix_retain=retain)
+                    prefix_retain=retain, kv_capacity_override=int(kv_gib * 2**30))
     t0 = time.perf_counter()
     summary = run_simulation(trace, cfg).summary
     return summary, time.perf_counter() - t0
@@ -94,13 +95,17 @@ def main() -> None:
     ap.add_argument("--dp", default="", help="also run blendserve with these replica counts, e.g. 1,2,4")
     ap.add_argument("--variant", action="append", default=[], help="extra blendserve run, e.g. warmup=none")
     ap.add_argument("--prep-requests", type=int, default=400_000)
+    ap.add_argument("--kv-gib", type=float, default=0.0,
+                    help="KV cache size per replica in GiB for every run (default: what the A100 leaves)")
     ap.add_argument("--skip-sim", action="store_true")
     args = ap.parse_args()
 
     if not args.skip_sim:
         hdr = (f"{'trace':5s} {'policy':24s} {'tok/s':>8s} {'vs dfs':>7s} {'vs rnd':>7s} {'share/opt':>9s} "
                f"{'sharing':>7s} {'frac_prac':>9s} {'preempt':>7s} {'wall s':>7s}")
-        print(f"llama-3-8b / a100-80gb, overlap, engine {args.engine}, {args.requests} requests per trace\n{hdr}")
+        kv = f"{args.kv_gib:g} GiB of KV" if args.kv_gib else "the device's KV"
+        print(f"llama-3-8b / a100-80gb, overlap, engine {args.engine}, {args.requests} requests per trace, "
+              f"{kv}\n{hdr}")
         checks = []
         for name, rho, s in (t for t in TRACES if t[0][1:] in args.traces.split(",")):
             t0 = time.perf_counter()
@@ -115,7 +120,7 @@ def main() -> None:
             runs += [(f"{p} no-retain", p, 1, {}, False) for p in ("dfs", "random")]
             res = {}
             for label, pol, reps, opts, retain in runs:
-                summ, wall = simulate(trace, pol, args.engine, reps, opts, retain)
+                summ, wall = simulate(trace, pol, args.engine, reps, opts, retain, args.kv_gib)
                 res[label] = summ
                 thr = summ["throughput_tok_s"]
                 print(f"{name:5s} {label:24s} {thr:8.0f} {thr / res['dfs']['throughput_tok_s']:7.3f} "
