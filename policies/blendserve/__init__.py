@@ -86,6 +86,8 @@ class BlendServe(Policy):
                            "finishes included), horizon (the engine's reserve rule over its life) or none"),
         "balance": (0.0, "extension: while memory-intensive requests wait, cap a step's prompt tokens so its "
                          "compute time stays within this many times its memory time; 0 = off"),
+        "mem_cap": ("balanced", "M of Alg. 3's partition: balanced (the KV cache, capped at what a full token-budget "
+                                "step can read within its compute time; an extension) or kv (the whole cache)"),
         "degenerate": ("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
                                "side nearer the target) or even (M split in half, both scanners keep moving)"),
     }
@@ -109,6 +111,8 @@ class BlendServe(Policy):
             raise UserError(f"option degenerate: choose even or clip, got {o['degenerate']!r}")
         if o["footprint"] not in ("peak", "mean"):
             raise UserError(f"option footprint: choose peak or mean, got {o['footprint']!r}")
+        if o["mem_cap"] not in ("balanced", "kv"):
+            raise UserError(f"option mem_cap: choose balanced or kv, got {o['mem_cap']!r}")
         if o["balance"] < 0:
             raise UserError(f"option balance: must be >= 0, got {o['balance']}")
         if o["merge_cap"] <= 0 or o["max_rounds"] < 0 or o["default_output"] < 1:
@@ -129,7 +133,8 @@ class BlendServe(Policy):
         s = DualScanScheduler(plan=self.plan, rho_rt=self.plan.rho_rt[replica], fill=self.opt["fill"],
                               relocate=self.opt["relocate"], footprint=self.opt["footprint"],
                               degenerate=self.opt["degenerate"], guard=self.opt["guard"],
-                              balance=float(self.opt["balance"]), cost_model=self.ctx.cost_model,
+                              balance=float(self.opt["balance"]), mem_cap=self.opt["mem_cap"],
+                              cost_model=self.ctx.cost_model,
                               replica=replica, **kw)
         self.schedulers.append(s)
         return s
@@ -138,6 +143,7 @@ class BlendServe(Policy):
         rep = dict(self.plan.report)
         rep["relocations"] = sum(s.relocations for s in self.schedulers)
         rep["repartitions"] = sum(s.partitions for s in self.schedulers)
+        rep["partition_memory_tokens"] = min((int(s.M) for s in self.schedulers), default=0)
         return {"blendserve": rep}
 
 

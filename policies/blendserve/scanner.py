@@ -22,6 +22,13 @@ Step balance (``balance`` > 0, an extension; off by default): while memory-inten
 a step takes no more prompt tokens than keep its compute time within ``balance`` times its memory
 time, so compute work is not spent in steps whose memory side idles (the KV ramp-up at the start).
 
+Memory cap (``mem_cap="balanced"``, an extension; the default): Alg. 3 partitions M as if memory were
+the only limit, but a step also has NanoFlow's fixed token budget. When the KV cache holds more than a
+full-budget step can read within its compute time (llama-3-8b on an A100-80GB: 845K tokens, above its
+462K-token cache, so the paper's setting is unchanged), M_L and M_R are shares of that amount instead:
+filling the rest with memory-intensive requests would only make every step memory-bound and leave
+the compute-intensive ones for a compute-only tail. ``mem_cap="kv"`` is Alg. 3 literally.
+
 Warm-up (``warmup="barrier"``): the sampled requests run first, in DFS order, with the engine's reserve
 admission; the scan starts once they have all finished (their lengths fed the estimates).
 """
@@ -53,7 +60,7 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
 
     def __init__(self, *, plan, rho_rt: float, fill: str = "both", relocate: float = 2.0, footprint: str = "mean",
                  degenerate: str = "clip", guard: str = "fluid", balance: float = 0.0,
-                 cost_model=None, **kw):
+                 mem_cap: str = "balanced", cost_model=None, **kw):
         kw["queue"] = _Waiting()
         super().__init__(**kw)
         self.plan = plan
@@ -68,7 +75,9 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
         self.fluid = FluidPeak()
         self.fp_frac = 1.0 if footprint == "peak" else 0.5  # booking: p + est (peak) or p + est / 2 (mean)
         self.est_cur: dict[int, float] = {}  # current output estimate of each running request
-        self.M = self.kv.total * self.B  # KV capacity in tokens
+        self.M = self.kv.total * self.B  # Alg. 3's M (tokens): the KV capacity ...
+        if mem_cap == "balanced" and cost_model is not None:  # ... or what a full step can read in time
+            self.M = min(self.M, self._balanced_kv())
         self.left: list = []  # heap of sequence positions
         self.right: list = []  # heap of -positions
         self.warm: list = []  # heap of (dfs rank, request)
@@ -139,6 +148,26 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
         m = cm.step(D, 0, 0, 0, 0, D, self.dec_S + D * self.tau, D)[2] if D else 0.0
         T = int(np.searchsorted(self._ctab, self.balance * m, side="right")) - 1
         return max(T, self.cfg.round_tokens or 1) - D
+
+    def _balanced_kv(self) -> int:
+        """``mem_cap=balanced``: the most KV (tokens) a full token-budget step -- one decode reading it,
+        the rest a prompt chunk -- can read without its memory time exceeding its compute time."""
+        cm, B = self.cost_model, self.cfg.token_budget
+
+        def gap(K):
+            _, c, m = cm.step(B, B - 1, 1, (B - 1) * B // 2, B - 1, 1, K, 2)
+            return m - c
+
+        lo, hi = 0, 1 << 30
+        if gap(hi) <= 0:
+            return hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if gap(mid) <= 0:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def _warmup(self, budget, now, chunks, seqs) -> None:
         cap = self.cfg.max_seqs
