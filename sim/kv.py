@@ -10,9 +10,8 @@ A running request holds a reference on the path nodes it uses; nodes with no ref
 deepest-first in least-recently-used order (SGLang's leaf LRU), a node's blocks from its tail. With
 ``retain=False`` a prefix lives only while a running request uses it (sharing among the requests in
 memory together, no reuse after the last one finishes): :meth:`settle` frees every unreferenced block
-after each release. Every
-insertion and eviction can be reported to a listener, so a replay of the schedule can mirror the
-cache exactly.
+after each release. Every insertion and eviction can be reported to a listener, so a replay of the
+schedule can mirror the cache exactly.
 
 Counters are running totals; nothing here walks all blocks or all requests.
 """

@@ -292,9 +292,10 @@ def test_step_balance_caps_compute_while_memory_work_waits():
 
 def test_memory_cap_shares_only_the_kv_a_full_step_can_read():
     """``mem_cap=balanced``: Alg. 3 partitions the KV a full 1,024-token step can read within its compute
-    time when the cache is larger (hand estimate for llama-3-8b / A100: a ~70 ms step reads 16 GB of
-    weights plus ~0.9-1.1M tokens x 128 KiB at 2 TB/s); on the A100's own cache (462K tokens) it changes
-    nothing. With a 220 GiB cache the capped partition keeps steps closer to balanced."""
+    time when the cache is larger (hand estimate for llama-3-8b / A100: a step of 2 x 8B x 1,024 FLOPs
+    at 60-75% of 312 TFLOPS, 70-85 ms, reads 16 GB of weights plus 0.7-1.1M tokens x 128 KiB at 1.6-2
+    TB/s); on the A100's own cache (462K tokens) it changes nothing. With a 220 GiB cache the capped
+    partition keeps steps closer to balanced."""
     trace = _blend_like(1500, seed=4, video=0.1, video_len=(8000, 16000))
     big = 220 * 2**30
 
