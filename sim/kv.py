@@ -9,8 +9,8 @@ are cached (always a prefix of them). ``block_size=1`` gives token-granular shar
 A running request holds a reference on the path nodes it uses; nodes with no reference are evictable,
 deepest-first in least-recently-used order (SGLang's leaf LRU), a node's blocks from its tail. With
 ``retain=False`` a prefix lives only while a running request uses it (sharing among the requests in
-memory together, no reuse after the last one finishes): :meth:`settle` frees every unreferenced block
-after each release. Every insertion and eviction can be reported to a listener, so a replay of the
+memory together, no reuse after the last one finishes): :meth:`unlock_all` frees every unreferenced block
+at each release. Every insertion and eviction can be reported to a listener, so a replay of the
 schedule can mirror the cache exactly.
 
 Counters are running totals; nothing here walks all blocks or all requests.
@@ -118,8 +118,11 @@ class KVCache:
             if self.cached_children[node] == 0:
                 heapq.heappush(self._heap, (now, node))
 
-    def settle(self) -> None:
-        """After a request released its path: without retention, free every unreferenced block now."""
+    def unlock_all(self, nodes, now: float) -> None:
+        """A running request (or a pin) stops using ``nodes``; without retention, every block no
+        request uses any more is freed at once (after the whole path, so children go first)."""
+        for x in nodes:
+            self.unlock(x, now)
         if not self.retain and self.evictable:
             self.evict(self.evictable)
 

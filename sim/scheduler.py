@@ -459,11 +459,8 @@ class Scheduler:
         self.requeue(r)
 
     def _release_locks(self, s: Seq, now: float) -> None:
-        kv = self.kv
-        for x in s.path[:s.lock_n]:
-            kv.unlock(x, now)
+        self.kv.unlock_all(s.path[:s.lock_n], now)
         s.lock_n = 0
-        kv.settle()
 
     # ---- fast-forward of pure-decode stretches --------------------------------------------
     def quiescent(self) -> bool:

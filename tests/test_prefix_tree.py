@@ -110,10 +110,8 @@ def test_kv_cache_without_retention_frees_a_prefix_when_its_last_user_leaves():
     kv.insert(p0[0], 0, 2)
     kv.lock(p1[0], 0.5)  # a second user while the first still runs: shares
     assert kv.match(p1, 10) == 2
-    kv.unlock(p0[0], 1.0)
-    kv.settle()
+    kv.unlock_all([p0[0]], 1.0)
     assert kv.cache_blocks == 2 and kv.evictable == 0  # still held by the second
-    kv.unlock(p1[0], 2.0)
-    kv.settle()
+    kv.unlock_all([p1[0]], 2.0)
     assert kv.cache_blocks == 0 and kv.match(p1, 10) == 0 and kv.evicted_blocks == 2
     kv.check()

@@ -206,10 +206,7 @@ class BatchLLMScheduler(Scheduler):
 
     def _unpin(self, g: int, now: float) -> None:
         self.pinned.discard(g)
-        kv = self.kv
-        for x in self.pin_nodes[g]:
-            kv.unlock(x, now)
-        kv.settle()
+        self.kv.unlock_all(self.pin_nodes[g], now)
 
     # ---- memory pressure: pins give way first ----------------------------------------------------
     def schedule(self, now: float):
