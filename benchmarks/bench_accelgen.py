@@ -121,18 +121,12 @@ def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
     """Sarathi-Serve's rule for its token budget: the largest forward size whose step meets the
     system-wide TBT SLO, here a T-token prompt chunk alone priced on the vLLM engine (sequential)."""
     from sim.batch import BatchFeatures
-    from sim.cost import build_cost_model
+    from sim.cost import build_cost_model, largest_fit
     from sim.run_cli import _deployment
 
     cm = build_cost_model(_deployment(model, hardware, 1), "sequential", "vllm")
-    lo, hi = 1, 1 << 17
-    while lo < hi:  # largest T with time(T) <= slo (time grows with T)
-        mid = (lo + hi + 1) // 2
-        if cm.cost(BatchFeatures.from_parts([(0, mid, 0, 0)], 0, 0, 1)).time_s <= slo_s:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    fit = largest_fit(lambda t: cm.cost(BatchFeatures.from_parts([(0, t, 0, 0)], 0, 0, 1)).time_s, slo_s, 1 << 17)
+    return max(fit, 1)
 
 
 def run_one(trace, policy: str, model: str, hardware: str, options: dict, budget: int | None = None) -> dict:

@@ -387,6 +387,23 @@ def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "i
     return CostModel(dep, mode, engine, timer=timer, interference=prof.interference)
 
 
+def largest_fit(time_of, limit: float, cap: int) -> int:
+    """Largest n in [0, cap] with ``time_of(n) <= limit`` (``time_of`` non-decreasing; never called at
+    0); 0 if none. Binary search: the forward size that fits a time, the KV a step can read in time."""
+    if cap <= 0 or time_of(1) > limit:
+        return 0
+    if time_of(cap) <= limit:
+        return cap
+    lo, hi = 1, cap
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if time_of(mid) <= limit:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 __all__ = ["ENGINES", "MODES", "CostModel", "EngineOverhead", "RooflineTimer", "StepCost", "build_cost_model",
-           "features_arrays", "get_engine"]
+           "features_arrays", "get_engine", "largest_fit"]
 

@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import math
 
+from sim.cost import largest_fit  # re-exported: the chunk that fits a step time
+
 PIVOT_GRID = 16  # forward sizes probed: multiples of this
 PIVOT_MAX = 16384  # largest forward size probed
 
@@ -92,22 +94,6 @@ def eq4_chunk(room: int, offset: int, six_h: int) -> int:
         return 0
     a = six_h + offset
     return (math.isqrt(a * a + 4 * room) - a) // 2
-
-
-def largest_fit(time_of, limit: float, cap: int) -> int:
-    """Largest n in [0, cap] with ``time_of(n) <= limit`` (``time_of`` increasing); 0 if none."""
-    if cap <= 0 or time_of(1) > limit:
-        return 0
-    if time_of(cap) <= limit:
-        return cap
-    lo, hi = 1, cap
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if time_of(mid) <= limit:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def clamp_budget(sb: int, cap: int, round_tokens: int) -> int:

@@ -42,6 +42,7 @@ import numpy as np
 from policies.blendserve.adjust import LEFT, RIGHT, WARM, OnlineAdjust
 from policies.blendserve.memguard import FluidPeak
 from policies.blendserve.partition import dual_scan_budgets
+from sim.cost import largest_fit
 from sim.scheduler import Scheduler
 
 
@@ -158,16 +159,7 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
             _, c, m = cm.step(B, B - 1, 1, (B - 1) * B // 2, B - 1, 1, K, 2)
             return m - c
 
-        lo, hi = 0, 1 << 30
-        if gap(hi) <= 0:
-            return hi
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if gap(mid) <= 0:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return largest_fit(gap, 0.0, 1 << 30)
 
     def _warmup(self, budget, now, chunks, seqs) -> None:
         cap = self.cfg.max_seqs
