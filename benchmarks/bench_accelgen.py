@@ -67,7 +67,7 @@ import time
 
 import numpy as np
 
-from sim.runner import RunConfig, run_simulation
+from blendsim.runner import RunConfig, run_simulation
 from workloads.recipes import synthesize
 
 
@@ -106,10 +106,10 @@ def kind_attainment(trace, rq: dict) -> tuple[float, float, float]:
 def trace_ceilings(trace, model: str, hardware: str) -> tuple[float, float]:
     """(share of online requests whose TTFT SLO covers their prompt's isolated step on the vLLM engine,
     share of prompt tokens beyond 6H of context)."""
-    from sim.run_cli import _deployment
+    from sim.deployment import make_deployment
     from workloads.recipes.accelgen import prefill_time
 
-    dep = _deployment(model, hardware, 1)
+    dep = make_deployment(model, hardware, 1)
     on = np.isfinite(trace.ttft_slo_s)
     alone = prefill_time(trace.input_len[on], dep, engine="vllm")
     p = trace.input_len
@@ -122,9 +122,9 @@ def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
     system-wide TBT SLO, here a T-token prompt chunk alone priced on the vLLM engine (sequential)."""
     from sim.batch import BatchFeatures
     from sim.cost import build_cost_model, largest_fit
-    from sim.run_cli import _deployment
+    from sim.deployment import make_deployment
 
-    cm = build_cost_model(_deployment(model, hardware, 1), "sequential", "vllm")
+    cm = build_cost_model(make_deployment(model, hardware, 1), "sequential", "vllm")
     fit = largest_fit(lambda t: cm.cost(BatchFeatures.from_parts([(0, t, 0, 0)], 0, 0, 1)).time_s, slo_s, 1 << 17)
     return max(fit, 1)
 

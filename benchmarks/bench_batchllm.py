@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from sim.runner import RunConfig, run_simulation
+from blendsim.runner import RunConfig, run_simulation
 from workloads.recipes import synthesize
 from workloads.trace import Trace
 

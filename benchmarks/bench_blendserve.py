@@ -38,8 +38,8 @@ def make_trace(rho: float, s: float, n: int):
 
 def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict | None = None,
              retain: bool = True, kv_gib: float = 0.0) -> tuple[dict, float]:
+    from blendsim.runner import RunConfig, run_simulation
     from policies.blendserve import BlendServe
-    from sim.runner import RunConfig, run_simulation
 
     eng = BlendServe.engine_defaults
     cfg = RunConfig(policy=policy, model="llama-3-8b", hardware="a100-80gb", mode="overlap", engine=engine,
@@ -53,6 +53,7 @@ def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict |
 
 def prep_timing(n: int, variants: list[tuple[str, dict, str]]) -> list[tuple]:
     """Wall seconds of BlendServe's prepare() (prefix tree given) on an ``n``-request trace #1."""
+    from blendsim.runner import RunConfig, engine_config
     from policies.base import PolicyContext
     from policies.blendserve import BlendServe
     from sim.cost import build_cost_model
@@ -60,7 +61,6 @@ def prep_timing(n: int, variants: list[tuple[str, dict, str]]) -> list[tuple]:
     from sim.hardware import get_hardware
     from sim.models import get_model
     from sim.prefix_tree import PrefixTree
-    from sim.runner import RunConfig, engine_config
 
     trace = make_trace(1.4, 0.35, n)
     eng = engine_config(RunConfig(policy="blendserve"), BlendServe)

@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
+from blendsim.runner import RunConfig, run_simulation
 from policies.e2.router import E2Router
-from sim.runner import RunConfig, run_simulation
 from workloads.recipes import synthesize
 
 ENGINE = dict(model="llama-3-8b", hardware="a100-80gb", mode="sequential", replicas=4, engine="sglang",

@@ -55,9 +55,9 @@ def bench_host(rt, n: int, ctx: int, block_size: int) -> float:
 
 
 def bench_dry_run() -> tuple[int, float]:
+    from blendsim.runner import RunConfig, run_simulation
     from real_backend.replay import load_schedule, peak_blocks
     from sim.prefix_tree import PrefixTree
-    from sim.runner import RunConfig, run_simulation
     from workloads.trace import from_columns
 
     rng = np.random.default_rng(0)

@@ -1,7 +1,7 @@
 """Run a policy live on the device: the engine's replicas step with :class:`TorchExecutor` instead of
 ``SimExecutor``, so every step's time is measured, and the next step is formed at the measured clock.
 
-This wires the same pieces ``sim.runner.run_simulation`` wires (policy, prefix tree, KV cache, scheduler,
+This wires the same pieces ``blendsim.runner.run_simulation`` wires (policy, prefix tree, KV cache, scheduler,
 router, simpy cluster), with the scheduler recording its events so each replica's executor mirrors its
 KV cache live. It is meant for small runs (tests, spot checks); ``blendsim validate`` replays a
 simulated schedule instead, which compares predicted and measured times step by step.
@@ -24,18 +24,17 @@ class LiveRun:
     makespan_s: float
 
 
-def run_live(trace, cfg, runtime: DeviceRuntime, *, repeats: int = 1, on_step=None) -> LiveRun:
-    """Run ``trace`` under ``cfg`` (a ``sim.runner.RunConfig``) with measured step times.
+def run_live(run, num_replicas: int, runtime: DeviceRuntime, *, repeats: int = 1, on_step=None) -> LiveRun:
+    """Run a prepared run (``blendsim.runner.prepare_run``'s result) on ``num_replicas`` replicas with
+    measured step times.
 
     ``on_step(replica, batch, t_end)`` is called after every step (e.g. to check invariants).
     """
     from sim.engine import Cluster, Replica
     from sim.errors import UserError
     from sim.kv import KVCache
-    from sim.runner import prepare_run
     from sim.seq import RequestRecords
 
-    run = prepare_run(trace, cfg)
     trace, eng, dep, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.tree, run.num_blocks,
                                              run.policy)
     if dep.model != runtime.spec:
@@ -44,7 +43,7 @@ def run_live(trace, cfg, runtime: DeviceRuntime, *, repeats: int = 1, on_step=No
     B = eng.block_size
     rec = RequestRecords(trace.n)
     replicas = []
-    for i in range(cfg.replicas):
+    for i in range(num_replicas):
         kv = KVCache(tree, blocks, B, eng.prefix_caching, retain=eng.prefix_retain)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=trace.input_len.tolist(),
                                       output_len=trace.output_len.tolist(), records=rec, record=True,

@@ -42,6 +42,12 @@ class Rows:
         return {c: np.asarray(v) for c, v in self.cols.items()}
 
 
+class ValidationStopped(UserError):
+    """The replay stopped early (out of memory, corrupt schedule, interrupted); partial results saved."""
+
+    exit_code = 1
+
+
 def check_val_dir(out: str | Path) -> Path:
     """Refuse to overwrite a folder that holds something other than an earlier validation."""
     from sim.io import read_json
@@ -56,12 +62,12 @@ def check_val_dir(out: str | Path) -> Path:
 
 def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> Path:
     """Write the folder atomically; ``tables`` maps a name to a :class:`Rows`, ``sims`` a policy to its
-    ``sim.runner.RunResult``."""
+    ``sim.rundir.RunResult``."""
     import pyarrow.parquet as pq
 
     from sim import columns as col
     from sim.io import atomic_dir, write_json
-    from sim.runner import write_run
+    from sim.rundir import write_run
 
     d = check_val_dir(out)
     with atomic_dir(d) as tmp:
@@ -74,4 +80,4 @@ def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> P
     return d
 
 
-__all__ = ["KIND", "OP_COLUMNS", "Rows", "STEP_COLUMNS", "check_val_dir", "write_results"]
+__all__ = ["KIND", "ValidationStopped", "OP_COLUMNS", "Rows", "STEP_COLUMNS", "check_val_dir", "write_results"]

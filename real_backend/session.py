@@ -1,6 +1,6 @@
 """One validation session on a device: load the model, measure peaks, replay every schedule, summarise.
 
-Built by ``real_backend.validate.run_validation`` once the simulations are done and the memory plan
+Built by ``blendsim.validate.run_validation`` once the simulations are done and the memory plan
 fits. Rows are collected as steps run; a fault (out of memory, a schedule contradicting itself, Ctrl-C)
 ends the replay and the rows so far are written with ``status: stopped`` (see ``real_backend.results``).
 """
@@ -41,8 +41,6 @@ class Session:
     def run(self) -> dict:
         import torch
 
-        from real_backend.validate import ValidationStopped
-
         threads, tf32 = torch.get_num_threads(), torch.backends.cuda.matmul.allow_tf32
         sampler, status, reason = None, "complete", ""
         try:
@@ -74,7 +72,7 @@ class Session:
         results.write_results(self.out, summary, tables, {p: s[0] for p, s in self.sims.items()})
         if status != "complete":
             where = f"after {len(self.steps)} steps" if len(self.steps) else "before any step"
-            raise ValidationStopped(f"validation stopped {where}: {reason}; partial results in {self.out}")
+            raise results.ValidationStopped(f"validation stopped {where}: {reason}; partial results in {self.out}")
         return summary
 
     def _start(self):

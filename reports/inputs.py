@@ -102,7 +102,7 @@ def validation_file(d: Path) -> Path | None:
 
 
 def _sweep_rows(d: Path) -> pd.DataFrame:
-    from sim.sweep.results import RESULTS, collect_rows
+    from reports.sweep_results import RESULTS, collect_rows
 
     table = d / RESULTS
     runs = d / "runs"

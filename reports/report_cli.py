@@ -27,8 +27,8 @@ def report_cmd(
     validation directories.
     """
     from reports.render import write_report
+    from sim.clikit import parse_names
     from sim.io import check_writable
-    from sim.sweep.grid import parse_names
 
     if out is None:
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")

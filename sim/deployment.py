@@ -85,4 +85,12 @@ class Deployment:
         return self.kv_capacity_tokens // block_size
 
 
-__all__ = ["Deployment"]
+def make_deployment(model: str, hardware: str, tp: int = 1, dtype: str | None = None, **kw) -> Deployment:
+    """A deployment from a model preset or config.json path and a hardware preset name."""
+    from sim.hardware import get_hardware
+    from sim.models import get_model
+
+    return Deployment(get_model(model, dtype), get_hardware(hardware), tp, **kw)
+
+
+__all__ = ["Deployment", "make_deployment"]

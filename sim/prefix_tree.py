@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.trace import Trace
-
 
 class PrefixTree:
     """A compressed radix tree over a trace's prompts.
@@ -27,7 +25,8 @@ class PrefixTree:
     end node.
     """
 
-    def __init__(self, trace: Trace):
+    def __init__(self, trace):
+        # trace: a workloads.trace.Trace, or anything with n, unit_offsets, unit_sym, unit_len, input_len
         self.trace = trace
         self.n_requests = trace.n
         self._build(trace.unit_offsets, trace.unit_sym, trace.unit_len, trace.input_len)
@@ -269,7 +268,7 @@ def _levels(parent: np.ndarray) -> list[np.ndarray]:
     return levels
 
 
-def build_tree(trace: Trace) -> PrefixTree:
+def build_tree(trace) -> PrefixTree:
     return PrefixTree(trace)
 
 

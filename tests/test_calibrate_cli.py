@@ -11,10 +11,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from blendsim.cli import get_app
 from calibrate.fit import refit
 from calibrate.run import CalibrationConfig, Calibrator, shard_deployment
 from calibrate.validate import holdout_errors, predict, summary, validate
-from sim.cli import get_app
 from sim.models import get_model
 from sim.profile import ProfileTimer, load_profile
 

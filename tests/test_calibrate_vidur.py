@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import get_app
+from blendsim.cli import get_app
 from sim.profile import load_profile
 
 STATS = ("min", "max", "mean", "median", "std")

@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from blendsim.cli import get_app
 from sim.batch import BatchFeatures
-from sim.cli import get_app
 from sim.cost import CostModel
 from sim.deployment import Deployment
 from sim.hardware import get_hardware

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from blendsim.runner import RunConfig, run_simulation
 from policies.base import policy_names
 from sim import engine
-from sim.runner import RunConfig, run_simulation
 from tests.helpers import random_trace, tiny_capacity_bytes
 
 
@@ -68,7 +68,7 @@ def test_invariants(policy, checked_kv):
 
 @pytest.mark.parametrize("policy", policy_names())
 def test_same_seed_same_summary(policy, tmp_path):
-    from sim.runner import write_run
+    from blendsim.runner import write_run
 
     rng = np.random.default_rng(7)
     trace = random_trace(rng, n=30, arrivals=True)
@@ -83,7 +83,8 @@ def test_same_seed_same_summary(policy, tmp_path):
 
 def test_every_request_gets_its_output_length(monkeypatch):
     """Counted by the scheduler itself, under heavy preemption."""
-    from sim import runner, seq
+    from blendsim import runner
+    from sim import seq
 
     seen = {}
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from blendsim.runner import RunConfig, run_simulation
 from sim.batch import BatchFeatures
 from sim.cost import CostModel
 from sim.deployment import Deployment
 from sim.hardware import get_hardware
 from sim.models import get_model
-from sim.runner import RunConfig, run_simulation
 from workloads.trace import from_columns
 
 

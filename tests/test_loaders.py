@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import get_app
+from blendsim.cli import get_app
 from sim.errors import UserError
 from sim.prefix_tree import PrefixTree
 from workloads.loaders import load

@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from blendsim.runner import RunConfig, run_simulation
 from policies.accelgen.batching import chunk_len, kv_fit, nearest, new_blocks
 from policies.accelgen.budget import eq4_budget, eq4_chunk, eq4_work, eq6_budget, pivot_forward_size
 from policies.accelgen.params import MinBag, Params
@@ -18,7 +19,6 @@ from policies.accelgen.scheduler import AccelGenScheduler
 from policies.accelgen.slack import Slack, SloBook, StepStats
 from sim.kv import KVCache
 from sim.prefix_tree import PrefixTree
-from sim.runner import RunConfig, run_simulation
 from sim.seq import EngineConfig, RequestRecords
 from tests.helpers import random_trace, tiny_capacity_bytes
 from workloads.trace import from_columns

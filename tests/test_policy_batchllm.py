@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from blendsim.runner import RunConfig, run_simulation
 from policies.base import PolicyContext, get_policy
 from policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
 from sim.errors import UserError
 from sim.prefix_tree import PrefixTree
-from sim.runner import RunConfig, run_simulation
 from sim.seq import EngineConfig
 from workloads.trace import from_columns
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from blendsim.runner import RunConfig, run_simulation
 from policies.blendserve.estimate import estimate_from_known, sample_requests
 from policies.blendserve.merge import scan_units
 from policies.blendserve.partition import dp_partition, dual_scan_budgets, left_fraction, occupancy_time
@@ -12,7 +13,6 @@ from policies.blendserve.restree import ResourceTree
 from policies.blendserve.split import sort_and_split
 from sim.density import Rates, comp_time
 from sim.prefix_tree import PrefixTree
-from sim.runner import RunConfig, run_simulation
 from workloads.trace import from_columns, from_segment_arrays
 
 GB = 1e9

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from blendsim.runner import RunConfig, run_simulation
 from policies.base import PolicyContext
 from policies.e2.local import ADMIT, EVICT, FINISH, E2Scheduler, PriorityGroups
 from policies.e2.router import EXPLOIT, EXPLORE, OPTIONS, PD, E2Router
@@ -18,7 +19,6 @@ from sim.hardware import get_hardware
 from sim.kv import KVCache
 from sim.models import get_model
 from sim.prefix_tree import PrefixTree
-from sim.runner import RunConfig, run_simulation
 from sim.seq import EngineConfig, RequestRecords
 from tests.helpers import random_trace, tiny_capacity_bytes
 from workloads.trace import from_columns

@@ -114,8 +114,8 @@ def _check_mirror(rep, batch, t_end):
 @pytest.mark.parametrize("seed,block_size,budget,policy", [(1, 4, 64, "dfs"), (2, 16, 512, "fcfs"),
                                                            (3, 1, 32, "vllm")])
 def test_live_run_mirrors_the_simulated_cache(micro, seed, block_size, budget, policy):
+    from blendsim.runner import RunConfig, prepare_run
     from real_backend.live import run_live
-    from sim.runner import RunConfig
     from tests.helpers import random_trace
 
     model, runtime = micro
@@ -123,7 +123,7 @@ def test_live_run_mirrors_the_simulated_cache(micro, seed, block_size, budget, p
     trace = random_trace(rng, n=12, max_out=30)
     cfg = RunConfig(policy=policy, model=model, hardware="cpu", block_size=block_size, token_budget=budget,
                     kv_capacity_override=_capacity(trace, 2000, runtime), replicas=2)
-    run = run_live(trace, cfg, runtime, on_step=_check_mirror)
+    run = run_live(prepare_run(trace, cfg), cfg.replicas, runtime, on_step=_check_mirror)
     assert sum(getattr(r, "checked", 0) for r in run.replicas) == sum(len(r.log) for r in run.replicas) > 0
     # every step was measured on the device
     for r in run.replicas:
@@ -134,10 +134,10 @@ def test_live_run_mirrors_the_simulated_cache(micro, seed, block_size, budget, p
 def test_peak_blocks_is_the_simulators_peak(micro, monkeypatch):
     """After each step is formed, the executor holds exactly the simulator's blocks; the dry run's peak
     is the largest of those counts."""
+    from blendsim.runner import RunConfig, prepare_run
     from real_backend.executor import TorchExecutor
     from real_backend.live import run_live
     from real_backend.replay import peak_blocks
-    from sim.runner import RunConfig
     from sim.scheduler import Scheduler
     from tests.helpers import random_trace
 
@@ -161,7 +161,7 @@ def test_peak_blocks_is_the_simulators_peak(micro, monkeypatch):
     trace = random_trace(np.random.default_rng(5), n=12, max_out=20)
     cfg = RunConfig(policy="dfs", model=model, hardware="cpu", block_size=4, token_budget=48,
                     kv_capacity_override=_capacity(trace, 3000, runtime))
-    rep = run_live(trace, cfg, runtime).replicas[0]
+    rep = run_live(prepare_run(trace, cfg), cfg.replicas, runtime).replicas[0]
     assert ours == sim_held and len(ours) == len(rep.log)
     peak = peak_blocks(rep.scheduler.events, trace, PrefixTree(trace), 4, rep.scheduler.kv.total)
     assert peak == max(sim_held) == rep.executor.blocks.peak

@@ -7,12 +7,12 @@ import copy
 import numpy as np
 import pytest
 
+from blendsim.runner import RunConfig, run_simulation, write_run
 from real_backend.executor import TorchExecutor
 from real_backend.paged_kv import ScheduleMismatch
 from real_backend.replay import load_schedule, peak_blocks, replay
 from sim import engine
 from sim.prefix_tree import PrefixTree
-from sim.runner import RunConfig, run_simulation, write_run
 from tests.helpers import random_trace, tiny_capacity_bytes
 from tests.test_real_backend_kv import _capacity, _check_mirror, make_micro
 
@@ -105,13 +105,14 @@ def test_replay_with_preemption_and_eviction(micro, sim_batches, monkeypatch):
 
 
 def test_live_run_with_preemption_mirrors_the_simulated_cache(micro):
+    from blendsim.runner import prepare_run
     from real_backend.live import run_live
 
     model, runtime = micro
     trace = random_trace(np.random.default_rng(24), n=14, max_out=40)
     cfg = RunConfig(policy="fcfs", model=model, hardware="cpu", block_size=4, token_budget=64,
                     kv_capacity_override=_capacity(trace, 40, runtime), admission="greedy")
-    run = run_live(trace, cfg, runtime, on_step=_check_mirror)
+    run = run_live(prepare_run(trace, cfg), cfg.replicas, runtime, on_step=_check_mirror)
     rec = run.replicas[0].scheduler.rec
     assert sum(rec.preemptions) > 0 and rec.n_finished == trace.n
 

@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from blendsim.cli import get_app
+from blendsim.sweep import check_spec, make_backend, run_sweep
+from blendsim.sweep.grid import SweepSpec
 from reports.render import write_report
 from reports.steps import binned
-from sim.cli import get_app
-from sim.sweep import check_spec, make_backend, run_sweep
-from sim.sweep.grid import SweepSpec
 
 POLICIES = ("dfs", "fcfs", "random")
 
@@ -129,7 +129,7 @@ def test_binned_downsampling():
 
 
 def _simulate(trace, policy: str, d: Path) -> Path:
-    from sim.runner import RunConfig, run_simulation, write_run
+    from blendsim.runner import RunConfig, run_simulation, write_run
 
     return write_run(run_simulation(trace, RunConfig(policy=policy, model="tiny", hardware="cpu")), d)
 

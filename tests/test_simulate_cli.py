@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import get_app
+from blendsim.cli import get_app
 from tests.helpers import random_trace
 from workloads.trace import write_trace
 

@@ -15,10 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import get_app
+from blendsim.cli import get_app
+from blendsim.sweep import assemble_results, check_spec, make_backend, parse_values, run_sweep
+from blendsim.sweep.grid import SweepSpec
 from sim.errors import UserError
-from sim.sweep import assemble_results, check_spec, make_backend, parse_values, run_sweep
-from sim.sweep.grid import SweepSpec
 
 GRID = ["--recipe", "blendserve", "--densities", "0.9,1.2", "--sharing", "0.15:0.35:0.2", "--policies", "dfs,random",
         "--requests", "400", "--seed", "3"]
@@ -110,7 +110,7 @@ def test_same_bytes_with_a_process_pool(reference, tmp_path):
 def test_resume_after_killing_the_sweep(reference, tmp_path):
     """SIGKILL the whole sweep (driver and workers) after its first cell; the rerun finishes the rest."""
     d = tmp_path / "s"
-    cmd = [sys.executable, "-c", "from sim.cli import main; main()", "sweep", *GRID, "--jobs", "2", "-o", str(d)]
+    cmd = [sys.executable, "-c", "from blendsim.cli import main; main()", "sweep", *GRID, "--jobs", "2", "-o", str(d)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     while done_cells(d) < 1 and proc.poll() is None and time.monotonic() < deadline:
@@ -129,7 +129,7 @@ def test_resume_after_killing_the_sweep(reference, tmp_path):
 
 def test_resume_after_an_interruption(reference, tmp_path, monkeypatch):
     """Ctrl-C after two cells: the command says how to resume (exit 130); resuming gives the same table."""
-    import sim.sweep.driver as driver
+    import blendsim.sweep.driver as driver
 
     real, calls = driver.cell_task, []
 

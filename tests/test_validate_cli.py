@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sim.cli import _Group
+from sim.clikit import UserErrorGroup as _Group
 from workloads.trace import from_columns, write_trace
 
 
@@ -30,7 +30,7 @@ def _app(*registers) -> typer.Typer:
 
 
 def _validate_app():
-    from real_backend.cli import register
+    from blendsim.validate_cli import register
 
     return _app(register)
 
@@ -111,8 +111,8 @@ def test_validate_refuses_a_schedule_that_does_not_fit(small_trace, tmp_path):
 def test_the_memory_plan_is_the_peak_of_the_schedule(small_trace, tmp_path):
     """Exactly the schedule's peak KV (plus weights and the largest step) is asked for: one byte less is
     refused before anything runs, that much is enough."""
+    from blendsim.validate import ValidateConfig, need_bytes, run_validation, simulate
     from real_backend.replay import load_schedule, peak_blocks
-    from real_backend.validate import ValidateConfig, need_bytes, run_validation, simulate
     from sim.errors import UserError
     from sim.prefix_tree import PrefixTree
     from workloads.trace import read_trace
@@ -208,7 +208,7 @@ def test_validate_refuses_to_overwrite_another_folder(small_trace, tmp_path):
 def _blendsim(*args) -> subprocess.CompletedProcess:
     """Run the installed command line in its own process, as a user does: the timings then come from a
     fresh interpreter, not from the test process after hundreds of other tests."""
-    cmd = [sys.executable, "-c", "from sim.cli import main; main()", *map(str, args)]
+    cmd = [sys.executable, "-c", "from blendsim.cli import main; main()", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
@@ -259,7 +259,7 @@ def test_calibrated_simulator_predicts_cpu_step_times(cpu_profile, tmp_path, cap
 
 def test_a_hard_stop_keeps_the_last_checkpoint(small_trace, tmp_path, monkeypatch):
     """A process killed mid-run (here: SystemExit, which nothing catches) leaves the last checkpoint."""
-    from real_backend.validate import ValidateConfig, run_validation
+    from blendsim.validate import ValidateConfig, run_validation
 
     _fail_at(monkeypatch, 4, SystemExit(9))
     out = tmp_path / "v"

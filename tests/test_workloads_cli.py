@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import get_app
+from blendsim.cli import get_app
 from workloads.recipes import get_recipe, recipe_names
 from workloads.trace import read_trace
 

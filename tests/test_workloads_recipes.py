@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from sim.density import trace_bounds
+from sim.deployment import make_deployment
 from sim.errors import UserError
 from sim.prefix_tree import PrefixTree
-from sim.run_cli import _deployment
 from workloads.recipes import get_recipe, paths, recipe_names, synthesize
 from workloads.sources import AZURE_CODE, AZURE_CONV, BURSTGPT, MMLU, OPENVID, SHAREGPT, WILDCHAT, get_source
 from workloads.trace import from_segment_arrays, write_trace
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real trace samples not found at {DATA}")
-DEP = _deployment("llama-3-8b", "a100-80gb", 1)
+DEP = make_deployment("llama-3-8b", "a100-80gb", 1)
 RHOS = np.round(np.arange(0.80, 1.4001, 0.05), 2)
 SHARES = np.round(np.arange(0.05, 0.4501, 0.10), 2)
 
@@ -280,7 +280,7 @@ def test_accelgen_mix_and_slos():
     assert np.all(np.isnan(t.tbt_slo_s[~online])) and np.all(np.isfinite(t.jct_slo_s[~online]))
     scale = t.tbt_slo_s[online] / 0.1875
     assert scale.min() >= 0.75 and scale.max() <= 1.25  # sec. 6.1
-    dep = _deployment("opt-13b", "a100-80gb", 1)
+    dep = make_deployment("opt-13b", "a100-80gb", 1)
     pre, group = prefill_time(t.input_len, dep), t.input_len // 512
     base = np.array([pre[group == g].mean() for g in group[online]])
     ratio = t.ttft_slo_s[online] / base

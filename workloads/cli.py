@@ -10,10 +10,10 @@ from pathlib import Path
 
 import typer
 
-from sim.cli import _Group
+from sim.clikit import UserErrorGroup
 
 
-class _SynthGroup(_Group):
+class _SynthGroup(UserErrorGroup):
     """``synth``: one subcommand per recipe, built on demand (recipe modules load numpy)."""
 
     def list_commands(self, ctx):
@@ -32,7 +32,7 @@ class _SynthGroup(_Group):
         return typer.main.get_command(one)
 
 
-app = typer.Typer(no_args_is_help=True, cls=_Group, rich_markup_mode=None)
+app = typer.Typer(no_args_is_help=True, cls=UserErrorGroup, rich_markup_mode=None)
 synth_app = typer.Typer(no_args_is_help=True, cls=_SynthGroup, rich_markup_mode=None,
                         help="Write a synthetic trace made by a named recipe (seeded: same options, same file).")
 app.add_typer(synth_app, name="synth")
@@ -50,12 +50,12 @@ def stats_cmd(
 ) -> None:
     """Requests, tokens, optimal sharing ratio s_o and compute density rho of a trace."""
     from sim.density import trace_bounds
+    from sim.deployment import make_deployment
     from sim.prefix_tree import PrefixTree
-    from sim.run_cli import _deployment
     from workloads.trace import read_trace
 
     t = read_trace(trace)
-    dep = _deployment(model, hardware, tp)
+    dep = make_deployment(model, hardware, tp)
     tree = PrefixTree(t)
     b = trace_bounds(t, dep, tree)
     out = t.summary()

@@ -79,10 +79,10 @@ def prefill_time(p: np.ndarray, dep, engine: str = "ideal") -> np.ndarray:
 
 
 def build(opts: AccelGenOptions):
-    from sim.run_cli import _deployment
+    from sim.deployment import make_deployment
     from workloads.trace import unique_prompts
 
-    dep = _deployment(opts.model, opts.hardware, opts.tp)
+    dep = make_deployment(opts.model, opts.hardware, opts.tp)
     n = opts.requests
     r_mix, r_len, r_slo, r_time = rngs(opts.seed, 4)
     short = 1.0 - opts.long_share

@@ -197,11 +197,11 @@ def _pools(opts: BlendServeOptions, rates):
 def build(opts: BlendServeOptions):
     """The trace of ``opts`` (UserError when the target cannot be reached)."""
     from sim.density import Rates, trace_bounds
+    from sim.deployment import make_deployment
     from sim.prefix_tree import PrefixTree
-    from sim.run_cli import _deployment
     from workloads.trace import from_segment_arrays
 
-    dep = _deployment(opts.model, opts.hardware, opts.tp)
+    dep = make_deployment(opts.model, opts.hardware, opts.tp)
     src, pools, subj, sid = _pools(opts, Rates.of(dep))
     n = opts.requests
     nc, nv, j1, j2, nm = _solve(pools, n, opts.density, opts.sharing)

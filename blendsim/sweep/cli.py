@@ -45,13 +45,14 @@ def sweep_cmd(
     Each cell (workload x policy x model x hardware) is a run directory under OUT/runs/; an
     interrupted sweep resumes where it stopped. Compare the policies with `blendsim report OUT`.
     """
+    from blendsim.run_cli import parse_opts
+    from blendsim.sweep.backends import make_backend
+    from blendsim.sweep.driver import describe, failure_line, run_sweep
+    from blendsim.sweep.grid import SweepSpec, parse_values
+    from blendsim.sweep.spec_check import check_spec
+    from blendsim.sweep.store import check_sweep_dir
+    from sim.clikit import parse_names
     from sim.errors import UserError
-    from sim.run_cli import parse_opts
-    from sim.sweep.backends import make_backend
-    from sim.sweep.driver import describe, failure_line, run_sweep
-    from sim.sweep.grid import SweepSpec, parse_names, parse_values
-    from sim.sweep.spec_check import check_spec
-    from sim.sweep.store import check_sweep_dir
 
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")

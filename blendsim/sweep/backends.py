@@ -55,12 +55,12 @@ class LocalBackend:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        from sim.sweep.tasks import warm_up
+        from blendsim.sweep.tasks import warm_up
 
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(method)
         if method == "forkserver":
-            ctx.set_forkserver_preload(["sim.sweep.tasks", "sim.runner", "policies.base", "workloads.recipes"])
+            ctx.set_forkserver_preload(["blendsim.sweep.tasks", "blendsim.runner", "policies.base", "workloads.recipes"])
         self.capacity = jobs
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=warm_up,
                                          initargs=(os.getpid(),))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from blendsim.sweep.grid import SweepSpec
 from sim.errors import UserError
-from sim.sweep.grid import SweepSpec
 
 # Recipe options the sweep sets itself (from its own flags), so --recipe-opt may not.
 SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--requests", "model": "--models",

@@ -45,7 +45,7 @@ def validate_cmd(
     ops.parquet}: predicted vs measured step times, per-operator-class and end-to-end errors."""
     import sys
 
-    from real_backend.validate import ValidateConfig, run_validation
+    from blendsim.validate import ValidateConfig, run_validation
 
     names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else (policy,)
     cfg = ValidateConfig(policies=names, model=model, hardware=hardware, device=device,

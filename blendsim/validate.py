@@ -14,15 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from real_backend import results
+from real_backend.results import ValidationStopped
 from sim.errors import UserError
 
 GIB = 2**30
-
-
-class ValidationStopped(UserError):
-    """The replay stopped early (out of memory, corrupt schedule, interrupted); partial results saved."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -97,11 +92,11 @@ def guess_hardware(dev) -> str:
 
 def simulate(trace, cfg: ValidateConfig, policy: str, hardware: str):
     """The recorded simulation of one policy and its cost model."""
+    from blendsim.runner import RunConfig, run_simulation
     from sim.cost import build_cost_model
     from sim.deployment import Deployment
     from sim.hardware import get_hardware
     from sim.models import get_model
-    from sim.runner import RunConfig, run_simulation
 
     rc = RunConfig(policy=policy, model=cfg.model, hardware=hardware, replicas=cfg.replicas, mode=cfg.mode,
                    engine=cfg.engine, profile=cfg.profile, dtype=cfg.dtype, token_budget=cfg.token_budget,

@@ -1,6 +1,6 @@
 """Sweeps: every policy on a density x sharing grid of synthetic workloads (BlendServe sec. 6.5).
 
->>> from sim.sweep import SweepSpec, check_spec, make_backend, run_sweep
+>>> from blendsim.sweep import SweepSpec, check_spec, make_backend, run_sweep
 >>> spec = check_spec(SweepSpec("blendserve", (0.9, 1.2), (0.15, 0.35), ("dfs", "random"),
 ...                             ("llama-3-8b",), ("a100-80gb",), requests=400))
 >>> outcome = run_sweep(spec, "out/sweep", make_backend("local", jobs=2))   # doctest: +SKIP
@@ -10,11 +10,11 @@ Modules: ``grid`` (values, spec, cells and their names), ``spec_check`` (validat
 installs), ``driver`` (scheduling and resume), ``results`` (results.parquet), ``cli`` (the command).
 """
 
-from sim.sweep.backends import make_backend
-from sim.sweep.driver import SweepOutcome, run_sweep
-from sim.sweep.grid import Cell, SweepSpec, Workload, parse_values
-from sim.sweep.results import assemble_results, collect_rows
-from sim.sweep.spec_check import check_spec
+from blendsim.sweep.backends import make_backend
+from blendsim.sweep.driver import SweepOutcome, run_sweep
+from blendsim.sweep.grid import Cell, SweepSpec, Workload, parse_values
+from blendsim.sweep.spec_check import check_spec
+from reports.sweep_results import assemble_results, collect_rows
 
 __all__ = ["Cell", "SweepOutcome", "SweepSpec", "Workload", "assemble_results", "check_spec", "collect_rows",
            "make_backend", "parse_values", "run_sweep"]

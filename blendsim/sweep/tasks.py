@@ -27,8 +27,8 @@ def warm_up(driver_pid: int | None = None) -> None:
     queue alone (a killed driver's workers belong to the forkserver, not to it, and get no signal)."""
     if driver_pid is not None:
         threading.Thread(target=_watch, args=(driver_pid,), daemon=True, name="driver-watch").start()
+    import blendsim.runner  # noqa: F401
     import policies.base  # noqa: F401
-    import sim.runner  # noqa: F401
     import workloads.recipes  # noqa: F401
     import workloads.trace  # noqa: F401
     from policies.base import policy_names
@@ -74,8 +74,8 @@ def _synth(spec, workload, sweep_dir):
 
 
 def _cell(spec, cell, trace, sweep_dir):
-    from sim.runner import RunConfig, run_simulation, write_run
-    from sim.sweep import store
+    from blendsim.runner import RunConfig, run_simulation, write_run
+    from blendsim.sweep import store
     from workloads.trace import read_trace
 
     if isinstance(trace, dict):

@@ -35,7 +35,9 @@ def cost_cmd(
         raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
-    dep = _deployment(model, hardware, tp, dtype)
+    from sim.deployment import make_deployment
+
+    dep = make_deployment(model, hardware, tp, dtype)
     cm = build_cost_model(dep, mode, engine, profile)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context, decode_seqs + (1 if prefill_tokens else 0))
@@ -104,7 +106,7 @@ def simulate_cmd(
     """Simulate TRACE under a policy and write RUN_DIR/{summary.json, steps.parquet, requests.parquet}."""
     import sys
 
-    from sim.runner import RunConfig, check_run_dir, run_simulation, write_run
+    from blendsim.runner import RunConfig, check_run_dir, run_simulation, write_run
     from workloads.trace import read_trace
 
     check_run_dir(out)
@@ -188,19 +190,11 @@ def demo_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the workload and the policies."),
 ) -> None:
     """Synthesise a BlendServe workload and compare policies side by side on one engine (under a minute)."""
-    from sim.demo import print_table, run_demo
+    from blendsim.demo import print_table, run_demo
 
     r = run_demo(out, requests=requests, density=density, sharing=sharing, seed=seed, echo=typer.echo)
     print_table(r["summaries"])
     typer.echo(f"runs in {out}/runs/" + (f"; report: {r['report']}" if r["report"] else ""))
-
-
-def _deployment(model: str, hardware: str, tp: int, dtype: str | None = None, **kw):
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.models import get_model
-
-    return Deployment(get_model(model, dtype), get_hardware(hardware), tp, **kw)
 
 
 def register(app: typer.Typer) -> None:

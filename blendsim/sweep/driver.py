@@ -14,10 +14,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.sweep import store
-from sim.sweep.grid import Cell, SweepSpec
-from sim.sweep.results import assemble_results
-from sim.sweep.tasks import cell_task, synth_task
+from blendsim.sweep import store
+from blendsim.sweep.grid import Cell, SweepSpec
+from blendsim.sweep.tasks import cell_task, synth_task
+from reports.sweep_results import assemble_results
 
 
 @dataclass

@@ -55,14 +55,6 @@ def parse_values(text: str, flag: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def parse_names(text: str, flag: str) -> tuple[str, ...]:
-    """A comma list of names (order kept, duplicates dropped)."""
-    names = list(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
-    if not names:
-        raise UserError(f"{flag} {text!r}: give at least one name")
-    return tuple(names)
-
-
 def slug(name: str) -> str:
     """A file-name-safe form of a model/hardware/policy name."""
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("._") or "_"
@@ -144,8 +136,8 @@ class SweepSpec:
         engine settings (token budget, block size, ...) and engine-overhead style."""
         out = {"mode": self.mode, "engine": self.engine, "seed": self.seed}
         if self.engine_of:
+            from blendsim.runner import ENGINE_FIELDS
             from policies.base import get_policy
-            from sim.runner import ENGINE_FIELDS
 
             pol = get_policy(self.engine_of)
             out.update({k: v for k, v in pol.engine_defaults.items() if k in ENGINE_FIELDS})
@@ -175,4 +167,4 @@ class SweepSpec:
         return kw
 
 
-__all__ = ["Cell", "SweepSpec", "Workload", "parse_names", "parse_values", "slug", "workload_name"]
+__all__ = ["Cell", "SweepSpec", "Workload", "parse_values", "slug", "workload_name"]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from sim.errors import UserError
-from sim.io import atomic_dir, check_writable
+from sim.rundir import RunResult, check_run_dir, schedule_table, write_run
 from sim.seq import EngineConfig, RequestRecords
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
@@ -54,16 +53,6 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise UserError(f"--replicas must be >= 1, got {self.replicas}")
-
-
-@dataclass
-class RunResult:
-    summary: dict
-    steps: list  # per replica: {column: list}
-    requests: dict  # column -> array
-    schedule: dict | None  # column -> list, when recorded
-    notes: list
-    trace: object = None
 
 
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
@@ -189,51 +178,6 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     return RunResult(summary, steps, requests, schedule, cm.notes(), trace)
 
 
-def schedule_table(schedulers) -> dict:
-    """The recorded schedule of every replica, in order: one row per event (see Scheduler.events)."""
-    cols = ("replica", "step", "kind", "request", "a", "b", "c")
-    rows = [(s.replica, *e) for s in schedulers for e in s.events]
-    return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
-
-
-# ---- run directory -----------------------------------------------------------------------
-def check_run_dir(run_dir: str | Path) -> Path:
-    """Refuse to overwrite a folder that holds something other than an earlier run."""
-    d = Path(run_dir)
-    if d.exists() and (not d.is_dir() or (any(d.iterdir()) and not (d / "summary.json").exists())):
-        raise UserError(f"{d}: exists and is not a blendsim run directory; choose another -o")
-    return check_writable(d)
-
-
-def write_run(result: RunResult, run_dir: str | Path) -> Path:
-    """Write summary.json, steps.parquet, requests.parquet (and schedule.parquet) atomically: into a
-    temporary folder that replaces ``run_dir`` only once everything is written."""
-    import pyarrow.parquet as pq
-
-    from sim import columns as col
-    from sim.io import write_json
-
-    d = check_run_dir(run_dir)
-    with atomic_dir(d) as tmp:
-        write_json(tmp / "summary.json", result.summary)
-        cols = {"replica": [], "step": []}
-        for rep, c in enumerate(result.steps):
-            n = len(c["dt_s"])
-            cols["replica"].append(np.full(n, rep, dtype=np.int32))
-            cols["step"].append(np.arange(n, dtype=np.int64))
-            for k, v in c.items():
-                cols.setdefault(k, []).append(np.asarray(v))
-        pq.write_table(col.table({k: np.concatenate(v) for k, v in cols.items()}), tmp / "steps.parquet",
-                       compression="zstd")
-        pq.write_table(col.table({k: np.asarray(v) for k, v in result.requests.items()}),
-                       tmp / "requests.parquet", compression="zstd")
-        if result.schedule is not None:
-            meta = result.schedule["_meta"]
-            tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
-            tab = tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
-            pq.write_table(tab, tmp / "schedule.parquet", compression="zstd")
-    return d
-
-
+# re-exported: the run-directory helpers are part of the runner's public surface
 __all__ = ["Prepared", "RunConfig", "RunResult", "check_run_dir", "engine_config", "prepare_run", "run_simulation",
-           "write_run"]
+           "schedule_table", "write_run"]

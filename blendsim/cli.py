@@ -11,25 +11,12 @@ from __future__ import annotations
 import json
 
 import typer
-from typer.core import TyperGroup
 
-from sim.errors import UserError
-
-
-class _Group(TyperGroup):
-    """Turns a UserError raised by any (sub)command into one line on stderr and exit code 2."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except UserError as e:
-            typer.echo(f"blendsim: error: {e}", err=True)
-            ctx.exit(e.exit_code)
-
+from sim.clikit import UserErrorGroup
 
 app = typer.Typer(
     name="blendsim",
-    cls=_Group,
+    cls=UserErrorGroup,
     help="Simulate, calibrate and compare schedulers for offline batch LLM inference.",
     no_args_is_help=True,
     add_completion=False,
@@ -39,16 +26,18 @@ app = typer.Typer(
 
 
 def _mount() -> None:
+    from blendsim.run_cli import register as register_run
+    from blendsim.sweep.cli import sweep_cmd
+    from blendsim.validate_cli import register as register_validate
     from calibrate.cli import register as register_calibrate
-    from real_backend.cli import register as register_validate
     from reports.cli import register as register_reports
-    from sim.run_cli import register as register_run
     from workloads.cli import app as workloads_app
 
     app.add_typer(workloads_app, name="workloads", help="Synthesise, load and inspect request traces.")
     register_run(app)
     register_calibrate(app)
     register_validate(app)
+    app.command("sweep")(sweep_cmd)
     register_reports(app)
 
 

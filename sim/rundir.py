@@ -1,0 +1,75 @@
+"""A run directory: summary.json, steps.parquet, requests.parquet (and schedule.parquet).
+
+The on-disk form of one simulation (or of one policy's simulation inside a validation folder); the
+runner that produces a :class:`RunResult` lives in the application layer (``blendsim.runner``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import UserError
+from sim.io import atomic_dir, check_writable
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    steps: list  # per replica: {column: list}
+    requests: dict  # column -> array
+    schedule: dict | None  # column -> list, when recorded
+    notes: list
+    trace: object = None
+
+
+def schedule_table(schedulers) -> dict:
+    """The recorded schedule of every replica, in order: one row per event (see Scheduler.events)."""
+    cols = ("replica", "step", "kind", "request", "a", "b", "c")
+    rows = [(s.replica, *e) for s in schedulers for e in s.events]
+    return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
+
+
+# ---- run directory -----------------------------------------------------------------------
+def check_run_dir(run_dir: str | Path) -> Path:
+    """Refuse to overwrite a folder that holds something other than an earlier run."""
+    d = Path(run_dir)
+    if d.exists() and (not d.is_dir() or (any(d.iterdir()) and not (d / "summary.json").exists())):
+        raise UserError(f"{d}: exists and is not a blendsim run directory; choose another -o")
+    return check_writable(d)
+
+
+def write_run(result: RunResult, run_dir: str | Path) -> Path:
+    """Write summary.json, steps.parquet, requests.parquet (and schedule.parquet) atomically: into a
+    temporary folder that replaces ``run_dir`` only once everything is written."""
+    import pyarrow.parquet as pq
+
+    from sim import columns as col
+    from sim.io import write_json
+
+    d = check_run_dir(run_dir)
+    with atomic_dir(d) as tmp:
+        write_json(tmp / "summary.json", result.summary)
+        cols = {"replica": [], "step": []}
+        for rep, c in enumerate(result.steps):
+            n = len(c["dt_s"])
+            cols["replica"].append(np.full(n, rep, dtype=np.int32))
+            cols["step"].append(np.arange(n, dtype=np.int64))
+            for k, v in c.items():
+                cols.setdefault(k, []).append(np.asarray(v))
+        pq.write_table(col.table({k: np.concatenate(v) for k, v in cols.items()}), tmp / "steps.parquet",
+                       compression="zstd")
+        pq.write_table(col.table({k: np.asarray(v) for k, v in result.requests.items()}),
+                       tmp / "requests.parquet", compression="zstd")
+        if result.schedule is not None:
+            meta = result.schedule["_meta"]
+            tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
+            tab = tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
+            pq.write_table(tab, tmp / "schedule.parquet", compression="zstd")
+    return d
+
+
+
+__all__ = ["RunResult", "check_run_dir", "schedule_table", "write_run"]
