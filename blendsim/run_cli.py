@@ -109,6 +109,7 @@ def simulate_cmd(
     from blendsim.runner import RunConfig, check_run_dir, run_simulation, write_run
     from workloads.trace import read_trace
 
+    check_seed(seed)
     check_run_dir(out)
     t = read_trace(trace)
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
@@ -121,9 +122,19 @@ def simulate_cmd(
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     if as_json:
-        typer.echo(json.dumps(result.summary, indent=2, sort_keys=True))
+        from sim.rundir import json_safe
+
+        typer.echo(json.dumps(json_safe(result.summary), indent=2, sort_keys=True, allow_nan=False))
     else:
         print_summary(result.summary, out)
+
+
+def check_seed(seed: int) -> None:
+    """Seeds are non-negative (numpy's generators take no negative seed)."""
+    from sim.errors import UserError
+
+    if seed < 0:
+        raise UserError(f"--seed must be >= 0, got {seed}")
 
 
 def parse_opts(opts: list[str] | None) -> dict:
@@ -161,13 +172,21 @@ def print_summary(s: dict, out: Path | None = None) -> None:
             f"{100 * s['frac_of_opt']:.1f}% of T_o ({100 * s['frac_of_practical_opt']:.1f}% of the practical optimum)")
     c.print(f"  prefix sharing {100 * s['prefix_sharing_ratio']:.2f}% (optimal {100 * s['optimal_sharing_ratio']:.2f}%), "
             f"recomputed {s['recomputed_tokens']} tokens, {s['preemptions']} preemptions, "
-            f"compute density {s['compute_density']:.3f}")
+            f"compute density {_fmt(s['compute_density'], '.3f')}")
     if "latency_mean_s" in s:
         c.print(f"  latency mean {s['latency_mean_s']:.2f} s, p99 {s['latency_p99_s']:.2f} s, TTFT mean "
                 f"{s['ttft_mean_s']:.3f} s, TBT mean {1e3 * s['tbt_mean_s']:.1f} ms, SLO attainment "
                 f"{100 * s['slo_attainment']:.1f}%, goodput {s['goodput_tok_s']:.0f} tok/s")
     if out is not None:
         c.print(f"  wrote {out}/")
+
+
+def _fmt(x, spec: str) -> str:
+    """A figure that may not exist (None in summary.json, inf in memory: e.g. the compute density of
+    a trace that reads no KV) as "n/a"."""
+    import math
+
+    return format(x, spec) if x is not None and math.isfinite(x) else "n/a"
 
 
 def policies_cmd() -> None:
@@ -192,6 +211,7 @@ def demo_cmd(
     """Synthesise a BlendServe workload and compare policies side by side on one engine (under a minute)."""
     from blendsim.demo import print_table, run_demo
 
+    check_seed(seed)
     r = run_demo(out, requests=requests, density=density, sharing=sharing, seed=seed, echo=typer.echo)
     print_table(r["summaries"])
     typer.echo(f"runs in {out}/runs/" + (f"; report: {r['report']}" if r["report"] else ""))

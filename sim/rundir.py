@@ -32,6 +32,19 @@ def schedule_table(schedulers) -> dict:
     return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
 
 
+def json_safe(obj):
+    """``obj`` with every non-finite float (inf, NaN) replaced by None, so it is valid JSON: a figure
+    that does not exist for a run (e.g. the compute density of a trace whose outputs are all one
+    token long, which reads no KV: Comp / 0) is ``null`` in summary.json, never ``Infinity``."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    return obj
+
+
 # ---- run directory -----------------------------------------------------------------------
 def check_run_dir(run_dir: str | Path) -> Path:
     """Refuse to overwrite a folder that holds something other than an earlier run."""
@@ -51,7 +64,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
 
     d = check_run_dir(run_dir)
     with atomic_dir(d) as tmp:
-        write_json(tmp / "summary.json", result.summary)
+        write_json(tmp / "summary.json", json_safe(result.summary))
         cols = {"replica": [], "step": []}
         for rep, c in enumerate(result.steps):
             n = len(c["dt_s"])
@@ -72,4 +85,4 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
 
 
 
-__all__ = ["RunResult", "check_run_dir", "schedule_table", "write_run"]
+__all__ = ["RunResult", "check_run_dir", "json_safe", "schedule_table", "write_run"]

@@ -119,7 +119,7 @@ class AccelGen(Policy):
         for k in _INTS:
             if int(o[k]) < 1:
                 raise UserError(f"option {k}: must be >= 1, got {o[k]}")
-        if o["gamma"] < 0 or o["best_effort_slack"] < 0 or o["lc_alpha"] > 1 or o["pivot_tol"] >= 1:
+        if not (o["gamma"] >= 0 and o["best_effort_slack"] >= 0 and o["lc_alpha"] <= 1 and o["pivot_tol"] < 1):
             raise UserError("options gamma and best_effort_slack must be >= 0, lc_alpha and pivot_tol < 1")
         if o["budget_model"] != "eq6" and self.ctx.engine.round_tokens:
             raise UserError(f"option budget_model={o['budget_model']} sizes steps by operations or time, not "
