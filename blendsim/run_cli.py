@@ -101,23 +101,27 @@ def simulate_cmd(
                                          help="Also write schedule.parquet (the Batches, for replay)."),
     opt: list[str] = typer.Option(None, "--opt", help="Policy option key=value (repeatable)."),
     out: Path = typer.Option(..., "-o", "--out", help="Run directory to write."),
+    force: bool = typer.Option(False, "--force", help="Replace an -o run directory made from another trace."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of a table."),
 ) -> None:
     """Simulate TRACE under a policy and write RUN_DIR/{summary.json, steps.parquet, requests.parquet}."""
     import sys
 
     from blendsim.runner import RunConfig, check_run_dir, run_simulation, write_run
+    from sim.rundir import file_sha256
     from workloads.trace import read_trace
 
     check_seed(seed)
-    check_run_dir(out)
     t = read_trace(trace)
+    digest = file_sha256(trace)
+    check_run_dir(out, digest, force)
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))
     result = _with_progress(lambda progress: run_simulation(t, cfg, progress), t.n, sys.stderr.isatty())
+    result.summary["trace_sha256"] = digest  # which trace made the run (-o refuses another without --force)
     write_run(result, out)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

@@ -143,3 +143,19 @@ def test_run_config_refuses_a_block_size_no_replica_holds():
     trace = from_columns(input_len=[3], output_len=[2])
     with pytest.raises(UserError, match="--block-size"):
         run_simulation(trace, RunConfig(model="tiny", hardware="cpu", block_size=10**9))
+
+
+# ---- item 7: -o does not silently replace another trace's run ----------------------------------
+def test_simulate_refuses_to_replace_a_run_of_another_trace(tmp_path):
+    a = write_trace(from_columns(input_len=[5, 9], output_len=[3, 4]), tmp_path / "a.parquet")
+    b = write_trace(from_columns(input_len=[7], output_len=[2]), tmp_path / "b.parquet")
+    run = tmp_path / "run"
+    common = ["--model", "tiny", "--hardware", "cpu", "-o", run]
+    assert invoke("simulate", a, *common).exit_code == 0
+    assert invoke("simulate", a, "--policy", "dfs", *common).exit_code == 0  # same trace: a rerun
+    r = invoke("simulate", b, *common)
+    assert r.exit_code == 2 and r.output.strip() == (f"blendsim: error: {run}: holds a run of another trace; "
+                                                     "choose another -o, or --force to replace it")
+    assert strict_json(run / "summary.json")["n_requests"] == 2  # untouched
+    r = invoke("simulate", b, *common, "--force")
+    assert r.exit_code == 0 and strict_json(run / "summary.json")["n_requests"] == 1
