@@ -159,3 +159,85 @@ def test_simulate_refuses_to_replace_a_run_of_another_trace(tmp_path):
     assert strict_json(run / "summary.json")["n_requests"] == 2  # untouched
     r = invoke("simulate", b, *common, "--force")
     assert r.exit_code == 0 and strict_json(run / "summary.json")["n_requests"] == 1
+
+
+# ---- sweeps: a folder that turns read-only, interrupts ----------------------------------------
+SWEEP = ["--recipe", "blendserve", "--densities", "0.9", "--sharing", "0.15", "--policies", "dfs,random",
+         "--requests", "300", "--seed", "1"]
+
+
+def test_sweep_whose_folder_turns_read_only_before_the_results(tmp_path, monkeypatch):
+    import blendsim.sweep.driver as driver
+
+    def read_only(d):
+        raise PermissionError(13, "Permission denied", str(d / "results.parquet"))
+
+    monkeypatch.setattr(driver, "assemble_results", read_only)
+    d = tmp_path / "s"
+    r = CliRunner().invoke(get_app(), ["sweep", *SWEEP, "--jobs", "1", "-o", str(d)])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip().splitlines() == [
+        f"blendsim: error: {d / 'results.parquet'}: cannot write it (Permission denied); the 2 finished cell(s) "
+        f"are kept in {d}/runs/ -- make {d} writable and run the same command again"]
+    f = json.loads((d / "failures.json").read_text())["failures"]
+    assert [x["stage"] for x in f] == ["results assembly"]
+    monkeypatch.undo()  # writable again: the rerun assembles the table from the kept cells
+    r = CliRunner().invoke(get_app(), ["sweep", *SWEEP, "--jobs", "1", "-o", str(d)])
+    assert r.exit_code == 0 and "0 cell(s) simulated, 2 already done" in r.stdout
+    assert (d / "results.parquet").exists() and not (d / "failures.json").exists()
+
+
+def slow_random_cell(spec, cell, trace, sweep_dir):
+    """A sweep task (run in a worker) that takes a minute for the random policy's cell."""
+    import time
+
+    from blendsim.sweep.tasks import cell_task
+
+    if cell.policy == "random":
+        time.sleep(60)
+    return cell_task(spec, cell, trace, sweep_dir)
+
+
+@pytest.mark.parametrize("target", ["main", "group"])
+def test_an_interrupted_sweep_exits_promptly_and_quietly(tmp_path, target):
+    """SIGINT to the driver alone (e.g. `kill -INT`) or to the whole process group (Ctrl-C) while a cell
+    runs: the command ends within seconds, without a traceback, keeps the finished cell, and leaves no
+    worker behind. (Before: the driver waited for the running cells at exit - over ten minutes for
+    large ones - and Ctrl-C printed the workers' tracebacks.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    d = tmp_path / "s"
+    code = ("import blendsim.sweep.driver as d; from tests.test_reliability_runs import slow_random_cell; "
+            "d.cell_task = slow_random_cell; from blendsim.cli import main; main()")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", code, "sweep", *SWEEP, "--jobs", "2", "-o", str(d)], cwd=root,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        kept = d / "runs" / "llama-3-8b" / "a100-80gb"
+        deadline = time.monotonic() + 120
+        while not list(kept.glob("*/dfs/summary.json")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert list(kept.glob("*/dfs/summary.json")), "the dfs cell never finished"
+        time.sleep(0.5)  # the random cell is sleeping in its worker
+        t0 = time.monotonic()
+        (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130 and took < 10, (took, err)
+    assert err.strip().splitlines() == [f"blendsim: interrupted; finished cells are kept in {d}/runs/ -- run the "
+                                        "same command again to resume"]
+    assert list(kept.glob("*/dfs/summary.json")) and not list(kept.glob("*/random/summary.json"))
+    time.sleep(1.0)
+    ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
+    assert not [ln for ln in ps.splitlines() if "Z" not in ln.split()[1]], ps  # no live worker left
