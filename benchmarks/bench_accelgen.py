@@ -38,12 +38,12 @@ ms) is below any step it waits out or shares. SLO attainment / goodput (tok/s) a
   0.286/0.008/0.000, 686/19/0; 0.14 s (the mix's tightest TBT SLO) -> 1,792 tokens, 0.294/0.020/0.000,
   751/50/0. Long prompts' deep chunks overrun the SLO and greedy admission thrashes the KV (542
   preemptions at 0.5 req/s with 2,560). The default 512 tokens fits a ~45 ms SLO.
-* accelgen, ``budget_model=eq6`` (token-count budget): 0.285/0.011/0.000, 688/25/0. ~37% of the
+* accelgen, ``budget_model=eq6`` (token-count budget): 0.285/0.011/0.000, 688/24/0. ~37% of the
   prompt tokens lie beyond 6H = 24,576, where Eq. 6's 1,900-3,100-token chunks take 0.33-1.18 s
   against 0.14-0.23 s TBT SLOs; at 0.5 the slow steps stretch every decode, KV fills, urgent long
-  prompts preempt long decoders (Alg. 1: largest T_r): 465 preemptions, 46% of prompt tokens recomputed.
-* accelgen default, ``budget_model=eq4`` (Eq. 4 operations with each chunk's context): 0.310/0.088/
-  0.022, 806/356/36; 28 and 63 preemptions at 0.5 and 1. It loses to sarathi on TBT (0.758 vs 0.981 at
+  prompts preempt long decoders (Alg. 1: largest T_r): 432 preemptions, 48% of prompt tokens recomputed.
+* accelgen default, ``budget_model=eq4`` (Eq. 4 operations with each chunk's context): 0.310/0.090/
+  0.022, 806/352/36; 32 and 63 preemptions at 0.5 and 1. It loses to sarathi on TBT (0.758 vs 0.981 at
   0.25): 7% of its steps exceed SLO_min at 0.25 (median 1.07x) and 39% at 0.5 (median 1.19x), since
   Eq. 4 counts operations — the cost model runs attention at 0.55 of peak against 0.70 for GEMMs
   (a lone eq4 chunk at 4 x 6H of context takes ~1.08x SLO_min), and decode attention is bound by KV
