@@ -46,30 +46,49 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     temporary folder that replaces ``run_dir`` only once everything is written."""
     import pyarrow.parquet as pq
 
-    from sim import columns as col
     from sim.io import write_json
 
     d = check_run_dir(run_dir)
     with atomic_dir(d) as tmp:
         write_json(tmp / "summary.json", result.summary)
-        cols = {"replica": [], "step": []}
-        for rep, c in enumerate(result.steps):
-            n = len(c["dt_s"])
-            cols["replica"].append(np.full(n, rep, dtype=np.int32))
-            cols["step"].append(np.arange(n, dtype=np.int64))
-            for k, v in c.items():
-                cols.setdefault(k, []).append(np.asarray(v))
-        pq.write_table(col.table({k: np.concatenate(v) for k, v in cols.items()}), tmp / "steps.parquet",
-                       compression="zstd")
-        pq.write_table(col.table({k: np.asarray(v) for k, v in result.requests.items()}),
-                       tmp / "requests.parquet", compression="zstd")
+        pq.write_table(steps_table(result), tmp / "steps.parquet", compression="zstd")
+        pq.write_table(requests_table(result), tmp / "requests.parquet", compression="zstd")
         if result.schedule is not None:
-            meta = result.schedule["_meta"]
-            tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
-            tab = tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
-            pq.write_table(tab, tmp / "schedule.parquet", compression="zstd")
+            pq.write_table(schedule_arrow(result), tmp / "schedule.parquet", compression="zstd")
     return d
 
 
+def steps_table(result: RunResult):
+    """steps.parquet's Arrow table: one row per step of every replica (``replica``, ``step`` first)."""
+    from sim import columns as col
 
-__all__ = ["RunResult", "check_run_dir", "schedule_table", "write_run"]
+    cols = {"replica": [], "step": []}
+    for rep, c in enumerate(result.steps):
+        n = len(c["dt_s"])
+        cols["replica"].append(np.full(n, rep, dtype=np.int32))
+        cols["step"].append(np.arange(n, dtype=np.int64))
+        for k, v in c.items():
+            cols.setdefault(k, []).append(np.asarray(v))
+    return col.table({k: np.concatenate(v) for k, v in cols.items()})
+
+
+def requests_table(result: RunResult):
+    """requests.parquet's Arrow table: one row per request, in trace order."""
+    from sim import columns as col
+
+    return col.table({k: np.asarray(v) for k, v in result.requests.items()})
+
+
+def schedule_arrow(result: RunResult):
+    """schedule.parquet's Arrow table (its ``_meta`` as schema metadata), or None when not recorded."""
+    from sim import columns as col
+
+    if result.schedule is None:
+        return None
+    meta = result.schedule["_meta"]
+    tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
+    return tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
+
+
+__all__ = ["RunResult", "check_run_dir", "requests_table", "schedule_arrow", "schedule_table", "steps_table",
+           "write_run"]
