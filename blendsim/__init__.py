@@ -23,6 +23,7 @@ _EXPORTS = {
     "SweepResult": "blendsim.api",
     "load_trace": "blendsim.api",
     "write_trace": "blendsim.api",
+    "make_trace": "blendsim.api",
     "synthesize": "blendsim.api",
     "simulate": "blendsim.api",
     "cost": "blendsim.api",

@@ -57,6 +57,18 @@ def write_trace(trace, path) -> Path:
     return write(trace, path)
 
 
+def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
+    """A trace from Python columns: ``input_len`` and ``output_len`` per request; ``prompts[i]`` a list of
+    token ids, or of ``(segment_id, length)`` pairs (requests that share leading segments share that
+    prefix), or None (a unique prompt); ``ids``; optional columns ``arrival_s``, ``output_len_hint``,
+    ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s`` and ``source`` (see workloads/trace.py)."""
+    from workloads.trace import from_columns
+
+    trace = from_columns(input_len=input_len, output_len=output_len, prompts=prompts, ids=ids, **optional)
+    trace.validate("make_trace")
+    return trace
+
+
 def synthesize(recipe: str, **params):
     """The trace of a workload recipe, as `blendsim workloads synth RECIPE` makes it; ``params`` are
     the recipe's options with underscores (``requests=2000, density=1.1, sharing=0.3, seed=0``)."""
@@ -293,5 +305,5 @@ def policy_names() -> list[str]:
     return names()
 
 
-__all__ = ["BlendsimError", "Result", "SweepResult", "cost", "load_trace", "policy_names", "simulate",
+__all__ = ["BlendsimError", "Result", "SweepResult", "cost", "load_trace", "make_trace", "policy_names", "simulate",
            "synthesize", "sweep", "write_trace"]

@@ -6,6 +6,7 @@ runner that produces a :class:`RunResult` lives in the application layer (``blen
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,12 @@ def schedule_table(schedulers) -> dict:
 
 
 # ---- run directory -----------------------------------------------------------------------
+def run_dir_name(label: str) -> str:
+    """A folder name for a run labelled ``label`` (a policy name, or a ``path/to/file.py:Class`` spec:
+    never a path that leaves the parent folder)."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(label)).strip("._") or "_"
+
+
 def check_run_dir(run_dir: str | Path) -> Path:
     """Refuse to overwrite a folder that holds something other than an earlier run."""
     d = Path(run_dir)
@@ -90,5 +97,5 @@ def schedule_arrow(result: RunResult):
     return tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
 
 
-__all__ = ["RunResult", "check_run_dir", "requests_table", "schedule_arrow", "schedule_table", "steps_table",
+__all__ = ["RunResult", "check_run_dir", "requests_table", "run_dir_name", "schedule_arrow", "schedule_table", "steps_table",
            "write_run"]
