@@ -417,6 +417,10 @@ class _TraceColumns:
         self.cols = set(table.column_names)
         self.n = table.num_rows
 
+    def column(self, name: str):
+        """One Arrow array (combine_chunks: a table without rows may have no chunk at all)."""
+        return self.table.column(name).combine_chunks()
+
     def fail(self, name: str, what: str, row: int | None = None):
         at = f"row {row + 1}, field {name}" if row is not None else f"column {name!r}"
         raise UserError(f"{self.path}: {at}: {what}")
@@ -425,9 +429,8 @@ class _TraceColumns:
         """An integer column within [low, high]; nulls are ``fill`` (or refused when None)."""
         import pyarrow as pa
 
-        from sim import columns as col
 
-        c = col.combine(self.table.column(name))
+        c = self.column(name)
         if pa.types.is_null(c.type) and fill is not None:
             return np.full(self.n, fill, dtype=np.int64)
         if not pa.types.is_integer(c.type):
@@ -456,7 +459,7 @@ class _TraceColumns:
 
         if name not in self.cols:
             return np.full(self.n, default, dtype=np.float64)
-        c = col.combine(self.table.column(name))
+        c = self.column(name)
         if not (pa.types.is_floating(c.type) or pa.types.is_integer(c.type) or pa.types.is_null(c.type)):
             self.fail(name, f"must hold numbers, found {c.type}")
         if pa.types.is_floating(c.type) and c.type.bit_width == 16:
@@ -470,7 +473,7 @@ class _TraceColumns:
 
         if name not in self.cols:
             return default
-        c = col.combine(self.table.column(name))
+        c = self.column(name)
         t = c.type.value_type if pa.types.is_dictionary(c.type) else c.type
         if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(c.type)
                 or (ints_ok and pa.types.is_integer(t))):
@@ -490,7 +493,7 @@ class _TraceColumns:
 
         from sim import columns as col
 
-        c = col.combine(self.table.column(name))
+        c = self.column(name)
         if pa.types.is_null(c.type):
             return np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
         if not (pa.types.is_list(c.type) or pa.types.is_large_list(c.type)):
