@@ -48,13 +48,19 @@ def stats_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Requests, tokens, optimal sharing ratio s_o and compute density rho of a trace."""
+    """Requests, tokens, optimal sharing ratio s_o and compute density rho of a trace.
+
+    With ``--json``, a density that is unbounded (no decode memory traffic) is null, explained by
+    ``compute_density_note``.
+    """
+    import numpy as np
+
     from sim.density import trace_bounds
     from sim.deployment import make_deployment
     from sim.prefix_tree import PrefixTree
     from workloads.trace import read_trace
 
-    t = read_trace(trace)
+    t = read_trace(trace, allow_empty=True)
     dep = make_deployment(model, hardware, tp)
     tree = PrefixTree(t)
     b = trace_bounds(t, dep, tree)
@@ -62,8 +68,13 @@ def stats_cmd(
     out.update({"optimal_sharing_ratio": tree.optimal_sharing_ratio(), "compute_density": b.density,
                 "t_comp_s": b.t_comp_s, "t_mem_s": b.t_mem_s, "t_opt_s": b.t_opt_s, "model": dep.model.name,
                 "hardware": dep.hardware.name, "meta": t.meta})
+    if not np.isfinite(b.density):
+        # no decode step reads the KV cache (every output is 1 token, or no requests): rho = Comp / 0
+        out["compute_density"] = None
+        out["compute_density_note"] = ("unbounded: the trace has no decode memory traffic (every output is "
+                                       "1 token, or it has no requests)")
     if as_json:
-        typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+        typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str, allow_nan=False))
         return
     from rich.console import Console
     from rich.table import Table
@@ -72,9 +83,11 @@ def stats_cmd(
     tab.add_column("statistic")
     tab.add_column("value", justify="right")
     for k, v in out.items():
-        if k in ("meta",):
+        if k in ("meta", "compute_density_note"):
             continue
-        tab.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+        shown = "unbounded (no decode memory traffic)" if k == "compute_density" and v is None else \
+            f"{v:.4f}" if isinstance(v, float) else str(v)
+        tab.add_row(k, shown)
     Console().print(tab)
 
 
@@ -93,9 +106,11 @@ def load_cmd(
     Requests without prompt content get unique prompts (no false sharing). BurstGPT rows with 0
     response tokens are failed requests: they are skipped and counted.
     """
+    from sim.io import check_output_file
     from workloads.loaders import load
     from workloads.trace import write_trace
 
+    check_output_file(output)
     trace = load(file, fmt, limit)
     write_trace(trace, output)
     extra = {"skipped failed rows": trace.meta["skipped_failed"]} if "skipped_failed" in trace.meta else {}
@@ -117,9 +132,10 @@ def _synth_command(name: str):
                                     default=typer.Option(..., "--output", "-o", help=OUTPUT_HELP)))
 
     def command(**kwargs) -> None:
+        from sim.io import check_output_file
         from workloads.trace import write_trace
 
-        output = kwargs.pop("output")
+        output = check_output_file(kwargs.pop("output"))
         trace = recipe.make(**kwargs)
         write_trace(trace, output)
         _summary(trace, output, f"recipe {name}", {})
