@@ -112,6 +112,13 @@ def prepare_run(trace, cfg: RunConfig) -> Prepared:
     need = -(-(trace.input_len + trace.output_len) // B)
     if need.max() > blocks:
         i = int(np.argmax(need))
+        if int(total[i]) <= dep.kv_capacity_tokens:  # the tokens fit; whole blocks of this size do not
+            raise UserError(
+                f"--block-size {B}: request {trace.ids[i]} (row {i + 1}) needs {int(need[i])} KV block(s) of {B} "
+                f"tokens for its {int(total[i])} tokens, more than a replica holds ({blocks} blocks, "
+                f"{dep.kv_capacity_tokens} tokens of {dep.model.name} on {dep.hardware.name} x{dep.tp}); use a "
+                f"smaller --block-size"
+            )
         raise UserError(
             f"request {trace.ids[i]} (row {i + 1}) needs {int(need[i]) * B} KV tokens (prompt {int(trace.input_len[i])} "
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "

@@ -32,13 +32,52 @@ def schedule_table(schedulers) -> dict:
     return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
 
 
+def json_safe(obj):
+    """``obj`` with every non-finite float (inf, NaN) replaced by None, so it is valid JSON: a figure
+    that does not exist for a run (e.g. the compute density of a trace whose outputs are all one
+    token long, which reads no KV: Comp / 0) is ``null`` in summary.json, never ``Infinity``."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    return obj
+
+
 # ---- run directory -----------------------------------------------------------------------
-def check_run_dir(run_dir: str | Path) -> Path:
-    """Refuse to overwrite a folder that holds something other than an earlier run."""
+def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: bool = False) -> Path:
+    """Refuse to overwrite a folder that holds something other than an earlier run; with
+    ``trace_sha256`` (the new run's trace file digest, recorded in summary.json), also an earlier run
+    of another trace — or of an unrecorded one — unless ``force``."""
     d = Path(run_dir)
     if d.exists() and (not d.is_dir() or (any(d.iterdir()) and not (d / "summary.json").exists())):
         raise UserError(f"{d}: exists and is not a blendsim run directory; choose another -o")
+    if trace_sha256 is not None and not force and (d / "summary.json").exists():
+        import json
+
+        try:
+            old = json.loads((d / "summary.json").read_text()).get("trace_sha256")
+        except (OSError, ValueError, AttributeError):
+            old = None
+        if old != trace_sha256:
+            which = "another trace" if old else "a trace it does not record"
+            raise UserError(f"{d}: holds a run of {which}; choose another -o, or --force to replace it")
     return check_writable(d)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (what identifies the trace a run was made from)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    return h.hexdigest()
 
 
 def write_run(result: RunResult, run_dir: str | Path) -> Path:
@@ -51,7 +90,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
 
     d = check_run_dir(run_dir)
     with atomic_dir(d) as tmp:
-        write_json(tmp / "summary.json", result.summary)
+        write_json(tmp / "summary.json", json_safe(result.summary))
         cols = {"replica": [], "step": []}
         for rep, c in enumerate(result.steps):
             n = len(c["dt_s"])
@@ -72,4 +111,4 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
 
 
 
-__all__ = ["RunResult", "check_run_dir", "schedule_table", "write_run"]
+__all__ = ["RunResult", "check_run_dir", "file_sha256", "json_safe", "schedule_table", "write_run"]

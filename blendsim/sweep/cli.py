@@ -73,6 +73,9 @@ def sweep_cmd(
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
         raise typer.Exit(130) from None
+    if outcome.write_error:
+        raise UserError(f"{outcome.write_error}; the {outcome.ran + outcome.skipped} finished cell(s) are kept in "
+                        f"{out}/runs/ -- make {out} writable and run the same command again")
     typer.echo(describe(outcome))
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):
