@@ -192,7 +192,7 @@ def _parse(path: Path, block_size: int, limit: int | None):
     ids = np.array(rid, dtype=object)
     uniq, first, counts = np.unique(ids.astype(str), return_index=True, return_counts=True)
     if (counts > 1).any():
-        dup = uniq[np.flatnonzero(counts > 1)[0]]
+        dup = str(uniq[np.flatnonzero(counts > 1)[0]])
         at = [lines[i] for i in np.flatnonzero(ids == dup)[:2]]
         raise UserError(f"{path}: line {at[1]}, field request_id: {dup!r} repeats line {at[0]}'s")
     ts_arr = np.array(ts, dtype=np.float64) if first_ts[1] else None
@@ -266,7 +266,8 @@ def output_lengths(spec: str) -> tuple[np.ndarray, str]:
 
 
 def _jsonl_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
-    vals = []
+    """The lengths of the rows that have one (a trace may lack some)."""
+    vals, keys = [], (col,) if col else ("output_length", "output_len")
     with path.open("r", encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -277,16 +278,15 @@ def _jsonl_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
                 raise UserError(f"--output-from {path}: line {lineno}: not valid JSON ({e.msg})") from None
             if not isinstance(rec, dict):
                 raise UserError(f"--output-from {path}: line {lineno}: expected a JSON object")
-            key = col or next((k for k in ("output_length", "output_len") if k in rec), None)
-            if key is None or key not in rec:
-                raise UserError(f"--output-from {path}: line {lineno}: no {col or 'output_length'} field")
-            col = key
-            v = rec[key]
+            key = next((k for k in keys if rec.get(k) is not None), None)
+            if key is None:
+                continue
+            col, v = key, rec[key]
             if type(v) not in (int, float):
                 raise UserError(f"--output-from {path}: line {lineno}, field {key}: {v!r} is not a number")
             vals.append(v)
     if not vals:
-        raise UserError(f"--output-from {path}: no rows")
+        raise UserError(f"--output-from {path}: no row has {' or '.join(keys)}")
     return np.array(vals, dtype=np.float64), col
 
 
