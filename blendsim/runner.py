@@ -105,7 +105,9 @@ def prepare_run(trace, cfg: RunConfig) -> Prepared:
         raise UserError(
             f"request {trace.ids[i]} (row {i + 1}) needs a context of {int(total[i])} tokens (prompt "
             f"{int(trace.input_len[i])} + output {int(trace.output_len[i])}), beyond {dep.model.name}'s "
-            f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json"
+            f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json, or drop or cut "
+            f"such requests: blendsim workloads load ... --max-context {dep.model.max_position_embeddings} "
+            "--long skip|truncate"
         )
     B = eng.block_size
     blocks = dep.num_blocks(B)

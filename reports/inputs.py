@@ -161,7 +161,9 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
         names: dict = {}
         for key, (_, r) in zip(fp, df.loc[loose].iterrows(), strict=True):
             if key not in names:
-                base = f"d{r['compute_density']:.2f}-s{r['optimal_sharing_ratio']:.2f}-n{int(r['n_requests'])}"
+                name = r.get("trace_name")  # a loaded trace's file stem, else its density, sharing and size
+                base = name if isinstance(name, str) and name else \
+                    f"d{r['compute_density']:.2f}-s{r['optimal_sharing_ratio']:.2f}-n{int(r['n_requests'])}"
                 taken = sum(1 for v in names.values() if v.split("#")[0] == base)
                 names[key] = base if not taken else f"{base}#{taken + 1}"
         df.loc[loose, "workload"] = [names[k] for k in fp]

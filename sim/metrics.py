@@ -198,6 +198,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "kv_capacity_blocks": kv_stats["total"],
         "seed": cfg.seed,
         "offline": bool(cfg.offline or not trace.has_arrivals),
+        "trace_name": trace.meta.get("name"),  # a loaded trace's file stem (reports label runs by it)
         "n_requests": n,
         "input_tokens": p_tot,
         "output_tokens": d_tot,

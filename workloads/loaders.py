@@ -20,17 +20,27 @@ import numpy as np
 from sim.errors import UserError
 from workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
-FORMATS = ("burstgpt", "azure", "vidur", "jsonl")
+FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed")
 
 
-def load(path: str | Path, fmt: str, limit: int | None = None):
-    """Load ``path`` in format ``fmt`` (one of :data:`FORMATS`)."""
+def load(path: str | Path, fmt: str, limit: int | None = None, **hashed_options):
+    """Load ``path`` in format ``fmt`` (one of :data:`FORMATS`); the trace's ``meta["name"]`` is the file's
+    stem. ``mooncake`` and ``hashed`` (block-hash JSONL) take :func:`workloads.hashed.load_hashed`'s options."""
     loaders = {"burstgpt": load_burstgpt, "azure": load_azure, "vidur": load_vidur, "jsonl": load_jsonl}
-    if fmt not in loaders:
+    if fmt not in loaders and fmt not in ("mooncake", "hashed"):
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
-    trace = loaders[fmt](path, limit)
+    if fmt in ("mooncake", "hashed"):
+        from workloads.hashed import load_hashed
+
+        trace = load_hashed(path, fmt, limit=limit, **hashed_options)
+    else:
+        given = [k for k, v in hashed_options.items() if v is not None]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} applies to --format mooncake or hashed, not {fmt}")
+        trace = loaders[fmt](path, limit)
+    trace.meta.setdefault("name", Path(path).stem)
     trace.validate(str(path))  # every loader's checks name the row first; this guards what they build
     return trace
 
