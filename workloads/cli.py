@@ -65,17 +65,9 @@ def stats_cmd(
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from reports.terminal import print_trace_stats
 
-    tab = Table(title=f"{trace}")
-    tab.add_column("statistic")
-    tab.add_column("value", justify="right")
-    for k, v in out.items():
-        if k in ("meta",):
-            continue
-        tab.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
-    Console().print(tab)
+    print_trace_stats(out, str(trace))
 
 
 @app.command("load")
