@@ -165,42 +165,16 @@ def _with_progress(fn, total: int, show: bool):
 
 
 def print_summary(s: dict, out: Path | None = None) -> None:
-    from rich.console import Console
+    from reports.terminal import print_run_summary
 
-    c = Console(soft_wrap=True)
-    c.print(f"[bold]{s['policy']}[/] on {s['model']} / {s['hardware']} x{s['tp']} "
-            f"({s['replicas']} replica(s), {s['mode']} mode, engine {s['engine']}, {s['cost_model']} cost model)")
-    c.print(f"  {s['n_requests']} requests, {s['input_tokens']} input + {s['output_tokens']} output tokens, "
-            f"{s['steps']} steps")
-    c.print(f"  makespan {s['makespan_s']:.2f} s, throughput {s['throughput_tok_s']:.0f} tok/s, "
-            f"{100 * s['frac_of_opt']:.1f}% of T_o ({100 * s['frac_of_practical_opt']:.1f}% of the practical optimum)")
-    c.print(f"  prefix sharing {100 * s['prefix_sharing_ratio']:.2f}% (optimal {100 * s['optimal_sharing_ratio']:.2f}%), "
-            f"recomputed {s['recomputed_tokens']} tokens, {s['preemptions']} preemptions, "
-            f"compute density {_fmt(s['compute_density'], '.3f')}")
-    if "latency_mean_s" in s:
-        c.print(f"  latency mean {s['latency_mean_s']:.2f} s, p99 {s['latency_p99_s']:.2f} s, TTFT mean "
-                f"{s['ttft_mean_s']:.3f} s, TBT mean {1e3 * s['tbt_mean_s']:.1f} ms, SLO attainment "
-                f"{100 * s['slo_attainment']:.1f}%, goodput {s['goodput_tok_s']:.0f} tok/s")
-    if out is not None:
-        c.print(f"  wrote {out}/")
+    print_run_summary(s, out)
 
 
-def _fmt(x, spec: str) -> str:
-    """A figure that may not exist (None in summary.json, inf in memory: e.g. the compute density of
-    a trace that reads no KV) as "n/a"."""
-    import math
+def policies_cmd(name: str = typer.Argument(None, help="A policy: show its options, defaults and their sources.")) -> None:
+    """List the scheduling policies; with NAME, that policy's options."""
+    from reports.terminal import print_policies
 
-    return format(x, spec) if x is not None and math.isfinite(x) else "n/a"
-
-
-def policies_cmd() -> None:
-    """List the scheduling policies."""
-    from policies.base import get_policy, policy_names
-
-    for name in policy_names():
-        cls = get_policy(name)
-        opts = ", ".join(f"{k}={d!r}" for k, (d, _) in cls.options.items())
-        typer.echo(f"{name:12s} {cls.description}" + (f"  [options: {opts}]" if opts else ""))
+    print_policies(name)
 
 
 def demo_cmd(

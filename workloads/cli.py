@@ -76,19 +76,9 @@ def stats_cmd(
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str, allow_nan=False))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from reports.terminal import print_trace_stats
 
-    tab = Table(title=f"{trace}")
-    tab.add_column("statistic")
-    tab.add_column("value", justify="right")
-    for k, v in out.items():
-        if k in ("meta", "compute_density_note"):
-            continue
-        shown = "unbounded (no decode memory traffic)" if k == "compute_density" and v is None else \
-            f"{v:.4f}" if isinstance(v, float) else str(v)
-        tab.add_row(k, shown)
-    Console().print(tab)
+    print_trace_stats(out, str(trace))
 
 
 @app.command("load")
