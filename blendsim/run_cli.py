@@ -72,7 +72,8 @@ def cost_cmd(
 
 def simulate_cmd(
     trace: Path = typer.Argument(..., help="Trace Parquet file (see `blendsim workloads`)."),
-    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`)."),
+    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`), or "
+                                                             "your own: path/to/file.py:ClassName."),
     model: str = typer.Option("llama-3-8b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism)."),

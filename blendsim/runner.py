@@ -24,7 +24,7 @@ ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix"
 class RunConfig:
     """Everything that defines a run besides the trace. ``None`` means "the policy's default"."""
 
-    policy: str = "fcfs"
+    policy: str = "fcfs"  # a registered name, an entry point's, path/to/file.py:ClassName, or a Policy subclass
     model: str = "llama-3-8b"
     hardware: str = "a100-80gb"
     tp: int = 1
@@ -77,22 +77,25 @@ class Prepared:
     tree: object  # sim.prefix_tree.PrefixTree
     num_blocks: int  # KV blocks per replica
     policy: object  # the prepared policies.base.Policy
+    policy_ref: object = None  # policies.base.PolicyRef: how runs label the policy and where it came from
 
 
 def prepare_run(trace, cfg: RunConfig) -> Prepared:
     """Check the trace fits the deployment, build the cost model and prefix tree, prepare the policy."""
-    from policies.base import PolicyContext, get_policy
+    from policies.base import resolve_policy
     from sim.cost import build_cost_model
     from sim.deployment import Deployment
     from sim.hardware import get_hardware
     from sim.models import get_model
+    from sim.policy import PolicyContext
     from sim.prefix_tree import PrefixTree
 
     if cfg.offline:
         trace = trace.offline()
     if trace.n == 0:
         raise UserError("the trace has no requests")
-    policy_cls = get_policy(cfg.policy)
+    ref = resolve_policy(cfg.policy)
+    policy_cls = ref.cls
     eng = engine_config(cfg, policy_cls)
     dep = Deployment(get_model(cfg.model, cfg.dtype), get_hardware(cfg.hardware), cfg.tp,
                      gpu_memory_utilization=eng.gpu_memory_utilization, max_batched_tokens=eng.token_budget,
@@ -131,7 +134,7 @@ def prepare_run(trace, cfg: RunConfig) -> Prepared:
     policy = policy_cls(ctx)
     policy.prepare()
     policy._finalize()
-    return Prepared(trace, eng, dep, cm, tree, blocks, policy)
+    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref)
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
@@ -172,7 +175,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     per_req = per_request_table(trace, rec, steps)
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
-                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=policy.summary_extra())
+                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
+                        extra={**run.policy_ref.summary(), **policy.summary_extra()})
     requests = {
         "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
@@ -183,7 +187,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
-                             "policy": cfg.policy, "dtype": dep.model.dtype, "tp": dep.tp}
+                             "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}
     return RunResult(summary, steps, requests, schedule, cm.notes(), trace)
 
 

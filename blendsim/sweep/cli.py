@@ -19,7 +19,8 @@ def sweep_cmd(
                                 help="Optimal prefix sharing ratios: start:stop:step (inclusive) or a comma list."),
     policies: str = typer.Option(None, "--policies",
                                  help=f"Comma list of policies (default: those of {','.join(DEFAULT_POLICIES)} "
-                                      "that are registered; see `blendsim policies`)."),
+                                      "that are registered; see `blendsim policies`); your own as "
+                                      "path/to/file.py:ClassName."),
     models: str = typer.Option("llama-3-8b", "--models", help="Comma list of model presets or config.json paths."),
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
