@@ -238,6 +238,7 @@ class CostModel:
 
     def breakdown(self, f: BatchFeatures) -> list[dict]:
         """Per operator: scope, class, FLOPs, bytes and seconds (layer ops: one layer)."""
+        f = self._graph_padded(f)
         counts = op_counts(self.timer.shapes if hasattr(self.timer, "shapes") else Shapes.of(self.dep), f)
         rows = []
         for op, (flops, nbytes, kernels) in counts.items():
@@ -265,6 +266,7 @@ class CostModel:
 
     def cost_many(self, f) -> dict[str, np.ndarray]:
         """Vectorised pricing: ``f`` has BatchFeatures' fields as equal-length arrays."""
+        f = self._graph_padded(f)
         shapes = Shapes.of(self.dep)
         counts = op_counts(shapes, f)
         acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
@@ -284,6 +286,7 @@ class CostModel:
         :meth:`cost` on the same features (tested). ``chunks`` (the Batch's prefill list) lets a
         calibrated model price each sequence's prefill attention call on its own.
         """
+        T0 = T
         if self.graph_cap and not Np:  # HOOK (sim.engines): CUDA-graph padding of a decode-only step
             T = N = _graph_size(T, self.graph_cap)
         if T >= self._tables_n:
@@ -296,7 +299,7 @@ class CostModel:
             c += self._prefill_s(Tp, Np, pairs, pkv, chunks) * self.layers
         if D:
             m += self._decode_s(D, Cd) * self.layers
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T0
         if self.mode == "sequential":
             return c + m + o + comm + ovh, c, m
         hi = c if c > m else m
@@ -313,10 +316,25 @@ class CostModel:
         m = self._tm[T] + self._attn_decode(D, Cd)
         o = self._to[T]
         comm = self._tcomm[T]
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * T
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * D
         return self._combine_arr(c, m, o, comm) + ovh, c, m
 
     # ---- internals ------------------------------------------------------------------------
+    def _graph_padded(self, f):
+        """HOOK (sim.engines): a decode-only step's rows at its CUDA-graph size, as :meth:`step` prices it."""
+        if not self.graph_cap:
+            return f
+        from sim.engines import graph_pad
+
+        dec = np.asarray(f.num_prefill_seqs) == 0
+        pad = np.where(dec, graph_pad(np.asarray(f.num_decode), self.graph_cap), np.asarray(f.num_tokens))
+        logits = np.where(dec, pad, np.asarray(f.num_logits))
+        if np.ndim(pad) == 0:
+            return replace(f, num_tokens=int(pad), num_logits=int(logits)) if isinstance(f, BatchFeatures) \
+                else _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": int(pad),
+                              "num_logits": int(logits)})
+        return _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": pad, "num_logits": logits})
+
     def _combine(self, c, m, o, comm):
         if self.mode == "sequential":
             return c + m + o + comm

@@ -29,6 +29,7 @@ class RowPricer:
         self.parts = []
         for rep in sched.replicas:
             f = {k: rep[k].copy() for k in FIELDS}
+            f["tokens0"] = f["num_tokens"].copy()  # unpadded: the per-token engine overhead
             if profile.cuda_graph_max:  # decode-only steps run at the captured batch size
                 dec = f["num_prefill_seqs"] == 0
                 pad = graph_pad(f["num_decode"].astype(np.int64), profile.cuda_graph_max)
@@ -37,9 +38,10 @@ class RowPricer:
             w = rep["weight"]
             if compress and profile.mode == "sequential":
                 w, f = _compress(w, f)
+            tok0 = f.pop("tokens0")
             feat = _Feat(**f)
             counts = op_counts(shapes, feat)
-            self.parts.append((w, feat, counts))
+            self.parts.append((w, feat, counts, tok0))
 
     def components(self, params: dict) -> list[dict]:
         """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
@@ -51,14 +53,14 @@ class RowPricer:
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
         timer = EfficiencyTimer(self.dep, eff)
         out = []
-        for w, f, counts in self.parts:
+        for w, f, counts, tok0 in self.parts:
             acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
             for op, (flops, nbytes, kernels) in counts.items():
                 cls, scope = OPS[op]
                 t = timer.op_time(op, flops, nbytes, kernels, f)
                 acc[cls] = acc[cls] + t * (self.layers if scope == "layer" else 1)
             seqs = f.num_prefill_seqs + f.num_decode
-            ovh = fixed + per_seq * seqs + per_tok * f.num_tokens
+            ovh = fixed + per_seq * seqs + per_tok * tok0
             out.append({"weight": w, **{k: np.asarray(v, dtype=float) + 0 * w for k, v in acc.items()},
                         "overhead": ovh + 0 * w})
         return out
@@ -95,7 +97,7 @@ def _compress(w, f: dict):
     _, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
     W = np.bincount(inv, weights=w)
-    out = {k: np.bincount(inv, weights=w * f[k]) / W for k in FIELDS}
+    out = {k: np.bincount(inv, weights=w * f[k]) / W for k in (*FIELDS, "tokens0")}
     for k in ("num_prefill_seqs",):
         out[k] = np.round(out[k])
     return W, out
