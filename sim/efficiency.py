@@ -12,9 +12,10 @@ catalogue; this module holds those named, bounded parameters and a timer that ap
 * ``kappa``        overlap interference (overlap mode only): the share of the shorter operator groups'
                    time that is not hidden when compute- and memory-bound kernels co-run.
 
-Parameters are looked up per regime and hardware (``params["regime"][regime][hardware]``), then per
-regime (``...[regime]["*"]``); what is missing keeps the preset's value. Nothing here is per row or
-per model.
+Parameters are looked up, later entries winning: ``params["global"]``, ``params["hardware"][hardware]``
+(kernel efficiencies are mostly the GPU's and its kernel libraries'), ``params["regime"][regime]["*"]``
+(an engine's own behaviour, e.g. its overlap interference) and ``params["regime"][regime][hardware]``;
+what is missing keeps the preset's value. Nothing here is per row or per model.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ class Efficiency:
     @staticmethod
     def lookup(params: dict, regime: str, hardware: str) -> Efficiency:
         reg = params.get("regime", {}).get(regime, {})
-        vals = dict(reg.get("*", {}))
-        vals.update(reg.get(hardware, {}))
+        vals = dict(params.get("global", {}))
+        for part in (params.get("hardware", {}).get(hardware, {}), reg.get("*", {}), reg.get(hardware, {})):
+            vals.update(part)
         return Efficiency(**{k: float(v) for k, v in vals.items() if k in BOUNDS})
 
     def to_dict(self) -> dict:

@@ -77,17 +77,8 @@ def fidelity_cmd(
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
     from sim.engines import PROFILES
 
-    rows = []
     bounds = params.get("bounds", {})
-    for reg, by_hw in sorted(params.get("regime", {}).items()):
-        for hw, vals in sorted(by_hw.items()):
-            for k, v in sorted(vals.items()):
-                name = f"{reg}.{hw}.{k}"
-                rows.append((name, v, bounds.get(name)))
-    for eng, vals in sorted(params.get("engine", {}).items()):
-        for k, v in sorted(vals.items()):
-            name = f"{eng}.{k}"
-            rows.append((name, v, bounds.get(name)))
+    rows = [(n, v, bounds.get(n)) for n, v in flatten(params)]
     if as_json:
         typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b}
                                                               for n, v, b in rows]}, indent=1))
@@ -99,6 +90,19 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
     typer.echo("engine constants (cited, not fitted): " + "; ".join(
         f"{p.name}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
         f"{p.mode}" for p in PROFILES.values() if not p.fitted))
+
+
+def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
+    """``(dotted name, value)`` of every parameter in a params dict (bookkeeping keys left out)."""
+    out = []
+    for k, v in sorted(params.items()):
+        if not prefix and k in ("bounds", "fitted_on"):
+            continue
+        if isinstance(v, dict):
+            out += flatten(v, prefix + (k,))
+        else:
+            out.append((".".join(prefix + (k,)), v))
+    return out
 
 
 def _pct(x) -> str:

@@ -2,9 +2,9 @@
 
 Free parameters (``sim/engine_params.json`` layout):
 
-* per regime and hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff``
-  (``sim.efficiency``);
-* per regime: ``attn_eff`` and ``link_eff`` (shared by its hardware);
+* per hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff`` (``sim.efficiency``);
+* global: ``attn_eff`` and ``link_eff`` (the latter only when a row uses tensor parallelism);
+* per overlapping regime: ``kappa`` (interference);
 * per engine whose profile lists them as fitted (``sim.engines``): ``fixed_s``, ``per_seq_s``.
 
 Residual of a row: ``log(predicted / measured)``; a weak prior (``PRIOR`` x log-distance from the preset's
@@ -25,7 +25,7 @@ from sim.engines import PROFILES
 
 PRIOR = 0.05
 HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff")
-REGIME_PARAMS = ("attn_eff", "link_eff")
+GLOBAL_PARAMS = ("attn_eff", "link_eff")
 ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
 
 
@@ -33,14 +33,14 @@ ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s
 class Param:
     """One free parameter: where it lives in the params dict, its bounds and its prior value."""
 
-    path: tuple  # ("regime", regime, hardware-or-*, name) or ("engine", engine, name)
+    path: tuple  # e.g. ("hardware", hw, name), ("global", name), ("regime", regime, "*", name), ("engine", e, name)
     lo: float
     hi: float
     prior: float
 
     @property
     def name(self) -> str:
-        return ".".join(self.path[1:])
+        return ".".join(self.path)
 
 
 def preset_value(name: str, hw) -> float:
@@ -52,19 +52,20 @@ def preset_value(name: str, hw) -> float:
 def free_params(rows: list) -> list[Param]:
     """The parameters the given (row, pricer) pairs exercise."""
     out: dict[tuple, Param] = {}
+
+    def add(path, name, hw):
+        out.setdefault(path, Param(path, *BOUNDS[name], preset_value(name, hw)))
+
     for _row, pr in rows:
         prof, hw = pr.profile, pr.dep.hardware
         for n in HW_PARAMS:
-            out.setdefault(("regime", prof.regime, hw.name, n), Param(("regime", prof.regime, hw.name, n),
-                                                                     *BOUNDS[n], preset_value(n, hw)))
-        for n in REGIME_PARAMS:
+            add(("hardware", hw.name, n), n, hw)
+        for n in GLOBAL_PARAMS:
             if n == "link_eff" and pr.dep.tp == 1:
                 continue
-            out.setdefault(("regime", prof.regime, "*", n), Param(("regime", prof.regime, "*", n), *BOUNDS[n],
-                                                                  preset_value(n, hw)))
+            add(("global", n), n, hw)
         if prof.mode == "overlap":
-            out.setdefault(("regime", prof.regime, "*", "kappa"),
-                           Param(("regime", prof.regime, "*", "kappa"), *BOUNDS["kappa"], preset_value("kappa", hw)))
+            add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
         for n in prof.fitted:
             default = getattr(PROFILES[prof.name], n)
             out.setdefault(("engine", prof.name, n), Param(("engine", prof.name, n), *ENGINE_BOUNDS[n], default))
@@ -141,17 +142,15 @@ def predict(row, pricer, params: dict) -> float:
 
 
 def transfer(params: dict, rows: list) -> dict:
-    """Fill per-hardware parameters of hardware without training rows with the regime's mean."""
+    """Give hardware without training rows the mean of the fitted hardware's efficiencies."""
     out = copy.deepcopy(params)
+    hws = out.setdefault("hardware", {})
+    known = [v for v in hws.values() if isinstance(v, dict)]
     for _row, pr in rows:
-        reg, hw = pr.profile.regime, pr.dep.hardware.name
-        regime = out.setdefault("regime", {}).setdefault(reg, {})
-        if hw in regime:
-            continue
-        others = [v for k, v in regime.items() if k not in ("*",) and isinstance(v, dict)]
-        if others:
-            regime[hw] = {n: float(np.mean([o[n] for o in others if n in o])) for n in HW_PARAMS
-                          if any(n in o for o in others)}
+        hw = pr.dep.hardware.name
+        if hw not in hws and known:
+            hws[hw] = {n: float(np.mean([k[n] for k in known if n in k])) for n in HW_PARAMS
+                       if any(n in k for k in known)}
     return out
 
 

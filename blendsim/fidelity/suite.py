@@ -68,14 +68,26 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
         raise Skip(f"ep={row.ep} on a model without experts")
     trace = build_workload(row)
     sched = simulate_row(row, trace, params)
-    return RowPricer(sched, dep, prof)
+    pr = RowPricer(sched, dep, prof)
+    pr.sim_key = _key(pr, params)
+    return pr
+
+
+def _key(pr: RowPricer, params: dict) -> str:
+    """What of ``params`` the row's cost model reads (a cost-aware plan changes only when this does)."""
+    import json
+
+    from sim.efficiency import Efficiency
+
+    eff = Efficiency.lookup(params, pr.profile.regime, pr.dep.hardware.name).to_dict()
+    return json.dumps([eff, params.get("engine", {}).get(pr.profile.name, {})], sort_keys=True)
 
 
 def predictions(suite: Suite, params: dict) -> dict:
     """``{row id: predicted}``; rows whose policy reads the cost model are re-simulated under ``params``."""
     out = {}
     for row, pr in suite.ok:
-        if (row.policy or "fcfs") in COST_AWARE:
+        if (row.policy or "fcfs") in COST_AWARE and _key(pr, params) != pr.sim_key:
             pr = prepare_row(row, params)
             suite.pricers[row.id] = pr
         out[row.id] = predict(row, pr, params)
