@@ -9,7 +9,8 @@ import typer
 
 
 def fidelity_cmd(
-    catalogue: Path = typer.Argument(None, help="Catalogue CSV (default: the shipped, cited catalogue)."),
+    catalogue: list[Path] = typer.Argument(None, help="Catalogue CSV(s) (default: the shipped, cited catalogue); "
+                                                      "several are read as one (ids must stay unique)."),
     out: Path = typer.Option(None, "-o", "--out", help="Write a report (table, scatter, error by engine) here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: rows, median/p90 |error|, counts."),
     params_only: bool = typer.Option(False, "--params", help="Print every fitted constant with its bounds and "
@@ -40,16 +41,17 @@ def fidelity_cmd(
         return
     if save and not refit:
         raise UserError("--save needs --refit")
-    path = catalogue or SHIPPED_CATALOGUE
-    if not Path(path).exists():
-        raise UserError(f"catalogue {path} does not exist")
+    paths = list(catalogue or [SHIPPED_CATALOGUE])
+    for path in paths:
+        if not Path(path).exists():
+            raise UserError(f"catalogue {path} does not exist")
     tty = sys.stderr.isatty() and not as_json
 
     def progress(i, n, rid):
         if tty:
             typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
 
-    suite = load_suite(path, params, progress)
+    suite = load_suite(paths, params, progress)
     if tty:
         typer.echo("", err=True)
     if refit:

@@ -34,8 +34,14 @@ class Suite:
         return [(r, self.pricers[r.id]) for r in self.rows if r.id in self.pricers]
 
 
-def load_suite(path, params: dict, progress=None) -> Suite:
-    rows = read_catalogue(path)
+def load_suite(paths, params: dict, progress=None) -> Suite:
+    """Read one catalogue or several (a list) and simulate every row once."""
+    rows = []
+    for path in (paths if isinstance(paths, (list, tuple)) else [paths]):
+        rows += read_catalogue(path)
+    dup = sorted({r.id for r in rows if sum(x.id == r.id for x in rows) > 1})
+    if dup:
+        raise UserError(f"row id(s) {', '.join(dup[:5])} appear in more than one catalogue")
     pricers, reasons, wall = {}, {}, {}
     t0 = time.perf_counter()
     for i, row in enumerate(rows):
