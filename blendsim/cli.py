@@ -26,6 +26,7 @@ app = typer.Typer(
 
 
 def _mount() -> None:
+    from blendsim.fidelity.cli import register as register_fidelity
     from blendsim.run_cli import register as register_run
     from blendsim.sweep.cli import sweep_cmd
     from blendsim.validate_cli import register as register_validate
@@ -39,6 +40,7 @@ def _mount() -> None:
     register_validate(app)
     app.command("sweep")(sweep_cmd)
     register_reports(app)
+    register_fidelity(app)
 
 
 @app.command("models")

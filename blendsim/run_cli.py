@@ -80,8 +80,11 @@ def simulate_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
-    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow, "
-                                                       "or fixed_s=A,per_seq_s=B,per_token_s=C (default: the policy's own)."),
+    engine: str = typer.Option(None, "--engine", help="Engine profile: trtllm, vllm, vllm-v0, sglang, nanoflow "
+                                                       "(its scheduler defaults, overheads, CUDA graphs and fitted "
+                                                       "kernel efficiencies; the policy keeps its ordering; explicit "
+                                                       "options win), ideal, or fixed_s=A,per_seq_s=B,per_token_s=C "
+                                                       "(default: the policy's own)."),
     token_budget: int = typer.Option(None, "--token-budget", help="New tokens per step, chunked prefill "
                                                                   "(default: the policy's)."),
     max_seqs: int = typer.Option(None, "--max-seqs", help="Running sequences per replica, 0 = no cap "

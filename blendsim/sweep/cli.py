@@ -25,7 +25,9 @@ def sweep_cmd(
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
-    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow "
+    engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
+                                                      "scheduler defaults, overheads, CUDA graphs, fitted kernel "
+                                                      "efficiencies; policies keep their ordering) or ideal "
                                                       "(default: each policy's own)."),
     engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's engine settings "
                                                             "(token budget, block size, rounding, overhead style), "

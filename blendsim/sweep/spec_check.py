@@ -47,7 +47,9 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         get_hardware(h)
     if spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
-    if spec.engine is not None:
+    from sim.engines import is_profile
+
+    if spec.engine is not None and not is_profile(spec.engine):  # a profile (sim.engines) or an overhead style
         get_engine(spec.engine)
     if spec.seed < 0:
         raise UserError(f"--seed must be >= 0, got {spec.seed}")
