@@ -56,8 +56,14 @@ class RunConfig:
 
 
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
+    """EngineConfig defaults < the policy's < the engine profile's (``--engine NAME``, sim.engines: the
+    engine's own scheduler knobs; the policy keeps its ordering) < the options given explicitly."""
+    from sim.engines import PROFILES
+
     base = {f.name: getattr(EngineConfig(), f.name) for f in dataclasses.fields(EngineConfig)}
     base.update(policy_cls.engine_defaults)
+    if cfg.engine in PROFILES:
+        base.update(PROFILES[cfg.engine].scheduler)
     for k in ENGINE_FIELDS:
         v = getattr(cfg, k)
         if v is not None:
@@ -80,8 +86,11 @@ class Prepared:
     policy_ref: object = None  # policies.base.PolicyRef: how runs label the policy and where it came from
 
 
-def prepare_run(trace, cfg: RunConfig) -> Prepared:
-    """Check the trace fits the deployment, build the cost model and prefix tree, prepare the policy."""
+def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:
+    """Check the trace fits the deployment, build the cost model and prefix tree, prepare the policy.
+
+    ``deployment`` (a Deployment) and ``cost_model`` (deployment -> CostModel) replace the ones built from
+    ``cfg``'s names (``blendsim fidelity``: a row's precision and fitted parameters)."""
     from policies.base import resolve_policy
     from sim.cost import build_cost_model
     from sim.deployment import Deployment
@@ -97,10 +106,12 @@ def prepare_run(trace, cfg: RunConfig) -> Prepared:
     ref = resolve_policy(cfg.policy)
     policy_cls = ref.cls
     eng = engine_config(cfg, policy_cls)
-    dep = Deployment(get_model(cfg.model, cfg.dtype), get_hardware(cfg.hardware), cfg.tp,
-                     gpu_memory_utilization=eng.gpu_memory_utilization, max_batched_tokens=eng.token_budget,
-                     max_seqs=eng.max_seqs or 1024, kv_capacity_override=cfg.kv_capacity_override)
-    cm = build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine, cfg.profile)
+    dep = deployment or Deployment(get_model(cfg.model, cfg.dtype), get_hardware(cfg.hardware), cfg.tp,
+                                   gpu_memory_utilization=eng.gpu_memory_utilization,
+                                   max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
+                                   kv_capacity_override=cfg.kv_capacity_override)
+    cm = cost_model(dep) if cost_model else build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine,
+                                                             cfg.profile)
     tree = PrefixTree(trace)
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:
@@ -108,13 +119,22 @@ def prepare_run(trace, cfg: RunConfig) -> Prepared:
         raise UserError(
             f"request {trace.ids[i]} (row {i + 1}) needs a context of {int(total[i])} tokens (prompt "
             f"{int(trace.input_len[i])} + output {int(trace.output_len[i])}), beyond {dep.model.name}'s "
-            f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json"
+            f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json, or drop or cut "
+            f"such requests: blendsim workloads load ... --max-context {dep.model.max_position_embeddings} "
+            "--long skip|truncate"
         )
     B = eng.block_size
     blocks = dep.num_blocks(B)
     need = -(-(trace.input_len + trace.output_len) // B)
     if need.max() > blocks:
         i = int(np.argmax(need))
+        if int(total[i]) <= dep.kv_capacity_tokens:  # the tokens fit; whole blocks of this size do not
+            raise UserError(
+                f"--block-size {B}: request {trace.ids[i]} (row {i + 1}) needs {int(need[i])} KV block(s) of {B} "
+                f"tokens for its {int(total[i])} tokens, more than a replica holds ({blocks} blocks, "
+                f"{dep.kv_capacity_tokens} tokens of {dep.model.name} on {dep.hardware.name} x{dep.tp}); use a "
+                f"smaller --block-size"
+            )
         raise UserError(
             f"request {trace.ids[i]} (row {i + 1}) needs {int(need[i]) * B} KV tokens (prompt {int(trace.input_len[i])} "
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import pkgutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -233,10 +234,14 @@ def _coerce(key: str, value, default):
         return bool(value)
     if isinstance(default, (int, float)) and not isinstance(default, bool):
         try:
-            return type(default)(value) if isinstance(default, float) or str(value).lstrip("-").isdigit() \
+            v = type(default)(value) if isinstance(default, float) or str(value).lstrip("-").isdigit() \
                 else float(value)
         except (TypeError, ValueError):
             raise UserError(f"option {key}: expected a number, got {value!r}") from None
+        # NaN passes every `x < lo` check unnoticed; inf only where the option's default is inf
+        if not math.isfinite(v) and not (math.isinf(v) and math.isinf(default) and (v > 0) == (default > 0)):
+            raise UserError(f"option {key}: expected a finite number, got {value!r}")
+        return v
     return value
 
 

@@ -222,6 +222,7 @@ class CostModel:
         self.timer = timer or RooflineTimer(dep)
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
         self.layers = dep.model.num_layers
+        self.graph_cap = 0  # HOOK (sim.engines): pure-decode steps run at CUDA-graph sizes up to this
         self._tables_n = 0
         self._grow(4096)
         self._prefill_s, self._decode_s = self.timer.attn_scalars()
@@ -237,6 +238,7 @@ class CostModel:
 
     def breakdown(self, f: BatchFeatures) -> list[dict]:
         """Per operator: scope, class, FLOPs, bytes and seconds (layer ops: one layer)."""
+        f = self._graph_padded(f)
         counts = op_counts(self.timer.shapes if hasattr(self.timer, "shapes") else Shapes.of(self.dep), f)
         rows = []
         for op, (flops, nbytes, kernels) in counts.items():
@@ -264,6 +266,7 @@ class CostModel:
 
     def cost_many(self, f) -> dict[str, np.ndarray]:
         """Vectorised pricing: ``f`` has BatchFeatures' fields as equal-length arrays."""
+        f = self._graph_padded(f)
         shapes = Shapes.of(self.dep)
         counts = op_counts(shapes, f)
         acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
@@ -283,6 +286,9 @@ class CostModel:
         :meth:`cost` on the same features (tested). ``chunks`` (the Batch's prefill list) lets a
         calibrated model price each sequence's prefill attention call on its own.
         """
+        T0 = T
+        if self.graph_cap and not Np:  # HOOK (sim.engines): CUDA-graph padding of a decode-only step
+            T = N = _graph_size(T, self.graph_cap)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[N]
@@ -293,7 +299,7 @@ class CostModel:
             c += self._prefill_s(Tp, Np, pairs, pkv, chunks) * self.layers
         if D:
             m += self._decode_s(D, Cd) * self.layers
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T0
         if self.mode == "sequential":
             return c + m + o + comm + ovh, c, m
         hi = c if c > m else m
@@ -303,17 +309,32 @@ class CostModel:
 
     def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
-        T = D
+        T = _graph_size(D, self.graph_cap) if self.graph_cap else D  # HOOK (sim.engines)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
-        c = self._tc[T] + self._tl[D] + 0 * Cd
+        c = self._tc[T] + self._tl[T] + 0 * Cd
         m = self._tm[T] + self._attn_decode(D, Cd)
         o = self._to[T]
         comm = self._tcomm[T]
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * T
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * D
         return self._combine_arr(c, m, o, comm) + ovh, c, m
 
     # ---- internals ------------------------------------------------------------------------
+    def _graph_padded(self, f):
+        """HOOK (sim.engines): a decode-only step's rows at its CUDA-graph size, as :meth:`step` prices it."""
+        if not self.graph_cap:
+            return f
+        from sim.engines import graph_pad
+
+        dec = np.asarray(f.num_prefill_seqs) == 0
+        pad = np.where(dec, graph_pad(np.asarray(f.num_decode), self.graph_cap), np.asarray(f.num_tokens))
+        logits = np.where(dec, pad, np.asarray(f.num_logits))
+        if np.ndim(pad) == 0:
+            return replace(f, num_tokens=int(pad), num_logits=int(logits)) if isinstance(f, BatchFeatures) \
+                else _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": int(pad),
+                              "num_logits": int(logits)})
+        return _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": pad, "num_logits": logits})
+
     def _combine(self, c, m, o, comm):
         if self.mode == "sequential":
             return c + m + o + comm
@@ -378,6 +399,12 @@ def features_arrays(**arrays) -> _Feat:
 
 def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "ideal", profile=None) -> CostModel:
     """The roofline model, or the calibrated one when a profile (path or Profile) is given."""
+    from sim.engines import is_profile
+
+    if isinstance(engine, str) and is_profile(engine):  # HOOK (sim.efficiency): an engine profile
+        from sim.efficiency import profile_cost_model
+
+        return profile_cost_model(dep, mode, engine, profile)
     if profile is None:
         return CostModel(dep, mode, engine)
     from sim.profile import ProfileTimer, load_profile
@@ -385,6 +412,15 @@ def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "i
     prof = load_profile(profile) if not hasattr(profile, "ops") else profile
     timer = ProfileTimer(prof, dep)
     return CostModel(dep, mode, engine, timer=timer, interference=prof.interference)
+
+
+def _graph_size(n: int, cap: int) -> int:
+    """Scalar twin of ``sim.engines.graph_pad`` for the engine's hot path."""
+    if n > cap or n <= 0:
+        return n
+    if n <= 256:
+        return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else min(-(-n // 8) * 8, cap)
+    return min(-(-n // 256) * 256, cap)
 
 
 def largest_fit(time_of, limit: float, cap: int) -> int:

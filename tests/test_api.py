@@ -54,9 +54,12 @@ def test_simulate_matches_the_command_byte_for_byte(trace_file, tmp_path):
     assert r.exit_code == 0, r.output
     res = blendsim.simulate(trace_file, policy="dfs", replicas=2, prefix_retain=False,
                             options={"heavier_first": True}, record_schedule=True, **TINY)
-    assert res.summary == json.loads((cli_dir / "summary.json").read_text())
+    cli_summary = json.loads((cli_dir / "summary.json").read_text())
+    assert len(cli_summary.pop("trace_sha256")) == 64  # the command records which trace file made the run
+    assert res.summary == cli_summary
     api_dir = res.write(tmp_path / "api")
-    for name in ("summary.json", "steps.parquet", "requests.parquet", "schedule.parquet"):
+    assert json.loads((api_dir / "summary.json").read_text()) == cli_summary
+    for name in ("steps.parquet", "requests.parquet", "schedule.parquet"):
         assert (api_dir / name).read_bytes() == (cli_dir / name).read_bytes(), name
     pd.testing.assert_frame_equal(res.steps, pd.read_parquet(cli_dir / "steps.parquet"))
     pd.testing.assert_frame_equal(res.requests, pd.read_parquet(cli_dir / "requests.parquet"))

@@ -25,7 +25,9 @@ def sweep_cmd(
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
-    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow "
+    engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
+                                                      "scheduler defaults, overheads, CUDA graphs, fitted kernel "
+                                                      "efficiencies; policies keep their ordering) or ideal "
                                                       "(default: each policy's own)."),
     engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's engine settings "
                                                             "(token budget, block size, rounding, overhead style), "
@@ -74,6 +76,9 @@ def sweep_cmd(
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
         raise typer.Exit(130) from None
+    if outcome.write_error:
+        raise UserError(f"{outcome.write_error}; the {outcome.ran + outcome.skipped} finished cell(s) are kept in "
+                        f"{out}/runs/ -- make {out} writable and run the same command again")
     typer.echo(describe(outcome))
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):
