@@ -33,9 +33,9 @@ _EXPORTS = {
     "PolicyContext": "sim.policy",
     "Trace": "workloads.trace",
 }
-# submodules reachable as attributes (e.g. a fidelity API: add "fidelity" here when blendsim/fidelity.py exists).
+# submodules reachable as attributes (a function of one of them that belongs in the API goes in _EXPORTS).
 # ``blendsim.sweep`` is the sweep package, and calling it runs blendsim.api.sweep (see blendsim/sweep/__init__.py).
-_SUBMODULES = ("api", "cli", "runner", "sweep")
+_SUBMODULES = ("api", "cli", "fidelity", "runner", "sweep")
 
 __all__ = sorted([*_EXPORTS, "sweep"])
 

@@ -117,11 +117,13 @@ class Result:
         tab = schedule_arrow(self.run)
         return None if tab is None else tab.to_pandas()
 
-    def write(self, run_dir) -> Path:
+    def write(self, run_dir, force: bool = False) -> Path:
         """Write the run directory (summary.json, steps.parquet, requests.parquet, schedule.parquet)
-        exactly as `blendsim simulate -o RUN_DIR` does; returns its path."""
-        from sim.rundir import write_run
+        exactly as `blendsim simulate -o RUN_DIR [--force]` does; returns its path. As there, a run
+        directory of another trace file is replaced only with ``force``."""
+        from sim.rundir import check_run_dir, write_run
 
+        check_run_dir(run_dir, self.summary.get("trace_sha256"), force)
         return write_run(self.run, run_dir)
 
     def __repr__(self) -> str:
@@ -141,10 +143,14 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     ``--no-prefix-cache``), ``prefix_retain``, ``gpu_memory_utilization``, ``fast_forward``,
     ``admission``, ``reserve_ratio``, ``offline``, ``seed``, ``record_schedule`` and ``options`` (the
     policy's ``--opt`` settings as a dict). ``progress(finished_requests)`` is called now and then.
-    Unlike the CLI (``fcfs``), the default policy is ``dfs``.
+    Unlike the CLI (``fcfs``), the default policy is ``dfs``. Given a file, summary.json records its
+    SHA-256 as ``trace_sha256``, as the command does.
     """
+    from blendsim.run_cli import check_seed
     from blendsim.runner import RunConfig, run_simulation
+    from sim.rundir import file_sha256
 
+    digest = file_sha256(trace) if isinstance(trace, (str, os.PathLike)) else None
     trace = _as_trace(trace)
     known = sorted(f.name for f in dataclasses.fields(RunConfig) if f.name not in ("policy", "model", "hardware"))
     unknown = sorted(set(run_options) - set(known))
@@ -152,9 +158,13 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
         raise UserError(f"simulate: unknown option(s) {', '.join(unknown)}; options are {', '.join(known)}")
     if run_options.get("profile") is not None:
         run_options["profile"] = str(run_options["profile"])
+    check_seed(run_options.get("seed", 0))
     cfg = RunConfig(policy=policy if isinstance(policy, type) else str(policy), model=str(model),
                     hardware=str(hardware), **run_options)
-    return Result(run_simulation(trace, cfg, progress))
+    run = run_simulation(trace, cfg, progress)
+    if digest is not None:
+        run.summary["trace_sha256"] = digest
+    return Result(run)
 
 
 def _as_trace(trace):

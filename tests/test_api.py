@@ -55,11 +55,10 @@ def test_simulate_matches_the_command_byte_for_byte(trace_file, tmp_path):
     res = blendsim.simulate(trace_file, policy="dfs", replicas=2, prefix_retain=False,
                             options={"heavier_first": True}, record_schedule=True, **TINY)
     cli_summary = json.loads((cli_dir / "summary.json").read_text())
-    assert len(cli_summary.pop("trace_sha256")) == 64  # the command records which trace file made the run
+    assert len(cli_summary["trace_sha256"]) == 64  # both record which trace file made the run
     assert res.summary == cli_summary
     api_dir = res.write(tmp_path / "api")
-    assert json.loads((api_dir / "summary.json").read_text()) == cli_summary
-    for name in ("steps.parquet", "requests.parquet", "schedule.parquet"):
+    for name in ("summary.json", "steps.parquet", "requests.parquet", "schedule.parquet"):
         assert (api_dir / name).read_bytes() == (cli_dir / name).read_bytes(), name
     pd.testing.assert_frame_equal(res.steps, pd.read_parquet(cli_dir / "steps.parquet"))
     pd.testing.assert_frame_equal(res.requests, pd.read_parquet(cli_dir / "requests.parquet"))
@@ -73,7 +72,14 @@ def test_simulate_takes_a_trace_object_and_its_defaults_are_the_issue_s(trace_fi
 
     a = blendsim.simulate(read_trace(trace_file), policy="fcfs", **TINY)
     b = blendsim.simulate(str(trace_file), policy="fcfs", **TINY)
-    assert a.summary == b.summary
+    assert "trace_sha256" not in a.summary  # no file, no digest
+    assert a.summary == {k: v for k, v in b.summary.items() if k != "trace_sha256"}
+    b.write(trace_file.parent / "run")
+    other = blendsim.simulate(write_trace(read_trace(trace_file).head(5), trace_file.parent / "t5.parquet"),
+                              policy="fcfs", **TINY)
+    with pytest.raises(blendsim.BlendsimError, match="holds a run of another trace"):
+        other.write(trace_file.parent / "run")
+    other.write(trace_file.parent / "run", force=True)
     d = blendsim.simulate(trace_file, model="tiny", hardware="cpu")
     assert d.summary["policy"] == "dfs"  # the API's default policy (the command's is fcfs)
     assert blendsim.Result is type(d)
@@ -85,6 +91,7 @@ CASES = [
     ({"model": "gpt-9"}, ["--model", "gpt-9"], "gpt-9"),
     ({"hardware": "tpu"}, ["--hardware", "tpu"], "tpu"),
     ({"replicas": 0}, ["--replicas", "0"], "--replicas must be >= 1"),
+    ({"seed": -1}, ["--seed", "-1"], "seed"),
     ({"mode": "fast"}, ["--mode", "fast"], "fast"),
     ({"options": {"bogus": "1"}}, ["--opt", "bogus=1"], "bogus"),
     ({"policy": "./missing.py:X"}, ["--policy", "./missing.py:X"], "no such file ./missing.py"),

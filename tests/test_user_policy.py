@@ -124,7 +124,7 @@ def test_a_sweep_runs_a_file_policy_in_worker_processes(workdir, monkeypatch):
     assert res.loc[spec, "policy_name"] == "Reverse" and res.loc[spec, "policy_source"] == str(workdir / "mypolicy.py")
     # the worker's cell is the simulation this process gets from the same trace and settings
     trace = next((workdir / "sw" / "traces").rglob("*.parquet"))
-    here = blendsim.simulate(trace, policy=spec, model="llama-3-8b", hardware="a100-80gb")
+    here = blendsim.simulate(blendsim.load_trace(trace), policy=spec, model="llama-3-8b", hardware="a100-80gb")
     cell = json.loads((workdir / "sw" / res.loc[spec, "run_dir"] / "summary.json").read_text())
     assert cell == here.summary
 
