@@ -284,3 +284,22 @@ def test_an_entry_point_module_may_register_its_policy(tmp_path, monkeypatch, wo
     finally:
         sys.modules.pop(mod, None)
     assert r.summary["policy_name"] == "via-module" and "entry point" in r.summary["policy_source"]
+
+
+def test_a_user_router_places_every_request(workdir):
+    (workdir / "routed.py").write_text(textwrap.dedent('''
+        import blendsim
+
+
+        class LastReplica(blendsim.Router):
+            def route(self, req, now):
+                return len(self.replicas) - 1
+
+
+        class Pinned(blendsim.Policy):
+            def make_router(self, replicas):
+                return LastReplica(self.ctx, replicas)
+    '''))
+    r = invoke("simulate", "t.parquet", "--policy", "routed.py:Pinned", *TINY, "--replicas", "3", "-o", "run")
+    assert r.exit_code == 0, r.output
+    assert set(pd.read_parquet(workdir / "run" / "requests.parquet")["replica"]) == {2}
