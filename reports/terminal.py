@@ -70,6 +70,11 @@ def pct(v, digits: int = 1) -> str:
     return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.{digits}f}%"
 
 
+def density_text(v) -> str:
+    """A trace's compute density; None (summary.json's null) means no decode step reads KV: unbounded."""
+    return "unbounded (no decode work)" if v is None or (isinstance(v, float) and math.isinf(v)) else num(v, ".3f")
+
+
 def is_online(s: dict) -> bool:
     """A run whose requests arrive over time (summary.json's ``offline`` is false)."""
     return s.get("offline") is False
@@ -103,7 +108,7 @@ def run_summary_lines(s: dict) -> list[str]:
                      f"{pct(s['frac_of_opt'])} of T_o ({pct(s['frac_of_practical_opt'])} of the practical optimum)")
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
-                 f"compute density {num(s['compute_density'], '.3f')}")
+                 f"compute density {density_text(s['compute_density'])}")
     if "latency_mean_s" in s and not online:  # offline runs with SLOs: latency after the throughput
         lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
@@ -193,7 +198,7 @@ def print_trace_stats(stats: dict, title: str, c: Console | None = None) -> None
         elif spec == "%":
             text = pct(v, 2)
         elif v is None or (isinstance(v, float) and not math.isfinite(v)):
-            text = "– (no decode work)" if k == "compute_density" else "–"
+            text = "unbounded (no decode work)" if k == "compute_density" else "–"
         else:
             text = f"{v:{spec}}"
         rows.append([label, text])
