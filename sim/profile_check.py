@@ -28,7 +28,7 @@ FIT_NUMBERS = ("degree", "n_points", "median_rel_err", "max_rel_err", "heldout_m
 def check_profile(d: dict, where: str, op_vars: dict, shape_keys: tuple, dtypes) -> None:
     """Raise :class:`UserError` for the first field of profile ``d`` (read from ``where``) that is unusable."""
     _str(d.get("model"), where, "model")
-    if d.get("dtype") not in dtypes:
+    if not isinstance(d.get("dtype"), str) or d["dtype"] not in dtypes:
         raise UserError(f"{where}: field 'dtype': {_short(d.get('dtype'))} is not one of {', '.join(sorted(dtypes))}")
     tp = d.get("tp")
     if not (_is_int(tp) and 1 <= tp <= 1024):
@@ -51,7 +51,7 @@ def check_profile(d: dict, where: str, op_vars: dict, shape_keys: tuple, dtypes)
         raise UserError(f"{where}: field 'interference' must be a number in [0, 1], not {_short(interf)}")
     if d.get("overlap") is not None:
         _dict(d["overlap"], where, "overlap")
-        if d["overlap"].get("fit") is not None:
+        if "fit" in d["overlap"]:  # calibrate show reads it as an object
             _numbers_of(_dict(d["overlap"]["fit"], where, "overlap.fit"), where, "overlap.fit", FIT_NUMBERS)
     if d.get("hardware") is not None:
         hw = _dict(d["hardware"], where, "hardware")

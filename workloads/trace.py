@@ -479,7 +479,7 @@ class _TraceColumns:
                 or (ints_ok and pa.types.is_integer(t))):
             self.fail(name, f"must hold {'strings or integers' if ints_ok else 'strings'}, found {c.type}")
         if not allow_null and c.null_count:
-            self.fail(name, "missing value", int(np.flatnonzero(~col.valid_mask(c))[0]))
+            self.fail(name, "missing value", 0 if pa.types.is_null(c.type) else int(np.flatnonzero(~col.valid_mask(c))[0]))
         if pa.types.is_null(c.type):
             return np.full(self.n, "", dtype=object)
         v = col.to_numpy(c, fill="")
