@@ -3,9 +3,9 @@
 A profile is a file users copy between machines and may edit, so :func:`check_profile` refuses anything
 the loader, the cost model or ``calibrate show`` could not use as written: a wrong type anywhere, a
 domain that is inverted or does not cover every variable, a scale of zero, and polynomials that cannot
-be operator times — not finite, not positive over their domain, over :data:`MAX_OP_S` anywhere in it,
-or (when the profile keeps its measurements) not reproducing the fit errors the profile reports for
-them, which is how edited coefficients show. Each failure is one :class:`UserError` line naming the
+be operator times — not finite, over :data:`MAX_OP_S` anywhere in their domain, not positive at the
+measured points (over the whole domain when the profile keeps no measurements), or not reproducing the
+fit errors the profile reports for its measurements, which is how edited coefficients show. Each failure is one :class:`UserError` line naming the
 file and the field.
 """
 
@@ -147,10 +147,15 @@ def _check_values(at, names, e, c, scale, domain, grid, med, fit) -> None:
     if not bound <= MAX_OP_S:
         raise UserError(f"{at}: coef: the polynomial reaches {bound:.3g} s inside its domain (over {MAX_OP_S:.0f} s "
                         "for one operator call: corrupt coefficients)")
-    y = _monomials(_dense(domain, scale), e) @ c
+    # positive times where it was measured; without measurements, everywhere over its domain (NOTE: not
+    # both: the fitter's straight-line fallback for a few points may dip below zero between them, where
+    # OpFit.predict's floor holds)
+    pts = np.asarray(grid, dtype=float) / scale if grid else _dense(domain, scale)
+    y = _monomials(pts, e) @ c
     if not np.all(y > 0):
-        raise UserError(f"{at}: coef: the polynomial is {float(np.min(y)):.3g} s (not a positive time) inside its "
-                        f"domain {domain}")
+        i = int(np.argmin(y))
+        raise UserError(f"{at}: coef: the polynomial gives {float(y[i]):.3g} s (not a positive time) at "
+                        f"{[float(v) for v in pts[i] * scale]}")
     stored = fit.get("max_rel_err")
     if grid and _is_num(stored):
         x = np.asarray(grid, dtype=float) / scale

@@ -6,7 +6,8 @@ For each, the loader must either return something every later stage can use — 
 validation and survives a Parquet round trip; a profile whose fits give positive finite times and that
 ``calibrate show`` prints — or raise :class:`UserError` with one line that starts with the file's path and
 names the field (or says what is wrong with the file as a whole). Any other exception fails the test.
-Derandomised and bounded so CI is deterministic and fast.
+Derandomised and bounded so CI is deterministic and fast; no subnormal floats (torch may have set the
+processor to flush them to zero earlier in the same test session).
 """
 
 from __future__ import annotations
@@ -66,12 +67,12 @@ def attempt(path: Path, fn) -> None:
 # ---- values: a valid base, then a few corruptions ------------------------------------------------
 INTS = st.one_of(st.integers(0, 60), st.sampled_from([1, 2**31, 2**63 - 1, 2**63, 2**64, -1, 10**7, 10**7 + 1]))
 JSON_ANY = st.recursive(
-    st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=True, allow_infinity=True),
+    st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False),
               st.text(max_size=4)),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)),
     max_leaves=6,
 )
-NUMBER = st.one_of(INTS, st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.5, 1e308, -1e308, 1e9]))
+NUMBER = st.one_of(INTS, st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), st.sampled_from([0.5, 1e308, -1e308, 1e9]))
 BAD = st.one_of(NUMBER, JSON_ANY)
 N_BAD = st.sampled_from([0, 0, 1, 1, 2])  # corruptions per input: a third of inputs are clean
 
@@ -88,7 +89,7 @@ def jsonl_lines(draw):
             rec["output_len_hint"] = draw(st.integers(1, 50))
         for k in ("arrival_s", "ttft_slo_s", "tbt_slo_s", "jct_slo_s"):
             if draw(st.integers(0, 3)) == 0:
-                rec[k] = draw(st.floats(0.001, 1e4))
+                rec[k] = draw(st.floats(0.001, 1e4, allow_subnormal=False))
         if draw(st.integers(0, 3)) == 0:
             rec["source"] = draw(st.sampled_from(["chat", "code", ""]))
         recs.append(rec)
@@ -128,7 +129,7 @@ FORMATS = {
                  ("Request tokens", TOKENS_CELL), ("Response tokens", st.integers(0, 900).map(str))),
     "azure": (("TIMESTAMP", st.integers(0, 59).map(lambda s: f"2023-11-16 18:15:{s:02d}.6805900")),
               ("ContextTokens", TOKENS_CELL), ("GeneratedTokens", TOKENS_CELL)),
-    "vidur": (("arrived_at", st.floats(0, 1e5).map(repr)), ("num_prefill_tokens", TOKENS_CELL),
+    "vidur": (("arrived_at", st.floats(0, 1e5, allow_subnormal=False).map(repr)), ("num_prefill_tokens", TOKENS_CELL),
               ("num_decode_tokens", TOKENS_CELL)),
 }
 
@@ -173,11 +174,11 @@ def _bad_column(draw, n: int):
     anyval = st.one_of(st.none(), st.integers(-3, 9), st.sampled_from([0, 10**7 + 1, 2**62, 2**31]))
     return draw(st.sampled_from([
         lambda: pa.array(draw(st.lists(st.text(max_size=3), min_size=n, max_size=n))),
-        lambda: pa.array(draw(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=n, max_size=n))),
+        lambda: pa.array(draw(st.lists(st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False), min_size=n, max_size=n))),
         lambda: pa.array(draw(st.lists(anyval, min_size=n, max_size=n)), pa.int64()),
         lambda: pa.array(draw(st.lists(st.integers(0, 2**64 - 1), min_size=n, max_size=n)), pa.uint64()),
         lambda: pa.array(draw(st.lists(st.lists(anyval, max_size=3), min_size=n, max_size=n)), pa.list_(pa.int64())),
-        lambda: pa.array(draw(st.lists(st.lists(st.floats(0, 9), max_size=3), min_size=n, max_size=n))),
+        lambda: pa.array(draw(st.lists(st.lists(st.floats(0, 9, allow_subnormal=False), max_size=3), min_size=n, max_size=n))),
         lambda: pa.array(draw(st.lists(st.lists(st.fixed_dictionaries(
             {"segment_id": st.integers(-1, 3), "length": st.integers(-1, 6)}), max_size=3), min_size=n, max_size=n))),
         lambda: pa.array([None] * n),
@@ -202,7 +203,7 @@ def parquet_tables(draw):
                                                          max_size=n)), pa.int64())
     for k in ("arrival_s", "ttft_slo_s"):
         if draw(st.booleans()):
-            cols[k] = pa.array(draw(st.lists(st.one_of(st.none(), st.floats(0.01, 1e3)), min_size=n, max_size=n)),
+            cols[k] = pa.array(draw(st.lists(st.one_of(st.none(), st.floats(0.01, 1e3, allow_subnormal=False)), min_size=n, max_size=n)),
                                pa.float64())
     if draw(st.booleans()):
         cols["source"] = pa.array(draw(st.lists(st.sampled_from(["x", "y"]), min_size=n, max_size=n))).dictionary_encode()
