@@ -172,7 +172,8 @@ def load_profile(path: str | Path) -> Profile:
         raise UserError(f"{where}: not a blendsim profile (missing \"schema\": \"{SCHEMA}\")")
     v = d.get("schema_version")
     if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= SCHEMA_VERSION:
-        raise UserError(f"{where}: profile schema version {v!r} is not supported (this blendsim reads {SCHEMA_VERSION})")
+        raise UserError(f"{where}: profile schema version {repr(v)[:40]} is not supported (this blendsim reads "
+                        f"{SCHEMA_VERSION})")
     for k in ("model", "dtype", "tp", "ops"):
         if k not in d:
             raise UserError(f"{where}: missing field {k!r}")

@@ -3,9 +3,9 @@
 A profile is a file users copy between machines and may edit, so :func:`check_profile` refuses anything
 the loader, the cost model or ``calibrate show`` could not use as written: a wrong type anywhere, a
 domain that is inverted or does not cover every variable, a scale of zero, and polynomials that cannot
-be operator times — not finite, not positive over their domain, over :data:`MAX_OP_S` anywhere in it,
-or (when the profile keeps its measurements) not reproducing the fit errors the profile reports for
-them, which is how edited coefficients show. Each failure is one :class:`UserError` line naming the
+be operator times — not finite, over :data:`MAX_OP_S` anywhere in their domain, not positive at the
+measured points (over the whole domain when the profile keeps no measurements), or not reproducing the
+fit errors the profile reports for its measurements, which is how edited coefficients show. Each failure is one :class:`UserError` line naming the
 file and the field.
 """
 
@@ -28,7 +28,7 @@ FIT_NUMBERS = ("degree", "n_points", "median_rel_err", "max_rel_err", "heldout_m
 def check_profile(d: dict, where: str, op_vars: dict, shape_keys: tuple, dtypes) -> None:
     """Raise :class:`UserError` for the first field of profile ``d`` (read from ``where``) that is unusable."""
     _str(d.get("model"), where, "model")
-    if d.get("dtype") not in dtypes:
+    if not isinstance(d.get("dtype"), str) or d["dtype"] not in dtypes:
         raise UserError(f"{where}: field 'dtype': {_short(d.get('dtype'))} is not one of {', '.join(sorted(dtypes))}")
     tp = d.get("tp")
     if not (_is_int(tp) and 1 <= tp <= 1024):
@@ -51,7 +51,7 @@ def check_profile(d: dict, where: str, op_vars: dict, shape_keys: tuple, dtypes)
         raise UserError(f"{where}: field 'interference' must be a number in [0, 1], not {_short(interf)}")
     if d.get("overlap") is not None:
         _dict(d["overlap"], where, "overlap")
-        if d["overlap"].get("fit") is not None:
+        if "fit" in d["overlap"]:  # calibrate show reads it as an object
             _numbers_of(_dict(d["overlap"]["fit"], where, "overlap.fit"), where, "overlap.fit", FIT_NUMBERS)
     if d.get("hardware") is not None:
         hw = _dict(d["hardware"], where, "hardware")
@@ -147,10 +147,15 @@ def _check_values(at, names, e, c, scale, domain, grid, med, fit) -> None:
     if not bound <= MAX_OP_S:
         raise UserError(f"{at}: coef: the polynomial reaches {bound:.3g} s inside its domain (over {MAX_OP_S:.0f} s "
                         "for one operator call: corrupt coefficients)")
-    y = _monomials(_dense(domain, scale), e) @ c
+    # positive times where it was measured; without measurements, everywhere over its domain (NOTE: not
+    # both: the fitter's straight-line fallback for a few points may dip below zero between them, where
+    # OpFit.predict's floor holds)
+    pts = np.asarray(grid, dtype=float) / scale if grid else _dense(domain, scale)
+    y = _monomials(pts, e) @ c
     if not np.all(y > 0):
-        raise UserError(f"{at}: coef: the polynomial is {float(np.min(y)):.3g} s (not a positive time) inside its "
-                        f"domain {domain}")
+        i = int(np.argmin(y))
+        raise UserError(f"{at}: coef: the polynomial gives {float(y[i]):.3g} s (not a positive time) at "
+                        f"{[float(v) for v in pts[i] * scale]}")
     stored = fit.get("max_rel_err")
     if grid and _is_num(stored):
         x = np.asarray(grid, dtype=float) / scale

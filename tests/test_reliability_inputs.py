@@ -205,8 +205,8 @@ def test_mistyped_parquet_columns_are_one_line_in_simulate_and_stats(tmp_path, c
 
 # ---- item 5: silent corruption of traces --------------------------------------------------------------
 @pytest.mark.parametrize(("tokens", "needle"), [
-    (pa.array([[1.5, 2.0], [1.0, 3.0]]), "must be integers"),
-    (pa.array([[1.0, 2.0], [1.0, 3.0]]), "must be integers"),  # whole floats too: the column's type is wrong
+    (pa.array([[1.5, 2.0], [1.0, 3.0]]), "integer token ids, found lists of double"),
+    (pa.array([[1.0, 2.0], [1.0, 3.0]]), "integer token ids, found lists of double"),  # whole floats too: the column's type is wrong
     (pa.array([[None, 2], [0, 2]], pa.list_(pa.int64())), "row 1, field prompt_tokens: missing value"),
     (pa.array([[1, 2], [0, 2**40]], pa.list_(pa.int64())), "row 2, field prompt_tokens"),
     (pa.array([[1, 2], [0, 2**64 - 1]], pa.list_(pa.uint64())), "row 2, field prompt_tokens"),
@@ -319,6 +319,9 @@ PROFILE_CASES = {
     "inverted domain": (_set("ops.qkv_proj.domain", [[2048, 1]]), "domain of tokens [2048, 1]"),
     "domain for one of two variables": (_set("ops.attn_decode.domain", [[1, 64]]), "ops.attn_decode: malformed fit: domain"),
     "negative coefficients": (_set("ops.qkv_proj.coef", lambda c: [-x for x in c]), "not a positive time"),
+    "negative, no measurements kept": (lambda d: [_set(f"ops.qkv_proj.{k}", [])(d) for k in ("grid", "median_s")]
+                                       and _set("ops.qkv_proj.coef", lambda c: [-x for x in c])(d),
+                                       "not a positive time"),
     "one coefficient edited": (_set("ops.attn_decode.coef.0", lambda c: 3 * c), "edited or corrupt"),
     "coefficient 1e300": (_set("ops.qkv_proj.coef.0", 1e300), "1e+300 s"),
     "bool tp": (_set("tp", True), "field 'tp'"),

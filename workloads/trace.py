@@ -422,8 +422,8 @@ class _TraceColumns:
         return self.table.column(name).combine_chunks()
 
     def fail(self, name: str, what: str, row: int | None = None):
-        at = f"row {row + 1}, field {name}" if row is not None else f"column {name!r}"
-        raise UserError(f"{self.path}: {at}: {what}")
+        at = f"row {row + 1}, field {name}:" if row is not None else f"column {name!r}"
+        raise UserError(f"{self.path}: {at} {what}")
 
     def ints(self, name: str, fill: int | None = None, low: int = 1, high: int = MAX_TOKENS) -> np.ndarray:
         """An integer column within [low, high]; nulls are ``fill`` (or refused when None)."""
@@ -479,7 +479,7 @@ class _TraceColumns:
                 or (ints_ok and pa.types.is_integer(t))):
             self.fail(name, f"must hold {'strings or integers' if ints_ok else 'strings'}, found {c.type}")
         if not allow_null and c.null_count:
-            self.fail(name, "missing value", int(np.flatnonzero(~col.valid_mask(c))[0]))
+            self.fail(name, "missing value", 0 if pa.types.is_null(c.type) else int(np.flatnonzero(~col.valid_mask(c))[0]))
         if pa.types.is_null(c.type):
             return np.full(self.n, "", dtype=object)
         v = col.to_numpy(c, fill="")
@@ -519,7 +519,7 @@ class _TraceColumns:
             valid, lens, flat, owner = self.lists("prompt_tokens")
             if flat is not None and len(flat):
                 if not pa.types.is_integer(flat.type):
-                    self.fail("prompt_tokens", f"token ids must be integers, found {flat.type}")
+                    self.fail("prompt_tokens", f"must hold lists of integer token ids, found lists of {flat.type}")
                 vals = self._bounded("prompt_tokens", flat, None, 0, MAX_TOKEN_ID, rows=owner)
                 sym_chunks.append(vals)
                 len_chunks.append(np.ones(len(vals), dtype=np.int64))
@@ -538,7 +538,7 @@ class _TraceColumns:
                     self.fail("prompt_segments", f"must hold (segment_id, length) structs, found {flat.type}")
                 for f in ("segment_id", "length"):
                     if not pa.types.is_integer(flat.field(f).type):
-                        self.fail("prompt_segments", f"{f} must be an integer, found {flat.field(f).type}")
+                        self.fail("prompt_segments", f"must hold integer {f}s, found {flat.field(f).type}")
                 if flat.null_count:
                     self.fail("prompt_segments", "a segment is null", int(owner[np.flatnonzero(~col.valid_mask(flat))[0]]))
                 sid = self._bounded("prompt_segments", flat.field("segment_id"), None, 0, MAX_SEGMENT_ID, rows=owner)
