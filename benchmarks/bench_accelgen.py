@@ -38,26 +38,27 @@ ms) is below any step it waits out or shares. SLO attainment / goodput (tok/s) a
   0.286/0.008/0.000, 686/19/0; 0.14 s (the mix's tightest TBT SLO) -> 1,792 tokens, 0.294/0.020/0.000,
   751/50/0. Long prompts' deep chunks overrun the SLO and greedy admission thrashes the KV (542
   preemptions at 0.5 req/s with 2,560). The default 512 tokens fits a ~45 ms SLO.
-* accelgen, ``budget_model=eq6`` (token-count budget): 0.285/0.010/0.000, 688/23/0. ~37% of the
+* accelgen, ``budget_model=eq6`` (token-count budget): 0.285/0.011/0.000, 688/24/0. ~37% of the
   prompt tokens lie beyond 6H = 24,576, where Eq. 6's 1,900-3,100-token chunks take 0.33-1.18 s
   against 0.14-0.23 s TBT SLOs; at 0.5 the slow steps stretch every decode, KV fills, urgent long
-  prompts preempt long decoders (Alg. 1: largest T_r): 614 preemptions, 56% of prompt tokens recomputed.
-* accelgen default, ``budget_model=eq4`` (Eq. 4 operations with each chunk's context): 0.310/0.091/
-  0.014, 806/357/34; 28 and 90 preemptions at 0.5 and 1. It loses to sarathi on TBT (0.758 vs 0.981 at
+  prompts preempt long decoders (Alg. 1: largest T_r): 432 preemptions, 48% of prompt tokens recomputed.
+* accelgen default, ``budget_model=eq4`` (Eq. 4 operations with each chunk's context): 0.310/0.090/
+  0.022, 806/352/36; 32 and 63 preemptions at 0.5 and 1. It loses to sarathi on TBT (0.758 vs 0.981 at
   0.25): 7% of its steps exceed SLO_min at 0.25 (median 1.07x) and 39% at 0.5 (median 1.19x), since
   Eq. 4 counts operations — the cost model runs attention at 0.55 of peak against 0.70 for GEMMs
   (a lone eq4 chunk at 4 x 6H of context takes ~1.08x SLO_min), and decode attention is bound by KV
   reads (~250K tokens of decode context in the over-SLO steps at 0.5) that Eq. 4 prices as FLOPs.
 * accelgen ``budget_model=cost`` (extension: the chunk that fits SLO_min on the cost model): 0.340/
-  0.127/0.049, 1,064/626/75 — best attainment at every rate, TBT >= 0.995.
+  0.124/0.048, 1,064/663/75 — best attainment at every rate, TBT >= 0.995.
 
 Goodput counts tokens, so ~97% of it is the few dozen BookCorpus requests that meet their SLOs. At
-0.5 even ``cost`` trails sarathi (626 vs 733) on offline BookCorpus jobs: 20 of 68 meet their JCT SLO
+0.5 even ``cost`` trails sarathi (663 vs 733) on offline BookCorpus jobs: 20 of 68 meet their JCT SLO
 vs 30. AccelGen's T_r order serves short online prompts first (their median TTFT 2.0 s vs sarathi's 28
 s), whose 7-20 ms TTFT SLOs are lost anyway, so the long jobs wait longer (median TTFT 49 s vs 33 s),
 and steps filled to SLO_min pace their decodes at 0.12 s mean TBT vs sarathi's 0.065 s (512-token
 steps), while a JCT SLO of U[0.5, 1.5] x (prefill + 0.1875 s/token) needs < 0.1875 s/token when the
-scale is below 1. ``jct_budget=true`` (JCT share bounds S_b) lifts eq4 at 0.5 to 0.106 / 443.
+scale is below 1. ``jct_budget=true`` (JCT share bounds S_b) lifts eq4 at 0.5 to 0.111 / 459
+(all figures after issue 14's progress rules in the policy).
 """
 
 from __future__ import annotations

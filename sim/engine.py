@@ -73,9 +73,19 @@ class StepLog:
 
 
 class Replica:
-    """One model instance: a scheduler, an executor and a log of its steps."""
+    """One model instance: a scheduler, an executor and a log of its steps.
 
-    def __init__(self, idx: int, scheduler, executor, fast_forward: bool = True, on_step=None, progress=None):
+    ``max_steps`` (0: none) caps the replica's steps: a policy that stops making progress (a livelock:
+    the same request preempted and re-admitted forever) then fails with a clear error instead of
+    running without end. Tests set it relative to the trace's tokens.
+    """
+
+    max_steps: int = 0
+
+    def __init__(self, idx: int, scheduler, executor, fast_forward: bool = True, on_step=None, progress=None,
+                 max_steps: int | None = None):
+        if max_steps is not None:
+            self.max_steps = max_steps
         self.idx = idx
         self.scheduler = scheduler
         self.executor = executor
@@ -98,7 +108,12 @@ class Replica:
         """Run steps from ``now`` while a step can start before ``horizon``; the new local time."""
         sched, ex, log, kv = self.scheduler, self.executor, self.log, self.scheduler.kv
         append = log.append
+        cap = self.max_steps
         while now < horizon:
+            if cap and sched.step_no >= cap:
+                raise RuntimeError(f"replica {self.idx} ran {sched.step_no} steps, the cap (max_steps) with "
+                                   f"{len(sched.running)} requests running and {len(sched.waiting)} waiting: "
+                                   "the policy makes no progress (a livelock)")
             b = sched.schedule(now)
             if b is None:
                 break

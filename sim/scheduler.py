@@ -104,7 +104,11 @@ class Scheduler:
         if not chunks and D == 0:
             if self.prefilling:
                 # prefills stalled on memory with nothing decoding: free the newest and retry
-                self._preempt(self.pick_victim(), now)
+                v = self.pick_victim()
+                if v is None or len(self.running) < 2:  # it would only retake what it frees: no progress
+                    raise RuntimeError(f"replica {self.replica}: request {self.prefilling[0].req} can neither "
+                                       "grow nor make room (scheduler bug)")
+                self._preempt(v, now)
                 return self.schedule(now)
             return None
         logits = D

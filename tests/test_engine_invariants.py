@@ -11,9 +11,9 @@ from sim import engine
 from tests.helpers import random_trace, tiny_capacity_bytes
 
 
-@pytest.fixture
-def checked_kv(monkeypatch):
-    """Recount the KV cache's counters from scratch after every step."""
+def check_kv_every_step(monkeypatch) -> None:
+    """Recount the KV cache's counters from scratch after every step (of the replicas built from now
+    on, while ``monkeypatch`` holds)."""
     orig = engine.Replica.run_until
 
     def run_until(self, now, horizon):
@@ -32,6 +32,32 @@ def checked_kv(monkeypatch):
     monkeypatch.setattr(engine.Replica, "run_until", run_until)
 
 
+@pytest.fixture
+def checked_kv(monkeypatch):
+    check_kv_every_step(monkeypatch)
+
+
+def check_invariants(trace, r) -> None:
+    """What every finished run must satisfy, whatever the policy (``r``: a RunResult of ``trace``)."""
+    rq, s = r.requests, r.summary
+    # every request finishes with exactly its output length
+    assert np.isfinite(rq["finish_s"]).all()
+    np.testing.assert_array_equal(rq["generated_tokens"], trace.output_len)
+    # tokens computed = prompt tokens - cached + recomputed, per request
+    np.testing.assert_array_equal(rq["prefill_computed"],
+                                  trace.input_len - rq["cached_tokens"] + rq["recomputed_tokens"])
+    # the steps' prefill tokens are exactly what the requests computed
+    assert sum(sum(c["num_prefill_tokens"]) for c in r.steps) == int(rq["prefill_computed"].sum())
+    for c in r.steps:
+        t = np.asarray(c["t_end_s"])
+        assert (np.diff(t) >= 0).all() and (np.asarray(c["dt_s"]) > 0).all()  # time never goes back
+        assert max(c["kv_used_blocks"], default=0) <= s["kv_capacity_blocks"]  # KV within capacity
+    # a request starts after it arrives and finishes after its first token
+    assert (rq["admit_s"] >= trace.arrival_s - 1e-12).all()
+    assert (rq["finish_s"] >= rq["first_token_s"]).all()
+    assert 0.0 <= s["prefix_sharing_ratio"] <= s["optimal_sharing_ratio"] + 1e-12
+
+
 def _run(trace, policy, rng, **kw):
     B = int(rng.choice([1, 4, 16]))
     cfg = RunConfig(policy=policy, model="tiny", hardware="cpu", block_size=B,
@@ -46,24 +72,7 @@ def test_invariants(policy, checked_kv):
     rng = np.random.default_rng(sum(map(ord, policy)))
     for trial in range(12):
         trace = random_trace(rng, arrivals=trial % 2 == 1, slos=trial % 3 == 0)
-        r = _run(trace, policy, rng)
-        rq, s = r.requests, r.summary
-        # every request finishes with exactly its output length
-        assert np.isfinite(rq["finish_s"]).all()
-        np.testing.assert_array_equal(rq["generated_tokens"], trace.output_len)
-        # tokens computed = prompt tokens - cached + recomputed, per request
-        np.testing.assert_array_equal(rq["prefill_computed"],
-                                      trace.input_len - rq["cached_tokens"] + rq["recomputed_tokens"])
-        # the steps' prefill tokens are exactly what the requests computed
-        assert sum(sum(c["num_prefill_tokens"]) for c in r.steps) == int(rq["prefill_computed"].sum())
-        for c in r.steps:
-            t = np.asarray(c["t_end_s"])
-            assert (np.diff(t) >= 0).all() and (np.asarray(c["dt_s"]) > 0).all()  # time never goes back
-            assert max(c["kv_used_blocks"], default=0) <= s["kv_capacity_blocks"]  # KV within capacity
-        # a request starts after it arrives and finishes after its first token
-        assert (rq["admit_s"] >= trace.arrival_s - 1e-12).all()
-        assert (rq["finish_s"] >= rq["first_token_s"]).all()
-        assert 0.0 <= s["prefix_sharing_ratio"] <= s["optimal_sharing_ratio"] + 1e-12
+        check_invariants(trace, _run(trace, policy, rng))
 
 
 @pytest.mark.parametrize("policy", policy_names())

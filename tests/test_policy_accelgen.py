@@ -384,9 +384,12 @@ def test_a_prompt_that_fills_the_kv_cache_gets_its_last_chunk():
     assert s.kv.available == 0 and s.n_dec == 1 and s.rec.preemptions == [0]
 
 
-def test_the_livelock_reproducer_finishes():
+def test_the_livelock_reproducer_finishes(monkeypatch):
     # issue 14: a 3,359-token prompt (output 1) and a 5-token prompt (output 2) on mistral-7b / cpu with
     # --token-budget 8..17 hit 470K preemptions and never ended
+    from sim import engine
+
+    monkeypatch.setattr(engine.Replica, "max_steps", 20_000)  # a livelock fails instead of hanging
     trace = from_columns(input_len=[3359, 5], output_len=[1, 2])
     for budget in (8, 16, 17, 24):
         r = run_simulation(trace, RunConfig(policy="accelgen", model="mistral-7b", hardware="cpu",
@@ -441,3 +444,23 @@ def test_preempt_limit_bounds_the_policys_preemptions_of_a_request():
     s.prm = dataclasses.replace(s.prm, s_pf=2)  # S_b = 2 < 3 decodes
     b = step(s, 0.1)
     assert b.num_decode == 2 and s.rec.preemptions == [0, 1, 0]  # the next-loosest (newest tie) went
+
+
+def test_partial_prefills_that_overfill_the_kv_do_not_preempt_one_another_in_turn(monkeypatch):
+    # Found by tests/test_hypothesis_policies.py: three partly prefilled prompts (504 + 543 + 290 tokens;
+    # every request is urgent on a CPU, T_max ~ 2 s) in a 612-token KV cache. Each stall freed the one
+    # with the largest T_r - the nearest to the end of its prefill - and the next step re-admitted it:
+    # 200,000 steps without end. Now the newest goes and no one is admitted until a prefill ends.
+    trace = from_columns(input_len=[75, 1, 504, 543, 290], output_len=[1, 8, 8, 1, 1],
+                         prompts=[[(1, 53), (1001, 22)], [(1004, 1)], [(1007, 504)], [(1010, 543)],
+                                  [(2, 46), (1013, 244)]],
+                         ttft_slo_s=[0.05, 5.0, 0.001, 5.0, 5.0], tbt_slo_s=[0.02, 0.3, 0.001, 2.0, 2.0])
+    cfg = dict(model="mistral-7b", hardware="cpu", block_size=4, kv_capacity_override=612 * 131072,
+               token_budget=8, max_seqs=3)
+    from sim import engine
+
+    monkeypatch.setattr(engine.Replica, "max_steps", 20_000)  # a livelock fails instead of hanging
+    r = run_simulation(trace, RunConfig(policy="accelgen", **cfg))
+    f = run_simulation(trace, RunConfig(policy="fcfs", **cfg))
+    assert np.isfinite(r.requests["finish_s"]).all()
+    assert r.requests["preemptions"].max() <= 2 and r.summary["steps"] < 2 * f.summary["steps"]

@@ -68,12 +68,17 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         self._attn4 = 0
         self._bcache: dict = {}
         self._era_hit = False
+        self._running_only = False
+        self._hold = False  # admissions paused after a stall until a prefill or a request ends
         self._slo_floor = INF
         self._sb_memo: dict = {}  # Eq. 6 budgets by SLO
 
     # ---- the step -------------------------------------------------------------------------
-    def schedule(self, now: float) -> Batch | None:
+    def schedule(self, now: float, running_only: bool = False) -> Batch | None:
         self._now = now
+        if not self.prefilling:
+            self._hold = False
+        self._running_only = running_only or self._hold  # admit no one (see the stall breaker)
         self._in_batch = set()
         self._later = []
         self._bcache = {}
@@ -106,12 +111,16 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         D = self.n_dec
         if not chunks and D == 0:
             if self.prefilling:
-                # partial prefills hold the KV and none can grow: free the one with the largest T_r
+                # partial prefills hold the KV and none can grow: free the newest, and admit no one until
+                # a prefill or a request ends, so the others grow into its blocks (as vLLM serves running
+                # requests first: else the victim, or another newcomer, retakes them and the prefills
+                # preempt one another in turn, recomputing their prompts many times)
                 if len(self.running) < 2:  # preempting the only one frees nothing it would not retake
                     raise RuntimeError(f"accelgen: request {self.prefilling[0].req} can neither grow nor "
                                        "make room (scheduler bug)")
-                self._preempt(self._victim(now), now)
-                return self.schedule(now)
+                self._preempt(self._stall_victim(), now)
+                self._hold = True
+                return self.schedule(now, running_only=True)
             return None
         self.blocked = False
         sb = D + self._ptok + self._room(-1)
@@ -142,6 +151,9 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             if e is None:
                 break
             r = e[2]
+            if self._running_only and r not in self.running:
+                failed.append(e)
+                continue
             row = self._row(r)
             if row[4] and self.long_active and self.prm.era_urgent and self.prm.era != "off":
                 self._era_hit = True
@@ -333,18 +345,29 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     def _victim(self, now: float, decoders_only: bool = False, above: float = -INF, bounded: bool = False):
         """The running request outside this step's chunks with the largest T_r (> ``above``); ties
-        go to the newest. ``bounded`` (the policy's own preemptions, for compute or for an urgent
-        request): requests already preempted ``preempt_limit`` times are spared."""
-        best, best_tr = None, -INF
+        go to the newest. Requests already preempted ``preempt_limit`` times are protected: never the
+        victim of the policy's own preemptions (``bounded``: for compute or for an urgent request), and
+        of a memory preemption only when no one else can go — then the newest of them (vLLM's rule), so
+        the oldest keeps its KV and progresses."""
+        best, best_tr, newest_protected = None, -INF, None
         inb = self._in_batch
         lim, npre = self.prm.preempt_limit, self.n_preempt
         for s in self.running.values():
-            if s.req in inb or (decoders_only and s.fin < 0) or (bounded and npre[s.req] >= lim):
+            if s.req in inb or (decoders_only and s.fin < 0):
+                continue
+            if npre[s.req] >= lim:
+                newest_protected = s  # running is in admission order
                 continue
             tr = self._tr(s, now)
             if tr > above and (best is None or tr >= best_tr):
                 best, best_tr = s, tr
-        return best
+        return newest_protected if best is None and not bounded else best
+
+    def _stall_victim(self):
+        """The partial prefill to free when none can grow: the newest admitted (vLLM's rule, as the paper
+        leaves KV overflow to vLLM). NOTE: the largest T_r (Alg. 1's rule) is the prompt nearest to the
+        end of its prefill (fewest chunks left): freeing it undid the most work, and in turn."""
+        return next(reversed(self.prefilling))
 
     # ---- engine hooks ---------------------------------------------------------------------
     def pick_victim(self):
@@ -368,6 +391,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     def _prefill_done(self, s, now: float, step: int) -> None:
         r = s.req
+        self._hold = False
         self.q.drop(r)
         if self.prm.era == "prefill":
             self.long_active.discard(r)
@@ -379,6 +403,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     def on_finish(self, s, now: float) -> None:
         r = s.req
+        self._hold = False
         self.slo_run.remove(self._budget_slo(r))
         self.long_active.discard(r)
         self.st.fin_sum += s.d

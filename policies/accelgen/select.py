@@ -108,6 +108,8 @@ class SelectMixin:
         """``(D_c, D_m)`` of a candidate row now, or None when it cannot join: ERA, sequence cap,
         compute or KV. ``fill``: chunk any prompt (sec. 4.2's token-by-token fill)."""
         r, c, rem, chunkable, long_new = row
+        if self._running_only and r not in self.running:
+            return None
         if long_new and self.long_active and self.prm.era != "off":
             self._era_hit = True
             return None
