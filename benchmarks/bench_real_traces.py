@@ -41,6 +41,7 @@ import numpy as np
 
 from blendsim.runner import RunConfig, run_simulation
 from policies.base import policy_names
+from sim.errors import UserError
 from sim.models import PRESETS
 from workloads.loaders import load
 
@@ -118,7 +119,11 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
         pol = "vllm" if label == "vllm@2k" else label
         if label == "vllm@2k" and "vllm" not in policies:
             continue
-        s, w = simulate(trace, pol, dep, offline, **kw)
+        try:
+            s, w = simulate(trace, pol, dep, offline, **kw)
+        except UserError as e:  # a policy that cannot take these engine settings: its cell stays empty
+            print(f"({label} {kind}: {e})")
+            continue
         wall += w
         {"seq": seq, "ovl": ovl, "online": onl}[kind][label] = s
     ref = seq.get("dfs") or next(iter(seq.values()))
