@@ -296,3 +296,13 @@ def test_mooncake_conversation_trace():
     assert t.arrival_s[0] == 0 and 3500 < t.arrival_s[-1] < 3600  # about an hour, ms -> s
     r = run_simulation(t, RunConfig(policy="dfs", model="llama-3-8b", hardware="h100-80gb", offline=True)).summary
     assert r["prefix_sharing_ratio"] >= 0.97 * s_o, r["prefix_sharing_ratio"]
+
+
+def test_the_simulators_context_refusal_names_the_load_options():
+    from blendsim.runner import RunConfig, run_simulation
+
+    t = from_columns(input_len=[4000, 10], output_len=[200, 5])  # the tiny model's context is 4096
+    with pytest.raises(UserError, match=r"row 1\) needs a context of 4200 .*--max-context 4096 --long skip\|truncate"):
+        run_simulation(t, RunConfig(model="tiny", hardware="cpu"))
+    fit = limit_context(t, 4096, "truncate")
+    assert run_simulation(fit, RunConfig(model="tiny", hardware="cpu")).summary["n_requests"] == 2
