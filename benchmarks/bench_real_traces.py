@@ -146,7 +146,9 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
     rates = Rates.of(make_deployment(*dep))  # per-request density rho(r) = Comp(r) / Mem(r), no sharing
     p, d = trace.input_len.astype(float), trace.output_len.astype(float)
     mem = mem_time(p, d, rates)
-    low = comp_time(p, d, rates) < mem
+    comp = comp_time(p, d, rates)
+    low = comp < mem
+    head["rho_p10"] = float(np.percentile(comp / np.maximum(mem, 1e-30), 10))
     head["mem_intensive_requests"] = float(np.mean(low))
     head["mem_time_in_mem_intensive"] = float(mem[low].sum() / mem.sum())
     if s_o > 0:
@@ -156,7 +158,7 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
           f"KV {cap / 1e3:,.0f}K tokens")
     print(f"own timestamps offer {offered / 1e3:.1f}K tok/s = {head['offered_over_dfs']:.2f}x dfs's offline "
           f"throughput; requests with rho < 1: {head['mem_intensive_requests']:.1%} holding "
-          f"{head['mem_time_in_mem_intensive']:.1%} of the memory time"
+          f"{head['mem_time_in_mem_intensive']:.1%} of the memory time, 10th percentile rho {head['rho_p10']:.2f}"
           + (f"; LRU prefix cache of the KV size in arrival order catches s = {head['lru_sharing']:.3f}, "
                           f"median reuse gap {head['reuse_gap_s']:.0f} s / {head['reuse_gap_tokens'] / 1e6:.1f}M "
                           "prompt tokens" if s_o > 0 else "") + f"; {wall:.0f} s of simulation")
@@ -177,6 +179,8 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
                     f"{c['tbt_mean_s'] * 1e3:.0f}"] if c else ["-"] * 4
         print("| " + " | ".join(row) + " |", flush=True)
     ratios = _ratios(seq, ovl, onl)
+    if "blendserve" in ovl:  # its output-length estimates (1% sample + the prefix tree) against the truth
+        ratios["blendserve est. mean abs rel err"] = ovl["blendserve"]["blendserve"]["est_mean_abs_rel_err"]
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     out[f"{name}/{dep_key}"] = {"header": head, "ratios": ratios, "seq": seq, "ovl": ovl, "online": onl}
     return head | ratios
