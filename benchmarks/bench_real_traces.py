@@ -41,6 +41,9 @@ import numpy as np
 
 from blendsim.runner import RunConfig, run_simulation
 from policies.base import policy_names
+from sim.density import Rates, comp_time, mem_time
+from sim.deployment import make_deployment
+from sim.errors import UserError
 from sim.models import PRESETS
 from workloads.loaders import load
 
@@ -50,6 +53,10 @@ TRACES = {
     "azure-conv": ("azure_llm_inference_2023_conv.csv", "azure"),
     "azure-code": ("azure_llm_inference_2023_code.csv", "azure"),
 }
+# ablations: (row label, policy, run kind, RunConfig overrides); "-oracle" runs know every output length
+VARIANTS = (("vllm@2k", "vllm", "seq", {"token_budget": 2048}),
+            ("batchllm-sched", "batchllm", "seq", {"options": {"shared_attention": False}}),
+            ("blendserve-oracle", "blendserve", "ovl", {}))
 BLENDSERVE_ENGINE = {"mode": "overlap", "engine": "nanoflow", "token_budget": 1024, "round_tokens": 128,
                      "block_size": 1}
 
@@ -110,15 +117,22 @@ def lru_reach(trace, capacity_tokens: int) -> tuple[float, float, float]:
 
 def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], out: dict) -> dict:
     seq, ovl, onl, wall = {}, {}, {}, 0.0
-    runs = [("seq", p, True, {}) for p in policies] + [("seq", "vllm@2k", True, {"token_budget": 2048})]
+    oracle = trace.take(np.arange(trace.n))
+    oracle.output_len_hint = trace.output_len.copy()  # every output length known in advance
+    runs = [("seq", p, True, {}) for p in policies]
     runs += [("ovl", p, True, BLENDSERVE_ENGINE) for p in policies]
     if trace.has_arrivals:
         runs += [("online", p, False, {}) for p in policies]
+    for label, base, kind, kw in VARIANTS:
+        if base in policies:
+            runs.append((kind, label, True, kw | (BLENDSERVE_ENGINE if kind == "ovl" else {})))
     for kind, label, offline, kw in runs:
-        pol = "vllm" if label == "vllm@2k" else label
-        if label == "vllm@2k" and "vllm" not in policies:
+        pol = label.split("@")[0].split("-")[0]
+        try:
+            s, w = simulate(oracle if label.endswith("oracle") else trace, pol, dep, offline, **kw)
+        except UserError as e:  # a policy that cannot take these engine settings: its cell stays empty
+            print(f"({label} {kind}: {e})")
             continue
-        s, w = simulate(trace, pol, dep, offline, **kw)
         wall += w
         {"seq": seq, "ovl": ovl, "online": onl}[kind][label] = s
     ref = seq.get("dfs") or next(iter(seq.values()))
@@ -129,24 +143,35 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
             "mean_input": float(trace.input_len.mean()), "mean_output": float(trace.output_len.mean()),
             "s_o": s_o, "rho": ref["compute_density"], "kv_tokens": int(cap), "offered_tok_s": offered,
             "offered_over_dfs": offered / ref["throughput_tok_s"], "wall_s": wall}
+    rates = Rates.of(make_deployment(*dep))  # per-request density rho(r) = Comp(r) / Mem(r), no sharing
+    p, d = trace.input_len.astype(float), trace.output_len.astype(float)
+    mem = mem_time(p, d, rates)
+    comp = comp_time(p, d, rates)
+    low = comp < mem
+    head["rho_p10"] = float(np.percentile(comp / np.maximum(mem, 1e-30), 10))
+    head["mem_intensive_requests"] = float(np.mean(low))
+    head["mem_time_in_mem_intensive"] = float(mem[low].sum() / mem.sum())
     if s_o > 0:
         head["lru_sharing"], head["reuse_gap_s"], head["reuse_gap_tokens"] = lru_reach(trace, cap)
     print(f"\n### {name} · {dep[0]} on {dep[2]}x h100-80gb — {trace.n:,} requests, mean prompt "
           f"{head['mean_input']:,.0f} / output {head['mean_output']:,.0f}, s_o {s_o:.3f}, rho {head['rho']:.2f}, "
           f"KV {cap / 1e3:,.0f}K tokens")
     print(f"own timestamps offer {offered / 1e3:.1f}K tok/s = {head['offered_over_dfs']:.2f}x dfs's offline "
-          "throughput" + (f"; LRU prefix cache of the KV size in arrival order catches s = {head['lru_sharing']:.3f}, "
+          f"throughput; requests with rho < 1: {head['mem_intensive_requests']:.1%} holding "
+          f"{head['mem_time_in_mem_intensive']:.1%} of the memory time, 10th percentile rho {head['rho_p10']:.2f}"
+          + (f"; LRU prefix cache of the KV size in arrival order catches s = {head['lru_sharing']:.3f}, "
                           f"median reuse gap {head['reuse_gap_s']:.0f} s / {head['reuse_gap_tokens'] / 1e6:.1f}M "
                           "prompt tokens" if s_o > 0 else "") + f"; {wall:.0f} s of simulation")
     cols = ["policy", "seq k tok/s", "s/s_o", "fpo", "ovl k tok/s", "s/s_o", "fpo", "tok/st", "kv"]
     if onl:
         cols += ["online k tok/s", "lat s", "TTFT s", "TBT ms"]
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
-    for label in [*policies, "vllm@2k"]:
-        if label not in seq:
+    for label in [*policies, *(v[0] for v in VARIANTS)]:
+        if label not in seq and label not in ovl:
             continue
-        a, b, c = seq[label], ovl.get(label), onl.get(label)
-        row = [label, f"{a['throughput_tok_s'] / 1e3:.1f}", _frac(a, s_o), f"{a['frac_of_practical_opt']:.3f}"]
+        a, b, c = seq.get(label), ovl.get(label), onl.get(label)
+        row = [label, f"{a['throughput_tok_s'] / 1e3:.1f}", _frac(a, s_o), f"{a['frac_of_practical_opt']:.3f}"] \
+            if a else [label, "-", "-", "-"]
         row += [f"{b['throughput_tok_s'] / 1e3:.1f}", _frac(b, s_o), f"{b['frac_of_practical_opt']:.3f}",
                 f"{b['mean_tokens_per_step']:.0f}", f"{b['mean_kv_util']:.2f}"] if b else ["-"] * 5
         if onl:
@@ -154,6 +179,8 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
                     f"{c['tbt_mean_s'] * 1e3:.0f}"] if c else ["-"] * 4
         print("| " + " | ".join(row) + " |", flush=True)
     ratios = _ratios(seq, ovl, onl)
+    if "blendserve" in ovl:  # its output-length estimates (1% sample + the prefix tree) against the truth
+        ratios["blendserve est. mean abs rel err"] = ovl["blendserve"]["blendserve"]["est_mean_abs_rel_err"]
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     out[f"{name}/{dep_key}"] = {"header": head, "ratios": ratios, "seq": seq, "ovl": ovl, "online": onl}
     return head | ratios
@@ -170,7 +197,9 @@ def _ratios(seq: dict, ovl: dict, onl: dict) -> dict:
     r = {}
     for a, b, d, key in (("blendserve", "dfs", ovl, "blendserve/dfs ovl"), ("blendserve", "random", ovl,
                          "blendserve/random ovl"), ("batchllm", "vllm@2k", seq, "batchllm/vllm@2k seq"),
-                         ("batchllm", "vllm", seq, "batchllm/vllm seq"), ("batchllm", "dfs", seq, "batchllm/dfs seq")):
+                         ("batchllm", "vllm", seq, "batchllm/vllm seq"), ("batchllm", "dfs", seq, "batchllm/dfs seq"),
+                         ("batchllm-sched", "vllm@2k", seq, "batchllm-sched/vllm@2k seq"),
+                         ("blendserve-oracle", "dfs", ovl, "blendserve-oracle/dfs ovl")):
         if a in d and b in d:
             r[key] = tp(d, a, b)
     for a in ("blendserve", "batchllm", "dfs", "e2"):
@@ -198,14 +227,16 @@ def main(argv=None) -> None:
         print(f"\nloaded {name}: {trace.n:,} requests in {time.perf_counter() - t1:.2f} s")
         for d in a.deployments:
             rows.append(bench_one(name, trace, d, deps[d], a.policies, out))
-    print("\n## summary\n| trace | model | s_o | rho | load/dfs | LRU s | bs/dfs ovl | bs/random ovl | "
-          "bllm/vllm@2k | bllm/vllm | bllm/dfs |\n|" + "---|" * 11)
+    cols = {"bs/dfs ovl": "blendserve/dfs ovl", "bs-oracle/dfs ovl": "blendserve-oracle/dfs ovl",
+            "bs/random ovl": "blendserve/random ovl", "bllm/vllm@2k": "batchllm/vllm@2k seq",
+            "bllm-sched/vllm@2k": "batchllm-sched/vllm@2k seq", "bllm/dfs": "batchllm/dfs seq"}
+    print("\n## summary\n| trace | model | s_o | rho | rho<1 reqs | load/dfs | LRU s | " + " | ".join(cols)
+          + " |\n|" + "---|" * (7 + len(cols)))
     for r in rows:
-        cell = (lambda k, f="{:.2f}", r=r: f.format(r[k]) if k in r else "-")  # noqa: E731
+        cells = [f"{r[k]:.2f}" if k in r else "-" for k in cols.values()]
+        lru = f"{r['lru_sharing']:.3f}" if "lru_sharing" in r else "-"
         print(f"| {r['trace']} | {r['model']} x{r['tp']} | {r['s_o']:.3f} | {r['rho']:.2f} | "
-              f"{r['offered_over_dfs']:.2f} | {cell('lru_sharing', '{:.3f}')} | {cell('blendserve/dfs ovl')} | "
-              f"{cell('blendserve/random ovl')} | {cell('batchllm/vllm@2k seq')} | {cell('batchllm/vllm seq')} | "
-              f"{cell('batchllm/dfs seq')} |")
+              f"{r['mem_intensive_requests']:.0%} | {r['offered_over_dfs']:.2f} | {lru} | " + " | ".join(cells) + " |")
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     if a.json:
         a.json.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))

@@ -50,6 +50,7 @@ def small16(tmp_path) -> Path:
 
 def test_segment_paths_follow_the_blocks(small16):
     t = load_hashed(small16, block_size=16, output_len=11)
+    t.validate()
     assert t.n == 6 and list(t.ids) == ["a", "b", "7", "4", "5", "6"]  # request_id, else the line number
     paths = [t.prompt_repr(i) for i in range(t.n)]
     assert [[ln for _, ln in pr] for pr in paths] == [[16, 16, 8], [16, 16, 16], [16, 4], [16], [16, 16, 8],
@@ -78,6 +79,7 @@ def test_optimal_sharing_is_the_direct_count_of_unique_blocks(small16, tmp_path)
             {"timestamp": 2250, "input_length": 200, "output_length": 9, "hash_ids": [5]}]
     f = write_jsonl(tmp_path / "mc.jsonl", rows)
     m = load_hashed(f, "mooncake")
+    m.validate()
     assert [[ln for _, ln in m.prompt_repr(i)] for i in range(4)] == [[512, 512, 276], [512, 512, 76], [512, 88], [200]]
     unique = 512 + 512 + 276 + 76 + 88 + 200
     assert PrefixTree(m).optimal_sharing_ratio() == pytest.approx(1 - unique / 3200) == direct_sharing(f, 512)
@@ -98,6 +100,7 @@ def test_an_id_seen_with_two_lengths_is_two_segments(tmp_path):
     rows = [{"input_length": 32, "hash_ids": [1, 2], "output_length": 1},
             {"input_length": 20, "hash_ids": [1, 2], "output_length": 1}]
     t = load_hashed(write_jsonl(tmp_path / "x.jsonl", rows), block_size=16)
+    t.validate()
     assert t.meta["hashed"]["id_length_clashes"] == 1
     assert PrefixTree(t).optimal_sharing_ratio() == pytest.approx(16 / 52)
 
@@ -285,6 +288,7 @@ def test_mooncake_conversation_trace():
     t = load(MOONCAKE, "mooncake")
     elapsed = time.perf_counter() - t0
     assert t.n == 12_031 and elapsed < 5.0, elapsed  # the bar (about 0.3 s here)
+    t.validate()
     assert t.meta["name"] == "mooncake_conversation_trace" and t.meta["hashed"]["id_length_clashes"] == 0
     s_o = PrefixTree(t).optimal_sharing_ratio()
     direct = direct_sharing(MOONCAKE, 512)
@@ -292,3 +296,13 @@ def test_mooncake_conversation_trace():
     assert t.arrival_s[0] == 0 and 3500 < t.arrival_s[-1] < 3600  # about an hour, ms -> s
     r = run_simulation(t, RunConfig(policy="dfs", model="llama-3-8b", hardware="h100-80gb", offline=True)).summary
     assert r["prefix_sharing_ratio"] >= 0.97 * s_o, r["prefix_sharing_ratio"]
+
+
+def test_the_simulators_context_refusal_names_the_load_options():
+    from blendsim.runner import RunConfig, run_simulation
+
+    t = from_columns(input_len=[4000, 10], output_len=[200, 5])  # the tiny model's context is 4096
+    with pytest.raises(UserError, match=r"row 1\) needs a context of 4200 .*--max-context 4096 --long skip\|truncate"):
+        run_simulation(t, RunConfig(model="tiny", hardware="cpu"))
+    fit = limit_context(t, 4096, "truncate")
+    assert run_simulation(fit, RunConfig(model="tiny", hardware="cpu")).summary["n_requests"] == 2
