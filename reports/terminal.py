@@ -243,7 +243,8 @@ def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
         return f"{hits[0][0]}: {critical_path_warning(hits[0][1])}"
     shares = [s["t_critical_s"] / s["makespan_s"] for _, s in hits]
     crit = sorted({f"{s['t_critical_s']:,.1f} s" for _, s in hits})
-    return (f"{len(hits)} of {len(runs)} runs ({', '.join(p for p, _ in hits)}) have a makespan dominated by the "
+    names = ", ".join(p for p, _ in hits[:4]) + (f", ... ({len(hits) - 4} more)" if len(hits) > 4 else "")
+    return (f"{len(hits)} of {len(runs)} runs ({names}) have a makespan dominated by the "
             f"critical path: the longest request alone takes {' / '.join(crit)} (T_critical), "
             f"{100 * min(shares):.0f}-{100 * max(shares):.0f}% of the makespan, so their throughputs measure that "
             "request's tail more than the schedule; use a larger trace (BlendServe used 40,000 requests)")
@@ -252,17 +253,12 @@ def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
 # ---- sweep ---------------------------------------------------------------------------------------------
 
 def sweep_warnings(sweep_dir: str | Path) -> list[str]:
-    """One line per finished cell whose makespan its critical path dominates (at most 5, then a count)."""
+    """The warning lines about the sweep's finished cells (none when no critical path dominates)."""
     from reports.sweep_results import collect_rows
 
-    hits = []
-    for r in collect_rows(sweep_dir):
-        w = critical_path_warning(r)
-        if w:
-            hits.append(f"{r.get('workload', '?')} / {r.get('policy', '?')}: {w}")
-    if len(hits) > 5:
-        hits = hits[:5] + [f"... and {len(hits) - 5} more cell(s) like these"]
-    return hits
+    rows = collect_rows(sweep_dir)
+    w = critical_path_lines([(f"{r.get('workload', '?')}/{r.get('policy', '?')}", r) for r in rows])
+    return [w] if w else []
 
 
 __all__ = ["console", "print_demo_table", "print_policies", "print_run_summary", "print_trace_stats",

@@ -74,6 +74,10 @@ def sweep_cmd(
                    f"again to resume", err=True)
         raise typer.Exit(130) from None
     typer.echo(describe(outcome))
+    from reports.terminal import sweep_warnings
+
+    for line in sweep_warnings(out):
+        typer.echo(f"warning: {line}", err=True)
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):
             raise UserError(failure_line(outcome))
