@@ -100,10 +100,8 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         heat = F.speedup_heatmaps(off, base, order)
         if heat:
             sections.append(("Speedup over the density × sharing grid", "", heat))
-    elif online.any():
-        sections[-1] = (sections[-1][0], f"<p>{intro}</p>" + sections[-1][1] + warn[0], sections[-1][2])
-        t, sp, text = md_tables["Online workloads: latency"]
-        md_tables["Online workloads: latency"] = (t, sp, f"{md_intro}\n\n{text}{warn[1]}")
+    elif online.any():  # latency only: no speedup, so no baseline to name
+        sections[-1] = (sections[-1][0], sections[-1][1] + warn[0], sections[-1][2])
     share = F.sharing_bars(df, order)
     if share:
         sections.append(("Prefix sharing vs optimal", "", share))
@@ -120,16 +118,12 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
 
 def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:
     """(html, markdown) warning about runs whose makespan their critical path dominates, or ("", "")."""
-    from sim.metrics import critical_path_warning
+    from reports.terminal import critical_path_lines
 
-    hits = [(r["group"], r["label"], critical_path_warning(r.to_dict())) for _, r in df.iterrows()]
-    hits = [h for h in hits if h[2]]
-    if not hits:
+    w = critical_path_lines([(f"{r['label']} on {r['group']}", r.to_dict()) for _, r in df.iterrows()])
+    if not w:
         return "", ""
-    first = hits[0]
-    text = (f"Warning: in {len(hits)} of {len(df)} run(s) the makespan is dominated by the critical path "
-            f"(T_critical, the longest request run alone, is at least half the makespan). For example "
-            f"{first[1]} on {first[0]}: {first[2]}. Speedups on these runs say little about the schedules.")
+    text = f"Warning: {w[0].upper()}{w[1:]}. Speedups between these runs say little about the schedules."
     return f'<p class="warn">{html.escape(text)}</p>', f"\n**{text}**\n"
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 from rich import box
 from rich.console import Console
 from rich.padding import Padding
@@ -72,7 +73,8 @@ def pct(v, digits: int = 1) -> str:
 
 def is_online(s: dict) -> bool:
     """A run whose requests arrive over time (summary.json's ``offline`` is false)."""
-    return s.get("offline") is False
+    v = s.get("offline")
+    return isinstance(v, (bool, np.bool_)) and not v
 
 
 # ---- simulate ------------------------------------------------------------------------------------------
