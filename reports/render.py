@@ -51,7 +51,32 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
                          "(positive: the simulator is pessimistic).</p>", [T.to_html(vt, V.TABLE), *vfigs]))
     if not sections:
         raise UserError("nothing to report: the inputs hold no finished runs")
-    return _write(out, inputs, sections, md_tables, csvs)
+    return _write(out, sections, md_tables, csvs, _provenance(inputs, markdown=True),
+                  _provenance(inputs, markdown=False))
+
+
+def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict | None = None) -> Path:
+    """Write a self-contained report (index.html, report.md, figures/, CSV files) from ready pieces, for
+    commands with their own comparisons (e.g. a fidelity check).
+
+    ``items`` holds, in page order, ``(heading, DataFrame, spec)`` tables (``spec``: ``(column, header,
+    format)`` triples as in :mod:`reports.tables`; an abbreviated header found in ``tables.LEGEND`` is
+    explained under the table) and :class:`reports.figures.Figure` records; ``csvs`` maps file names
+    to tables written beside the page. ``intro`` is plain text. Returns the path of index.html."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
+        raise UserError(f"{out}: exists and is not a blendsim report directory; choose another -o")
+    sections, md_tables = [], {}
+    for it in items:
+        if isinstance(it, F.Figure):
+            sections.append((it.title, "", [it]))
+            continue
+        heading, df, spec = it
+        spec = T.present(df, spec) or spec
+        note = T.legend(spec) if any(h in T.LEGEND for _, h, _ in spec) else ""
+        sections.append((heading, f"<p class=legend>{html.escape(note)}</p>" if note else "", [T.to_html(df, spec)]))
+        md_tables[heading] = (df, spec, note + "\n" if note else "")
+    return _write(out, sections, md_tables, dict(csvs or {}), intro, html.escape(intro), title)
 
 
 def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs) -> None:
@@ -136,10 +161,11 @@ def _run_dirs(df: pd.DataFrame) -> str:
     return f"<details><summary>{len(df)} run directories</summary><ul class=dirs>{items}</ul></details>"
 
 
-def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
+def _write(out: Path, sections, md_tables, csvs, md_head: str, html_head: str,
+           page_title: str = "blendsim report") -> Path:
     with atomic_dir(out) as tmp:
         (tmp / "figures").mkdir()
-        body, md = [], [f"# blendsim report\n\n{_provenance(inputs, markdown=True)}\n"]
+        body, md = [], [f"# {page_title}\n\n{md_head}\n"]
         for name, (df, spec, text) in md_tables.items():
             md.append(f"## {name}\n\n{text}\n{T.to_markdown(df, spec)}")
         for title, intro, items in sections:
@@ -158,7 +184,7 @@ def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
         for name, df in csvs.items():
             df.to_csv(tmp / name, index=False)
         (tmp / "report.md").write_text("\n".join(md))
-        (tmp / MARKER).write_text(_page(_provenance(inputs, markdown=False), "\n".join(body)))
+        (tmp / MARKER).write_text(_page(html_head, "\n".join(body), page_title))
     return out / MARKER
 
 
@@ -189,9 +215,10 @@ figcaption{font-size:13px;color:#444}.legend{font-size:12px;color:#555}.warn{bac
 border-left:4px solid #e69a00}ul.dirs{font-size:12px}code{font-size:12px}"""
 
 
-def _page(provenance: str, body: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>blendsim report</title>'
-            f"<style>{CSS}</style></head><body><h1>blendsim report</h1><p>{provenance}</p>\n{body}\n</body></html>\n")
+def _page(provenance: str, body: str, title: str = "blendsim report") -> str:
+    t = html.escape(title)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{t}</title>'
+            f"<style>{CSS}</style></head><body><h1>{t}</h1><p>{provenance}</p>\n{body}\n</body></html>\n")
 
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "write_simple_report"]

@@ -385,3 +385,22 @@ def test_heatmap_centres_on_one_and_marks_ties():
     flat = _heatmap(pd.DataFrame([[1.001, 0.999]], index=[1.0], columns=[0.1, 0.2]), "p", "dfs", "dep")
     assert flat.fig.axes[0].images[0].norm.vmax == pytest.approx(1 + 3 * NOISE)  # near-ties stay pale
     assert "hatched cells (2 of 2)" in flat.caption
+
+
+def test_simple_report_from_a_table_and_a_figure(tmp_path):
+    """The entry point for other commands (a fidelity check): one table, one figure, a CSV."""
+    from reports.figures import Figure, plt
+    from reports.render import write_simple_report
+
+    t = pd.DataFrame({"label": ["a", "b"], "throughput_tok_s": [1234.5, 2345.6], "speedup": [1.0, 1.9]})
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    page = write_simple_report(tmp_path / "f", "fidelity", "Two things compared.",
+                               [("Numbers", t, [("label", "policy", "s"), ("throughput_tok_s", "tok/s", ",.0f"),
+                                                ("speedup", "speedup", ".3f×")]),
+                                Figure("line", "A line", "Caption.", fig)], {"numbers.csv": t})
+    d = page.parent
+    assert (d / "figures" / "line.png").exists() and (d / "numbers.csv").exists()
+    md = (d / "report.md").read_text()
+    assert md.startswith("# fidelity") and "| a | 1,234 | 1.000× |" in md and "tok/s: throughput" in md
+    assert "<title>fidelity</title>" in page.read_text() and "Two things compared." in page.read_text()

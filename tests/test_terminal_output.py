@@ -155,3 +155,16 @@ def test_simulate_warns_when_one_request_dominates(tmp_path):
     s = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert s["t_critical_s"] >= 0.5 * s["makespan_s"]
     assert "warning: the makespan is dominated by its critical path" in flat(r.stdout)
+
+
+def test_sweep_warns_once_for_dominated_cells(tmp_path):
+    for crit, pol in [(80.0, "dfs"), (10.0, "random"), (70.0, "blendserve")]:
+        cell = tmp_path / "runs" / "m" / "h" / "d1-s0.1" / pol
+        cell.mkdir(parents=True)
+        label = {"workload": "d1-s0.1", "model": "m", "hardware": "h", "grid_density": 1.0, "grid_sharing": 0.1,
+                 "policy": pol, "run_dir": f"runs/m/h/d1-s0.1/{pol}"}
+        (cell / "cell.json").write_text(json.dumps(label))
+        (cell / "summary.json").write_text(json.dumps({"throughput_tok_s": 1.0, "makespan_s": 100.0,
+                                                       "t_critical_s": crit, "offline": True}))
+    lines = TT.sweep_warnings(tmp_path)
+    assert len(lines) == 1 and lines[0].startswith("2 of 3 runs (d1-s0.1/blendserve, d1-s0.1/dfs)")

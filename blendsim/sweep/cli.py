@@ -74,15 +74,15 @@ def sweep_cmd(
                    f"again to resume", err=True)
         raise typer.Exit(130) from None
     typer.echo(describe(outcome))
-    from reports.terminal import sweep_warnings
-
-    for line in sweep_warnings(out):
-        typer.echo(f"warning: {line}", err=True)
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):
             raise UserError(failure_line(outcome))
         typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)
         raise typer.Exit(1)
+    from reports.terminal import sweep_warnings
+
+    for line in sweep_warnings(out):
+        typer.echo(f"warning: {line}", err=True)
     typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
 
 
