@@ -105,7 +105,7 @@ def run_summary_lines(s: dict) -> list[str]:
                      f"{pct(s['frac_of_opt'])} of T_o ({pct(s['frac_of_practical_opt'])} of the practical optimum)")
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
-                 f"compute density {s['compute_density']:.3f}")
+                 f"compute density {num(s.get('compute_density'), '.3f')}")
     if "latency_mean_s" in s and not online:  # offline runs with SLOs: latency after the throughput
         lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")

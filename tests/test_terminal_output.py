@@ -168,3 +168,10 @@ def test_sweep_warns_once_for_dominated_cells(tmp_path):
                                                        "t_critical_s": crit, "offline": True}))
     lines = TT.sweep_warnings(tmp_path)
     assert len(lines) == 1 and lines[0].startswith("2 of 3 runs (d1-s0.1/blendserve, d1-s0.1/dfs)")
+
+
+def test_null_bounds_print_as_a_dash(summaries):
+    """A summary whose density JSON could not hold (no decode work: written as null) still prints."""
+    s = {**summaries["offline"], "compute_density": None, "frac_of_opt": None}
+    out = render(TT.print_run_summary, 80, s)
+    assert "compute density –" in flat(out) and "– of T_o" in flat(out)
