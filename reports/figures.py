@@ -57,17 +57,21 @@ def _bars(ax, g: pd.DataFrame, order: list[str], col: dict, value: str, scale: f
     return groups, width
 
 
-def tilt_if_crowded(ax, gap_px: float = 6.0) -> None:
-    """Rotate the x tick labels when, drawn level, two neighbours would come closer than ``gap_px``."""
+def tilt_if_crowded(ax, gap_px: float = 4.0) -> None:
+    """Rotate the x tick labels (35°, then 60°, then upright) while two neighbours, as drawn, come closer
+    than ``gap_px``."""
     fig = ax.figure
-    fig.canvas.draw()
-    r = fig.canvas.get_renderer()
-    boxes = sorted((t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text()), key=lambda b: b.x0)
-    if any(b.x0 - a.x1 < gap_px for a, b in zip(boxes, boxes[1:])):
-        for t in ax.get_xticklabels():
-            t.set_rotation(35)
-            t.set_ha("right")
-            t.set_rotation_mode("anchor")
+    for angle in (0, 35, 60, 90):
+        if angle:
+            for t in ax.get_xticklabels():
+                t.set_rotation(angle)
+                t.set_ha("right" if angle < 90 else "center")
+                t.set_rotation_mode("anchor" if angle < 90 else "default")
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        boxes = sorted((t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text()), key=lambda b: b.x0)
+        if all(b.x0 - a.x1 >= gap_px for a, b in zip(boxes, boxes[1:])):
+            return
 
 
 def _marks(ax, xs, ys, style: dict, label: str) -> None:
@@ -159,6 +163,7 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
 # about that much (blendserve recipe, 2,000 requests, rho 1.1, s 0.35, seeds 0-3: blendserve / dfs 0.997-1.021,
 # random / dfs 1.009-1.024), and more for smaller traces.
 NOISE = 0.01
+LATENCY_FIGURES = 6  # online workloads drawn (the latency table has them all)
 
 
 def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
@@ -196,10 +201,41 @@ def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
                   f"same recipe moves a speedup, and count as no difference.", fig)
 
 
+def latency_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
+    """Per online workload: each policy's latency (p50, mean, p99) and TTFT (mean, p99), side by side."""
+    out = []
+    for g in list(dict.fromkeys(df["group"]))[:LATENCY_FIGURES]:
+        rows = df[df["group"] == g].set_index("label")
+        labels = [p for p in order if p in rows.index]
+        fig, axes = plt.subplots(1, 2, figsize=(min(12.0, 5.0 + 0.9 * len(labels)), 3.8), layout="constrained")
+        x = np.arange(len(labels))
+        for ax, stats, name in ((axes[0], ("latency_p50_s", "latency_mean_s", "latency_p99_s"), "latency (s)"),
+                                (axes[1], ("ttft_mean_s", "ttft_p99_s"), "time to first token (s)")):
+            have = [c for c in stats if c in rows and rows[c].notna().any()]
+            w = 0.8 / max(len(have), 1)
+            for k, c in enumerate(have):
+                ax.bar(x - 0.4 + w * (k + 0.5), rows.loc[labels, c].to_numpy(float), w, label=c.split("_")[1],
+                       color=plt.get_cmap("Blues")(0.45 + 0.25 * k))
+            ax.set_xticks(x)
+            ax.set_xticklabels(labels)
+            ax.set_ylabel(name)
+            ax.grid(axis="y", alpha=0.3)
+            top = np.nanmax(rows.loc[labels, have].to_numpy(float)) if have else np.nan
+            if np.isfinite(top) and top > 0:
+                ax.set_ylim(0.0, 1.3 * top)  # room for the legend above the bars
+            ax.legend(fontsize=8, ncol=len(have) or 1, loc="upper left")
+            tilt_if_crowded(ax)
+        axes[0].set_title(f"Latency per policy — {g}", loc="left", fontsize=10)
+        out.append(Figure(f"latency-{_slug(g)}", f"Latency per policy — {g}",
+                          "Left: request latency (finish - arrival), median, mean and 99th percentile; right: time "
+                          "to first token, mean and 99th percentile.", fig))
+    return out
+
+
 def _slug(s: str) -> str:
     import re
 
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", s).strip("_")
 
 
-__all__ = ["Figure", "colors", "sharing_bars", "speedup_heatmaps", "throughput_bars"]
+__all__ = ["Figure", "colors", "latency_bars", "sharing_bars", "speedup_heatmaps", "throughput_bars"]

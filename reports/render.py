@@ -104,7 +104,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         if "slo_attainment" not in on or on["slo_attainment"].isna().all():
             note += " The traces have no SLOs: no SLO attainment or goodput."
         sections.append(("Online workloads: latency", f"<p>{html.escape(note)}</p><p class=legend>"
-                         f"{html.escape(T.legend(spec))}</p>", [T.to_html(on, spec)]))
+                         f"{html.escape(T.legend(spec))}</p>", [T.to_html(on, spec), *F.latency_bars(on, order)]))
         md_tables["Online workloads: latency"] = (on, spec, f"{note}\n\n{T.legend(spec)}\n")
     off = df[~online]
     if len(off):

@@ -254,6 +254,13 @@ def test_online_workloads_are_compared_by_latency(tmp_path):
     assert "no SLO attainment or goodput" in first
     html_page = page.read_text()
     assert html_page.index("Online workloads: latency") < html_page.index("Prefix sharing")
+    assert (page.parent / "figures" / f"latency-{side_group(page)}.png").exists()
+
+
+def side_group(page: Path) -> str:
+    from reports.figures import _slug
+
+    return _slug(pd.read_csv(page.parent / "policies.csv")["group"].iloc[0])
 
 
 def test_tables_fit_and_markdown_escapes_headers(report):
@@ -353,7 +360,8 @@ def _fake_runs(n_work: int, n_pol: int, tmp: Path) -> pd.DataFrame:
                              grid_density=d, grid_sharing=s, throughput_tok_s=4000.0 + 90 * j + 10 * w,
                              input_tokens=1e6, output_tokens=3e5, t_opt_s=80.0, t_opt_practical_s=110.0,
                              prefix_sharing_ratio=s - 0.01 * j, optimal_sharing_ratio=s, makespan_s=300.0 + j,
-                             run_path=str(run)))
+                             latency_p50_s=4.0 + j, latency_mean_s=5.0 + j, latency_p99_s=12.0 + j,
+                             ttft_mean_s=0.1 * (j + 1), ttft_p99_s=0.5 * (j + 1), run_path=str(run)))
     return with_speedup(pd.DataFrame(rows), "dfs")
 
 
@@ -366,6 +374,7 @@ def test_figures_have_no_clipped_or_overlapping_text(tmp_path, n_work, n_pol):
     df = _fake_runs(n_work, n_pol, tmp_path)
     order = list(dict.fromkeys(df["label"]))
     figs = F.throughput_bars(df, order) + F.sharing_bars(df, order) + F.speedup_heatmaps(df, "dfs", order)
+    figs += F.latency_bars(df[df["group"] == df["group"].iloc[-1]], order)
     if n_work * n_pol > 20:
         figs += S.step_figures(df, df["group"].iloc[0], None, order)
     assert len(figs) >= 2
