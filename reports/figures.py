@@ -52,13 +52,26 @@ def _bars(ax, g: pd.DataFrame, order: list[str], col: dict, value: str, scale: f
         vals = [rows[value].get(w, np.nan) * scale for w in groups]
         ax.bar(np.arange(len(groups)) - 0.4 + width * (j + 0.5), vals, width, label=p, color=col[p])
     ax.set_xticks(np.arange(len(groups)))
-    names = [_short(w) for w in groups]
-    # slot per workload (inches) against the longest label at ~0.075 in a character: rotate when it would not fit
-    slot = ax.figure.get_figwidth() * 0.7 / max(len(groups), 1)
-    tilt = max(map(len, names), default=0) * 0.075 > 0.85 * slot
-    ax.set_xticklabels(names, rotation=35 if tilt else 0, ha="right" if tilt else "center", rotation_mode="anchor")
+    ax.set_xticklabels([_short(w) for w in groups])
     ax.set_xlim(-0.6, len(groups) - 0.4)
     return groups, width
+
+
+def tilt_if_crowded(ax, gap_px: float = 4.0) -> None:
+    """Rotate the x tick labels (35°, then 60°, then upright) while two neighbours, as drawn, come closer
+    than ``gap_px``."""
+    fig = ax.figure
+    for angle in (0, 35, 60, 90):
+        if angle:
+            for t in ax.get_xticklabels():
+                t.set_rotation(angle)
+                t.set_ha("right" if angle < 90 else "center")
+                t.set_rotation_mode("anchor" if angle < 90 else "default")
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        boxes = sorted((t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text()), key=lambda b: b.x0)
+        if all(b.x0 - a.x1 >= gap_px for a, b in zip(boxes, boxes[1:])):
+            return
 
 
 def _marks(ax, xs, ys, style: dict, label: str) -> None:
@@ -84,6 +97,7 @@ def _bar_figure(fig, ax, name, heading, dep, part, ylabel, xlabel, title, captio
     ax.set_title(title, loc="left", fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(axis="y", alpha=0.3)
+    tilt_if_crowded(ax)
     return Figure(f"{name}-{_slug(dep)}-{part}", f"{heading} — {dep}" + (f" (part {part + 1})" if part else ""),
                   caption, fig)
 
@@ -145,7 +159,11 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
     return out
 
 
-NOISE = 0.01  # speedups within 1% of 1 are marked as no difference (see the caption)
+# Speedups within 1% of 1 are marked as no difference: a different seed of the same recipe moves a speedup
+# about that much (blendserve recipe, 2,000 requests, rho 1.1, s 0.35, seeds 0-3: blendserve / dfs 0.997-1.021,
+# random / dfs 1.009-1.024), and more for smaller traces.
+NOISE = 0.01
+LATENCY_FIGURES = 6  # online workloads drawn (the latency table has them all)
 
 
 def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
@@ -179,8 +197,39 @@ def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
     return Figure(f"heatmap-{_slug(policy)}-vs-{_slug(baseline)}-{_slug(dep)}", f"Speedup heatmap: {policy} vs {baseline} — {dep}",
                   f"Throughput of {policy} over {baseline} per grid point (geometric mean {mean:.3f}×, range "
                   f"{lo:.3f}–{hi:.3f}×). Colours are centred on 1 and span ±{100 * span:.0f}%; hatched cells "
-                  f"({quiet} of {finite.size}) are within ±{100 * NOISE:.0f}% of 1, which a different seed of the "
-                  f"same workload can change, and count as no difference.", fig)
+                  f"({quiet} of {finite.size}) are within ±{100 * NOISE:.0f}% of 1, about what a different seed of the "
+                  f"same recipe moves a speedup, and count as no difference.", fig)
+
+
+def latency_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
+    """Per online workload: each policy's latency (p50, mean, p99) and TTFT (mean, p99), side by side."""
+    out = []
+    for g in list(dict.fromkeys(df["group"]))[:LATENCY_FIGURES]:
+        rows = df[df["group"] == g].set_index("label")
+        labels = [p for p in order if p in rows.index]
+        fig, axes = plt.subplots(1, 2, figsize=(min(12.0, 5.0 + 0.9 * len(labels)), 3.8), layout="constrained")
+        x = np.arange(len(labels))
+        for ax, stats, name in ((axes[0], ("latency_p50_s", "latency_mean_s", "latency_p99_s"), "latency (s)"),
+                                (axes[1], ("ttft_mean_s", "ttft_p99_s"), "time to first token (s)")):
+            have = [c for c in stats if c in rows and rows[c].notna().any()]
+            w = 0.8 / max(len(have), 1)
+            for k, c in enumerate(have):
+                ax.bar(x - 0.4 + w * (k + 0.5), rows.loc[labels, c].to_numpy(float), w, label=c.split("_")[1],
+                       color=plt.get_cmap("Blues")(0.45 + 0.25 * k))
+            ax.set_xticks(x)
+            ax.set_xticklabels(labels)
+            ax.set_ylabel(name)
+            ax.grid(axis="y", alpha=0.3)
+            top = np.nanmax(rows.loc[labels, have].to_numpy(float)) if have else np.nan
+            if np.isfinite(top) and top > 0:
+                ax.set_ylim(0.0, 1.3 * top)  # room for the legend above the bars
+            ax.legend(fontsize=8, ncol=len(have) or 1, loc="upper left")
+            tilt_if_crowded(ax)
+        axes[0].set_title(f"Latency per policy — {g}", loc="left", fontsize=10)
+        out.append(Figure(f"latency-{_slug(g)}", f"Latency per policy — {g}",
+                          "Left: request latency (finish - arrival), median, mean and 99th percentile; right: time "
+                          "to first token, mean and 99th percentile.", fig))
+    return out
 
 
 def _slug(s: str) -> str:
@@ -189,4 +238,4 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", s).strip("_")
 
 
-__all__ = ["Figure", "colors", "sharing_bars", "speedup_heatmaps", "throughput_bars"]
+__all__ = ["Figure", "colors", "latency_bars", "sharing_bars", "speedup_heatmaps", "throughput_bars"]

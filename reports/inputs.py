@@ -118,7 +118,7 @@ def _sweep_rows(d: Path) -> pd.DataFrame:
         raise UserError(f"{d}: the sweep has no finished cells yet")
     where = table if table.exists() and "run_dir" in df else d / "runs"
     for i, row in enumerate(df.to_dict("records")):
-        check_summary({k: v for k, v in row.items() if not _missing(v)}, f"{where} (row {i + 1})")
+        check_summary({k: None if _missing(v) else v for k, v in row.items()}, f"{where} (row {i + 1})")
     if "run_dir" not in df:
         raise UserError(f"{where}: field 'run_dir' is missing")
     df["run_path"] = [str(d / r) for r in df["run_dir"]]
@@ -215,8 +215,10 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
         for key, (_, r) in zip(fp, df.loc[loose].iterrows(), strict=True):
             if key not in names:
                 name = r.get("trace_name")  # a loaded trace's file stem, else its density, sharing and size
+                rho = pd.to_numeric(r.get("compute_density"), errors="coerce")
+                dens = f"{rho:.2f}" if np.isfinite(rho) else "inf"  # null: no decode work
                 base = name if isinstance(name, str) and name else \
-                    f"d{r['compute_density']:.2f}-s{r['optimal_sharing_ratio']:.2f}-n{int(r['n_requests'])}"
+                    f"d{dens}-s{r['optimal_sharing_ratio']:.2f}-n{int(r['n_requests'])}"
                 taken = sum(1 for v in names.values() if v.split("#")[0] == base)
                 names[key] = base if not taken else f"{base}#{taken + 1}"
         df.loc[loose, "workload"] = [names[k] for k in fp]

@@ -51,7 +51,32 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
                          "(positive: the simulator is pessimistic).</p>", [T.to_html(vt, V.TABLE), *vfigs]))
     if not sections:
         raise UserError("nothing to report: the inputs hold no finished runs")
-    return _write(out, inputs, sections, md_tables, csvs)
+    return _write(out, sections, md_tables, csvs, _provenance(inputs, markdown=True),
+                  _provenance(inputs, markdown=False))
+
+
+def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict | None = None) -> Path:
+    """Write a self-contained report (index.html, report.md, figures/, CSV files) from ready pieces, for
+    commands with their own comparisons (e.g. a fidelity check).
+
+    ``items`` holds, in page order, ``(heading, DataFrame, spec)`` tables (``spec``: ``(column, header,
+    format)`` triples as in :mod:`reports.tables`; an abbreviated header found in ``tables.LEGEND`` is
+    explained under the table) and :class:`reports.figures.Figure` records; ``csvs`` maps file names
+    to tables written beside the page. ``intro`` is plain text. Returns the path of index.html."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
+        raise UserError(f"{out}: exists and is not a blendsim report directory; choose another -o")
+    sections, md_tables = [], {}
+    for it in items:
+        if isinstance(it, F.Figure):
+            sections.append((it.title, "", [it]))
+            continue
+        heading, df, spec = it
+        spec = T.present(df, spec) or spec
+        note = T.legend(spec) if any(h in T.LEGEND for _, h, _ in spec) else ""
+        sections.append((heading, f"<p class=legend>{html.escape(note)}</p>" if note else "", [T.to_html(df, spec)]))
+        md_tables[heading] = (df, spec, note + "\n" if note else "")
+    return _write(out, sections, md_tables, dict(csvs or {}), intro, html.escape(intro), title)
 
 
 def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs) -> None:
@@ -60,6 +85,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     base = T.choose_baseline(runs, baseline)
     df = T.with_speedup(runs, base)
     online = T.is_online(df)
+    df.loc[online, "speedup"] = float("nan")  # online runs are compared by latency, not throughput
     order = list(dict.fromkeys(sorted(df["label"], key=lambda x: (x != base, x))))
     csvs["policies.csv"] = T.side_by_side(df)
     policies = ", ".join(sorted(set(df["policy"].astype(str))))
@@ -79,7 +105,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         if "slo_attainment" not in on or on["slo_attainment"].isna().all():
             note += " The traces have no SLOs: no SLO attainment or goodput."
         sections.append(("Online workloads: latency", f"<p>{html.escape(note)}</p><p class=legend>"
-                         f"{html.escape(T.legend(spec))}</p>", [T.to_html(on, spec)]))
+                         f"{html.escape(T.legend(spec))}</p>", [T.to_html(on, spec), *F.latency_bars(on, order)]))
         md_tables["Online workloads: latency"] = (on, spec, f"{note}\n\n{T.legend(spec)}\n")
     off = df[~online]
     if len(off):
@@ -100,10 +126,6 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         heat = F.speedup_heatmaps(off, base, order)
         if heat:
             sections.append(("Speedup over the density × sharing grid", "", heat))
-    elif online.any():
-        sections[-1] = (sections[-1][0], f"<p>{intro}</p>" + sections[-1][1] + warn[0], sections[-1][2])
-        t, sp, text = md_tables["Online workloads: latency"]
-        md_tables["Online workloads: latency"] = (t, sp, f"{md_intro}\n\n{text}{warn[1]}")
     share = F.sharing_bars(df, order)
     if share:
         sections.append(("Prefix sharing vs optimal", "", share))
@@ -120,16 +142,12 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
 
 def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:
     """(html, markdown) warning about runs whose makespan their critical path dominates, or ("", "")."""
-    from sim.metrics import critical_path_warning
+    from reports.terminal import critical_path_lines
 
-    hits = [(r["group"], r["label"], critical_path_warning(r.to_dict())) for _, r in df.iterrows()]
-    hits = [h for h in hits if h[2]]
-    if not hits:
+    w = critical_path_lines([(f"{r['label']} on {r['group']}", r.to_dict()) for _, r in df.iterrows()])
+    if not w:
         return "", ""
-    first = hits[0]
-    text = (f"Warning: in {len(hits)} of {len(df)} run(s) the makespan is dominated by the critical path "
-            f"(T_critical, the longest request run alone, is at least half the makespan). For example "
-            f"{first[1]} on {first[0]}: {first[2]}. Speedups on these runs say little about the schedules.")
+    text = f"Warning: {w[0].upper()}{w[1:]}. Speedups between these runs say little about the schedules."
     return f'<p class="warn">{html.escape(text)}</p>', f"\n**{text}**\n"
 
 
@@ -142,10 +160,11 @@ def _run_dirs(df: pd.DataFrame) -> str:
     return f"<details><summary>{len(df)} run directories</summary><ul class=dirs>{items}</ul></details>"
 
 
-def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
+def _write(out: Path, sections, md_tables, csvs, md_head: str, html_head: str,
+           page_title: str = "blendsim report") -> Path:
     with atomic_dir(out) as tmp:
         (tmp / "figures").mkdir()
-        body, md = [], [f"# blendsim report\n\n{_provenance(inputs, markdown=True)}\n"]
+        body, md = [], [f"# {page_title}\n\n{md_head}\n"]
         for name, (df, spec, text) in md_tables.items():
             md.append(f"## {name}\n\n{text}\n{T.to_markdown(df, spec)}")
         for title, intro, items in sections:
@@ -164,7 +183,7 @@ def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
         for name, df in csvs.items():
             df.to_csv(tmp / name, index=False)
         (tmp / "report.md").write_text("\n".join(md))
-        (tmp / MARKER).write_text(_page(_provenance(inputs, markdown=False), "\n".join(body)))
+        (tmp / MARKER).write_text(_page(html_head, "\n".join(body), page_title))
     return out / MARKER
 
 
@@ -189,15 +208,16 @@ def _provenance(inputs, markdown: bool) -> str:
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;
-white-space:nowrap}td:first-child,td:nth-child(2),th{text-align:left}th{background:#f3f3f3;position:sticky;top:0}
+white-space:nowrap}td.t,th{text-align:left}th{background:#f3f3f3;position:sticky;top:0}
 .scroll{max-height:520px;overflow:auto;margin-bottom:1em;max-width:100%}figure{margin:1em 0}img{max-width:100%}
 figcaption{font-size:13px;color:#444}.legend{font-size:12px;color:#555}.warn{background:#fff4e0;padding:4px 8px;
 border-left:4px solid #e69a00}ul.dirs{font-size:12px}code{font-size:12px}"""
 
 
-def _page(provenance: str, body: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>blendsim report</title>'
-            f"<style>{CSS}</style></head><body><h1>blendsim report</h1><p>{provenance}</p>\n{body}\n</body></html>\n")
+def _page(provenance: str, body: str, title: str = "blendsim report") -> str:
+    t = html.escape(title)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{t}</title>'
+            f"<style>{CSS}</style></head><body><h1>{t}</h1><p>{provenance}</p>\n{body}\n</body></html>\n")
 
 
-__all__ = ["write_report"]
+__all__ = ["write_report", "write_simple_report"]

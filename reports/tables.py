@@ -108,8 +108,13 @@ def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def present(df: pd.DataFrame, spec: list) -> list:
-    """The part of ``spec`` whose columns ``df`` has with some value."""
-    return [x for x in spec if x[0] in df and df[x[0]].notna().any()]
+    """The part of ``spec`` whose columns ``df`` has with some value. With several deployments, the
+    workload column is split into workload and deployment, so neither gets long."""
+    out = [x for x in spec if x[0] in df and df[x[0]].notna().any()]
+    if {"deployment", "workload", "group"} <= set(df) and (df["group"].astype(str) != df["workload"].astype(str)).any():
+        out = [y for x in out for y in ([("workload", "workload", "s"), ("deployment", "deployment", "s")]
+                                        if x[0] == "group" else [x])]
+    return out
 
 
 def policy_summary(side: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list[str]]:
@@ -181,7 +186,9 @@ def to_markdown(df: pd.DataFrame, spec: list) -> str:
 def to_html(df: pd.DataFrame, spec: list) -> str:
     heads, rows = _layout(df, spec)
     th = "".join(f'<th title="{html.escape(LEGEND.get(h, h))}">{html.escape(h)}</th>' for h in heads)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
+    text = [f == "s" for c, _, f in spec if c in df]
+    body = "".join("<tr>" + "".join(f'<td class="t">{html.escape(v)}</td>' if t else f"<td>{html.escape(v)}</td>"
+                                    for v, t in zip(r, text, strict=True)) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 

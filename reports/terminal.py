@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 from rich import box
 from rich.console import Console
 from rich.padding import Padding
@@ -77,7 +78,8 @@ def density_text(v) -> str:
 
 def is_online(s: dict) -> bool:
     """A run whose requests arrive over time (summary.json's ``offline`` is false)."""
-    return s.get("offline") is False
+    v = s.get("offline")
+    return isinstance(v, (bool, np.bool_)) and not v
 
 
 # ---- simulate ------------------------------------------------------------------------------------------
@@ -108,7 +110,7 @@ def run_summary_lines(s: dict) -> list[str]:
                      f"{pct(s['frac_of_opt'])} of T_o ({pct(s['frac_of_practical_opt'])} of the practical optimum)")
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
-                 f"compute density {density_text(s['compute_density'])}")
+                 f"compute density {density_text(s.get('compute_density'))}")
     if "latency_mean_s" in s and not online:  # offline runs with SLOs: latency after the throughput
         lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
@@ -248,7 +250,8 @@ def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
         return f"{hits[0][0]}: {critical_path_warning(hits[0][1])}"
     shares = [s["t_critical_s"] / s["makespan_s"] for _, s in hits]
     crit = sorted({f"{s['t_critical_s']:,.1f} s" for _, s in hits})
-    return (f"{len(hits)} of {len(runs)} runs ({', '.join(p for p, _ in hits)}) have a makespan dominated by the "
+    names = ", ".join(p for p, _ in hits[:4]) + (f", ... ({len(hits) - 4} more)" if len(hits) > 4 else "")
+    return (f"{len(hits)} of {len(runs)} runs ({names}) have a makespan dominated by the "
             f"critical path: the longest request alone takes {' / '.join(crit)} (T_critical), "
             f"{100 * min(shares):.0f}-{100 * max(shares):.0f}% of the makespan, so their throughputs measure that "
             "request's tail more than the schedule; use a larger trace (BlendServe used 40,000 requests)")
@@ -257,17 +260,12 @@ def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
 # ---- sweep ---------------------------------------------------------------------------------------------
 
 def sweep_warnings(sweep_dir: str | Path) -> list[str]:
-    """One line per finished cell whose makespan its critical path dominates (at most 5, then a count)."""
+    """The warning lines about the sweep's finished cells (none when no critical path dominates)."""
     from reports.sweep_results import collect_rows
 
-    hits = []
-    for r in collect_rows(sweep_dir):
-        w = critical_path_warning(r)
-        if w:
-            hits.append(f"{r.get('workload', '?')} / {r.get('policy', '?')}: {w}")
-    if len(hits) > 5:
-        hits = hits[:5] + [f"... and {len(hits) - 5} more cell(s) like these"]
-    return hits
+    rows = collect_rows(sweep_dir)
+    w = critical_path_lines([(f"{r.get('workload', '?')}/{r.get('policy', '?')}", r) for r in rows])
+    return [w] if w else []
 
 
 __all__ = ["console", "print_demo_table", "print_policies", "print_run_summary", "print_trace_stats",

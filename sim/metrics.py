@@ -115,7 +115,8 @@ def critical_path_warning(s: dict) -> str | None:
         crit, span = float(s["t_critical_s"]), float(s["makespan_s"])
     except (KeyError, TypeError, ValueError):
         return None
-    if s.get("offline") is False or not span > 0 or not crit >= CRITICAL_SHARE * span:
+    online = isinstance(s.get("offline"), (bool, np.bool_)) and not s["offline"]
+    if online or not span > 0 or not crit >= CRITICAL_SHARE * span:
         return None
     return (f"the makespan is dominated by its critical path: the longest request alone takes {crit:,.1f} s "
             f"(T_critical), {100 * crit / span:.0f}% of the {span:,.1f} s makespan, so throughput here measures "

@@ -85,6 +85,10 @@ def sweep_cmd(
             raise UserError(failure_line(outcome))
         typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)
         raise typer.Exit(1)
+    from reports.terminal import sweep_warnings
+
+    for line in sweep_warnings(out):
+        typer.echo(f"warning: {line}", err=True)
     typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
 
 
