@@ -68,14 +68,18 @@ _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V
 PROFILES: dict[str, EngineProfile] = {
     p.name: p
     for p in [
-        # TensorRT-LLM PyTorch backend as trtllm-bench runs it (perf-overview.md): inflight batching with
-        # context and generation requests in one step under max_num_tokens (8192, its default), batch up
-        # to 8192 with CUDA graphs padded up to it, KV fraction 0.95 (0.90 where 0.95 did not fit), FP8
-        # KV; no prefix reuse across the random-token prompts. Overhead: fitted (the rows are its only
-        # measurements); bounded by 0..5 ms fixed and 0..20 us per sequence.
+        # TensorRT-LLM as trtllm-bench runs it (perf-overview.md): inflight batching with context and
+        # generation requests in one step under max_num_tokens (8192, its default), batch up to 8192 with
+        # CUDA graphs padded up to it, KV fraction 0.95 (0.90 where 0.95 did not fit); no prefix reuse
+        # across the random-token prompts. Admission: the capacity scheduler's default policy
+        # GUARANTEED_NO_EVICT admits a request only when the KV of its whole prompt and max_tokens fits
+        # besides what the running ones will still need -- "reserve" admission with each request's
+        # max_tokens as its output hint, never a preemption. Overhead: fitted (the rows are its only
+        # measurements), bounded by 0..5 ms fixed and 0..20 us per sequence.
         EngineProfile("trtllm", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
                                            "mix": "decode-first", "prefix_caching": False,
-                                           "gpu_memory_utilization": 0.95, "admission": "greedy"},
+                                           "gpu_memory_utilization": 0.95, "admission": "reserve",
+                                           "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm",
                       fitted=("fixed_s", "per_seq_s"),
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench "

@@ -123,6 +123,11 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
 
     prof = get_profile(row.engine, params)
     dep = deployment_for(row, prof)
+    if not row.workload.startswith("synth:") and (trace.output_len_hint < 0).all():
+        # benchmark clients pass each request's output length as its max_tokens (ignore_eos): an engine
+        # that reserves memory for max_tokens (trtllm's GUARANTEED_NO_EVICT) knows it
+        trace = trace.take(np.arange(trace.n))
+        trace.output_len_hint = trace.output_len.copy()
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
                     replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True)
     run = prepare_run(trace, cfg, deployment=dep,
