@@ -117,7 +117,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.runner import RunConfig, prepare_run
     from sim.efficiency import profile_cost_model
     from sim.engine import Cluster, Replica
-    from sim.engines import get_profile
+    from sim.engines import get_profile, trtllm_bench_settings
     from sim.kv import KVCache
     from sim.seq import RequestRecords
 
@@ -128,8 +128,13 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
         # that reserves memory for max_tokens (trtllm's GUARANTEED_NO_EVICT) knows it
         trace = trace.take(np.arange(trace.n))
         trace.output_len_hint = trace.output_len.copy()
+    limits = {}
+    if prof.tuned_by == "trtllm-bench":  # the benchmark tool sizes batch and step from the dataset
+        bs, tok = trtllm_bench_settings(dep, float(trace.input_len.mean()), float(trace.output_len.mean()),
+                                        row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
+        limits = {"max_seqs": bs, "token_budget": tok}
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
-                    replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True)
+                    replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True, **limits)
     run = prepare_run(trace, cfg, deployment=dep,
                       cost_model=lambda d: profile_cost_model(d, prof.mode, prof.name, params=params))
     rec = RequestRecords(run.trace.n)
