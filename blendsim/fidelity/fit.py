@@ -97,6 +97,7 @@ def fit(rows: list, base: dict | None = None) -> dict:
     from scipy.optimize import least_squares
 
     base = copy.deepcopy(base or {})
+    rows = [(r, pr.compressed()) for r, pr in rows]
     ps = free_params(rows)
     if not ps:
         return base

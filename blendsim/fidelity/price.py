@@ -36,12 +36,18 @@ class RowPricer:
                 f["num_tokens"] = np.where(dec, pad, f["num_tokens"])
                 f["num_logits"] = np.where(dec, pad, f["num_logits"])
             w = rep["weight"]
-            if compress and profile.mode == "sequential":
+            if compress:
                 w, f = _compress(w, f)
             tok0 = f.pop("tokens0")
             feat = _Feat(**f)
             counts = op_counts(shapes, feat)
             self.parts.append((w, feat, counts, tok0))
+
+    def compressed(self) -> RowPricer:
+        """A cheaper pricer of the same schedule for fitting (steps within 1% merged; see _compress)."""
+        if getattr(self, "_compressed", None) is None:
+            self._compressed = RowPricer(self.sched, self.dep, self.profile, compress=True)
+        return self._compressed
 
     def components(self, params: dict) -> list[dict]:
         """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
