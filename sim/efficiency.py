@@ -69,6 +69,8 @@ class EfficiencyTimer(RooflineTimer):
         self.eff = eff
         if eff.gemm_eff is not None:
             self.gemm_rate *= eff.gemm_eff / hw.compute_efficiency
+            if hasattr(self, "lowp_rate"):  # GEMMs in the weights' precision
+                self.lowp_rate *= eff.gemm_eff / hw.compute_efficiency
         if eff.mem_eff is not None:
             self.bw *= eff.mem_eff / hw.memory_efficiency
         if eff.attn_eff is not None:
@@ -86,15 +88,16 @@ class EfficiencyTimer(RooflineTimer):
         return super().op_time(op, flops, nbytes, kernels, f)
 
     def attn_scalars(self):
+        from sim.ops import attn_coefs
+
         prefill, _ = super().attn_scalars()
-        s = self.shapes
-        q4, b, kv2, q2 = 4 * s.q, s.dtype_bytes, 2 * s.kv, 2 * s.q
+        _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self.shapes)
         gr, bw, la = self.gemm_rate, self.attn_bw, self.launch
 
         def decode(D, Cd):
             keys = Cd + D
-            a = q4 * keys / gr
-            m = b * (keys * kv2 + q2 * D) / bw
+            a = fd * keys / gr
+            m = (bdk * keys + bds * D) / bw
             return (a if a > m else m) + la
 
         return prefill, decode

@@ -25,7 +25,7 @@ class RowPricer:
         self.dep = dep
         self.profile = profile
         self.layers = dep.model.num_layers
-        shapes = Shapes.of(dep)
+        self.shapes = shapes = Shapes.of(dep)
         self.parts = []
         for rep in sched.replicas:
             f = {k: rep[k].copy() for k in FIELDS}
@@ -62,9 +62,9 @@ class RowPricer:
         for w, f, counts, tok0 in self.parts:
             acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
             for op, (flops, nbytes, kernels) in counts.items():
-                cls, scope = OPS[op]
+                cls, _scope = OPS[op]
                 t = timer.op_time(op, flops, nbytes, kernels, f)
-                acc[cls] = acc[cls] + t * (self.layers if scope == "layer" else 1)
+                acc[cls] = acc[cls] + t * self.shapes.layers_of(op)
             seqs = f.num_prefill_seqs + f.num_decode
             ovh = fixed + per_seq * seqs + per_tok * tok0
             out.append({"weight": w, **{k: np.asarray(v, dtype=float) + 0 * w for k, v in acc.items()},

@@ -93,23 +93,11 @@ def _is_preset(name: str) -> bool:
 
 
 def apply_precision(spec, hw, weights: str, kv_dtype: str):
-    """The model at the row's weight/KV precision, through whatever the cost model supports (Skip if not)."""
-    import inspect
-
-    from sim import models
-
-    weights = weights or spec.dtype
-    kv_dtype = kv_dtype or weights
-    if hasattr(spec, "with_precision"):  # the precision API of the models work
-        try:
-            return spec.with_precision(weights=weights, kv_dtype=kv_dtype)
-        except UserError as e:
-            raise Skip(str(e)) from None
-    if weights in ("bf16", "fp16") and kv_dtype in ("bf16", "fp16", ""):
-        return spec.with_dtype(weights) if weights != spec.dtype else spec
-    sig = inspect.signature(models.get_model)
-    raise Skip(f"weights {weights} / KV {kv_dtype}: this cost model has no {weights} peak or KV dtype "
-               f"(get_model{sig})")
+    """The model at the row's weight and KV precision (Skip when the cost model has no such precision)."""
+    try:
+        return spec.with_precision(weights or None, kv_dtype or None)
+    except UserError as e:
+        raise Skip(str(e)) from None
 
 
 def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
