@@ -41,7 +41,7 @@ OPS: dict[str, tuple[str, str]] = {
     "act": ("other", "layer"),
     "down_proj": ("compute", "layer"),
     "router": ("compute", "layer"),  # MoE layers from here to a2a
-    "moe_permute": ("other", "layer"),
+    "moe_combine": ("other", "layer"),
     "moe_gate_up": ("compute", "layer"),
     "moe_act": ("other", "layer"),
     "moe_down": ("compute", "layer"),
@@ -61,7 +61,7 @@ LOWP_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "kv_up_proj", "
 # operators priced from more than the step's token counts (attention-side: context, prefill keys, decodes)
 FEATURE_OPS = ("attn_prefill", "attn_decode", "kv_up_proj", "attn_absorb")
 DENSE_MLP_OPS = ("gate_up_proj", "act", "down_proj")
-MOE_OPS = ("router", "moe_permute", "moe_gate_up", "moe_act", "moe_down", "shared_gate_up", "shared_down", "a2a")
+MOE_OPS = ("router", "moe_combine", "moe_gate_up", "moe_act", "moe_down", "shared_gate_up", "shared_down", "a2a")
 LAYER_OPS = tuple(k for k, v in OPS.items() if v[1] == "layer")
 MODEL_OPS = tuple(k for k, v in OPS.items() if v[1] == "model")
 
@@ -287,9 +287,11 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         A = s.expert_assignments(T)
         touched = s.experts_touched(T)
         E = s.experts
-        # router logits in float32; top-k, permute into expert order, weighted combine back
+        # router logits in float32. The grouped expert GEMMs gather their rows themselves (vLLM's fused_moe
+        # reads tokens through sorted ids), so what is left is top-k + sorting by expert (small) and the
+        # weighted combine: read each assignment's output row, write the token's sum
         out["router"] = (2 * T * h * E, b * (h * E * has_t + T * h) + 4 * T * E, has_t)
-        out["moe_permute"] = (2 * A * h, b * 2 * (T * h + A * h), 3 * has_t)
+        out["moe_combine"] = (2 * A * h, b * (A * h + T * h), 3 * has_t)
         out["moe_gate_up"] = (2 * A * h * s.e_mlp1, bw * h * s.e_mlp1 * touched + b * (A * h + A * s.e_mlp1), has_t)
         sh = s.sh_inter > 0
         out["moe_act"] = (4 * (A * s.e_inter + T * s.sh_inter), b * 3 * (A * s.e_inter + T * s.sh_inter),
