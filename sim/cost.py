@@ -24,7 +24,18 @@ import numpy as np
 from sim.batch import BatchFeatures
 from sim.deployment import Deployment
 from sim.errors import UserError
-from sim.ops import FEATURE_OPS, GEMM_OPS, LOWP_GEMMS, OPS, Shapes, attn_coefs, gemm_m, op_counts
+from sim.ops import (
+    FEATURE_OPS,
+    GEMM_OPS,
+    LOWP_GEMMS,
+    OPS,
+    Shapes,
+    attn_coefs,
+    gemm_m,
+    mla_absorb_counts,
+    mla_up_counts,
+    op_counts,
+)
 
 MODES = ("sequential", "overlap")
 
@@ -345,7 +356,10 @@ class CostModel:
 
     def _mla_time(self, op: str, f) -> float:
         """All layers of one of MLA's feature-dependent GEMMs (prefill up-projection, decode absorption)."""
-        flops, nbytes, kernels = op_counts(self._shapes, f)[op]
+        if op == "kv_up_proj":
+            flops, nbytes, kernels = mla_up_counts(self._shapes, f.prefill_kv_tokens, 1)
+        else:
+            flops, nbytes, kernels = mla_absorb_counts(self._shapes, f.num_decode, 1)
         return float(self.timer.op_time(op, flops, nbytes, kernels, f)) * self.layers
 
     def _attn_decode(self, D, Cd):

@@ -261,15 +261,10 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         out["kv_write"] = (0 * T, b * 2 * T * s.kv + bk * 2 * T * s.kv, has_t)
     out["attn_prefill"] = (fp * f.attn_pairs, bq * Tp + bkey * f.prefill_kv_tokens, has_p)
     if s.mla:
-        pkv = f.prefill_kv_tokens
-        up = s.kv_lora * s.heads * (s.nope + s.v_head)
-        out["kv_up_proj"] = (2 * pkv * up, bw * up * has_p + b * pkv * (s.kv_lora + s.heads * (s.nope + s.v_head)),
-                             has_p)
+        out["kv_up_proj"] = mla_up_counts(s, f.prefill_kv_tokens, has_p)
     out["attn_decode"] = (fd * dec_keys, bdk * dec_keys + bds * D, has_d)
     if s.mla:
-        absorb = s.heads * (s.nope * s.kv_lora + s.kv_lora * s.v_head)
-        out["attn_absorb"] = (2 * D * absorb, b * absorb * has_d + b * D * s.heads * (s.nope + 2 * s.kv_lora + s.v_head),
-                              2 * has_d)
+        out["attn_absorb"] = mla_absorb_counts(s, D, has_d)
     out["o_proj"] = (2 * T * s.o * h, bw * s.o * h * has_t + b * (T * s.o + T * h), has_t)
     # two fused residual-add + RMSNorm kernels: read x and residual, write both (MLA: two more, on the
     # compressed query and latent)
@@ -317,6 +312,21 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     return out
 
 
+def mla_up_counts(s: Shapes, pkv, has_p):
+    """MLA prefill: every key's latent (context and new) up-projected to per-head K (no rotary part) and V."""
+    up = s.kv_lora * s.heads * (s.nope + s.v_head)
+    return (2 * pkv * up, s.w_bytes * up * has_p + s.dtype_bytes * pkv * (s.kv_lora + s.heads * (s.nope + s.v_head)),
+            has_p)
+
+
+def mla_absorb_counts(s: Shapes, D, has_d):
+    """MLA decode: W_UK folded into each query head, W_UV applied to the latent output (two batched GEMMs;
+    vLLM keeps these absorbed weights in the activation dtype)."""
+    b = s.dtype_bytes
+    absorb = s.heads * (s.nope * s.kv_lora + s.kv_lora * s.v_head)
+    return (2 * D * absorb, b * absorb * has_d + b * D * s.heads * (s.nope + 2 * s.kv_lora + s.v_head), 2 * has_d)
+
+
 def gemm_m(op: str, f, s: Shapes | None = None):
     """The GEMM's M dimension (rows): new tokens, sampled rows for the LM head, prefill keys for MLA's
     up-projection, decodes for its absorbed form, and the rows each touched expert receives."""
@@ -342,4 +352,5 @@ def _pos(x):
 
 
 __all__ = ["DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MODEL_OPS", "MOE_OPS", "OPS",
-           "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "op_counts"]
+           "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
+           "op_counts"]

@@ -317,3 +317,84 @@ def test_simulate_cli_deepseek_v3_fp8_on_8_h200(tmp_path, policy):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert (s["model"], s["weights"], s["tp"]) == ("deepseek-v3", "fp8", 8)
+
+
+# ---- multi-head latent attention (DeepSeek) ------------------------------------------------------------------------
+
+
+def test_deepseek_v3_kv_per_token():
+    fp8 = get_model("deepseek-v3", kv_dtype="fp8")
+    assert fp8.kv_bytes_per_token == (512 + 64) * 61 * 1 == 35_136  # ~35 KB: latent + rotary key, 61 layers
+    assert get_model("deepseek-v3").kv_bytes_per_token == 2 * 35_136  # bf16
+    # vLLM keeps the whole latent on every GPU of the tensor-parallel group
+    assert dep("deepseek-v3", hw="h200", tp=8, kv="fp8").kv_bytes_per_token == 8 * 35_136
+
+
+def test_deepseek_v3_fp8_fits_8_h200_not_8_h100():
+    m = get_model("deepseek-v3", weights="fp8")
+    d = Deployment(m, get_hardware("h200"), 8)
+    assert d.weight_bytes_per_gpu / 2**30 == pytest.approx(78.4, abs=0.1)  # 673 GB of weights / 8
+    assert d.kv_capacity_tokens > 100_000
+    with pytest.raises(UserError) as e:
+        Deployment(m, get_hardware("h100-80gb"), 8)
+    assert "deepseek-v3 (fp8 weights) does not fit on h100-80gb with tp=8" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+PREFILL = BatchFeatures.from_parts([(0, 512, 1024, 0)], 0, 0, 1)  # 512 new tokens after 1,024 cached
+DECODE = BatchFeatures(num_tokens=64, num_decode=64, decode_ctx_sum=128_000, num_logits=64)
+
+
+def test_mla_prefill_layer_by_hand():
+    """Prefill up-projects every key's latent to 128 heads of 128 (K) + 128 (V) and attends multi-head with
+    192-wide queries and keys (128 + 64 rotary) and 128-wide values."""
+    r = rows(dep("deepseek-v3", kv="fp8"), PREFILL)
+    T, pkv, pairs = 512, 1536, 512 * 1024 + 512 * 513 // 2
+    h, H = 7168, 128
+    assert r["qkv_proj"]["flops"] == 2 * T * (h * 1536 + 1536 * H * 192 + h * 576)
+    assert r["qkv_proj"]["bytes"] == (h * 1536 + 1536 * H * 192 + h * 576) + 2 * T * (h + H * 192 + 576 + 2 * 1536)
+    assert r["kv_up_proj"]["flops"] == 2 * pkv * 512 * H * 256
+    assert r["kv_up_proj"]["bytes"] == 512 * H * 256 + 2 * pkv * (512 + H * 256)
+    assert r["attn_prefill"]["flops"] == 2 * H * (192 + 128) * pairs
+    assert r["attn_prefill"]["bytes"] == 2 * T * H * 320 + pkv * (2 * H * 256 + 576)  # q, out; K/V; fp8 latent
+    assert r["kv_write"]["bytes"] == 2 * T * 576 + 1 * T * 576
+    assert r["o_proj"]["flops"] == 2 * T * H * 128 * h
+    assert r["attn_absorb"]["flops"] == 0 and r["attn_decode"]["flops"] == 0
+
+
+def test_mla_decode_layer_by_hand():
+    """Decode absorbs W_UK into the query and W_UV into the output (two batched GEMMs per token) and attends
+    over the 576-wide latent directly: scores over 512 + 64, values over 512."""
+    r = rows(dep("deepseek-v3", kv="fp8"), DECODE)
+    D, keys, H = 64, 128_000 + 64, 128
+    assert r["attn_absorb"]["flops"] == 2 * D * H * (128 * 512 + 512 * 128)
+    assert r["attn_absorb"]["bytes"] == 2 * H * 512 * 256 + 2 * D * H * (128 + 2 * 512 + 128)
+    assert r["attn_decode"]["flops"] == 2 * H * (576 + 512) * keys
+    assert r["attn_decode"]["bytes"] == 1 * 576 * keys + 2 * D * H * (576 + 512)  # the fp8 latent, once per key
+    assert r["kv_up_proj"]["flops"] == 0
+    # what MLA saves: a cached key costs 576 bytes (fp8) to read; 128 heads of K and V in bf16 would cost 65,536
+
+
+def test_mla_attention_splits_heads_over_tp():
+    r1, r8 = rows(dep("deepseek-v3"), DECODE), rows(dep("deepseek-v3", hw="h200", tp=8), DECODE)
+    assert r8["attn_decode"]["flops"] == r1["attn_decode"]["flops"] / 8
+    assert r8["attn_absorb"]["flops"] == r1["attn_absorb"]["flops"] / 8
+
+
+def test_deepseek_v2_lite_config_without_q_lora(tmp_path):
+    cfg = {"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+           "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 27, "first_k_dense_replace": 1,
+           "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6, "q_lora_rank": None,
+           "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "vocab_size": 102400, "max_position_embeddings": 163840, "torch_dtype": "bfloat16",
+           "_name_or_path": "deepseek-ai/DeepSeek-V2-Lite"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = load_hf_config(p)
+    assert (m.name, m.q_lora_rank, m.moe_layers, m.shared_intermediate_size) == ("deepseek-ai/DeepSeek-V2-Lite", 0,
+                                                                                 26, 2816)
+    # the model card: 15.7B total, 2.4B activated (without the embedding)
+    assert m.params_total / 1e9 == pytest.approx(15.7, abs=0.05)
+    assert (m.params_active - m.embedding_params) / 1e9 == pytest.approx(2.4, abs=0.06)
+    r = rows(Deployment(m, get_hardware("a100-80gb"), 1), PREFILL)
+    assert r["qkv_proj"]["flops"] == 2 * 512 * (2048 * 16 * 192 + 2048 * 576)  # a direct query projection

@@ -244,3 +244,24 @@ def test_models_json_has_every_derived_field():
     d = json.loads(r.stdout)
     assert d["params_total"] == d["params_active"] == 8_030_261_248
     assert d["kv_bytes_per_token"] == 65536 and d["kv_dtype"] == "fp8"
+
+
+def _profile(tmp_path):
+    from sim.profile import OpFit, Profile, model_shape
+
+    fit = OpFit(op="attn_decode", vars=("batch", "context"), terms=[[0, 0], [1, 0]], coef=[5e-6, 2e-6],
+                scale=[64.0, 4096.0], domain=[[1, 1024], [16, 32768]])
+    p = Profile(model=L8, model_shape=model_shape(get_model(L8)), dtype="bf16", tp=1, ops={"attn_decode": fit})
+    return p.save(tmp_path / "p.json")
+
+
+def test_a_bf16_profile_does_not_price_fp8_runs(tmp_path):
+    path = _profile(tmp_path)
+    r = _run("cost", "-m", L8, "--profile", str(path), "--weights", "fp8", "--decode-seqs", "4")
+    assert r.exit_code == 2 and "measured in bf16, but the run uses --weights fp8" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    r = _run("calibrate", "show", str(path), "--weights", "fp8", "--kv-dtype", "bf16")
+    assert r.exit_code == 0, r.output
+    assert "does not price runs with --weights fp8" in r.stdout
+    r = _run("calibrate", "show", str(path), "--kv-dtype", "bf16")
+    assert "it prices runs with these precisions" in r.stdout
