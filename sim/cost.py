@@ -25,8 +25,8 @@ from sim.batch import BatchFeatures
 from sim.deployment import Deployment
 from sim.errors import UserError
 from sim.ops import (
+    ALL_GEMM_OPS,
     FEATURE_OPS,
-    GEMM_OPS,
     LOWP_GEMMS,
     OPS,
     Shapes,
@@ -177,7 +177,7 @@ class RooflineTimer:
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
         launch = kernels * self.launch
-        if op in GEMM_OPS:
+        if op in ALL_GEMM_OPS:
             m = np.asarray(gemm_m(op, f, self.shapes))
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
             pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)

@@ -52,8 +52,10 @@ OPS: dict[str, tuple[str, str]] = {
     "lm_head": ("compute", "model"),
     "allreduce": ("comm", "model"),
 }
-GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "kv_up_proj", "attn_absorb", "router",
-            "moe_gate_up", "moe_down", "shared_gate_up", "shared_down")
+GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")  # a dense model's GEMMs
+# every GEMM, with MLA's and the MoE layers' (priced with GEMM tiles and the GEMM rate)
+ALL_GEMM_OPS = GEMM_OPS + ("kv_up_proj", "attn_absorb", "router", "moe_gate_up", "moe_down", "shared_gate_up",
+                           "shared_down")
 # GEMMs whose weights are stored in the ``weights`` precision (and run at its tensor-core peak); the LM
 # head, routers and MLA's absorbed up-projections stay in the activation dtype
 LOWP_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "kv_up_proj", "moe_gate_up", "moe_down",
@@ -351,6 +353,6 @@ def _pos(x):
         return 1 if x > 0 else 0
 
 
-__all__ = ["DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MODEL_OPS", "MOE_OPS", "OPS",
+__all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MODEL_OPS", "MOE_OPS", "OPS",
            "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
            "op_counts"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
@@ -265,3 +267,49 @@ def test_a_bf16_profile_does_not_price_fp8_runs(tmp_path):
     assert "does not price runs with --weights fp8" in r.stdout
     r = _run("calibrate", "show", str(path), "--kv-dtype", "bf16")
     assert "it prices runs with these precisions" in r.stdout
+
+
+def test_sweep_passes_precisions_to_every_cell():
+    from blendsim.sweep import SweepSpec, check_spec
+
+    spec = check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("dfs",), ("mixtral-8x7b",), ("h200",), 100,
+                                precision={"weights": "fp8", "kv_dtype": "fp8", "ep": 2}))
+    assert spec.run_settings()["weights"] == "fp8" and spec.run_settings()["ep"] == 2
+    assert spec.settings()["precision"] == {"ep": 2, "kv_dtype": "fp8", "weights": "fp8"}
+    plain = check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("dfs",), ("llama-3-8b",), ("h200",), 100))
+    assert "precision" not in plain.settings()  # sweeps made before these options still resume
+
+
+# ---- property: any config.json is refused in one line or priced finitely --------------------------------------
+
+MOE = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64,
+       "num_attention_heads": 8, "num_key_value_heads": 8, "num_hidden_layers": 4, "first_k_dense_replace": 1,
+       "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4, "q_lora_rank": 64,
+       "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "vocab_size": 1000,
+       "max_position_embeddings": 4096}
+# NOTE: no subnormal floats: a library loaded by other tests may leave the CPU in flush-to-zero mode
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_subnormal=False),
+                   st.text(max_size=5), st.lists(st.integers(-3, 60), max_size=3))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=st.sampled_from([LLAMA, MOE]), key=st.sampled_from(sorted(set(LLAMA) | set(MOE) | {"head_dim",
+       "mlp_only_layers", "decoder_sparse_step"})), value=VALUES)
+def test_malformed_configs_are_refused_or_priced_finitely(tmp_path_factory, base, key, value):
+    import math
+
+    p = tmp_path_factory.mktemp("cfg") / "config.json"
+    p.write_text(json.dumps({**base, key: value}))
+    try:
+        m = load_hf_config(p)
+    except UserError as e:
+        assert "\n" not in str(e) and str(p) in str(e)
+        return
+    try:
+        d = Deployment(m, get_hardware("h100-80gb"), 1, kv_capacity_override=10**12)
+    except UserError as e:
+        assert "\n" not in str(e)
+        return
+    for f in (BatchFeatures.decode_only(3, 100), BatchFeatures.prefill_only(64, 32)):
+        for r in CostModel(d).breakdown(f):
+            assert math.isfinite(r["time_s"]) and r["time_s"] >= 0 and r["flops"] >= 0 and r["bytes"] >= 0, r
