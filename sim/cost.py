@@ -28,6 +28,7 @@ from sim.ops import (
     ALL_GEMM_OPS,
     FEATURE_OPS,
     LOWP_GEMMS,
+    MOE_OPS,
     OPS,
     Shapes,
     attn_coefs,
@@ -251,7 +252,16 @@ class CostModel:
 
     def notes(self) -> list[str]:
         """Messages for the user (e.g. operators a profile lacks), each once."""
-        return self.timer.notes()
+        out = list(self.timer.notes())
+        prof = getattr(self.timer, "profile", None)
+        if prof is not None:
+            s = self._shapes
+            own = [op for op in OPS if s.applies(op) and op not in prof.ops
+                   and (op in ("kv_up_proj", "attn_absorb") or op in MOE_OPS)]
+            if own:
+                out.append(f"profile {prof.path or ''} has no MoE/MLA operators: using the roofline for "
+                           f"{', '.join(own)}")
+        return out
 
     def breakdown(self, f: BatchFeatures) -> list[dict]:
         """Per operator: scope, class, FLOPs, bytes and seconds (layer ops: one layer), and ``layers``: how

@@ -398,3 +398,17 @@ def test_deepseek_v2_lite_config_without_q_lora(tmp_path):
     assert (m.params_active - m.embedding_params) / 1e9 == pytest.approx(2.4, abs=0.06)
     r = rows(Deployment(m, get_hardware("a100-80gb"), 1), PREFILL)
     assert r["qkv_proj"]["flops"] == 2 * 512 * (2048 * 16 * 192 + 2048 * 576)  # a direct query projection
+
+
+def test_a_dense_profile_on_a_moe_model_says_what_it_does_not_cover(tmp_path):
+    from sim.cost import build_cost_model
+    from sim.profile import OpFit, Profile, model_shape
+
+    # Mixtral's attention has Mistral-7B's shapes, so a Mistral profile prices it; its experts are roofline
+    fit = OpFit(op="qkv_proj", vars=("tokens",), terms=[[0], [1]], coef=[1e-5, 1e-7], scale=[1.0],
+                domain=[[1, 8192]])
+    prof = Profile(model="mistral-7b", model_shape=model_shape(get_model("mistral-7b")), dtype="bf16", tp=1,
+                   ops={"qkv_proj": fit}, path="p.json")
+    c = build_cost_model(dep("mixtral-8x7b", weights=None), profile=prof)
+    note = next(n for n in c.notes() if "MoE/MLA" in n)
+    assert "router" in note and "moe_gate_up" in note and "qkv_proj" not in note
