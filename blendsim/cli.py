@@ -66,12 +66,12 @@ def models_cmd(
         typer.echo(json.dumps([m.derived() for m in specs], indent=2))
         return
     rows = [{"name": m.name, "params": f"{m.params_total / 1e9:.1f}B", "active": f"{m.params_active / 1e9:.1f}B",
-             "layers": str(m.num_layers),
+             "L": str(m.num_layers),
              "experts": f"{m.num_experts}{f'+{m.num_shared_experts}' if m.num_shared_experts else ''}"
                         f"/{m.experts_per_token}" if m.is_moe else "-",
              "heads": "MLA" if m.is_mla else f"{m.num_heads}/{m.num_kv_heads}",
              "weights": m.weights, "KV KiB": _kib(m.kv_bytes_per_token)} for m in specs]
-    _print_rows(rows, "Model presets", "experts: routed+shared/top-k; heads: query/KV heads (MLA: latent KV); "
+    _print_rows(rows, "Model presets", "L: layers; experts: routed+shared/top-k; heads: query/KV heads (MLA: latent KV); "
                 "KV KiB: KV cache per token in the KV dtype; every field: blendsim models NAME")
 
 

@@ -24,7 +24,19 @@ import numpy as np
 from sim.batch import BatchFeatures
 from sim.deployment import Deployment
 from sim.errors import UserError
-from sim.ops import FEATURE_OPS, GEMM_OPS, LOWP_GEMMS, OPS, Shapes, attn_coefs, gemm_m, op_counts
+from sim.ops import (
+    ALL_GEMM_OPS,
+    FEATURE_OPS,
+    LOWP_GEMMS,
+    MOE_OPS,
+    OPS,
+    Shapes,
+    attn_coefs,
+    gemm_m,
+    mla_absorb_counts,
+    mla_up_counts,
+    op_counts,
+)
 
 MODES = ("sequential", "overlap")
 
@@ -166,7 +178,7 @@ class RooflineTimer:
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
         launch = kernels * self.launch
-        if op in GEMM_OPS:
+        if op in ALL_GEMM_OPS:
             m = np.asarray(gemm_m(op, f, self.shapes))
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
             pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
@@ -241,7 +253,16 @@ class CostModel:
 
     def notes(self) -> list[str]:
         """Messages for the user (e.g. operators a profile lacks), each once."""
-        return self.timer.notes()
+        out = list(self.timer.notes())
+        prof = getattr(self.timer, "profile", None)
+        if prof is not None:
+            s = self._shapes
+            own = [op for op in OPS if s.applies(op) and op not in prof.ops
+                   and (op in ("kv_up_proj", "attn_absorb") or op in MOE_OPS)]
+            if own:
+                out.append(f"profile {prof.path or ''} has no MoE/MLA operators: using the roofline for "
+                           f"{', '.join(own)}")
+        return out
 
     def breakdown(self, f: BatchFeatures) -> list[dict]:
         """Per operator: scope, class, FLOPs, bytes and seconds (layer ops: one layer), and ``layers``: how
@@ -366,7 +387,10 @@ class CostModel:
 
     def _mla_time(self, op: str, f) -> float:
         """All layers of one of MLA's feature-dependent GEMMs (prefill up-projection, decode absorption)."""
-        flops, nbytes, kernels = op_counts(self._shapes, f)[op]
+        if op == "kv_up_proj":
+            flops, nbytes, kernels = mla_up_counts(self._shapes, f.prefill_kv_tokens, 1)
+        else:
+            flops, nbytes, kernels = mla_absorb_counts(self._shapes, f.num_decode, 1)
         return float(self.timer.op_time(op, flops, nbytes, kernels, f)) * self.layers
 
     def _attn_decode(self, D, Cd):

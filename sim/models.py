@@ -392,6 +392,33 @@ PRESETS: dict[str, ModelSpec] = {
         ModelSpec("opt-13b", 5120, 40, 40, 40, 20480, 50272, tie_word_embeddings=True, gated_mlp=False,
                   rope=False, dtype="fp16", max_position_embeddings=2048, model_type="opt",
                   source=_HF + "facebook/opt-13b"),
+        # ---- mixture of experts ----
+        ModelSpec("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, max_position_embeddings=32768, model_type="mixtral",
+                  num_experts=8, experts_per_token=2, moe_intermediate_size=14336, moe_layers=32,
+                  source=_HF + "mistralai/Mixtral-8x7B-v0.1"),
+        ModelSpec("qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, head_dim=128, qk_norm=True,
+                  max_position_embeddings=40960, model_type="qwen3_moe", num_experts=128, experts_per_token=8,
+                  moe_intermediate_size=768, moe_layers=48, source=_HF + "Qwen/Qwen3-30B-A3B"),
+        ModelSpec("qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 151936, head_dim=128, qk_norm=True,
+                  max_position_embeddings=40960, model_type="qwen3_moe", num_experts=128, experts_per_token=8,
+                  moe_intermediate_size=1536, moe_layers=94, source=_HF + "Qwen/Qwen3-235B-A22B"),
+        # Llama 4: text_config; every layer MoE (Scout) or every other one (Maverick, interleave step 2; the
+        # others have a 16,384-wide dense MLP); one routed and one shared expert per token
+        ModelSpec("llama-4-scout", 5120, 48, 40, 8, 16384, 202048, head_dim=128, max_position_embeddings=10485760,
+                  model_type="llama4", num_experts=16, experts_per_token=1, moe_intermediate_size=8192,
+                  num_shared_experts=1, shared_intermediate_size=8192, moe_layers=48,
+                  source=_HF + "meta-llama/Llama-4-Scout-17B-16E (text_config)"),
+        ModelSpec("llama-4-maverick", 5120, 48, 40, 8, 16384, 202048, head_dim=128, max_position_embeddings=1048576,
+                  model_type="llama4", num_experts=128, experts_per_token=1, moe_intermediate_size=8192,
+                  num_shared_experts=1, shared_intermediate_size=8192, moe_layers=24,
+                  source=_HF + "meta-llama/Llama-4-Maverick-17B-128E (text_config)"),
+        # ---- multi-head latent attention + MoE (first 3 layers dense); published with FP8 weights ----
+        ModelSpec("deepseek-v3", 7168, 61, 128, 128, 18432, 129280, head_dim=192, max_position_embeddings=163840,
+                  model_type="deepseek_v3", weights="fp8", num_experts=256, experts_per_token=8,
+                  moe_intermediate_size=2048, num_shared_experts=1, shared_intermediate_size=2048, moe_layers=58,
+                  kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                  source=_HF + "deepseek-ai/DeepSeek-V3 (quantization_config: fp8; the multi-token-prediction "
+                                "layer is not counted)"),
         # Small enough for CPU calibration and CPU replay in CI, GQA like llama-3.
         ModelSpec("tiny", 512, 4, 8, 2, 1536, 8192, max_position_embeddings=4096, dtype="fp32",
                   source="blendsim test model"),
@@ -521,6 +548,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     elif model_type == "qwen3_moe":
         step = c.int("decoder_sparse_step", default=1)
         dense = set(c.int_list("mlp_only_layers"))
+        if any(not 0 <= i < layers for i in dense):
+            raise c.err(f"field 'mlp_only_layers': layer indices must be in 0..{layers - 1}, got {sorted(dense)}")
         kw.update(_moe(c, layers, experts=("num_experts",), width=("moe_intermediate_size",),
                        moe_ids=[i for i in range(layers) if i not in dense and (i + 1) % step == 0]))
         kw["intermediate_size"] = c.int("intermediate_size")

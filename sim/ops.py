@@ -41,7 +41,7 @@ OPS: dict[str, tuple[str, str]] = {
     "act": ("other", "layer"),
     "down_proj": ("compute", "layer"),
     "router": ("compute", "layer"),  # MoE layers from here to a2a
-    "moe_permute": ("other", "layer"),
+    "moe_combine": ("other", "layer"),
     "moe_gate_up": ("compute", "layer"),
     "moe_act": ("other", "layer"),
     "moe_down": ("compute", "layer"),
@@ -52,8 +52,10 @@ OPS: dict[str, tuple[str, str]] = {
     "lm_head": ("compute", "model"),
     "allreduce": ("comm", "model"),
 }
-GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "kv_up_proj", "attn_absorb", "router",
-            "moe_gate_up", "moe_down", "shared_gate_up", "shared_down")
+GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")  # a dense model's GEMMs
+# every GEMM, with MLA's and the MoE layers' (priced with GEMM tiles and the GEMM rate)
+ALL_GEMM_OPS = GEMM_OPS + ("kv_up_proj", "attn_absorb", "router", "moe_gate_up", "moe_down", "shared_gate_up",
+                           "shared_down")
 # GEMMs whose weights are stored in the ``weights`` precision (and run at its tensor-core peak); the LM
 # head, routers and MLA's absorbed up-projections stay in the activation dtype
 LOWP_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "kv_up_proj", "moe_gate_up", "moe_down",
@@ -61,7 +63,7 @@ LOWP_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "kv_up_proj", "
 # operators priced from more than the step's token counts (attention-side: context, prefill keys, decodes)
 FEATURE_OPS = ("attn_prefill", "attn_decode", "kv_up_proj", "attn_absorb")
 DENSE_MLP_OPS = ("gate_up_proj", "act", "down_proj")
-MOE_OPS = ("router", "moe_permute", "moe_gate_up", "moe_act", "moe_down", "shared_gate_up", "shared_down", "a2a")
+MOE_OPS = ("router", "moe_combine", "moe_gate_up", "moe_act", "moe_down", "shared_gate_up", "shared_down", "a2a")
 LAYER_OPS = tuple(k for k, v in OPS.items() if v[1] == "layer")
 MODEL_OPS = tuple(k for k, v in OPS.items() if v[1] == "model")
 
@@ -261,15 +263,10 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         out["kv_write"] = (0 * T, b * 2 * T * s.kv + bk * 2 * T * s.kv, has_t)
     out["attn_prefill"] = (fp * f.attn_pairs, bq * Tp + bkey * f.prefill_kv_tokens, has_p)
     if s.mla:
-        pkv = f.prefill_kv_tokens
-        up = s.kv_lora * s.heads * (s.nope + s.v_head)
-        out["kv_up_proj"] = (2 * pkv * up, bw * up * has_p + b * pkv * (s.kv_lora + s.heads * (s.nope + s.v_head)),
-                             has_p)
+        out["kv_up_proj"] = mla_up_counts(s, f.prefill_kv_tokens, has_p)
     out["attn_decode"] = (fd * dec_keys, bdk * dec_keys + bds * D, has_d)
     if s.mla:
-        absorb = s.heads * (s.nope * s.kv_lora + s.kv_lora * s.v_head)
-        out["attn_absorb"] = (2 * D * absorb, b * absorb * has_d + b * D * s.heads * (s.nope + 2 * s.kv_lora + s.v_head),
-                              2 * has_d)
+        out["attn_absorb"] = mla_absorb_counts(s, D, has_d)
     out["o_proj"] = (2 * T * s.o * h, bw * s.o * h * has_t + b * (T * s.o + T * h), has_t)
     # two fused residual-add + RMSNorm kernels: read x and residual, write both (MLA: two more, on the
     # compressed query and latent)
@@ -287,9 +284,11 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         A = s.expert_assignments(T)
         touched = s.experts_touched(T)
         E = s.experts
-        # router logits in float32; top-k, permute into expert order, weighted combine back
+        # router logits in float32. The grouped expert GEMMs gather their rows themselves (vLLM's fused_moe
+        # reads tokens through sorted ids), so what is left is top-k + sorting by expert (small) and the
+        # weighted combine: read each assignment's output row, write the token's sum
         out["router"] = (2 * T * h * E, b * (h * E * has_t + T * h) + 4 * T * E, has_t)
-        out["moe_permute"] = (2 * A * h, b * 2 * (T * h + A * h), 3 * has_t)
+        out["moe_combine"] = (2 * A * h, b * (A * h + T * h), 3 * has_t)
         out["moe_gate_up"] = (2 * A * h * s.e_mlp1, bw * h * s.e_mlp1 * touched + b * (A * h + A * s.e_mlp1), has_t)
         sh = s.sh_inter > 0
         out["moe_act"] = (4 * (A * s.e_inter + T * s.sh_inter), b * 3 * (A * s.e_inter + T * s.sh_inter),
@@ -313,6 +312,21 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     n_ar = 2 * s.layers - (s.moe_layers if s.ep > 1 else 0)
     out["allreduce"] = ((0 * T, b * T * h * n_ar, n_ar * has_t) if s.tp > 1 else zero)
     return out
+
+
+def mla_up_counts(s: Shapes, pkv, has_p):
+    """MLA prefill: every key's latent (context and new) up-projected to per-head K (no rotary part) and V."""
+    up = s.kv_lora * s.heads * (s.nope + s.v_head)
+    return (2 * pkv * up, s.w_bytes * up * has_p + s.dtype_bytes * pkv * (s.kv_lora + s.heads * (s.nope + s.v_head)),
+            has_p)
+
+
+def mla_absorb_counts(s: Shapes, D, has_d):
+    """MLA decode: W_UK folded into each query head, W_UV applied to the latent output (two batched GEMMs;
+    vLLM keeps these absorbed weights in the activation dtype)."""
+    b = s.dtype_bytes
+    absorb = s.heads * (s.nope * s.kv_lora + s.kv_lora * s.v_head)
+    return (2 * D * absorb, b * absorb * has_d + b * D * s.heads * (s.nope + 2 * s.kv_lora + s.v_head), 2 * has_d)
 
 
 def gemm_m(op: str, f, s: Shapes | None = None):
@@ -339,5 +353,6 @@ def _pos(x):
         return 1 if x > 0 else 0
 
 
-__all__ = ["DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MODEL_OPS", "MOE_OPS", "OPS",
-           "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "op_counts"]
+__all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MODEL_OPS", "MOE_OPS", "OPS",
+           "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
+           "op_counts"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
@@ -244,3 +246,70 @@ def test_models_json_has_every_derived_field():
     d = json.loads(r.stdout)
     assert d["params_total"] == d["params_active"] == 8_030_261_248
     assert d["kv_bytes_per_token"] == 65536 and d["kv_dtype"] == "fp8"
+
+
+def _profile(tmp_path):
+    from sim.profile import OpFit, Profile, model_shape
+
+    fit = OpFit(op="attn_decode", vars=("batch", "context"), terms=[[0, 0], [1, 0]], coef=[5e-6, 2e-6],
+                scale=[64.0, 4096.0], domain=[[1, 1024], [16, 32768]])
+    p = Profile(model=L8, model_shape=model_shape(get_model(L8)), dtype="bf16", tp=1, ops={"attn_decode": fit})
+    return p.save(tmp_path / "p.json")
+
+
+def test_a_bf16_profile_does_not_price_fp8_runs(tmp_path):
+    path = _profile(tmp_path)
+    r = _run("cost", "-m", L8, "--profile", str(path), "--weights", "fp8", "--decode-seqs", "4")
+    assert r.exit_code == 2 and "measured in bf16, but the run uses --weights fp8" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    r = _run("calibrate", "show", str(path), "--weights", "fp8", "--kv-dtype", "bf16")
+    assert r.exit_code == 0, r.output
+    assert "does not price runs with --weights fp8" in r.stdout
+    r = _run("calibrate", "show", str(path), "--kv-dtype", "bf16")
+    assert "it prices runs with these precisions" in r.stdout
+
+
+def test_sweep_passes_precisions_to_every_cell():
+    from blendsim.sweep import SweepSpec, check_spec
+
+    spec = check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("dfs",), ("mixtral-8x7b",), ("h200",), 100,
+                                precision={"weights": "fp8", "kv_dtype": "fp8", "ep": 2}))
+    assert spec.run_settings()["weights"] == "fp8" and spec.run_settings()["ep"] == 2
+    assert spec.settings()["precision"] == {"ep": 2, "kv_dtype": "fp8", "weights": "fp8"}
+    plain = check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("dfs",), ("llama-3-8b",), ("h200",), 100))
+    assert "precision" not in plain.settings()  # sweeps made before these options still resume
+
+
+# ---- property: any config.json is refused in one line or priced finitely --------------------------------------
+
+MOE = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 64,
+       "num_attention_heads": 8, "num_key_value_heads": 8, "num_hidden_layers": 4, "first_k_dense_replace": 1,
+       "n_routed_experts": 16, "n_shared_experts": 1, "num_experts_per_tok": 4, "q_lora_rank": 64,
+       "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "vocab_size": 1000,
+       "max_position_embeddings": 4096}
+# NOTE: no subnormal floats: a library loaded by other tests may leave the CPU in flush-to-zero mode
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_subnormal=False),
+                   st.text(max_size=5), st.lists(st.integers(-3, 60), max_size=3))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=st.sampled_from([LLAMA, MOE]), key=st.sampled_from(sorted(set(LLAMA) | set(MOE) | {"head_dim",
+       "mlp_only_layers", "decoder_sparse_step"})), value=VALUES)
+def test_malformed_configs_are_refused_or_priced_finitely(tmp_path_factory, base, key, value):
+    import math
+
+    p = tmp_path_factory.mktemp("cfg") / "config.json"
+    p.write_text(json.dumps({**base, key: value}))
+    try:
+        m = load_hf_config(p)
+    except UserError as e:
+        assert "\n" not in str(e) and str(p) in str(e)
+        return
+    try:
+        d = Deployment(m, get_hardware("h100-80gb"), 1, kv_capacity_override=10**12)
+    except UserError as e:
+        assert "\n" not in str(e)
+        return
+    for f in (BatchFeatures.decode_only(3, 100), BatchFeatures.prefill_only(64, 32)):
+        for r in CostModel(d).breakdown(f):
+            assert math.isfinite(r["time_s"]) and r["time_s"] >= 0 and r["flops"] >= 0 and r["bytes"] >= 0, r
