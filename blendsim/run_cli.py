@@ -9,6 +9,10 @@ import typer
 
 MODEL_HELP = "Model preset name (see `blendsim models`) or a HuggingFace config.json."
 HW_HELP = "Hardware preset (see `blendsim hardware`)."
+WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: the model's; fp8/fp4 run at the "
+                "device's FP8/FP4 tensor-core peak where it has one, int4 is dequantised to 16-bit).")
+KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
+EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
 
 
 def cost_cmd(
@@ -24,6 +28,11 @@ def cost_cmd(
                                "nanoflow, or your own fixed_s=A,per_seq_s=B,per_token_s=C (seconds; after "
                                "'PRESET:' to start from a preset)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
+    weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
+    ep: int = typer.Option(1, "--ep", help=EP_HELP),
+    expert_skew: float = typer.Option(0.0, "--expert-skew", help="MoE routing skew: 0 uniform, else the Zipf "
+                                                                 "exponent of expert popularity."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Price one step and show its per-operator breakdown."""
@@ -37,17 +46,21 @@ def cost_cmd(
         raise UserError("give --prefill-tokens and/or --decode-seqs")
     from sim.deployment import make_deployment
 
-    dep = make_deployment(model, hardware, tp, dtype)
+    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
     cm = build_cost_model(dep, mode, engine, profile)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context, decode_seqs + (1 if prefill_tokens else 0))
     sc = cm.cost(f)
     rows = cm.breakdown(f)
-    per_layer = [{k: r[k] for k in ("op", "flops", "bytes", "time_s")} for r in rows if r["scope"] == "layer"]
+    keys = ("op", "flops", "bytes", "time_s") if not (dep.model.is_moe or dep.model.is_mla) else \
+        ("op", "flops", "bytes", "time_s", "layers")
+    per_layer = [{k: r[k] for k in keys} for r in rows if r["scope"] == "layer"]
     whole = [{k: r[k] for k in ("op", "flops", "bytes", "time_s")} for r in rows if r["scope"] == "model"]
+    m = dep.model
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
-           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": dep.model.num_layers, "mode": mode,
-           "engine": cm.engine.name, "cost_model": cm.timer_name, "per_layer": per_layer, "whole_model": whole}
+           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
+           "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+           "kv_dtype": m.kv_dtype, "ep": dep.ep, "per_layer": per_layer, "whole_model": whole}
     for note in cm.notes():
         typer.echo(f"note: {note}", err=True)
     if as_json:
@@ -56,12 +69,14 @@ def cost_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{dep.model.name} on {dep.hardware.name} x{tp}, {mode}, {cm.timer_name}, engine {cm.engine.name}")
+    prec = f"weights {m.weights}, KV {m.kv_dtype}" + (f", ep {dep.ep}" if dep.ep > 1 else "")
+    t = Table(title=f"{m.name} on {dep.hardware.name} x{tp} ({prec}), {mode}, {cm.timer_name}, engine {cm.engine.name}")
     for c in ("op", "scope", "GFLOP", "MB", "time (us)", "x layers (ms)"):
         t.add_column(c, justify="right" if c != "op" else "left")
     for r in rows:
-        mult = dep.model.num_layers if r["scope"] == "layer" else 1
-        t.add_row(r["op"], r["scope"], f"{r['flops'] / 1e9:.3f}", f"{r['bytes'] / 1e6:.3f}",
+        mult = r["layers"]
+        scope = r["scope"] if mult in (1, m.num_layers) else f"{mult} layers"
+        t.add_row(r["op"], scope, f"{r['flops'] / 1e9:.3f}", f"{r['bytes'] / 1e6:.3f}",
                   f"{r['time_s'] * 1e6:.1f}", f"{r['time_s'] * mult * 1e3:.3f}")
     c = Console()
     c.print(t)
@@ -99,6 +114,9 @@ def simulate_cmd(
                                           help="Free a cached prefix as soon as no running request uses it "
                                                "(only requests in memory together share)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype."),
+    weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
+    ep: int = typer.Option(1, "--ep", help=EP_HELP),
     offline: bool = typer.Option(False, "--offline", help="Release every request at t=0."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     record_schedule: bool = typer.Option(False, "--record-schedule",
@@ -121,6 +139,7 @@ def simulate_cmd(
     check_run_dir(out, digest, force)
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
+                    weights=weights, kv_dtype=kv_dtype, ep=ep,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))

@@ -33,6 +33,9 @@ class RunConfig:
     engine: str | None = None  # engine-overhead style: ideal, vllm, sglang, nanoflow
     profile: str | None = None  # calibration profile JSON
     dtype: str | None = None
+    weights: str | None = None  # GEMM weight precision (None: the model's)
+    kv_dtype: str | None = None  # KV-cache dtype (None: the model's)
+    ep: int = 1  # expert-parallel degree (MoE models)
     token_budget: int | None = None
     max_seqs: int | None = None
     block_size: int | None = None
@@ -106,7 +109,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     ref = resolve_policy(cfg.policy)
     policy_cls = ref.cls
     eng = engine_config(cfg, policy_cls)
-    dep = deployment or Deployment(get_model(cfg.model, cfg.dtype), get_hardware(cfg.hardware), cfg.tp,
+    dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
+                                   get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep,
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
                                    kv_capacity_override=cfg.kv_capacity_override)

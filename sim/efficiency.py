@@ -8,7 +8,9 @@ catalogue; this module holds those named, bounded parameters and a timer that ap
 * ``mem_eff``      fraction of HBM bandwidth a weight-streaming (small-M) GEMM reaches;
 * ``attn_mem_eff`` fraction of HBM bandwidth decode attention reaches reading the paged KV cache;
 * ``attn_eff``     fraction of peak prefill attention reaches;
-* ``link_eff``     fraction of the NVLink bandwidth an all-reduce reaches (bus bandwidth);
+* ``link_eff``     fraction of the NVLink bandwidth an all-reduce or all-to-all reaches (bus bandwidth);
+* ``moe_eff``      fraction of peak a grouped (MoE expert) GEMM reaches, in place of ``gemm_eff``: many small
+                   per-expert GEMMs in one launch tile worse than one large GEMM;
 * ``kappa``        overlap interference (overlap mode only): the share of the shorter operator groups'
                    time that is not hidden when compute- and memory-bound kernels co-run.
 
@@ -24,6 +26,8 @@ from dataclasses import asdict, dataclass
 
 from sim.cost import RooflineTimer
 
+MOE_GEMMS = ("moe_gate_up", "moe_down")  # sim.ops' routed-expert GEMMs
+
 # name -> (lower, upper) bound of every fittable efficiency
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_eff": (0.25, 0.95),
@@ -31,6 +35,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "attn_mem_eff": (0.20, 0.95),
     "attn_eff": (0.15, 0.90),
     "link_eff": (0.20, 1.00),
+    "moe_eff": (0.10, 0.95),
     "kappa": (0.0, 1.0),
 }
 
@@ -44,6 +49,7 @@ class Efficiency:
     attn_mem_eff: float | None = None
     attn_eff: float | None = None
     link_eff: float | None = None
+    moe_eff: float | None = None
     kappa: float | None = None
 
     @staticmethod
@@ -69,6 +75,8 @@ class EfficiencyTimer(RooflineTimer):
         self.eff = eff
         if eff.gemm_eff is not None:
             self.gemm_rate *= eff.gemm_eff / hw.compute_efficiency
+            if hasattr(self, "lowp_rate"):  # GEMMs in the weights' precision
+                self.lowp_rate *= eff.gemm_eff / hw.compute_efficiency
         if eff.mem_eff is not None:
             self.bw *= eff.mem_eff / hw.memory_efficiency
         if eff.attn_eff is not None:
@@ -79,6 +87,10 @@ class EfficiencyTimer(RooflineTimer):
         self.attn_bw = self.bw if a is None else self.bw * a / (eff.mem_eff or hw.memory_efficiency)
 
     def op_time(self, op, flops, nbytes, kernels, f):
+        if op in MOE_GEMMS and self.eff.moe_eff is not None:
+            # the grouped GEMM's compute at moe_eff instead of the plain GEMM's efficiency
+            base = self.eff.gemm_eff or self.dep.hardware.compute_efficiency
+            return super().op_time(op, flops * (base / self.eff.moe_eff), nbytes, kernels, f)
         if op == "attn_decode":
             import numpy as np
 
@@ -86,15 +98,16 @@ class EfficiencyTimer(RooflineTimer):
         return super().op_time(op, flops, nbytes, kernels, f)
 
     def attn_scalars(self):
+        from sim.ops import attn_coefs
+
         prefill, _ = super().attn_scalars()
-        s = self.shapes
-        q4, b, kv2, q2 = 4 * s.q, s.dtype_bytes, 2 * s.kv, 2 * s.q
+        _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self.shapes)
         gr, bw, la = self.gemm_rate, self.attn_bw, self.launch
 
         def decode(D, Cd):
             keys = Cd + D
-            a = q4 * keys / gr
-            m = b * (keys * kv2 + q2 * D) / bw
+            a = fd * keys / gr
+            m = (bdk * keys + bds * D) / bw
             return (a if a > m else m) + la
 
         return prefill, decode

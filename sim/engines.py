@@ -38,6 +38,7 @@ class EngineProfile:
     mode: str = "sequential"  # sequential | overlap (NanoFlow-style operator overlap)
     regime: str = "default"  # kernel-efficiency regime: the key of its fitted efficiencies
     fitted: tuple = ()  # overhead fields fitted from the catalogue (the rest are cited constants)
+    tuned_by: str = ""  # "trtllm-bench": batch and token limits from the dataset (trtllm_bench_settings)
     source: str = ""
 
     def graph_size(self, n: int) -> int:
@@ -62,21 +63,51 @@ def graph_pad(n, cap: int):
     return int(out) if np.ndim(out) == 0 else out
 
 
+def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: float = 0.95) -> tuple[int, int]:
+    """``(max_batch_size, max_num_tokens)`` as ``trtllm-bench`` picks them for a dataset of mean input and
+    output length ``isl``/``osl`` (TensorRT-LLM ``tensorrt_llm/bench/build/tuning.py``, Apache-2.0: the KV
+    left after the weights, at ``fraction``, holds ``n`` requests of isl + osl tokens; batch = min(n, 4096)
+    rounded up to 32/128/256 steps with a floor of 64; tokens = batch x (1 + isl/osl), at most 32768, rounded
+    up to 256/512/1024 steps with a floor of 2048)."""
+    import math
+
+    m = dep.model
+    gpus = dep.tp * pp
+    kv_token = m.kv_bytes_per_token * max(1, dep.tp // m.num_kv_heads)
+    free = dep.hardware.memory_bytes * gpus - m.weight_bytes
+    n = max(fraction * free / (kv_token * max(isl + osl, 1.0)), 1.0)
+    bs = min(n, 4096) / pp
+    tok = min(bs * (1 + isl / max(osl, 1.0)), 32768)
+    if bs < 256:
+        max_bs = max(64, 32 * math.ceil(bs / 32))
+    elif bs < 1024:
+        max_bs = 128 * math.ceil(bs / 128)
+    else:
+        max_bs = 256 * math.ceil(bs / 256)
+    step = 256 if tok < 4096 else 512 if tok < 8192 else 1024
+    return int(max_bs), int(max(2048, step * math.ceil(tok / step)))
+
+
 _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V0 CPU overheads "
                "(microsoft/vidur data/profiling/a100/cpu_overheads.csv); vLLM PR #46112")
 
 PROFILES: dict[str, EngineProfile] = {
     p.name: p
     for p in [
-        # TensorRT-LLM PyTorch backend as trtllm-bench runs it (perf-overview.md): inflight batching with
-        # context and generation requests in one step under max_num_tokens (8192, its default), batch up
-        # to 8192 with CUDA graphs padded up to it, KV fraction 0.95 (0.90 where 0.95 did not fit), FP8
-        # KV; no prefix reuse across the random-token prompts. Overhead: fitted (the rows are its only
-        # measurements); bounded by 0..5 ms fixed and 0..20 us per sequence.
+        # TensorRT-LLM as trtllm-bench runs it (perf-overview.md): inflight batching with context and
+        # generation requests in one step under max_num_tokens, batch up to max_batch_size (8192 and 8192
+        # by default; trtllm-bench sets both from the dataset: trtllm_bench_settings), CUDA graphs padded up
+        # to the batch, KV fraction 0.95 (0.90 where 0.95 did not fit); no prefix reuse
+        # across the random-token prompts. Admission: the capacity scheduler's default policy
+        # GUARANTEED_NO_EVICT admits a request only when the KV of its whole prompt and max_tokens fits
+        # besides what the running ones will still need -- "reserve" admission with each request's
+        # max_tokens as its output hint, never a preemption. Overhead: fitted (the rows are its only
+        # measurements), bounded by 0..5 ms fixed and 0..20 us per sequence.
         EngineProfile("trtllm", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
                                            "mix": "decode-first", "prefix_caching": False,
-                                           "gpu_memory_utilization": 0.95, "admission": "greedy"},
-                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm",
+                                           "gpu_memory_utilization": 0.95, "admission": "reserve",
+                                           "reserve_ratio": 1.0},
+                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
                       fitted=("fixed_s", "per_seq_s"),
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench "
                              "settings); overhead fitted by blendsim fidelity"),
@@ -148,4 +179,4 @@ def get_profile(name: str, params: dict | None = None) -> EngineProfile:
 
 
 __all__ = ["EngineProfile", "PARAMS_FILE", "PROFILES", "get_profile", "graph_pad", "is_profile", "load_params",
-           "profile_names"]
+           "profile_names", "trtllm_bench_settings"]

@@ -3,7 +3,8 @@
 Free parameters (``sim/engine_params.json`` layout):
 
 * per hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff`` (``sim.efficiency``);
-* global: ``attn_eff`` and ``link_eff`` (the latter only when a row uses tensor parallelism);
+* global: ``attn_eff``, ``link_eff`` (only when a row uses tensor parallelism) and ``moe_eff`` (only with
+  MoE rows);
 * per overlapping regime: ``kappa`` (interference);
 * per engine whose profile lists them as fitted (``sim.engines``): ``fixed_s``, ``per_seq_s``.
 
@@ -46,7 +47,7 @@ class Param:
 def preset_value(name: str, hw) -> float:
     return {"gemm_eff": hw.compute_efficiency, "mem_eff": hw.memory_efficiency,
             "attn_mem_eff": hw.memory_efficiency, "attn_eff": hw.attention_compute_efficiency,
-            "link_eff": 0.7, "kappa": hw.overlap_interference}[name]
+            "link_eff": 0.7, "kappa": hw.overlap_interference, "moe_eff": hw.compute_efficiency}[name]
 
 
 def free_params(rows: list) -> list[Param]:
@@ -64,6 +65,8 @@ def free_params(rows: list) -> list[Param]:
             if n == "link_eff" and pr.dep.tp == 1:
                 continue
             add(("global", n), n, hw)
+        if getattr(pr.dep.model, "num_experts", 0):
+            add(("global", "moe_eff"), "moe_eff", hw)
         if prof.mode == "overlap":
             add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
         for n in prof.fitted:
@@ -97,6 +100,7 @@ def fit(rows: list, base: dict | None = None) -> dict:
     from scipy.optimize import least_squares
 
     base = copy.deepcopy(base or {})
+    rows = [(r, pr.compressed()) for r, pr in rows]
     ps = free_params(rows)
     if not ps:
         return base
@@ -108,9 +112,19 @@ def fit(rows: list, base: dict | None = None) -> dict:
             set_value(out, p.path, p.lo + v * _scale(p))
         return out
 
+    # which free parameters each row reads: a finite-difference step re-prices only the rows it touches
+    reads = [[k for k, p in enumerate(ps) if _reads(pr, p)] for _r, pr in rows]
+    memo: dict = {}
+
+    def row_pred(i, x):
+        key = (i, tuple(x[k] for k in reads[i]))
+        if key not in memo:
+            r, pr = rows[i]
+            memo[key] = predict(r, pr, params_of(x))
+        return memo[key]
+
     def residuals(x):
-        prm = params_of(x)
-        pred = np.array([predict(r, pr, prm) for r, pr in rows])
+        pred = np.array([row_pred(i, x) for i in range(len(rows))])
         res = np.log(pred / measured)
         prior = [PRIOR * np.log((p.lo + v * _scale(p) + 1e-9) / (p.prior + 1e-9)) if p.prior > 0 else PRIOR * v
                  for p, v in zip(ps, x)]
@@ -126,6 +140,18 @@ def fit(rows: list, base: dict | None = None) -> dict:
     out = params_of(sol.x)
     out["bounds"] = {p.name: [p.lo, p.hi] for p in ps}
     return out
+
+
+def _reads(pr, p: Param) -> bool:
+    """Whether the row priced by ``pr`` depends on parameter ``p``."""
+    kind = p.path[0]
+    if kind == "hardware":
+        return p.path[1] == pr.dep.hardware.name
+    if kind == "engine":
+        return p.path[1] == pr.profile.name
+    if kind == "regime":
+        return p.path[1] == pr.profile.regime and p.path[2] in ("*", pr.dep.hardware.name)
+    return True
 
 
 def predict(row, pricer, params: dict) -> float:

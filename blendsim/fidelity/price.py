@@ -25,7 +25,7 @@ class RowPricer:
         self.dep = dep
         self.profile = profile
         self.layers = dep.model.num_layers
-        shapes = Shapes.of(dep)
+        self.shapes = shapes = Shapes.of(dep)
         self.parts = []
         for rep in sched.replicas:
             f = {k: rep[k].copy() for k in FIELDS}
@@ -36,12 +36,18 @@ class RowPricer:
                 f["num_tokens"] = np.where(dec, pad, f["num_tokens"])
                 f["num_logits"] = np.where(dec, pad, f["num_logits"])
             w = rep["weight"]
-            if compress and profile.mode == "sequential":
+            if compress:
                 w, f = _compress(w, f)
             tok0 = f.pop("tokens0")
             feat = _Feat(**f)
             counts = op_counts(shapes, feat)
             self.parts.append((w, feat, counts, tok0))
+
+    def compressed(self) -> RowPricer:
+        """A cheaper pricer of the same schedule for fitting (steps within 1% merged; see _compress)."""
+        if getattr(self, "_compressed", None) is None:
+            self._compressed = RowPricer(self.sched, self.dep, self.profile, compress=True)
+        return self._compressed
 
     def components(self, params: dict) -> list[dict]:
         """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
@@ -56,9 +62,9 @@ class RowPricer:
         for w, f, counts, tok0 in self.parts:
             acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
             for op, (flops, nbytes, kernels) in counts.items():
-                cls, scope = OPS[op]
+                cls, _scope = OPS[op]
                 t = timer.op_time(op, flops, nbytes, kernels, f)
-                acc[cls] = acc[cls] + t * (self.layers if scope == "layer" else 1)
+                acc[cls] = acc[cls] + t * self.shapes.layers_of(op)
             seqs = f.num_prefill_seqs + f.num_decode
             ovh = fixed + per_seq * seqs + per_tok * tok0
             out.append({"weight": w, **{k: np.asarray(v, dtype=float) + 0 * w for k, v in acc.items()},

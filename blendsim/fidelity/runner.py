@@ -93,23 +93,11 @@ def _is_preset(name: str) -> bool:
 
 
 def apply_precision(spec, hw, weights: str, kv_dtype: str):
-    """The model at the row's weight/KV precision, through whatever the cost model supports (Skip if not)."""
-    import inspect
-
-    from sim import models
-
-    weights = weights or spec.dtype
-    kv_dtype = kv_dtype or weights
-    if hasattr(spec, "with_precision"):  # the precision API of the models work
-        try:
-            return spec.with_precision(weights=weights, kv_dtype=kv_dtype)
-        except UserError as e:
-            raise Skip(str(e)) from None
-    if weights in ("bf16", "fp16") and kv_dtype in ("bf16", "fp16", ""):
-        return spec.with_dtype(weights) if weights != spec.dtype else spec
-    sig = inspect.signature(models.get_model)
-    raise Skip(f"weights {weights} / KV {kv_dtype}: this cost model has no {weights} peak or KV dtype "
-               f"(get_model{sig})")
+    """The model at the row's weight and KV precision (Skip when the cost model has no such precision)."""
+    try:
+        return spec.with_precision(weights or None, kv_dtype or None)
+    except UserError as e:
+        raise Skip(str(e)) from None
 
 
 def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
@@ -117,14 +105,24 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.runner import RunConfig, prepare_run
     from sim.efficiency import profile_cost_model
     from sim.engine import Cluster, Replica
-    from sim.engines import get_profile
+    from sim.engines import get_profile, trtllm_bench_settings
     from sim.kv import KVCache
     from sim.seq import RequestRecords
 
     prof = get_profile(row.engine, params)
     dep = deployment_for(row, prof)
+    if not row.workload.startswith("synth:") and (trace.output_len_hint < 0).all():
+        # benchmark clients pass each request's output length as its max_tokens (ignore_eos): an engine
+        # that reserves memory for max_tokens (trtllm's GUARANTEED_NO_EVICT) knows it
+        trace = trace.take(np.arange(trace.n))
+        trace.output_len_hint = trace.output_len.copy()
+    limits = {}
+    if prof.tuned_by == "trtllm-bench":  # the benchmark tool sizes batch and step from the dataset
+        bs, tok = trtllm_bench_settings(dep, float(trace.input_len.mean()), float(trace.output_len.mean()),
+                                        row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
+        limits = {"max_seqs": bs, "token_budget": tok}
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
-                    replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True)
+                    replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True, **limits)
     run = prepare_run(trace, cfg, deployment=dep,
                       cost_model=lambda d: profile_cost_model(d, prof.mode, prof.name, params=params))
     rec = RequestRecords(run.trace.n)
