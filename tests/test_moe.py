@@ -320,6 +320,11 @@ def test_simulate_cli_deepseek_v3_fp8_on_8_h200(tmp_path, policy):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert (s["model"], s["weights"], s["tp"]) == ("deepseek-v3", "fp8", 8)
+    r = CliRunner().invoke(get_app(), ["simulate", str(p), "-p", policy, "-m", "mixtral-8x7b", "--hardware", "h100-80gb",
+                                       "--tp", "2", "--ep", "2", "--expert-skew", "1.0", "-o", str(tmp_path / "m"),
+                                       "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["expert_skew"] == 1.0 and json.loads(r.stdout)["ep"] == 2
 
 
 # ---- multi-head latent attention (DeepSeek) ------------------------------------------------------------------------
