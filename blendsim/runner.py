@@ -36,6 +36,7 @@ class RunConfig:
     weights: str | None = None  # GEMM weight precision (None: the model's)
     kv_dtype: str | None = None  # KV-cache dtype (None: the model's)
     ep: int = 1  # expert-parallel degree (MoE models)
+    expert_skew: float = 0.0  # MoE routing skew (Zipf exponent of expert popularity; 0 uniform)
     token_budget: int | None = None
     max_seqs: int | None = None
     block_size: int | None = None
@@ -111,6 +112,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     eng = engine_config(cfg, policy_cls)
     dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
                                    get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep,
+                                   expert_skew=cfg.expert_skew,
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
                                    kv_capacity_override=cfg.kv_capacity_override)

@@ -235,6 +235,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "kv_dtype": cost_model.dep.model.kv_dtype,
         "tp": cfg.tp,
         "ep": cost_model.dep.ep,
+        **({"expert_skew": cost_model.dep.expert_skew} if cost_model.dep.model.is_moe else {}),
         "replicas": cfg.replicas,
         "mode": cost_model.mode,
         "engine": cost_model.engine.name,

@@ -96,6 +96,9 @@ def test_expected_experts_touched_uniform():
 def test_skewed_routing_touches_fewer_experts():
     q = expert_pick_probabilities(128, 8, 1.2)
     assert q.sum() == pytest.approx(8.0) and q.max() <= 1.0 and np.all(np.diff(q) <= 1e-12)
+    for E, k, skew in [(8, 8, 50.0), (8, 2, 3.0), (128, 8, 1e6), (16, 1, 100.0)]:
+        q = expert_pick_probabilities(E, k, skew)
+        assert q.sum() == pytest.approx(k) and q.max() <= 1.0 + 1e-12 and q.min() >= 0, (E, k, skew)
     u, z = Shapes.of(dep("qwen3-30b-a3b")), Shapes.of(dep("qwen3-30b-a3b", skew=1.2))
     assert z.experts_touched(1) == pytest.approx(8.0)  # one token still picks k distinct experts
     assert z.experts_touched(64) < 0.8 * u.experts_touched(64)
@@ -317,6 +320,11 @@ def test_simulate_cli_deepseek_v3_fp8_on_8_h200(tmp_path, policy):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert (s["model"], s["weights"], s["tp"]) == ("deepseek-v3", "fp8", 8)
+    r = CliRunner().invoke(get_app(), ["simulate", str(p), "-p", policy, "-m", "mixtral-8x7b", "--hardware", "h100-80gb",
+                                       "--tp", "2", "--ep", "2", "--expert-skew", "1.0", "-o", str(tmp_path / "m"),
+                                       "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["expert_skew"] == 1.0 and json.loads(r.stdout)["ep"] == 2
 
 
 # ---- multi-head latent attention (DeepSeek) ------------------------------------------------------------------------
