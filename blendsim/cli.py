@@ -26,6 +26,7 @@ app = typer.Typer(
 
 
 def _mount() -> None:
+    from blendsim.fidelity.cli import register as register_fidelity
     from blendsim.run_cli import register as register_run
     from blendsim.sweep.cli import sweep_cmd
     from blendsim.validate_cli import register as register_validate
@@ -39,44 +40,100 @@ def _mount() -> None:
     register_validate(app)
     app.command("sweep")(sweep_cmd)
     register_reports(app)
+    register_fidelity(app)
 
 
 @app.command("models")
-def models_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List the model presets with their derived parameter counts and KV bytes per token."""
-    from sim.models import PRESETS
+def models_cmd(
+    model: str = typer.Argument(None, help="A preset name or a HuggingFace config.json (default: list the presets)."),
+    weights: str = typer.Option(None, "--weights", help="GEMM weight precision: bf16, fp16, fp8, fp4, int4."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtype: bf16, fp16, fp8."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the model presets, or print every derived figure of one model (parameters, active parameters,
+    KV bytes per token in the chosen KV dtype, experts, MLA ranks)."""
+    from sim.models import PRESETS, get_model
 
-    rows = [{"name": m.name, "params_b": round(m.num_params / 1e9, 3), "layers": m.num_layers,
-             "hidden": m.hidden_size, "heads": m.num_heads, "kv_heads": m.num_kv_heads,
-             "kv_bytes_per_token": m.kv_bytes_per_token, "dtype": m.dtype}
-            for m in PRESETS.values()]
-    _print_rows(rows, as_json, "Model presets")
+    if model is not None:
+        d = get_model(model, None, weights, kv_dtype).derived()
+        if as_json:
+            typer.echo(json.dumps(d, indent=2))
+            return
+        _print_fields(d, f"{d['name']}")
+        return
+    specs = [m.with_precision(weights, kv_dtype) if (weights or kv_dtype) else m for m in PRESETS.values()]
+    if as_json:
+        typer.echo(json.dumps([m.derived() for m in specs], indent=2))
+        return
+    rows = [{"name": m.name, "params": f"{m.params_total / 1e9:.1f}B", "active": f"{m.params_active / 1e9:.1f}B",
+             "L": str(m.num_layers),
+             "experts": f"{m.num_experts}{f'+{m.num_shared_experts}' if m.num_shared_experts else ''}"
+                        f"/{m.experts_per_token}" if m.is_moe else "-",
+             "heads": "MLA" if m.is_mla else f"{m.num_heads}/{m.num_kv_heads}",
+             "weights": m.weights, "KV KiB": _kib(m.kv_bytes_per_token)} for m in specs]
+    _print_rows(rows, "Model presets", "L: layers; experts: routed+shared/top-k; heads: query/KV heads (MLA: latent KV); "
+                "KV KiB: KV cache per token in the KV dtype; every field: blendsim models NAME")
 
 
 @app.command("hardware")
-def hardware_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List the hardware presets with their peak numbers and efficiencies."""
-    from sim.hardware import PRESETS
+def hardware_cmd(
+    name: str = typer.Argument(None, help="A preset to show in full, with its sources (default: list them)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the hardware presets: dense tensor-core peaks per precision, HBM, memory and interconnect."""
+    from sim.hardware import PRESETS, get_hardware
 
-    rows = [{"name": h.name, "bf16_tflops": round(h.peak_flops / 1e12, 1), "hbm_gb_s": round(h.mem_bandwidth / 1e9),
-             "memory_gib": round(h.memory_bytes / 2**30, 1), "compute_eff": h.compute_efficiency,
-             "memory_eff": h.memory_efficiency} for h in PRESETS.values()]
-    _print_rows(rows, as_json, "Hardware presets")
-
-
-def _print_rows(rows: list[dict], as_json: bool, title: str) -> None:
-    if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+    if name is not None:
+        h = get_hardware(name)
+        if as_json:
+            typer.echo(json.dumps(h.to_dict(), indent=2))
+            return
+        _print_fields(h.to_dict(), h.name)
         return
-    from rich.console import Console
-    from rich.table import Table
+    if as_json:
+        typer.echo(json.dumps([h.to_dict() for h in PRESETS.values()], indent=2))
+        return
 
-    table = Table(title=title)
+    def tf(x: float) -> str:
+        return (f"{x / 1e12:,.0f}" if x >= 1e13 else f"{x / 1e12:.1f}") if x else "-"
+
+    rows = [{"name": h.name, "BF16": tf(h.peak_flops), "FP8": tf(h.peak_flops_fp8), "FP4": tf(h.peak_flops_fp4),
+             "HBM GB/s": f"{h.mem_bandwidth / 1e9:,.0f}", "mem GiB": f"{h.memory_bytes / 2**30:.0f}",
+             "link GB/s": f"{h.link_bandwidth / 1e9:,.0f}" if h.link_bandwidth else "-"} for h in PRESETS.values()]
+    _print_rows(rows, "Hardware presets", "dense tensor-core TFLOP/s per precision (- : none; FP8/FP4 then run "
+                "dequantised at the BF16 peak); link: per direction; sources: blendsim hardware NAME")
+
+
+def _kib(n: float) -> str:
+    return f"{n / 1024:,.1f}"
+
+
+def _print_fields(d: dict, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table, box
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for k, v in d.items():
+        table.add_row(k, f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000
+                      else (f"{v:.4g}" if isinstance(v, float) else str(v)))
+    Console().print(table)
+
+
+def _print_rows(rows: list[dict], title: str, legend: str = "") -> None:
+    from rich.console import Console
+    from rich.table import Table, box
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
     for i, k in enumerate(rows[0]):
-        table.add_column(k, no_wrap=i == 0, overflow="fold")
+        table.add_column(k, no_wrap=True, justify="left" if i == 0 else "right")
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
-    Console().print(table)
+    c = Console()
+    c.print(table)
+    if legend:
+        c.print(legend, soft_wrap=False)
 
 
 def get_app() -> typer.Typer:

@@ -9,6 +9,11 @@ import typer
 
 MODEL_HELP = "Model preset name (see `blendsim models`) or a HuggingFace config.json."
 HW_HELP = "Hardware preset (see `blendsim hardware`)."
+WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: the model's; fp8/fp4 run at the "
+                "device's FP8/FP4 tensor-core peak where it has one, int4 is dequantised to 16-bit).")
+KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
+SKEW_HELP = "MoE routing skew: 0 uniform, else the Zipf exponent of expert popularity."
+EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
 
 
 def cost_cmd(
@@ -24,6 +29,10 @@ def cost_cmd(
                                "nanoflow, or your own fixed_s=A,per_seq_s=B,per_token_s=C (seconds; after "
                                "'PRESET:' to start from a preset)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
+    weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
+    ep: int = typer.Option(1, "--ep", help=EP_HELP),
+    expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Price one step and show its per-operator breakdown."""
@@ -37,17 +46,21 @@ def cost_cmd(
         raise UserError("give --prefill-tokens and/or --decode-seqs")
     from sim.deployment import make_deployment
 
-    dep = make_deployment(model, hardware, tp, dtype)
+    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
     cm = build_cost_model(dep, mode, engine, profile)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context, decode_seqs + (1 if prefill_tokens else 0))
     sc = cm.cost(f)
     rows = cm.breakdown(f)
-    per_layer = [{k: r[k] for k in ("op", "flops", "bytes", "time_s")} for r in rows if r["scope"] == "layer"]
+    keys = ("op", "flops", "bytes", "time_s") if not (dep.model.is_moe or dep.model.is_mla) else \
+        ("op", "flops", "bytes", "time_s", "layers")
+    per_layer = [{k: r[k] for k in keys} for r in rows if r["scope"] == "layer"]
     whole = [{k: r[k] for k in ("op", "flops", "bytes", "time_s")} for r in rows if r["scope"] == "model"]
+    m = dep.model
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
-           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": dep.model.num_layers, "mode": mode,
-           "engine": cm.engine.name, "cost_model": cm.timer_name, "per_layer": per_layer, "whole_model": whole}
+           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
+           "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+           "kv_dtype": m.kv_dtype, "ep": dep.ep, "per_layer": per_layer, "whole_model": whole}
     for note in cm.notes():
         typer.echo(f"note: {note}", err=True)
     if as_json:
@@ -56,12 +69,14 @@ def cost_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"{dep.model.name} on {dep.hardware.name} x{tp}, {mode}, {cm.timer_name}, engine {cm.engine.name}")
+    prec = f"weights {m.weights}, KV {m.kv_dtype}" + (f", ep {dep.ep}" if dep.ep > 1 else "")
+    t = Table(title=f"{m.name} on {dep.hardware.name} x{tp} ({prec}), {mode}, {cm.timer_name}, engine {cm.engine.name}")
     for c in ("op", "scope", "GFLOP", "MB", "time (us)", "x layers (ms)"):
         t.add_column(c, justify="right" if c != "op" else "left")
     for r in rows:
-        mult = dep.model.num_layers if r["scope"] == "layer" else 1
-        t.add_row(r["op"], r["scope"], f"{r['flops'] / 1e9:.3f}", f"{r['bytes'] / 1e6:.3f}",
+        mult = r["layers"]
+        scope = r["scope"] if mult in (1, m.num_layers) else f"{mult} layers"
+        t.add_row(r["op"], scope, f"{r['flops'] / 1e9:.3f}", f"{r['bytes'] / 1e6:.3f}",
                   f"{r['time_s'] * 1e6:.1f}", f"{r['time_s'] * mult * 1e3:.3f}")
     c = Console()
     c.print(t)
@@ -72,15 +87,19 @@ def cost_cmd(
 
 def simulate_cmd(
     trace: Path = typer.Argument(..., help="Trace Parquet file (see `blendsim workloads`)."),
-    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`)."),
+    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`), or "
+                                                             "your own: path/to/file.py:ClassName."),
     model: str = typer.Option("llama-3-8b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
-    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow, "
-                                                       "or fixed_s=A,per_seq_s=B,per_token_s=C (default: the policy's own)."),
+    engine: str = typer.Option(None, "--engine", help="Engine profile: trtllm, vllm, vllm-v0, sglang, nanoflow "
+                                                       "(its scheduler defaults, overheads, CUDA graphs and fitted "
+                                                       "kernel efficiencies; the policy keeps its ordering; explicit "
+                                                       "options win), ideal, or fixed_s=A,per_seq_s=B,per_token_s=C "
+                                                       "(default: the policy's own)."),
     token_budget: int = typer.Option(None, "--token-budget", help="New tokens per step, chunked prefill "
                                                                   "(default: the policy's)."),
     max_seqs: int = typer.Option(None, "--max-seqs", help="Running sequences per replica, 0 = no cap "
@@ -95,6 +114,10 @@ def simulate_cmd(
                                           help="Free a cached prefix as soon as no running request uses it "
                                                "(only requests in memory together share)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype."),
+    weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
+    ep: int = typer.Option(1, "--ep", help=EP_HELP),
+    expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
     offline: bool = typer.Option(False, "--offline", help="Release every request at t=0."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     record_schedule: bool = typer.Option(False, "--record-schedule",
@@ -117,6 +140,7 @@ def simulate_cmd(
     check_run_dir(out, digest, force)
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
+                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))
@@ -165,42 +189,16 @@ def _with_progress(fn, total: int, show: bool):
 
 
 def print_summary(s: dict, out: Path | None = None) -> None:
-    from rich.console import Console
+    from reports.terminal import print_run_summary
 
-    c = Console(soft_wrap=True)
-    c.print(f"[bold]{s['policy']}[/] on {s['model']} / {s['hardware']} x{s['tp']} "
-            f"({s['replicas']} replica(s), {s['mode']} mode, engine {s['engine']}, {s['cost_model']} cost model)")
-    c.print(f"  {s['n_requests']} requests, {s['input_tokens']} input + {s['output_tokens']} output tokens, "
-            f"{s['steps']} steps")
-    c.print(f"  makespan {s['makespan_s']:.2f} s, throughput {s['throughput_tok_s']:.0f} tok/s, "
-            f"{100 * s['frac_of_opt']:.1f}% of T_o ({100 * s['frac_of_practical_opt']:.1f}% of the practical optimum)")
-    c.print(f"  prefix sharing {100 * s['prefix_sharing_ratio']:.2f}% (optimal {100 * s['optimal_sharing_ratio']:.2f}%), "
-            f"recomputed {s['recomputed_tokens']} tokens, {s['preemptions']} preemptions, "
-            f"compute density {_fmt(s['compute_density'], '.3f')}")
-    if "latency_mean_s" in s:
-        c.print(f"  latency mean {s['latency_mean_s']:.2f} s, p99 {s['latency_p99_s']:.2f} s, TTFT mean "
-                f"{s['ttft_mean_s']:.3f} s, TBT mean {1e3 * s['tbt_mean_s']:.1f} ms, SLO attainment "
-                f"{100 * s['slo_attainment']:.1f}%, goodput {s['goodput_tok_s']:.0f} tok/s")
-    if out is not None:
-        c.print(f"  wrote {out}/")
+    print_run_summary(s, out)
 
 
-def _fmt(x, spec: str) -> str:
-    """A figure that may not exist (None in summary.json, inf in memory: e.g. the compute density of
-    a trace that reads no KV) as "n/a"."""
-    import math
+def policies_cmd(name: str = typer.Argument(None, help="A policy: show its options, defaults and their sources.")) -> None:
+    """List the scheduling policies; with NAME, that policy's options."""
+    from reports.terminal import print_policies
 
-    return format(x, spec) if x is not None and math.isfinite(x) else "n/a"
-
-
-def policies_cmd() -> None:
-    """List the scheduling policies."""
-    from policies.base import get_policy, policy_names
-
-    for name in policy_names():
-        cls = get_policy(name)
-        opts = ", ".join(f"{k}={d!r}" for k, (d, _) in cls.options.items())
-        typer.echo(f"{name:12s} {cls.description}" + (f"  [options: {opts}]" if opts else ""))
+    print_policies(name)
 
 
 def demo_cmd(

@@ -66,12 +66,29 @@ def calibrate_cmd(
 
 
 @cal_app.command("show")
-def show_cmd(profile: Path = typer.Argument(..., help="Profile JSON.")) -> None:
+def show_cmd(
+    profile: Path = typer.Argument(..., help="Profile JSON."),
+    weights: str = typer.Option(None, "--weights", help="Say whether the profile prices runs with these GEMM "
+                                                        "weights (bf16, fp16, fp8, fp4, int4)."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="... and this KV-cache dtype (bf16, fp16, fp8)."),
+) -> None:
     """Print a profile's device, fit errors and coverage (operators and grid ranges)."""
     from calibrate.report import print_profile
+    from sim.models import KV_DTYPES, WEIGHT_PRECISIONS
     from sim.profile import load_profile
 
-    print_profile(load_profile(profile))
+    if weights is not None and weights not in WEIGHT_PRECISIONS:
+        raise UserError(f"--weights {weights}: use one of {', '.join(WEIGHT_PRECISIONS)}")
+    if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+        raise UserError(f"--kv-dtype {kv_dtype}: use one of {', '.join(KV_DTYPES)}")
+    prof = load_profile(profile)
+    print_profile(prof)
+    if weights or kv_dtype:
+        asked = {"--weights": weights, "--kv-dtype": kv_dtype}
+        off = [f"{k} {v}" for k, v in asked.items() if v is not None and v != prof.dtype]
+        typer.echo(f"precision: measured with {prof.dtype} weights and KV; "
+                   + (f"it does not price runs with {' and '.join(off)} (the roofline or a profile measured in "
+                      f"that precision does)" if off else "it prices runs with these precisions"))
 
 
 @cal_app.command("import-vidur")

@@ -52,14 +52,38 @@ def _bars(ax, g: pd.DataFrame, order: list[str], col: dict, value: str, scale: f
         vals = [rows[value].get(w, np.nan) * scale for w in groups]
         ax.bar(np.arange(len(groups)) - 0.4 + width * (j + 0.5), vals, width, label=p, color=col[p])
     ax.set_xticks(np.arange(len(groups)))
-    ax.set_xticklabels([_short(w) for w in groups], rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
+    ax.set_xticklabels([_short(w) for w in groups])
+    ax.set_xlim(-0.6, len(groups) - 0.4)
     return groups, width
+
+
+def tilt_if_crowded(ax, gap_px: float = 4.0) -> None:
+    """Rotate the x tick labels (35°, then 60°, then upright) while two neighbours, as drawn, come closer
+    than ``gap_px``."""
+    fig = ax.figure
+    for angle in (0, 35, 60, 90):
+        if angle:
+            for t in ax.get_xticklabels():
+                t.set_rotation(angle)
+                t.set_ha("right" if angle < 90 else "center")
+                t.set_rotation_mode("anchor" if angle < 90 else "default")
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        boxes = sorted((t.get_window_extent(r) for t in ax.get_xticklabels() if t.get_text()), key=lambda b: b.x0)
+        if all(b.x0 - a.x1 >= gap_px for a, b in zip(boxes, boxes[1:])):
+            return
 
 
 def _marks(ax, xs, ys, style: dict, label: str) -> None:
     for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
         if np.isfinite(y):
             ax.hlines(y, x - 0.45, x + 0.45, label=label if k == 0 else None, **style)
+
+
+def _size(g: pd.DataFrame) -> tuple[float, float]:
+    """Figure size of a bar chart: wider with more workloads, taller with more policies in the legend."""
+    n, k = g["group"].nunique(), g["label"].nunique()
+    return min(12.0, max(7.0, 0.75 * n * max(1.0, k / 4) + 3.5)), max(4.2, 0.22 * k + 2.6)
 
 
 def _short(group: str) -> str:
@@ -70,10 +94,10 @@ def _bar_figure(fig, ax, name, heading, dep, part, ylabel, xlabel, title, captio
     """Label, legend and grid of a per-workload bar chart, as a Figure."""
     ax.set_ylabel(ylabel)
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
+    tilt_if_crowded(ax)
     return Figure(f"{name}-{_slug(dep)}-{part}", f"{heading} — {dep}" + (f" (part {part + 1})" if part else ""),
                   caption, fig)
 
@@ -82,7 +106,7 @@ def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
     """Throughput of each policy per workload, with T_o's throughput and the practical optimum."""
     col, out = colors(order), []
     for dep, g, part in _chunks(df):
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * g["group"].nunique() + 2.5), 4.2))
+        fig, ax = plt.subplots(figsize=_size(g), layout="constrained")
         groups, _ = _bars(ax, g, order, col, "throughput_tok_s")
         first = g.drop_duplicates("group").set_index("group")
         tokens = first["input_tokens"] + first["output_tokens"]
@@ -102,12 +126,16 @@ def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
 def sharing_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
     """Prefix sharing ratio achieved by each policy per workload, with the optimal s_o marked."""
     col, out = colors(order), []
+    if not (df["optimal_sharing_ratio"].fillna(0) > 0).any() and not (df["prefix_sharing_ratio"].fillna(0) > 0).any():
+        return out  # nothing shared anywhere: the caller says so in words
     for dep, g, part in _chunks(df):
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * g["group"].nunique() + 2.5), 4.0))
+        fig, ax = plt.subplots(figsize=_size(g), layout="constrained")
         groups, _ = _bars(ax, g, order, col, "prefix_sharing_ratio", 100.0)
         opt = g.drop_duplicates("group").set_index("group")["optimal_sharing_ratio"] * 100.0
         _marks(ax, np.arange(len(groups)), [opt.get(w, np.nan) for w in groups],
                {"colors": "black", "linewidths": 2}, "optimal s_o (DFS, unbounded cache)")
+        top = float(np.nanmax(np.r_[g["prefix_sharing_ratio"].to_numpy(float), opt.to_numpy(float) / 100.0]))
+        ax.set_ylim(0.0, max(100.0 * top * 1.12, 1.0))
         out.append(_bar_figure(fig, ax, "sharing", "Prefix sharing", dep, part, "prefix sharing ratio (%)", "workload",
                                f"Prefix sharing vs optimal — {dep}",
                                "s = 1 - (prefill tokens computed - recomputed) / prompt tokens (BatchLLM Eq. 2, "
@@ -131,28 +159,77 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
     return out
 
 
+# Speedups within 1% of 1 are marked as no difference: a different seed of the same recipe moves a speedup
+# about that much (blendserve recipe, 2,000 requests, rho 1.1, s 0.35, seeds 0-3: blendserve / dfs 0.997-1.021,
+# random / dfs 1.009-1.024), and more for smaller traces.
+NOISE = 0.01
+LATENCY_FIGURES = 6  # online workloads drawn (the latency table has them all)
+
+
 def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
+    """One speedup grid. The colour scale is centred on 1 and spans the data (at least ±3 x NOISE, so a
+    grid of near-ties stays pale); cells within NOISE of 1 are hatched and their text is grey."""
     v = m.to_numpy(dtype=float)
-    fig, ax = plt.subplots(figsize=(1.1 * v.shape[1] + 2.8, 0.42 * v.shape[0] + 1.8))
+    fig, ax = plt.subplots(figsize=(1.0 * v.shape[1] + 3.4, 0.45 * v.shape[0] + 2.0), layout="constrained")
     finite = v[np.isfinite(v)]
-    span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.0, 0.01)
+    span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.0, 3 * NOISE)
     im = ax.imshow(np.ma.masked_invalid(v), origin="lower", aspect="auto", cmap="RdYlGn",
                    norm=TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span))
+    quiet = 0
     for (i, j), x in np.ndenumerate(v):
-        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.2f}", ha="center", va="center", fontsize=8)
+        tie = bool(np.isfinite(x) and abs(x - 1.0) < NOISE)
+        quiet += tie
+        if tie:
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
+        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.2f}", ha="center", va="center", fontsize=8,
+                color="0.45" if tie else "black")
     ax.set_xticks(range(v.shape[1]))
     ax.set_xticklabels([f"{s:g}" for s in m.columns])
     ax.set_yticks(range(v.shape[0]))
     ax.set_yticklabels([f"{d:g}" for d in m.index])
     ax.set_xlabel("optimal prefix sharing ratio s (grid target)")
     ax.set_ylabel("compute density ρ (grid target)")
-    ax.set_title(f"Speedup of {policy} over {baseline}\n{dep}", fontsize=10)
-    fig.colorbar(im, ax=ax, label=f"throughput {policy} / {baseline} (×)")
-    fig.tight_layout()
+    ax.set_title(f"Speedup of {policy} over {baseline}\n{dep}", fontsize=10, loc="left")
+    fig.colorbar(im, ax=ax, label="throughput ratio (×)")
     mean = float(np.exp(np.log(finite).mean())) if finite.size else float("nan")
+    lo = finite.min() if finite.size else float("nan")
+    hi = finite.max() if finite.size else float("nan")
     return Figure(f"heatmap-{_slug(policy)}-vs-{_slug(baseline)}-{_slug(dep)}", f"Speedup heatmap: {policy} vs {baseline} — {dep}",
-                  f"Throughput ratio per grid point (geometric mean {mean:.3f}×, range "
-                  f"{finite.min() if finite.size else float('nan'):.3f}–{finite.max() if finite.size else float('nan'):.3f}×).", fig)
+                  f"Throughput of {policy} over {baseline} per grid point (geometric mean {mean:.3f}×, range "
+                  f"{lo:.3f}–{hi:.3f}×). Colours are centred on 1 and span ±{100 * span:.0f}%; hatched cells "
+                  f"({quiet} of {finite.size}) are within ±{100 * NOISE:.0f}% of 1, about what a different seed of the "
+                  f"same recipe moves a speedup, and count as no difference.", fig)
+
+
+def latency_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
+    """Per online workload: each policy's latency (p50, mean, p99) and TTFT (mean, p99), side by side."""
+    out = []
+    for g in list(dict.fromkeys(df["group"]))[:LATENCY_FIGURES]:
+        rows = df[df["group"] == g].set_index("label")
+        labels = [p for p in order if p in rows.index]
+        fig, axes = plt.subplots(1, 2, figsize=(min(12.0, 5.0 + 0.9 * len(labels)), 3.8), layout="constrained")
+        x = np.arange(len(labels))
+        for ax, stats, name in ((axes[0], ("latency_p50_s", "latency_mean_s", "latency_p99_s"), "latency (s)"),
+                                (axes[1], ("ttft_mean_s", "ttft_p99_s"), "time to first token (s)")):
+            have = [c for c in stats if c in rows and rows[c].notna().any()]
+            w = 0.8 / max(len(have), 1)
+            for k, c in enumerate(have):
+                ax.bar(x - 0.4 + w * (k + 0.5), rows.loc[labels, c].to_numpy(float), w, label=c.split("_")[1],
+                       color=plt.get_cmap("Blues")(0.45 + 0.25 * k))
+            ax.set_xticks(x)
+            ax.set_xticklabels(labels)
+            ax.set_ylabel(name)
+            ax.grid(axis="y", alpha=0.3)
+            top = np.nanmax(rows.loc[labels, have].to_numpy(float)) if have else np.nan
+            if np.isfinite(top) and top > 0:
+                ax.set_ylim(0.0, 1.3 * top)  # room for the legend above the bars
+            ax.legend(fontsize=8, ncol=len(have) or 1, loc="upper left")
+            tilt_if_crowded(ax)
+        axes[0].set_title(f"Latency per policy — {g}", loc="left", fontsize=10)
+        out.append(Figure(f"latency-{_slug(g)}", f"Latency per policy — {g}",
+                          "Left: request latency (finish - arrival), median, mean and 99th percentile; right: time "
+                          "to first token, mean and 99th percentile.", fig))
+    return out
 
 
 def _slug(s: str) -> str:
@@ -161,4 +238,4 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", s).strip("_")
 
 
-__all__ = ["Figure", "colors", "sharing_bars", "speedup_heatmaps", "throughput_bars"]
+__all__ = ["Figure", "colors", "latency_bars", "sharing_bars", "speedup_heatmaps", "throughput_bars"]

@@ -12,7 +12,8 @@ def report_cmd(
                                                   "and validation directories."),
     out: Path = typer.Option(None, "-o", "--out", help="Report directory to write (default: "
                                                        "reports/generated/<first input's name>)."),
-    baseline: str = typer.Option(None, "--baseline", help="Policy the speedups are over (default: dfs when present)."),
+    baseline: str = typer.Option(None, "--baseline", help="Policy the speedups are over (default: dfs when present, "
+                                                           "else the first by name; the report says which and why)."),
     steps_workload: str = typer.Option(None, "--steps-workload", help="Workload whose per-step compute and memory "
                                                                       "time is drawn (default: the middle one)."),
     steps_policies: str = typer.Option(None, "--steps-policies", help="Comma list of policies drawn per step "
@@ -20,11 +21,13 @@ def report_cmd(
 ) -> None:
     """Write REPORT_DIR/index.html (self-contained: tables and plots), report.md and CSV tables.
 
-    Tables: policies side by side per workload (throughput, speedup over the baseline, prefix sharing
-    and its fraction of optimal, fraction of T_o and of the practical optimum, latency/SLO when
-    present). Plots: throughput with the optimal bound, speedup heatmaps over a sweep's grid, prefix
-    sharing vs optimal, per-step compute vs memory time, and predicted vs measured step time for
-    validation directories.
+    Online workloads (requests with arrival times) are compared by latency (mean, p50, p99, TTFT, TBT;
+    SLO attainment and goodput when the traces have SLOs). Offline workloads are compared by
+    throughput: speedup over the baseline (averaged only over the workloads each policy shares with
+    it), prefix sharing and its fraction of optimal, fraction of T_o and of the practical optimum.
+    Plots: latency per policy, throughput with the optimal bound, speedup heatmaps over a sweep's
+    grid, prefix sharing vs optimal, per-step compute vs memory time, and predicted vs measured step
+    time for validation directories. Runs whose makespan one long request dominates are flagged.
     """
     from reports.render import write_report
     from sim.clikit import parse_names

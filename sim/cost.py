@@ -24,7 +24,19 @@ import numpy as np
 from sim.batch import BatchFeatures
 from sim.deployment import Deployment
 from sim.errors import UserError
-from sim.ops import GEMM_OPS, OPS, Shapes, gemm_m, op_counts
+from sim.ops import (
+    ALL_GEMM_OPS,
+    FEATURE_OPS,
+    LOWP_GEMMS,
+    MOE_OPS,
+    OPS,
+    Shapes,
+    attn_coefs,
+    gemm_m,
+    mla_absorb_counts,
+    mla_up_counts,
+    op_counts,
+)
 
 MODES = ("sequential", "overlap")
 
@@ -151,7 +163,9 @@ class RooflineTimer:
         hw, m = dep.hardware, dep.model
         self.shapes = Shapes.of(dep)
         peak = hw.flops_for(m.dtype)
-        self.gemm_rate = peak * hw.compute_efficiency
+        self.gemm_rate = peak * hw.compute_efficiency  # 16-bit GEMMs (LM head, routers) and decode attention
+        # GEMMs with weights in the ``weights`` precision: at its tensor-core peak where the device has one
+        self.lowp_rate = hw.flops_for(m.weights) * hw.compute_efficiency
         self.attn_rate = peak * hw.attention_compute_efficiency
         self.bw = hw.mem_bandwidth * hw.memory_efficiency
         self.ew_bw = hw.mem_bandwidth * hw.elementwise_efficiency
@@ -164,11 +178,11 @@ class RooflineTimer:
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
         launch = kernels * self.launch
-        if op in GEMM_OPS:
-            m = np.asarray(gemm_m(op, f))
+        if op in ALL_GEMM_OPS:
+            m = np.asarray(gemm_m(op, f, self.shapes))
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
             pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
-            tc = flops * pad / self.gemm_rate
+            tc = flops * pad / (self.lowp_rate if op in LOWP_GEMMS else self.gemm_rate)
             tm = nbytes / self.bw
             if self.blend:
                 # NOTE: a p-norm instead of max(): near the ridge neither bound is reached (see hardware.py)
@@ -183,23 +197,27 @@ class RooflineTimer:
                 return 0.0 * nbytes
             t = self.shapes.tp
             return kernels * self.link_lat + 2 * (t - 1) / t * nbytes / self.link_bw
+        if op == "a2a":
+            # dispatch and combine: every GPU sends and receives its share at once over its links
+            if self.link_bw <= 0:
+                return 0.0 * nbytes
+            return kernels * self.link_lat + nbytes / self.link_bw
         return nbytes / self.ew_bw + launch
 
     def attn_scalars(self):
         """Closures pricing one layer's prefill and decode attention from scalars (engine hot path)."""
-        s = self.shapes
-        q4, b, kv2, q2 = 4 * s.q, s.dtype_bytes, 2 * s.kv, 2 * s.q
+        fp, bq, bkey, fd, bdk, bds = attn_coefs(self.shapes)
         ar, gr, bw, la = self.attn_rate, self.gemm_rate, self.bw, self.launch
 
         def prefill(Tp, Np, pairs, pkv, chunks=None):
-            a = q4 * pairs / ar
-            m = b * (q2 * Tp + pkv * kv2) / bw
+            a = fp * pairs / ar
+            m = (bq * Tp + bkey * pkv) / bw
             return (a if a > m else m) + la
 
         def decode(D, Cd):
             keys = Cd + D
-            a = q4 * keys / gr
-            m = b * (keys * kv2 + q2 * D) / bw
+            a = fd * keys / gr
+            m = (bdk * keys + bds * D) / bw
             return (a if a > m else m) + la
 
         return prefill, decode
@@ -222,6 +240,8 @@ class CostModel:
         self.timer = timer or RooflineTimer(dep)
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
         self.layers = dep.model.num_layers
+        self.graph_cap = 0  # HOOK (sim.engines): pure-decode steps run at CUDA-graph sizes up to this
+        self._mla = dep.model.is_mla
         self._tables_n = 0
         self._grow(4096)
         self._prefill_s, self._decode_s = self.timer.attn_scalars()
@@ -233,24 +253,38 @@ class CostModel:
 
     def notes(self) -> list[str]:
         """Messages for the user (e.g. operators a profile lacks), each once."""
-        return self.timer.notes()
+        out = list(self.timer.notes())
+        prof = getattr(self.timer, "profile", None)
+        if prof is not None:
+            s = self._shapes
+            own = [op for op in OPS if s.applies(op) and op not in prof.ops
+                   and (op in ("kv_up_proj", "attn_absorb") or op in MOE_OPS)]
+            if own:
+                out.append(f"profile {prof.path or ''} has no MoE/MLA operators: using the roofline for "
+                           f"{', '.join(own)}")
+        return out
 
     def breakdown(self, f: BatchFeatures) -> list[dict]:
-        """Per operator: scope, class, FLOPs, bytes and seconds (layer ops: one layer)."""
-        counts = op_counts(self.timer.shapes if hasattr(self.timer, "shapes") else Shapes.of(self.dep), f)
+        """Per operator: scope, class, FLOPs, bytes and seconds (layer ops: one layer), and ``layers``: how
+        many times it runs in the step (the decoder layers it belongs to; 1 for model ops)."""
+        f = self._graph_padded(f)
+        s = self.timer.shapes if hasattr(self.timer, "shapes") else Shapes.of(self.dep)
+        counts = op_counts(s, f)
         rows = []
         for op, (flops, nbytes, kernels) in counts.items():
+            if not s.applies(op):
+                continue
             cls, scope = OPS[op]
             t = float(self.timer.op_time(op, flops, nbytes, kernels, f))
             rows.append({"op": op, "scope": scope, "class": cls, "flops": float(flops), "bytes": float(nbytes),
-                         "time_s": t})
+                         "time_s": t, "layers": s.layers_of(op)})
         return rows
 
     def cost(self, f: BatchFeatures) -> StepCost:
         """Price one step (exact, through the per-operator breakdown)."""
         c = m = o = comm = 0.0
         for r in self.breakdown(f):
-            t = r["time_s"] * (self.layers if r["scope"] == "layer" else 1)
+            t = r["time_s"] * r["layers"]
             if r["class"] == "compute":
                 c += t
             elif r["class"] == "memory":
@@ -264,13 +298,14 @@ class CostModel:
 
     def cost_many(self, f) -> dict[str, np.ndarray]:
         """Vectorised pricing: ``f`` has BatchFeatures' fields as equal-length arrays."""
+        f = self._graph_padded(f)
         shapes = Shapes.of(self.dep)
         counts = op_counts(shapes, f)
         acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
         for op, (flops, nbytes, kernels) in counts.items():
             cls, scope = OPS[op]
             t = self.timer.op_time(op, flops, nbytes, kernels, f)
-            acc[cls] = acc[cls] + t * (self.layers if scope == "layer" else 1)
+            acc[cls] = acc[cls] + t * shapes.layers_of(op)
         c, m, o, comm = (np.asarray(acc[k], dtype=float) for k in ("compute", "memory", "other", "comm"))
         ovh = self.engine(np.asarray(f.num_prefill_seqs) + np.asarray(f.num_decode), np.asarray(f.num_tokens))
         return {"time_s": self._combine_arr(c, m, o, comm) + ovh, "compute_s": c, "memory_s": m,
@@ -283,6 +318,9 @@ class CostModel:
         :meth:`cost` on the same features (tested). ``chunks`` (the Batch's prefill list) lets a
         calibrated model price each sequence's prefill attention call on its own.
         """
+        T0 = T
+        if self.graph_cap and not Np:  # HOOK (sim.engines): CUDA-graph padding of a decode-only step
+            T = N = _graph_size(T, self.graph_cap)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[N]
@@ -291,9 +329,13 @@ class CostModel:
         comm = self._tcomm[T]
         if Np:
             c += self._prefill_s(Tp, Np, pairs, pkv, chunks) * self.layers
+            if self._mla:
+                c += self._mla_time("kv_up_proj", _Feat(num_prefill_seqs=Np, prefill_kv_tokens=pkv))
         if D:
             m += self._decode_s(D, Cd) * self.layers
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T
+            if self._mla:
+                c += self._mla_time("attn_absorb", _Feat(num_decode=D))
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T0
         if self.mode == "sequential":
             return c + m + o + comm + ovh, c, m
         hi = c if c > m else m
@@ -303,17 +345,34 @@ class CostModel:
 
     def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
-        T = D
+        T = _graph_size(D, self.graph_cap) if self.graph_cap else D  # HOOK (sim.engines)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
-        c = self._tc[T] + self._tl[D] + 0 * Cd
+        c = self._tc[T] + self._tl[T] + 0 * Cd
+        if self._mla and D:
+            c = c + self._mla_time("attn_absorb", _Feat(num_decode=D))
         m = self._tm[T] + self._attn_decode(D, Cd)
         o = self._to[T]
         comm = self._tcomm[T]
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * T
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * D
         return self._combine_arr(c, m, o, comm) + ovh, c, m
 
     # ---- internals ------------------------------------------------------------------------
+    def _graph_padded(self, f):
+        """HOOK (sim.engines): a decode-only step's rows at its CUDA-graph size, as :meth:`step` prices it."""
+        if not self.graph_cap:
+            return f
+        from sim.engines import graph_pad
+
+        dec = np.asarray(f.num_prefill_seqs) == 0
+        pad = np.where(dec, graph_pad(np.asarray(f.num_decode), self.graph_cap), np.asarray(f.num_tokens))
+        logits = np.where(dec, pad, np.asarray(f.num_logits))
+        if np.ndim(pad) == 0:
+            return replace(f, num_tokens=int(pad), num_logits=int(logits)) if isinstance(f, BatchFeatures) \
+                else _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": int(pad),
+                              "num_logits": int(logits)})
+        return _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": pad, "num_logits": logits})
+
     def _combine(self, c, m, o, comm):
         if self.mode == "sequential":
             return c + m + o + comm
@@ -326,12 +385,20 @@ class CostModel:
         hi = np.maximum(np.maximum(c, m), comm)
         return hi + self.kappa * (c + m + comm - hi) + o
 
+    def _mla_time(self, op: str, f) -> float:
+        """All layers of one of MLA's feature-dependent GEMMs (prefill up-projection, decode absorption)."""
+        if op == "kv_up_proj":
+            flops, nbytes, kernels = mla_up_counts(self._shapes, f.prefill_kv_tokens, 1)
+        else:
+            flops, nbytes, kernels = mla_absorb_counts(self._shapes, f.num_decode, 1)
+        return float(self.timer.op_time(op, flops, nbytes, kernels, f)) * self.layers
+
     def _attn_decode(self, D, Cd):
         f = _Feat(num_decode=D, decode_ctx_sum=Cd)
-        s = self._shapes
+        _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self._shapes)
         keys = Cd + D
-        flops = 4 * s.q * keys
-        nbytes = s.dtype_bytes * (keys * 2 * s.kv + 2 * D * s.q)
+        flops = fd * keys
+        nbytes = bdk * keys + bds * D
         t = self.timer.op_time("attn_decode", flops, nbytes, 1, f) * self.layers
         return float(t) if np.ndim(t) == 0 else t
 
@@ -344,14 +411,14 @@ class CostModel:
         acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
         lm = 0.0
         for op, (flops, nbytes, kernels) in counts.items():
-            if op in ("attn_prefill", "attn_decode"):
+            if op in FEATURE_OPS:
                 continue
             cls, scope = OPS[op]
             t = np.asarray(self.timer.op_time(op, flops, nbytes, kernels, f), dtype=float) + 0 * T
             if op == "lm_head":
                 lm = t
                 continue
-            acc[cls] = acc[cls] + t * (self.layers if scope == "layer" else 1)
+            acc[cls] = acc[cls] + t * self._shapes.layers_of(op)
         self._tc = np.asarray(acc["compute"] + 0 * T, dtype=float).tolist()
         self._tm = np.asarray(acc["memory"] + 0 * T, dtype=float).tolist()
         self._to = np.asarray(acc["other"] + 0 * T, dtype=float).tolist()
@@ -378,13 +445,33 @@ def features_arrays(**arrays) -> _Feat:
 
 def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "ideal", profile=None) -> CostModel:
     """The roofline model, or the calibrated one when a profile (path or Profile) is given."""
+    from sim.engines import is_profile
+
+    if isinstance(engine, str) and is_profile(engine):  # HOOK (sim.efficiency): an engine profile
+        from sim.efficiency import profile_cost_model
+
+        return profile_cost_model(dep, mode, engine, profile)
     if profile is None:
         return CostModel(dep, mode, engine)
     from sim.profile import ProfileTimer, load_profile
 
     prof = load_profile(profile) if not hasattr(profile, "ops") else profile
+    m = dep.model
+    for what, v in (("--weights", m.weights), ("--kv-dtype", m.kv_dtype)):
+        if v != m.dtype:  # a profile measures one dtype throughout
+            raise UserError(f"{prof.path or 'profile'}: measured in {prof.dtype}, but the run uses {what} {v}; "
+                            f"calibrate with that precision or drop {what}")
     timer = ProfileTimer(prof, dep)
     return CostModel(dep, mode, engine, timer=timer, interference=prof.interference)
+
+
+def _graph_size(n: int, cap: int) -> int:
+    """Scalar twin of ``sim.engines.graph_pad`` for the engine's hot path."""
+    if n > cap or n <= 0:
+        return n
+    if n <= 256:
+        return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else min(-(-n // 8) * 8, cap)
+    return min(-(-n // 256) * 256, cap)
 
 
 def largest_fit(time_of, limit: float, cap: int) -> int:

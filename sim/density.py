@@ -43,11 +43,13 @@ class Rates:
     def of(dep: Deployment, interference: float | None = None) -> Rates:
         m, hw = dep.model, dep.hardware
         return Rates(
-            flops=hw.flops_for(m.dtype) * hw.compute_efficiency * dep.tp,
+            # NOTE: the fastest GEMM rate of the deployment (FP8/FP4 weights: their tensor-core peak), so
+            # T_o stays a lower bound; MoE models multiply by their active GEMM weights only
+            flops=max(hw.flops_for(m.dtype), hw.flops_for(m.weights)) * hw.compute_efficiency * dep.tp,
             bandwidth=hw.mem_bandwidth * hw.memory_efficiency * dep.tp,
-            gemm_params=m.num_layers * m.layer_linear_params,
+            gemm_params=m.gemm_params_active,
             head_params=m.lm_head_params,
-            attn_coef=2.0 * m.q_dim * m.num_layers,
+            attn_coef=m.num_layers * m.attn_flops_per_pair / 2.0,
             kv_bytes=dep.kv_bytes_per_token,
             interference=hw.overlap_interference if interference is None else interference,
         )

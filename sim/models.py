@@ -1,20 +1,40 @@
 """Model architecture specs (ModelSpec): presets and HuggingFace ``config.json`` loading.
 
-Parameter counts and KV bytes per token are derived from the architecture, never typed in.
+Dense decoders (Llama, Mistral, Qwen2/3, OPT), mixture-of-experts decoders (Qwen3-MoE, Mixtral, Llama 4's
+text model, DeepSeek-V2/V3) and multi-head latent attention (DeepSeek). Parameter counts, active
+parameters and KV bytes per token are derived from the architecture, never typed in.
+
+Precisions: ``dtype`` is the activation (compute) dtype; ``weights`` the storage of the GEMM weights
+(``bf16|fp16|fp8|fp4|int4``; embeddings, LM head, norms and routers stay in ``dtype``, as published FP8
+and FP4 checkpoints keep them); ``kv_dtype`` the KV cache's (``bf16|fp16|fp8``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from sim.errors import UserError
 
+# activation / compute dtypes (fp8 kept for the older ``--dtype fp8``: everything in one byte)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Bytes per stored weight, block scales included:
+# * fp8: one byte (per-tensor, per-channel or DeepSeek's 128x128-block fp32 scales add < 0.01%);
+# * fp4: NVFP4, 4-bit E2M1 values with one FP8 E4M3 scale per 16 values = 4.5 bits (NVIDIA technical
+#   blog "Introducing NVFP4 for efficient and accurate low-precision inference", 2025-06-24);
+# * int4: AWQ/GPTQ layout, 4-bit values with an fp16 scale and a 4-bit zero point per group of 128
+#   = 4 + 20/128 bits (Lin et al., AWQ, MLSys'24; the AutoAWQ/GPTQ checkpoint format).
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 4.5 / 8, "int4": (4 + 20 / 128) / 8}
+WEIGHT_PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int4")
+KV_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+KV_DTYPES = ("bf16", "fp16", "fp8")
 _HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8"}
-# decoder layouts whose shapes this module reads correctly (Llama-style, and OPT)
-SUPPORTED_TYPES = {"llama", "mistral", "qwen2", "opt"}
+# decoder layouts whose shapes this module reads (llama4: the text model of the config's text_config)
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "opt", "qwen3_moe", "mixtral", "llama4", "deepseek_v2",
+                   "deepseek_v3")
+_SUPPORTED = set(SUPPORTED_TYPES) | {"llama4_text"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,47 +46,133 @@ class ModelSpec:
     num_layers: int  # L: decoder layers
     num_heads: int  # query heads
     num_kv_heads: int  # key/value heads (== num_heads for MHA, fewer for GQA)
-    intermediate_size: int  # MLP inner width
+    intermediate_size: int  # MLP inner width of the dense (non-MoE) layers
     vocab_size: int
     head_dim: int = 0  # 0 means hidden_size // num_heads
     tie_word_embeddings: bool = False  # LM head shares the embedding matrix
     gated_mlp: bool = True  # SwiGLU (gate, up, down) vs a plain two-matrix MLP (OPT)
     rope: bool = True  # rotary position embedding (False: learned positions, OPT)
     qkv_bias: bool = False  # Qwen2 adds biases to q/k/v (negligible cost, kept for shapes)
-    dtype: str = "bf16"  # weight and KV-cache dtype
+    dtype: str = "bf16"  # activation dtype (and weight/KV dtype unless given below)
     max_position_embeddings: int = 8192
     source: str = ""  # where the numbers come from
+    weights: str = ""  # GEMM weight precision; "" = dtype
+    kv_dtype: str = ""  # KV-cache dtype; "" = dtype
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3): 2 x head_dim weights a layer
+    model_type: str = "llama"
+    # ---- mixture of experts (num_experts 0: dense) ----
+    num_experts: int = 0  # routed experts per MoE layer
+    experts_per_token: int = 0  # top-k
+    moe_intermediate_size: int = 0  # width of one routed expert
+    num_shared_experts: int = 0  # always-on experts per MoE layer
+    shared_intermediate_size: int = 0  # width of all shared experts together
+    moe_layers: int = 0  # decoder layers with an MoE block; the others have the dense MLP
+    # ---- multi-head latent attention (kv_lora_rank 0: none) ----
+    kv_lora_rank: int = 0  # compressed KV width (the cached latent)
+    q_lora_rank: int = 0  # compressed query width; 0: a direct query projection
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0  # decoupled rotary key width, cached with the latent
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
-        for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size"):
+        where = f"model {self.name!r}"
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("int", int) and (isinstance(v, bool) or not isinstance(v, int)):
+                raise UserError(f"{where}: {f.name} must be an integer, got {v!r}")
+        for f in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size",
+                  "max_position_embeddings"):
             if getattr(self, f) <= 0:
-                raise UserError(f"model {self.name!r}: {f} must be positive, got {getattr(self, f)}")
+                raise UserError(f"{where}: {f} must be positive, got {getattr(self, f)}")
+        for f in ("head_dim", "num_experts", "experts_per_token", "moe_intermediate_size", "num_shared_experts",
+                  "shared_intermediate_size", "moe_layers", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim",
+                  "qk_rope_head_dim", "v_head_dim"):
+            if getattr(self, f) < 0:
+                raise UserError(f"{where}: {f} must be positive, got {getattr(self, f)}")
         if self.num_heads % self.num_kv_heads:
             raise UserError(
-                f"model {self.name!r}: num_heads ({self.num_heads}) is not a multiple of "
-                f"num_kv_heads ({self.num_kv_heads})"
+                f"{where}: num_heads ({self.num_heads}) is not a multiple of num_kv_heads ({self.num_kv_heads})"
             )
         if self.dtype not in DTYPE_BYTES:
-            raise UserError(f"model {self.name!r}: unknown dtype {self.dtype!r}; use one of {sorted(DTYPE_BYTES)}")
+            raise UserError(f"{where}: unknown dtype {self.dtype!r}; use one of {sorted(DTYPE_BYTES)}")
+        if not self.weights:
+            object.__setattr__(self, "weights", self.dtype)
+        if not self.kv_dtype:
+            object.__setattr__(self, "kv_dtype", self.dtype)
+        if self.weights not in WEIGHT_BYTES:
+            raise UserError(f"{where}: unknown weight precision {self.weights!r}; use one of "
+                            f"{', '.join(WEIGHT_PRECISIONS)}")
+        if self.kv_dtype not in KV_BYTES:
+            raise UserError(f"{where}: unknown KV dtype {self.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}")
         if self.head_dim == 0:
             if self.hidden_size % self.num_heads:
-                raise UserError(f"model {self.name!r}: hidden_size is not a multiple of num_heads; give head_dim")
+                raise UserError(f"{where}: hidden_size is not a multiple of num_heads; give head_dim")
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        if self.num_experts:
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                raise UserError(f"{where}: experts_per_token must be in 1..num_experts ({self.num_experts}), "
+                                f"got {self.experts_per_token}")
+            if self.moe_intermediate_size <= 0:
+                raise UserError(f"{where}: moe_intermediate_size must be positive for an MoE model")
+            if not 1 <= self.moe_layers <= self.num_layers:
+                raise UserError(f"{where}: moe_layers must be in 1..num_layers ({self.num_layers}), "
+                                f"got {self.moe_layers}")
+            if not self.gated_mlp:
+                raise UserError(f"{where}: MoE experts are gated (SwiGLU) MLPs")
+        elif self.moe_layers or self.experts_per_token or self.num_shared_experts:
+            raise UserError(f"{where}: moe_layers, experts_per_token and shared experts need num_experts > 0")
+        if self.num_shared_experts and self.shared_intermediate_size <= 0:
+            raise UserError(f"{where}: shared experts need a positive shared_intermediate_size")
+        if self.kv_lora_rank:
+            for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, f) <= 0:
+                    raise UserError(f"{where}: {f} must be positive for multi-head latent attention")
+
+    # ---- kinds and precisions ----------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes of one activation element."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_elem_bytes(self) -> float:
+        """Bytes of one GEMM weight, block scales included."""
+        return WEIGHT_BYTES[self.weights]
+
+    @property
+    def kv_elem_bytes(self) -> int:
+        return KV_BYTES[self.kv_dtype]
 
     # ---- derived shapes -------------------------------------------------------------------
     @property
-    def dtype_bytes(self) -> int:
-        return DTYPE_BYTES[self.dtype]
+    def qk_head_dim(self) -> int:
+        """Query/key width of one head (MLA: the non-rotary plus the rotary part)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
 
     @property
     def q_dim(self) -> int:
         """Width of all query heads together."""
-        return self.num_heads * self.head_dim
+        return self.num_heads * self.qk_head_dim
 
     @property
     def kv_dim(self) -> int:
-        """Width of all key (or value) heads together: BlendServe's H_kv."""
+        """Width of all key (or value) heads together: BlendServe's H_kv (MLA: the cached latent)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def o_in(self) -> int:
+        """Input width of the output projection (all heads' values)."""
+        return self.num_heads * (self.v_head_dim if self.is_mla else self.head_dim)
 
     @property
     def qkv_out(self) -> int:
@@ -74,21 +180,80 @@ class ModelSpec:
 
     @property
     def mlp_in_out(self) -> int:
-        """Output width of the first MLP matrix (gate and up fused when gated)."""
+        """Output width of the first dense MLP matrix (gate and up fused when gated)."""
         return (2 if self.gated_mlp else 1) * self.intermediate_size
+
+    @property
+    def attn_flops_per_pair(self) -> int:
+        """Attention FLOPs of one (query, key) pair in one layer: QK^T and PV over all heads (MLA prefill:
+        per-head keys of qk_head_dim, values of v_head_dim)."""
+        if self.is_mla:
+            return 2 * self.num_heads * (self.qk_head_dim + self.v_head_dim)
+        return 4 * self.q_dim
+
+    @property
+    def dense_layers(self) -> int:
+        """Decoder layers with the dense MLP."""
+        return self.num_layers - self.moe_layers
 
     # ---- parameter counts -----------------------------------------------------------------
     @property
-    def layer_linear_params(self) -> int:
-        """Weights of one layer's GEMMs (QKV, O, MLP), biases excluded."""
+    def attn_linear_params(self) -> int:
+        """Weights of one layer's attention projections (QKV or MLA's, and O), biases excluded."""
         h = self.hidden_size
-        return h * self.qkv_out + self.q_dim * h + h * self.mlp_in_out + self.intermediate_size * h
+        if not self.is_mla:
+            return h * self.qkv_out + self.q_dim * h
+        q = (h * self.q_lora_rank + self.q_lora_rank * self.q_dim) if self.q_lora_rank else h * self.q_dim
+        kv_a = h * self.kv_dim
+        kv_b = self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv_a + kv_b + self.o_in * h
+
+    @property
+    def mlp_params(self) -> int:
+        """Weights of one dense MLP."""
+        return self.hidden_size * self.mlp_in_out + self.intermediate_size * self.hidden_size
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed expert (gate, up, down)."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def shared_params(self) -> int:
+        """Weights of a MoE layer's shared experts together."""
+        return 3 * self.hidden_size * self.shared_intermediate_size
+
+    @property
+    def router_params(self) -> int:
+        return self.hidden_size * self.num_experts
+
+    @property
+    def layer_linear_params(self) -> int:
+        """Weights of one dense layer's GEMMs (attention and MLP), biases excluded."""
+        return self.attn_linear_params + self.mlp_params
+
+    @property
+    def _attn_extra_params(self) -> int:
+        """Biases and norms inside attention, plus the layer's two RMSNorms."""
+        bias = self.qkv_out if self.qkv_bias else 0
+        qkn = 2 * self.head_dim if self.qk_norm else 0
+        mla = self.q_lora_rank + self.kv_lora_rank if self.is_mla else 0
+        return bias + qkn + mla + 2 * self.hidden_size
 
     @property
     def layer_params(self) -> int:
-        bias = self.qkv_out if self.qkv_bias else 0
-        norms = 2 * self.hidden_size
-        return self.layer_linear_params + bias + norms
+        """All weights of one dense layer."""
+        return self.layer_linear_params + self._attn_extra_params
+
+    @property
+    def moe_layer_params(self) -> int:
+        """MoE block weights of one layer: router, every routed expert, shared experts."""
+        return self.router_params + self.num_experts * self.expert_params + self.shared_params
+
+    @property
+    def moe_layer_active_params(self) -> int:
+        """MoE block weights one token uses: router, its top-k experts, shared experts."""
+        return self.router_params + self.experts_per_token * self.expert_params + self.shared_params
 
     @property
     def embedding_params(self) -> int:
@@ -99,28 +264,99 @@ class ModelSpec:
     def lm_head_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
+    def _total(self, moe_block: int) -> int:
+        head = 0 if self.tie_word_embeddings else self.lm_head_params
+        per_layer = self.attn_linear_params + self._attn_extra_params
+        return (self.embedding_params + self.num_layers * per_layer + self.dense_layers * self.mlp_params
+                + self.moe_layers * moe_block + self.hidden_size + head)
+
     @property
     def num_params(self) -> int:
-        """All parameters: embedding, layers, final norm, and an untied LM head."""
-        head = 0 if self.tie_word_embeddings else self.lm_head_params
-        return self.embedding_params + self.num_layers * self.layer_params + self.hidden_size + head
+        """All parameters: embedding, layers (every expert), final norm, and an untied LM head."""
+        return self._total(self.moe_layer_params)
+
+    @property
+    def params_total(self) -> int:
+        return self.num_params
+
+    @property
+    def params_active(self) -> int:
+        """Parameters one token uses (MoE: the router, top-k routed and the shared experts)."""
+        return self._total(self.moe_layer_active_params)
+
+    @property
+    def gemm_weight_params(self) -> int:
+        """Weights stored in the ``weights`` precision: every decoder GEMM but the routers."""
+        return (self.num_layers * self.attn_linear_params + self.dense_layers * self.mlp_params
+                + self.moe_layers * (self.num_experts * self.expert_params + self.shared_params))
+
+    @property
+    def gemm_params_active(self) -> int:
+        """Decoder GEMM weights one token multiplies with (routers included)."""
+        return (self.num_layers * self.attn_linear_params + self.dense_layers * self.mlp_params
+                + self.moe_layers * self.moe_layer_active_params)
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        """GEMM weights in their precision; embeddings, LM head, norms and routers in ``dtype``."""
+        g = self.gemm_weight_params
+        return round(g * self.weight_elem_bytes + (self.num_params - g) * self.dtype_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers."""
-        return 2 * self.kv_dim * self.num_layers * self.dtype_bytes
+        """KV of one token over all layers: K and V of the KV heads (MLA: the latent and rotary key)."""
+        per_layer = self.kv_dim if self.is_mla else 2 * self.kv_dim
+        return per_layer * self.num_layers * self.kv_elem_bytes
 
+    # ---- variants and identity ---------------------------------------------------------------
     def with_dtype(self, dtype: str) -> ModelSpec:
+        """The model with activations in ``dtype``; weights and KV follow unless set apart from it."""
         d = asdict(self)
         d["dtype"] = dtype
+        if self.weights == self.dtype:
+            d["weights"] = dtype
+        if self.kv_dtype == self.dtype and dtype in KV_BYTES:
+            d["kv_dtype"] = dtype
         return ModelSpec(**d)
+
+    def with_precision(self, weights: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
+        """The model with its GEMM weights and/or KV cache in another precision."""
+        if weights is not None and weights not in WEIGHT_PRECISIONS:
+            raise UserError(f"--weights {weights}: use one of {', '.join(WEIGHT_PRECISIONS)}")
+        if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+            raise UserError(f"--kv-dtype {kv_dtype}: use one of {', '.join(KV_DTYPES)}")
+        d = asdict(self)
+        d["weights"] = weights or self.weights
+        d["kv_dtype"] = kv_dtype or self.kv_dtype
+        return ModelSpec(**d)
+
+    def fingerprint(self) -> str:
+        """A short hash of everything but the name and source: equal shapes and precisions, equal hash."""
+        d = {k: v for k, v in asdict(self).items() if k not in ("name", "source")}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:8]
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def derived(self) -> dict:
+        """Every derived figure, for ``blendsim models`` and summaries."""
+        out = {"name": self.name, "model_type": self.model_type, "params_total": self.params_total,
+               "params_active": self.params_active, "layers": self.num_layers, "hidden": self.hidden_size,
+               "heads": self.num_heads, "kv_heads": self.num_kv_heads, "head_dim": self.head_dim,
+               "dtype": self.dtype, "weights": self.weights, "kv_dtype": self.kv_dtype,
+               "weight_bytes": self.weight_bytes, "kv_bytes_per_token": self.kv_bytes_per_token,
+               "max_context": self.max_position_embeddings, "vocab": self.vocab_size,
+               "dense_layers": self.dense_layers, "mlp_width": self.intermediate_size}
+        if self.is_moe:
+            out.update({"moe_layers": self.moe_layers, "experts": self.num_experts,
+                        "experts_per_token": self.experts_per_token, "expert_width": self.moe_intermediate_size,
+                        "shared_experts": self.num_shared_experts, "shared_width": self.shared_intermediate_size})
+        if self.is_mla:
+            out.update({"kv_lora_rank": self.kv_lora_rank, "q_lora_rank": self.q_lora_rank,
+                        "qk_nope_head_dim": self.qk_nope_head_dim, "qk_rope_head_dim": self.qk_rope_head_dim,
+                        "v_head_dim": self.v_head_dim})
+        out["source"] = self.source
+        return out
 
 
 _HF = "HuggingFace config.json of "
@@ -133,16 +369,56 @@ PRESETS: dict[str, ModelSpec] = {
                   source=_HF + "meta-llama/Llama-3.1-8B (shapes of Meta-Llama-3-8B)"),
         ModelSpec("llama-3-70b", 8192, 80, 64, 8, 28672, 128256, max_position_embeddings=131072,
                   source=_HF + "meta-llama/Llama-3.1-70B (shapes of Meta-Llama-3-70B)"),
+        ModelSpec("llama-3.1-8b", 4096, 32, 32, 8, 14336, 128256, max_position_embeddings=131072,
+                  source=_HF + "meta-llama/Llama-3.1-8B"),
+        ModelSpec("llama-3.1-70b", 8192, 80, 64, 8, 28672, 128256, max_position_embeddings=131072,
+                  source=_HF + "meta-llama/Llama-3.1-70B"),
+        ModelSpec("llama-3.3-70b", 8192, 80, 64, 8, 28672, 128256, max_position_embeddings=131072,
+                  source=_HF + "meta-llama/Llama-3.3-70B-Instruct"),
+        ModelSpec("llama-3.1-405b", 16384, 126, 128, 8, 53248, 128256, max_position_embeddings=131072,
+                  source=_HF + "meta-llama/Llama-3.1-405B"),
         ModelSpec("llama-2-7b", 4096, 32, 32, 32, 11008, 32000, max_position_embeddings=4096,
                   source=_HF + "meta-llama/Llama-2-7b-hf"),
+        ModelSpec("llama-2-70b", 8192, 80, 64, 8, 28672, 32000, max_position_embeddings=4096,
+                  source=_HF + "meta-llama/Llama-2-70b-hf"),
         ModelSpec("qwen2.5-7b", 3584, 28, 28, 4, 18944, 152064, qkv_bias=True, max_position_embeddings=32768,
-                  source=_HF + "Qwen/Qwen2.5-7B"),
+                  model_type="qwen2", source=_HF + "Qwen/Qwen2.5-7B"),
         ModelSpec("qwen2.5-72b", 8192, 80, 64, 8, 29568, 152064, qkv_bias=True, max_position_embeddings=32768,
-                  source=_HF + "Qwen/Qwen2.5-72B"),
+                  model_type="qwen2", source=_HF + "Qwen/Qwen2.5-72B"),
+        ModelSpec("qwen3-8b", 4096, 36, 32, 8, 12288, 151936, head_dim=128, qk_norm=True,
+                  max_position_embeddings=40960, model_type="qwen3", source=_HF + "Qwen/Qwen3-8B"),
         ModelSpec("mistral-7b", 4096, 32, 32, 8, 14336, 32000, max_position_embeddings=32768,
-                  source=_HF + "mistralai/Mistral-7B-v0.1"),
+                  model_type="mistral", source=_HF + "mistralai/Mistral-7B-v0.1"),
         ModelSpec("opt-13b", 5120, 40, 40, 40, 20480, 50272, tie_word_embeddings=True, gated_mlp=False,
-                  rope=False, dtype="fp16", max_position_embeddings=2048, source=_HF + "facebook/opt-13b"),
+                  rope=False, dtype="fp16", max_position_embeddings=2048, model_type="opt",
+                  source=_HF + "facebook/opt-13b"),
+        # ---- mixture of experts ----
+        ModelSpec("mixtral-8x7b", 4096, 32, 32, 8, 14336, 32000, max_position_embeddings=32768, model_type="mixtral",
+                  num_experts=8, experts_per_token=2, moe_intermediate_size=14336, moe_layers=32,
+                  source=_HF + "mistralai/Mixtral-8x7B-v0.1"),
+        ModelSpec("qwen3-30b-a3b", 2048, 48, 32, 4, 6144, 151936, head_dim=128, qk_norm=True,
+                  max_position_embeddings=40960, model_type="qwen3_moe", num_experts=128, experts_per_token=8,
+                  moe_intermediate_size=768, moe_layers=48, source=_HF + "Qwen/Qwen3-30B-A3B"),
+        ModelSpec("qwen3-235b-a22b", 4096, 94, 64, 4, 12288, 151936, head_dim=128, qk_norm=True,
+                  max_position_embeddings=40960, model_type="qwen3_moe", num_experts=128, experts_per_token=8,
+                  moe_intermediate_size=1536, moe_layers=94, source=_HF + "Qwen/Qwen3-235B-A22B"),
+        # Llama 4: text_config; every layer MoE (Scout) or every other one (Maverick, interleave step 2; the
+        # others have a 16,384-wide dense MLP); one routed and one shared expert per token
+        ModelSpec("llama-4-scout", 5120, 48, 40, 8, 16384, 202048, head_dim=128, max_position_embeddings=10485760,
+                  model_type="llama4", num_experts=16, experts_per_token=1, moe_intermediate_size=8192,
+                  num_shared_experts=1, shared_intermediate_size=8192, moe_layers=48,
+                  source=_HF + "meta-llama/Llama-4-Scout-17B-16E (text_config)"),
+        ModelSpec("llama-4-maverick", 5120, 48, 40, 8, 16384, 202048, head_dim=128, max_position_embeddings=1048576,
+                  model_type="llama4", num_experts=128, experts_per_token=1, moe_intermediate_size=8192,
+                  num_shared_experts=1, shared_intermediate_size=8192, moe_layers=24,
+                  source=_HF + "meta-llama/Llama-4-Maverick-17B-128E (text_config)"),
+        # ---- multi-head latent attention + MoE (first 3 layers dense); published with FP8 weights ----
+        ModelSpec("deepseek-v3", 7168, 61, 128, 128, 18432, 129280, head_dim=192, max_position_embeddings=163840,
+                  model_type="deepseek_v3", weights="fp8", num_experts=256, experts_per_token=8,
+                  moe_intermediate_size=2048, num_shared_experts=1, shared_intermediate_size=2048, moe_layers=58,
+                  kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                  source=_HF + "deepseek-ai/DeepSeek-V3 (quantization_config: fp8; the multi-token-prediction "
+                                "layer is not counted)"),
         # Small enough for CPU calibration and CPU replay in CI, GQA like llama-3.
         ModelSpec("tiny", 512, 4, 8, 2, 1536, 8192, max_position_embeddings=4096, dtype="fp32",
                   source="blendsim test model"),
@@ -154,8 +430,10 @@ def model_names() -> list[str]:
     return list(PRESETS)
 
 
-def get_model(name_or_path: str, dtype: str | None = None) -> ModelSpec:
-    """A preset by name, or a HuggingFace ``config.json`` (file or folder holding one)."""
+def get_model(name_or_path: str, dtype: str | None = None, weights: str | None = None,
+              kv_dtype: str | None = None) -> ModelSpec:
+    """A preset by name, or a HuggingFace ``config.json`` (file or folder holding one), in the given
+    activation dtype, weight precision and KV dtype (each None: the model's own)."""
     if name_or_path in PRESETS:
         spec = PRESETS[name_or_path]
     else:
@@ -171,69 +449,196 @@ def get_model(name_or_path: str, dtype: str | None = None) -> ModelSpec:
         if dtype not in DTYPE_BYTES:
             raise UserError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_BYTES)}")
         spec = spec.with_dtype(dtype)
+    if weights is not None or kv_dtype is not None:
+        spec = spec.with_precision(weights, kv_dtype)
     return spec
 
 
+# ---- HuggingFace config.json ----------------------------------------------------------------------
+
+
+class _Cfg:
+    """Typed reads of one config.json, every error naming the file and field."""
+
+    def __init__(self, path: Path, cfg: dict):
+        self.path, self.cfg = path, cfg
+
+    def err(self, msg: str) -> UserError:
+        return UserError(f"{self.path}: {msg}")
+
+    def raw(self, *keys: str):
+        for k in keys:
+            if k in self.cfg and self.cfg[k] is not None:
+                return k, self.cfg[k]
+        return keys[0], None
+
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+        key, v = self.raw(*keys)
+        if v is None:
+            if default is None:
+                raise self.err(f"missing field {keys[0]!r}")
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.err(f"field {key!r} must be an integer, got {v!r}")
+        if v < minimum:
+            raise self.err(f"field {key!r} must be >= {minimum}, got {v}")
+        return v
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.cfg.get(key, default)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.err(f"field {key!r} must be true or false, got {v!r}")
+        return v
+
+    def int_list(self, key: str) -> list[int]:
+        v = self.cfg.get(key) or []
+        if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in v):
+            raise self.err(f"field {key!r} must be a list of layer indices, got {v!r}")
+        return v
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
-    """Read a HuggingFace ``config.json`` (Llama, Mistral, Qwen2 and OPT layouts)."""
+    """Read a HuggingFace ``config.json`` (the layouts of :data:`SUPPORTED_TYPES`)."""
     path = Path(path)
     try:
-        cfg = json.loads(path.read_text())
+        cfg = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: cannot read config: {e}") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object")
-
-    def get(*keys: str, default=None, required: bool = True):
-        for k in keys:
-            if k in cfg and cfg[k] is not None:
-                return cfg[k]
-        if required and default is None:
-            raise UserError(f"{path}: missing field {keys[0]!r}")
-        return default
-
-    def as_int(value, key: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{path}: field {key!r} must be an integer, got {value!r}")
-        return value
-
+    top = cfg
     model_type = str(cfg.get("model_type", "llama"))
-    if model_type not in SUPPORTED_TYPES:
+    if model_type not in _SUPPORTED:
         raise UserError(f"{path}: model_type {model_type!r} is not supported (supported: "
-                        f"{', '.join(sorted(SUPPORTED_TYPES))})")
+                        f"{', '.join(SUPPORTED_TYPES)})")
+    if model_type == "llama4":  # a multimodal config: the text model lives in text_config
+        if not isinstance(cfg.get("text_config"), dict):
+            raise UserError(f"{path}: a llama4 config needs a 'text_config' object")
+        cfg = {**cfg["text_config"], **{k: top[k] for k in ("torch_dtype", "quantization_config")
+                                        if k in top and k not in cfg["text_config"]}}
+    if model_type == "llama4_text":
+        model_type = "llama4"
+    c = _Cfg(path, cfg)
     is_opt = model_type == "opt"
-    hidden = as_int(get("hidden_size", "n_embd", "d_model"), "hidden_size")
-    heads = as_int(get("num_attention_heads", "n_head"), "num_attention_heads")
-    kv_heads = as_int(get("num_key_value_heads", default=heads), "num_key_value_heads")
-    inter = as_int(get("intermediate_size", "ffn_dim", "n_inner", default=4 * hidden), "intermediate_size")
-    layers = as_int(get("num_hidden_layers", "n_layer"), "num_hidden_layers")
-    vocab = as_int(get("vocab_size"), "vocab_size")
-    head_dim = cfg.get("head_dim") or 0
-    torch_dtype = str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16")))
-    if torch_dtype not in _HF_DTYPES:
-        raise UserError(f"{path}: field 'torch_dtype': unknown dtype {torch_dtype!r} "
-                        f"(known: {', '.join(_HF_DTYPES)})")
-    dtype = _HF_DTYPES[torch_dtype]
-    name = str(cfg.get("_name_or_path") or path.parent.name or "custom")
-    return ModelSpec(
-        name=name,
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        intermediate_size=inter,
-        vocab_size=vocab,
-        head_dim=as_int(head_dim, "head_dim"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", is_opt)),
-        gated_mlp=not is_opt,
-        rope=not is_opt,
-        qkv_bias=model_type == "qwen2",
-        dtype=dtype,
-        max_position_embeddings=as_int(get("max_position_embeddings", default=8192), "max_position_embeddings"),
-        source=str(path),
+    hidden = c.int("hidden_size", "n_embd", "d_model")
+    heads = c.int("num_attention_heads", "n_head")
+    kv_heads = c.int("num_key_value_heads", default=heads)
+    layers = c.int("num_hidden_layers", "n_layer")
+    vocab = c.int("vocab_size")
+    head_dim = c.int("head_dim", default=0, minimum=1) if c.raw("head_dim")[1] is not None else 0
+    dtype = _dtype_of(c, top)
+    kw = dict(
+        hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, vocab_size=vocab,
+        head_dim=head_dim, tie_word_embeddings=c.bool("tie_word_embeddings", is_opt), gated_mlp=not is_opt,
+        rope=not is_opt, qkv_bias=model_type == "qwen2" or (model_type == "qwen3" and c.bool("attention_bias", False)),
+        qk_norm=model_type in ("qwen3", "qwen3_moe"), dtype=dtype, model_type=model_type,
+        max_position_embeddings=c.int("max_position_embeddings", default=8192),
+        weights=_weights_of(c, top),
     )
+    if model_type == "opt":
+        kw["intermediate_size"] = c.int("ffn_dim", "intermediate_size", "n_inner", default=4 * hidden)
+    elif model_type == "mixtral":
+        kw.update(_moe(c, layers, experts=("num_local_experts",), width=("intermediate_size",),
+                       moe_ids=range(layers)))
+        kw["intermediate_size"] = kw["moe_intermediate_size"]  # no dense layer; kept for shapes
+    elif model_type == "qwen3_moe":
+        step = c.int("decoder_sparse_step", default=1)
+        dense = set(c.int_list("mlp_only_layers"))
+        if any(not 0 <= i < layers for i in dense):
+            raise c.err(f"field 'mlp_only_layers': layer indices must be in 0..{layers - 1}, got {sorted(dense)}")
+        kw.update(_moe(c, layers, experts=("num_experts",), width=("moe_intermediate_size",),
+                       moe_ids=[i for i in range(layers) if i not in dense and (i + 1) % step == 0]))
+        kw["intermediate_size"] = c.int("intermediate_size")
+    elif model_type == "llama4":
+        step = c.int("interleave_moe_layer_step", default=1)
+        ids = c.int_list("moe_layers") or list(range(step - 1, layers, step))
+        kw.update(_moe(c, layers, experts=("num_local_experts",), width=("intermediate_size",), moe_ids=ids))
+        kw.update(num_shared_experts=1, shared_intermediate_size=kw["moe_intermediate_size"],
+                  intermediate_size=c.int("intermediate_size_mlp", "intermediate_size"))
+    elif model_type in ("deepseek_v2", "deepseek_v3"):
+        first = c.int("first_k_dense_replace", default=0, minimum=0)
+        freq = c.int("moe_layer_freq", default=1)
+        kw.update(_moe(c, layers, experts=("n_routed_experts",), width=("moe_intermediate_size",),
+                       moe_ids=[i for i in range(layers) if i >= first and i % freq == 0]))
+        shared = c.int("n_shared_experts", default=0, minimum=0)
+        kw.update(num_shared_experts=shared, shared_intermediate_size=shared * kw["moe_intermediate_size"],
+                  intermediate_size=c.int("intermediate_size"),
+                  kv_lora_rank=c.int("kv_lora_rank"), q_lora_rank=c.int("q_lora_rank", default=0, minimum=0),
+                  qk_nope_head_dim=c.int("qk_nope_head_dim"), qk_rope_head_dim=c.int("qk_rope_head_dim"),
+                  v_head_dim=c.int("v_head_dim"))
+        kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
+    else:
+        kw["intermediate_size"] = c.int("intermediate_size", "n_inner", default=4 * hidden)
+    try:
+        spec = ModelSpec(name=_config_name(path, top, kw), source=str(path), **kw)
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
+    return spec
 
 
-__all__ = ["DTYPE_BYTES", "ModelSpec", "PRESETS", "get_model", "load_hf_config", "model_names"]
+def _moe(c: _Cfg, layers: int, experts: tuple, width: tuple, moe_ids) -> dict:
+    ids = sorted(set(moe_ids))
+    if any(not 0 <= i < layers for i in ids):
+        raise c.err(f"MoE layer indices must be in 0..{layers - 1}, got {ids}")
+    n = c.int(*experts)
+    return {"num_experts": n, "experts_per_token": c.int("num_experts_per_tok", "num_experts_per_token"),
+            "moe_intermediate_size": c.int(*width), "moe_layers": len(ids)}
+
+
+def _dtype_of(c: _Cfg, top: dict) -> str:
+    key, v = c.raw("torch_dtype", "dtype")
+    if v is None:
+        key, v = ("torch_dtype", top.get("torch_dtype", "bfloat16"))
+    if str(v) not in _HF_DTYPES:
+        raise c.err(f"field {key!r}: unknown dtype {v!r} (known: {', '.join(_HF_DTYPES)})")
+    d = _HF_DTYPES[str(v)]
+    return "bf16" if d == "fp8" else d  # an fp8 torch_dtype describes the stored weights
+
+
+def _weights_of(c: _Cfg, top: dict) -> str:
+    """The GEMM weights' precision from ``quantization_config`` ("" = the dtype's)."""
+    q = c.cfg.get("quantization_config")
+    if q is None:
+        return "fp8" if str(c.cfg.get("torch_dtype", "")) == "float8_e4m3fn" else ""
+    if not isinstance(q, dict):
+        raise c.err("field 'quantization_config' must be an object")
+    method = str(q.get("quant_method", "")).lower()
+    algo = str(q.get("quant_algo", "")).upper()
+    if method == "fp8" or algo == "FP8":
+        return "fp8"
+    if method == "mxfp4" or algo in ("NVFP4", "MXFP4"):
+        return "fp4"
+    if method in ("awq", "gptq") and q.get("bits", 4) == 4:
+        return "int4"
+    if method == "compressed-tensors":
+        groups = q.get("config_groups") or {}
+        w = next((g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")), None)
+        if isinstance(w, dict):
+            bits, typ = w.get("num_bits"), w.get("type")
+            if bits == 8 and typ == "float":
+                return "fp8"
+            if bits == 4:
+                return "fp4" if typ == "float" else "int4"
+    raise c.err(f"field 'quantization_config': quantization {method or algo or q!r} is not understood; "
+                f"give the weight precision with --weights ({', '.join(WEIGHT_PRECISIONS)})")
+
+
+def _config_name(path: Path, top: dict, kw: dict) -> str:
+    """``_name_or_path``; else the file's name (unless it is plain config.json); else architecture + size."""
+    n = top.get("_name_or_path")
+    if isinstance(n, str) and n.strip():
+        return n.strip()
+    if path.stem != "config":
+        return path.stem
+    arch = top.get("architectures")
+    arch = str(arch[0]) if isinstance(arch, list) and arch else str(kw.get("model_type", "custom"))
+    probe = ModelSpec(name=arch, **kw)
+    return f"{arch}-{probe.params_total / 1e9:.1f}B"
+
+
+__all__ = ["DTYPE_BYTES", "KV_DTYPES", "ModelSpec", "PRESETS", "SUPPORTED_TYPES", "WEIGHT_BYTES",
+           "WEIGHT_PRECISIONS", "get_model", "load_hf_config", "model_names"]

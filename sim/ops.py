@@ -4,32 +4,66 @@ Every function here works on Python numbers and on numpy arrays alike (one array
 so the engine's scalar path, the vectorised pricing of many batches and the CLI breakdown share one
 source of truth. Counts are per GPU of a tensor-parallel group: heads, MLP width and the LM head's
 vocabulary are split ``tp`` ways; an all-reduce after attention and after the MLP joins them.
+
+Mixture-of-experts layers replace the dense MLP by a router, the routed experts (grouped GEMMs over the
+tokens each expert receives; only the experts some token picked have their weights read) and shared
+experts; with expert parallelism (``ep`` > 1) the experts are split over ``ep`` GPUs and tokens travel
+to them and back by all-to-all. Multi-head latent attention (DeepSeek) caches one compressed latent per
+token: prefill up-projects it to per-head keys and values (``kv_up_proj``) and runs multi-head
+attention; decode folds the up-projections into the query and output (``attn_absorb``) and attends over
+the latent directly, as vLLM and SGLang run MLA.
+
+Byte counts use three element sizes: activations (``dtype``), GEMM weights (``weights``: fp8, fp4 and
+int4 shrink them) and the KV cache (``kv_dtype``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sim.deployment import Deployment
 
 # operator -> (class, scope). class decides how the execution mode combines times; scope "layer"
-# ops run once per decoder layer, "model" ops once per step.
+# ops run once per decoder layer they belong to (see Shapes.layers_of), "model" ops once per step.
 OPS: dict[str, tuple[str, str]] = {
     "qkv_proj": ("compute", "layer"),
     "rope": ("other", "layer"),
     "kv_write": ("memory", "layer"),
     "attn_prefill": ("compute", "layer"),
+    "kv_up_proj": ("compute", "layer"),  # MLA prefill: latent -> per-head keys and values
     "attn_decode": ("memory", "layer"),
+    "attn_absorb": ("compute", "layer"),  # MLA decode: W_UK into the query, W_UV out of the latent
     "o_proj": ("compute", "layer"),
     "norm": ("other", "layer"),
-    "gate_up_proj": ("compute", "layer"),
+    "gate_up_proj": ("compute", "layer"),  # dense MLP (dense layers only)
     "act": ("other", "layer"),
     "down_proj": ("compute", "layer"),
+    "router": ("compute", "layer"),  # MoE layers from here to a2a
+    "moe_combine": ("other", "layer"),
+    "moe_gate_up": ("compute", "layer"),
+    "moe_act": ("other", "layer"),
+    "moe_down": ("compute", "layer"),
+    "shared_gate_up": ("compute", "layer"),
+    "shared_down": ("compute", "layer"),
+    "a2a": ("comm", "layer"),
     "embedding": ("other", "model"),
     "lm_head": ("compute", "model"),
     "allreduce": ("comm", "model"),
 }
-GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")  # a dense model's GEMMs
+# every GEMM, with MLA's and the MoE layers' (priced with GEMM tiles and the GEMM rate)
+ALL_GEMM_OPS = GEMM_OPS + ("kv_up_proj", "attn_absorb", "router", "moe_gate_up", "moe_down", "shared_gate_up",
+                           "shared_down")
+# GEMMs whose weights are stored in the ``weights`` precision (and run at its tensor-core peak); the LM
+# head, routers and MLA's absorbed up-projections stay in the activation dtype
+LOWP_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "kv_up_proj", "moe_gate_up", "moe_down",
+              "shared_gate_up", "shared_down")
+# operators priced from more than the step's token counts (attention-side: context, prefill keys, decodes)
+FEATURE_OPS = ("attn_prefill", "attn_decode", "kv_up_proj", "attn_absorb")
+DENSE_MLP_OPS = ("gate_up_proj", "act", "down_proj")
+MOE_OPS = ("router", "moe_combine", "moe_gate_up", "moe_act", "moe_down", "shared_gate_up", "shared_down", "a2a")
 LAYER_OPS = tuple(k for k, v in OPS.items() if v[1] == "layer")
 MODEL_OPS = tuple(k for k, v in OPS.items() if v[1] == "model")
 
@@ -40,69 +74,279 @@ class Shapes:
 
     hidden: int
     q: int  # query width per GPU
-    kv: int  # key (or value) width per GPU
+    kv: int  # key (or value) width per GPU (MLA: the cached latent, whole on every GPU)
     mlp1: int  # first MLP matrix output width per GPU (gate+up fused when gated)
     inter: int  # intermediate width per GPU
     vocab: int  # LM-head columns per GPU
     layers: int
-    dtype_bytes: int
+    dtype_bytes: int  # activation element
     gated: bool
     rope: bool
     learned_pos: bool
     tp: int
+    w_bytes: float = 0.0  # GEMM weight element (block scales included); 0: dtype_bytes
+    kv_bytes: int = 0  # KV element; 0: dtype_bytes
+    o: int = 0  # output-projection input width per GPU; 0: q
+    dense_layers: int = -1  # layers with the dense MLP; -1: all
+    # mixture of experts (busiest GPU of the expert-parallel group)
+    moe_layers: int = 0
+    experts: int = 0  # routed experts of the model
+    topk: int = 0
+    e_mlp1: int = 0  # first expert matrix width per GPU (gate+up)
+    e_inter: int = 0
+    sh_mlp1: int = 0  # shared experts' first matrix width per GPU
+    sh_inter: int = 0
+    ep: int = 1
+    expert_q: tuple = ()  # per local expert: the probability a token picks it
+    # multi-head latent attention
+    mla: bool = False
+    heads: int = 0  # query heads per GPU
+    nope: int = 0
+    rope_dim: int = 0
+    v_head: int = 0
+    kv_lora: int = 0
+    q_lora: int = 0
+
+    def __post_init__(self) -> None:
+        if self.w_bytes == 0:
+            object.__setattr__(self, "w_bytes", self.dtype_bytes)
+        if self.kv_bytes == 0:
+            object.__setattr__(self, "kv_bytes", self.dtype_bytes)
+        if self.o == 0:
+            object.__setattr__(self, "o", self.q)
+        if self.dense_layers < 0:
+            object.__setattr__(self, "dense_layers", self.layers - self.moe_layers)
 
     @staticmethod
     def of(dep: Deployment) -> Shapes:
         m, t = dep.model, dep.tp
-        kv_heads_per_gpu = max(1, m.num_kv_heads // t)
-        return Shapes(
-            hidden=m.hidden_size, q=m.q_dim // t, kv=kv_heads_per_gpu * m.head_dim, mlp1=m.mlp_in_out // t,
-            inter=m.intermediate_size // t, vocab=-(-m.vocab_size // t), layers=m.num_layers,
-            dtype_bytes=m.dtype_bytes, gated=m.gated_mlp, rope=m.rope, learned_pos=not m.rope, tp=t,
+        common = dict(
+            hidden=m.hidden_size, mlp1=m.mlp_in_out // t, inter=m.intermediate_size // t,
+            vocab=-(-m.vocab_size // t), layers=m.num_layers, dtype_bytes=m.dtype_bytes, gated=m.gated_mlp,
+            rope=m.rope, learned_pos=not m.rope, tp=t, w_bytes=m.weight_elem_bytes, kv_bytes=m.kv_elem_bytes,
+            dense_layers=m.dense_layers,
         )
+        if m.is_mla:
+            heads = m.num_heads // t
+            attn = dict(q=heads * m.qk_head_dim, kv=m.kv_dim, o=heads * m.v_head_dim, mla=True, heads=heads,
+                        nope=m.qk_nope_head_dim, rope_dim=m.qk_rope_head_dim, v_head=m.v_head_dim,
+                        kv_lora=m.kv_lora_rank, q_lora=m.q_lora_rank)
+        else:
+            kv_heads_per_gpu = max(1, m.num_kv_heads // t)
+            attn = dict(q=m.q_dim // t, kv=kv_heads_per_gpu * m.head_dim, heads=m.num_heads // t)
+        moe = {}
+        if m.is_moe:
+            ep = dep.ep
+            etp = t // ep  # each expert's width is split over the GPUs of its expert group
+            local = m.num_experts // ep
+            q = expert_pick_probabilities(m.num_experts, m.experts_per_token, dep.expert_skew)[:local]
+            moe = dict(moe_layers=m.moe_layers, experts=m.num_experts, topk=m.experts_per_token,
+                       e_mlp1=2 * m.moe_intermediate_size // etp, e_inter=m.moe_intermediate_size // etp,
+                       sh_mlp1=2 * m.shared_intermediate_size // t, sh_inter=m.shared_intermediate_size // t,
+                       ep=ep, expert_q=tuple(float(x) for x in q))
+        return Shapes(**common, **attn, **moe)
+
+    def layers_of(self, op: str) -> int:
+        """How many times ``op`` runs in one step (decoder layers it belongs to; 1 for model ops)."""
+        if OPS[op][1] == "model":
+            return 1
+        if op in DENSE_MLP_OPS:
+            return self.dense_layers
+        if op in MOE_OPS:
+            return self.moe_layers
+        return self.layers
+
+    def applies(self, op: str) -> bool:
+        """Whether the model has ``op`` at all (dense models show exactly their dense operators)."""
+        if op in ("kv_up_proj", "attn_absorb"):
+            return self.mla
+        if op in ("shared_gate_up", "shared_down"):
+            return self.moe_layers > 0 and self.sh_inter > 0
+        if op == "a2a":
+            return self.moe_layers > 0 and self.ep > 1
+        if op == "rope":
+            return True
+        return self.layers_of(op) > 0
+
+    # ---- mixture of experts --------------------------------------------------------------------
+    def expert_assignments(self, T):
+        """Token-to-expert assignments the busiest GPU computes for ``T`` tokens (T x its experts' share)."""
+        return T * float(sum(self.expert_q))
+
+    def experts_touched(self, T):
+        """Expected distinct local experts that ``T`` tokens pick: sum over experts of 1 - (1 - q_i)^T.
+
+        Each token picks its top-k independently; under uniform routing q_i = k / E, so 1 token touches
+        exactly k experts and many tokens touch all of them.
+        """
+        T = np.asarray(T, dtype=float)
+        vals, counts = np.unique(np.asarray(self.expert_q, dtype=float), return_counts=True)
+        out = 0.0 * T
+        for v, c in zip(vals.tolist(), counts.tolist()):
+            out = out + c * (1.0 - (1.0 - v) ** T)
+        return out if out.ndim else float(out)
+
+
+def expert_pick_probabilities(E: int, k: int, skew: float = 0.0) -> np.ndarray:
+    """Probability that a token picks each expert, most popular first, summing to ``k``.
+
+    ``skew`` 0 is uniform routing (k / E each). Otherwise popularity follows a Zipf law p_i ~ (i+1)^-skew,
+    and a token's k picks give expert i the probability min(1, k p_i), the excess spread over the others.
+    """
+    p = np.arange(1, E + 1, dtype=float) ** -float(skew)
+    p = p / p.sum()
+    q = k * p
+    for _ in range(E):  # water-filling: no expert is picked with probability above 1
+        over = q > 1.0
+        if not over.any():
+            break
+        excess = float((q[over] - 1.0).sum())
+        q[over] = 1.0
+        rest = ~over & (q < 1.0)
+        if not rest.any():
+            break
+        mass = float(q[rest].sum())
+        # the excess goes to the others by popularity (evenly where their popularity underflowed to 0)
+        q[rest] += excess * q[rest] / mass if mass > 0 else excess / int(rest.sum())
+    return q
+
+
+# ---- attention coefficients ---------------------------------------------------------------------------
+def attn_coefs(s: Shapes) -> tuple:
+    """Linear coefficients of one layer's attention, shared by op_counts and the engine's fast path.
+
+    ``(flops per prefill (query, key) pair, prefill bytes per new token, prefill bytes per key,
+    decode flops per key, decode bytes per key, decode bytes per sequence)``.
+    """
+    ba, bk = s.dtype_bytes, s.kv_bytes
+    if s.mla:
+        h = s.heads
+        qk = s.nope + s.rope_dim
+        return (2 * h * (qk + s.v_head), ba * h * (qk + s.v_head), ba * h * (s.nope + s.v_head) + bk * s.kv,
+                2 * h * (s.kv + s.kv_lora), bk * s.kv, ba * h * (s.kv + s.kv_lora))
+    return (4 * s.q, ba * 2 * s.q, bk * 2 * s.kv, 4 * s.q, bk * 2 * s.kv, ba * 2 * s.q)
 
 
 def op_counts(s: Shapes, f) -> dict[str, tuple]:
     """``{op: (flops, bytes, kernels)}`` for one layer (layer ops) or the whole model (model ops).
 
-    ``f`` has the fields of :class:`sim.batch.BatchFeatures`, as numbers or arrays.
+    ``f`` has the fields of :class:`sim.batch.BatchFeatures`, as numbers or arrays. Only the operators
+    the model has are listed.
     """
     b = s.dtype_bytes
+    bw = s.w_bytes
+    bk = s.kv_bytes
     h = s.hidden
     T = f.num_tokens
     Tp = f.num_prefill_tokens
     D = f.num_decode
     N = f.num_logits
-    qkv = s.q + 2 * s.kv
     has_p = _pos(f.num_prefill_seqs)
     has_d = _pos(D)
     has_t = _pos(T)
     dec_keys = f.decode_ctx_sum + D  # each decode token attends its context plus itself
     # NOTE: a GEMM with no rows does not run, so its weights are read only when it has rows
     has_n = _pos(N)
-    out = {
-        "qkv_proj": (2 * T * h * qkv, b * (h * qkv * has_t + T * h + T * qkv), has_t),
-        "rope": ((6 * T * (s.q + s.kv), b * 2 * T * (s.q + s.kv), has_t) if s.rope else (0 * T, 0 * T, 0 * T)),
-        "kv_write": (0 * T, b * 2 * T * 2 * s.kv, has_t),
-        "attn_prefill": (4 * s.q * f.attn_pairs, b * (2 * Tp * s.q + f.prefill_kv_tokens * 2 * s.kv), has_p),
-        "attn_decode": (4 * s.q * dec_keys, b * (dec_keys * 2 * s.kv + 2 * D * s.q), has_d),
-        "o_proj": (2 * T * s.q * h, b * (s.q * h * has_t + T * s.q + T * h), has_t),
-        # two fused residual-add + RMSNorm kernels: read x and residual, write both
-        "norm": (2 * 5 * T * h, b * 2 * (4 * T * h + h * has_t), 2 * has_t),
-        "gate_up_proj": (2 * T * h * s.mlp1, b * (h * s.mlp1 * has_t + T * h + T * s.mlp1), has_t),
-        "act": ((4 * T * s.inter, b * 3 * T * s.inter, has_t) if s.gated else (T * s.inter, b * 2 * T * s.inter, has_t)),
-        "down_proj": (2 * T * s.inter * h, b * (s.inter * h * has_t + T * s.inter + T * h), has_t),
-        "embedding": (0 * T, b * 2 * T * h * (2 if s.learned_pos else 1), has_t),
-        # final norm over the sampled rows, the LM-head GEMM, float32 logits
-        "lm_head": (2 * N * h * s.vocab, b * (h * s.vocab * has_n + 3 * N * h) + 4 * N * s.vocab, has_n),
-        "allreduce": (0 * T, (b * T * h * 2 * s.layers) if s.tp > 1 else 0 * T, 2 * s.layers * has_t if s.tp > 1 else 0 * T),
-    }
+    zero = (0 * T, 0 * T, 0 * T)
+    fp, bq, bkey, fd, bdk, bds = attn_coefs(s)
+    out = {}
+    if s.mla:
+        # q: (h -> q_lora -> heads x qk) or h -> heads x qk; kv_a: h -> latent + rotary key (replicated)
+        qw = h * s.q_lora + s.q_lora * s.q if s.q_lora else h * s.q
+        w = qw + h * s.kv
+        io = T * (h + s.q + s.kv + (2 * s.q_lora if s.q_lora else 0))
+        nq = 3 if s.q_lora else 2
+        out["qkv_proj"] = (2 * T * w, bw * w * has_t + b * io, nq * has_t)
+        rot = s.heads * s.rope_dim + s.rope_dim
+        out["rope"] = (6 * T * rot, b * 2 * T * rot, has_t)
+        out["kv_write"] = (0 * T, b * T * s.kv + bk * T * s.kv, has_t)
+    else:
+        qkv = s.q + 2 * s.kv
+        out["qkv_proj"] = (2 * T * h * qkv, bw * h * qkv * has_t + b * (T * h + T * qkv), has_t)
+        out["rope"] = (6 * T * (s.q + s.kv), b * 2 * T * (s.q + s.kv), has_t) if s.rope else zero
+        out["kv_write"] = (0 * T, b * 2 * T * s.kv + bk * 2 * T * s.kv, has_t)
+    out["attn_prefill"] = (fp * f.attn_pairs, bq * Tp + bkey * f.prefill_kv_tokens, has_p)
+    if s.mla:
+        out["kv_up_proj"] = mla_up_counts(s, f.prefill_kv_tokens, has_p)
+    out["attn_decode"] = (fd * dec_keys, bdk * dec_keys + bds * D, has_d)
+    if s.mla:
+        out["attn_absorb"] = mla_absorb_counts(s, D, has_d)
+    out["o_proj"] = (2 * T * s.o * h, bw * s.o * h * has_t + b * (T * s.o + T * h), has_t)
+    # two fused residual-add + RMSNorm kernels: read x and residual, write both (MLA: two more, on the
+    # compressed query and latent)
+    if s.mla:
+        lat = s.q_lora + s.kv_lora
+        out["norm"] = (2 * 5 * T * h + 5 * T * lat, b * 2 * (4 * T * h + h * has_t) + b * 2 * T * lat, 4 * has_t)
+    else:
+        out["norm"] = (2 * 5 * T * h, b * 2 * (4 * T * h + h * has_t), 2 * has_t)
+    if s.dense_layers > 0:
+        out["gate_up_proj"] = (2 * T * h * s.mlp1, bw * h * s.mlp1 * has_t + b * (T * h + T * s.mlp1), has_t)
+        out["act"] = ((4 * T * s.inter, b * 3 * T * s.inter, has_t) if s.gated
+                      else (T * s.inter, b * 2 * T * s.inter, has_t))
+        out["down_proj"] = (2 * T * s.inter * h, bw * s.inter * h * has_t + b * (T * s.inter + T * h), has_t)
+    if s.moe_layers > 0:
+        A = s.expert_assignments(T)
+        touched = s.experts_touched(T)
+        E = s.experts
+        # router logits in float32. The grouped expert GEMMs gather their rows themselves (vLLM's fused_moe
+        # reads tokens through sorted ids), so what is left is top-k + sorting by expert (small) and the
+        # weighted combine: read each assignment's output row, write the token's sum
+        out["router"] = (2 * T * h * E, b * (h * E * has_t + T * h) + 4 * T * E, has_t)
+        out["moe_combine"] = (2 * A * h, b * (A * h + T * h), 3 * has_t)
+        out["moe_gate_up"] = (2 * A * h * s.e_mlp1, bw * h * s.e_mlp1 * touched + b * (A * h + A * s.e_mlp1), has_t)
+        sh = s.sh_inter > 0
+        out["moe_act"] = (4 * (A * s.e_inter + T * s.sh_inter), b * 3 * (A * s.e_inter + T * s.sh_inter),
+                          (2 if sh else 1) * has_t)
+        out["moe_down"] = (2 * A * s.e_inter * h, bw * s.e_inter * h * touched + b * (A * s.e_inter + A * h), has_t)
+        if sh:
+            out["shared_gate_up"] = (2 * T * h * s.sh_mlp1, bw * h * s.sh_mlp1 * has_t + b * (T * h + T * s.sh_mlp1),
+                                     has_t)
+            out["shared_down"] = (2 * T * s.sh_inter * h, bw * s.sh_inter * h * has_t + b * (T * s.sh_inter + T * h),
+                                  has_t)
+        if s.ep > 1:
+            # dispatch and combine: each assignment's hidden vector to its expert's GPU and back; the
+            # share (ep-1)/ep of them lives on another GPU
+            out["a2a"] = (0 * T, 2 * b * A * h * (s.ep - 1) / s.ep, 2 * has_t)
+    out["embedding"] = (0 * T, b * 2 * T * h * (2 if s.learned_pos else 1), has_t)
+    # final norm over the sampled rows, the LM-head GEMM, float32 logits
+    out["lm_head"] = (2 * N * h * s.vocab, b * (h * s.vocab * has_n + 3 * N * h) + 4 * N * s.vocab, has_n)
+    # two all-reduces a layer (after attention and after the MLP); with expert parallelism a MoE layer's
+    # MLP all-reduce is replaced by the all-to-all, and its attention all-reduce is done as a
+    # reduce-scatter + all-gather around it (the same bytes)
+    n_ar = 2 * s.layers - (s.moe_layers if s.ep > 1 else 0)
+    out["allreduce"] = ((0 * T, b * T * h * n_ar, n_ar * has_t) if s.tp > 1 else zero)
     return out
 
 
-def gemm_m(op: str, f):
-    """The GEMM's M dimension (rows): new tokens, or sampled rows for the LM head."""
-    return f.num_logits if op == "lm_head" else f.num_tokens
+def mla_up_counts(s: Shapes, pkv, has_p):
+    """MLA prefill: every key's latent (context and new) up-projected to per-head K (no rotary part) and V."""
+    up = s.kv_lora * s.heads * (s.nope + s.v_head)
+    return (2 * pkv * up, s.w_bytes * up * has_p + s.dtype_bytes * pkv * (s.kv_lora + s.heads * (s.nope + s.v_head)),
+            has_p)
+
+
+def mla_absorb_counts(s: Shapes, D, has_d):
+    """MLA decode: W_UK folded into each query head, W_UV applied to the latent output (two batched GEMMs;
+    vLLM keeps these absorbed weights in the activation dtype)."""
+    b = s.dtype_bytes
+    absorb = s.heads * (s.nope * s.kv_lora + s.kv_lora * s.v_head)
+    return (2 * D * absorb, b * absorb * has_d + b * D * s.heads * (s.nope + 2 * s.kv_lora + s.v_head), 2 * has_d)
+
+
+def gemm_m(op: str, f, s: Shapes | None = None):
+    """The GEMM's M dimension (rows): new tokens, sampled rows for the LM head, prefill keys for MLA's
+    up-projection, decodes for its absorbed form, and the rows each touched expert receives."""
+    if op == "lm_head":
+        return f.num_logits
+    if op == "kv_up_proj":
+        return f.prefill_kv_tokens
+    if op == "attn_absorb":
+        return f.num_decode
+    if op in ("moe_gate_up", "moe_down") and s is not None:
+        T = np.asarray(f.num_tokens, dtype=float)
+        touched = np.asarray(s.experts_touched(T), dtype=float)
+        return np.where(touched > 0, s.expert_assignments(T) / np.maximum(touched, 1e-300), 0.0)
+    return f.num_tokens
 
 
 def _pos(x):
@@ -113,4 +357,6 @@ def _pos(x):
         return 1 if x > 0 else 0
 
 
-__all__ = ["GEMM_OPS", "LAYER_OPS", "MODEL_OPS", "OPS", "Shapes", "gemm_m", "op_counts"]
+__all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MODEL_OPS", "MOE_OPS", "OPS",
+           "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
+           "op_counts"]

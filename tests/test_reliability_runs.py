@@ -68,7 +68,7 @@ def test_simulate_cli_on_the_issue_reproducer(tmp_path):
     assert json.loads(r.stdout)["compute_density"] is None
     assert strict_json(tmp_path / "r" / "summary.json")["compute_density"] is None
     r = invoke("simulate", tmp_path / "o.parquet", "-o", tmp_path / "r2")
-    assert r.exit_code == 0 and "compute density n/a" in r.stdout
+    assert r.exit_code == 0 and "compute density unbounded" in r.stdout
 
 
 # ---- items 4 and 5: seeds and option values ------------------------------------------------

@@ -147,7 +147,7 @@ def test_loose_run_dirs_with_latency(tmp_path):
         assert side[c].notna().all(), c
     s = json.loads((runs[0] / "summary.json").read_text())
     assert side.set_index("label").loc["fcfs", "slo_attainment"] == pytest.approx(s["slo_attainment"])
-    assert "SLO attainment" in (page.parent / "report.md").read_text()
+    assert "SLO met" in (page.parent / "report.md").read_text()
     assert not list((page.parent / "figures").glob("heatmap-*"))
     again = write_report([tmp_path / "runs"], tmp_path / "rep")  # a folder of runs; rewrites its own report
     assert pd.read_csv(again.parent / "policies.csv").equals(side)
@@ -193,3 +193,223 @@ def test_binned_percentiles_match_numpy():
     spans = list(zip(edges[:-1], edges[1:], strict=True))
     assert np.allclose(lo, [np.percentile(v[a:b], 10) for a, b in spans], rtol=0, atol=1e-12)
     assert np.allclose(hi, [np.percentile(v[a:b], 90) for a, b in spans], rtol=0, atol=1e-12)
+
+
+# ---- issue 18: baseline, like with like, online workloads, tables; issue 14: bad summaries -------------------
+
+def _copy_runs(sweep_dir: Path, dst: Path, keep) -> Path:
+    """A folder of the sweep's run directories for which ``keep(workload, policy)`` holds."""
+    import shutil
+
+    res = pd.read_parquet(sweep_dir / "results.parquet")
+    dst.mkdir()
+    for _, r in res.iterrows():
+        if keep(r["workload"], r["policy"]):
+            shutil.copytree(sweep_dir / r["run_dir"], dst / f"{r['workload']}-{r['policy']}")
+    return dst
+
+
+def test_the_report_says_which_baseline_and_why(report, sweep_dir, tmp_path):
+    md = (report.parent / "report.md").read_text()
+    assert "Speedups are over **dfs** (choose another with `--baseline POLICY`" in md and "the default" in md
+    runs = _copy_runs(sweep_dir, tmp_path / "runs", lambda w, p: p != "dfs" and w == "d0.9-s0.15")
+    text = (write_report([runs], tmp_path / "b").parent / "report.md").read_text()
+    first = text.index("Speedups are over **fcfs**")
+    assert "picked only because it comes first by name (no --baseline was given and no dfs run" in text
+    assert text.index("--baseline POLICY", first) < text.index("picked only", first)
+    text = (write_report([runs], tmp_path / "c", baseline="random").parent / "report.md").read_text()
+    assert "Speedups are over **random**" in text and "given with --baseline" in text
+
+
+def test_averages_pair_each_policy_with_the_baseline(sweep_dir, tmp_path):
+    """fcfs on all four workloads, dfs (the baseline) on one: fcfs's row covers that one workload only."""
+    one = "d0.9-s0.15"
+    runs = _copy_runs(sweep_dir, tmp_path / "runs", lambda w, p: p == "fcfs" or (p == "dfs" and w == one))
+    page = write_report([runs], tmp_path / "r")
+    summ = pd.read_csv(page.parent / "policy_summary.csv").set_index("policy")
+    res = pd.read_parquet(sweep_dir / "results.parquet").set_index(["workload", "policy"])["throughput_tok_s"]
+    assert summ.loc["fcfs", "n"] == 1 and summ.loc["dfs", "n"] == 1
+    assert summ.loc["fcfs", "speedup_geomean"] == pytest.approx(res[(one, "fcfs")] / res[(one, "dfs")], rel=1e-12)
+    assert summ.loc["fcfs", "throughput_tok_s"] == pytest.approx(res[(one, "fcfs")], rel=1e-12)
+    md = (page.parent / "report.md").read_text()
+    assert "fcfs also ran on 3 workload(s) without a dfs run, left out of its row" in md
+    runs2 = _copy_runs(sweep_dir, tmp_path / "runs2", lambda w, p: w in (one, "d1.2-s0.35") and (p != "random" or w == one))
+    summ2 = pd.read_csv(write_report([runs2], tmp_path / "r2").parent / "policy_summary.csv").set_index("policy")
+    assert list(summ2["n"]) == [2, 2, 1] and "throughput_tok_s" not in summ2  # unlike rows: no mean throughput
+
+
+def test_online_workloads_are_compared_by_latency(tmp_path):
+    from tests.helpers import random_trace
+
+    trace = random_trace(np.random.default_rng(8), n=30, arrivals=True)  # arrivals, no SLOs
+    runs = [_simulate(trace, p, tmp_path / "runs" / p) for p in ("fcfs", "dfs")]
+    page = write_report(runs, tmp_path / "rep")
+    md = (page.parent / "report.md").read_text()
+    sections = re.findall(r"^## (.+)$", md, flags=re.M)
+    assert sections[0] == "Online workloads: latency" and "Policies across workloads" not in sections
+    first = md.split("\n## ")[1]
+    for head in ("lat. mean s", "p50 s", "p99 s", "TTFT s", "TBT ms"):
+        assert f"| {head} |" in first or f" {head} |" in first, head
+    assert "of T_o" not in first and "speedup" not in first and "SLO met" not in md
+    assert "no SLO attainment or goodput" in first
+    html_page = page.read_text()
+    assert html_page.index("Online workloads: latency") < html_page.index("Prefix sharing")
+    assert (page.parent / "figures" / f"latency-{side_group(page)}.png").exists()
+
+
+def side_group(page: Path) -> str:
+    from reports.figures import _slug
+
+    return _slug(pd.read_csv(page.parent / "policies.csv")["group"].iloc[0])
+
+
+def test_tables_fit_and_markdown_escapes_headers(report):
+    md = (report.parent / "report.md").read_text()
+    assert "median \\|err\\|" in md and "| median |err| |" not in md
+    page = report.read_text()
+    side = page.split("<h2>Policies side by side</h2>")[1].split("</table>")[0]
+    assert "run directory" not in side and "/runs/" not in side  # run directories moved to a footnote
+    assert "<details><summary>12 run directories</summary>" in page
+    assert "docs/DESIGN.md" in page
+
+
+def test_report_warns_about_critical_path(report, sweep_dir):
+    res = pd.read_parquet(sweep_dir / "results.parquet")
+    dominated = (res["t_critical_s"] >= 0.5 * res["makespan_s"]).sum()
+    md = (report.parent / "report.md").read_text()
+    assert ("dominated by the critical path" in md or "dominated by its critical path" in md) == bool(dominated)
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (lambda s: {"throughput_tok_s": s["throughput_tok_s"]}, "field 'policy' is missing"),
+    (lambda s: {**s, "makespan_s": "long"}, "field 'makespan_s' is str 'long', expected a number"),
+    (lambda s: {**s, "n_requests": 1.5}, "field 'n_requests' is float 1.5, expected a whole number"),
+    (lambda s: {**s, "policy": 3}, "field 'policy' is int 3, expected text"),
+    (lambda s: {**s, "latency_mean_s": [1]}, "field 'latency_mean_s' is list [1], expected a number or null"),
+])
+def test_bad_summary_is_one_line(sweep_dir, tmp_path, edit, expect):
+    import shutil
+
+    res = pd.read_parquet(sweep_dir / "results.parquet")
+    run = tmp_path / "run"
+    shutil.copytree(sweep_dir / res["run_dir"].iloc[0], run)
+    s = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps(edit(s)))
+    r = report_cli(str(run), "-o", str(tmp_path / "r"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{run / 'summary.json'}: {expect}" in r.stderr, r.stderr
+
+
+def test_step_table_without_replica_is_one_line(sweep_dir, tmp_path):
+    import shutil
+
+    res = pd.read_parquet(sweep_dir / "results.parquet")
+    run = tmp_path / "run"
+    shutil.copytree(sweep_dir / res["run_dir"].iloc[0], run)
+    t = pq.read_table(run / "steps.parquet")
+    pq.write_table(t.drop(["replica"]), run / "steps.parquet")
+    r = report_cli(str(run), "-o", str(tmp_path / "r"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"{run / 'steps.parquet'}: field 'replica' is missing" in r.stderr
+
+
+# ---- figures: nothing clipped or overlapping, from 1 to 10 workloads and 1 to 9 policies ----------------------
+
+def _drawn_texts(fig) -> list:
+    out = list(fig.texts) + [t for lg in fig.legends for t in lg.get_texts()]
+    for ax in fig.axes:
+        out += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        for axis in (ax.xaxis, ax.yaxis):
+            out += [t.label1 for t in axis._update_ticks() if t.label1.get_visible()]
+        if ax.get_legend():
+            out += ax.get_legend().get_texts()
+    return [t for t in out if t.get_visible() and t.get_text().strip()]
+
+
+def _layout_problems(fig) -> list[str]:
+    import itertools
+
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    boxes = [(t.get_text()[:25], t.get_window_extent(r)) for t in _drawn_texts(fig)]
+    fb = fig.bbox
+    bad = [f"outside: {n!r}" for n, b in boxes if b.x0 < fb.x0 - 1 or b.x1 > fb.x1 + 1 or b.y0 < fb.y0 - 1
+           or b.y1 > fb.y1 + 1]
+    for (n1, a), (n2, b) in itertools.combinations(boxes, 2):
+        if min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1:
+            bad.append(f"overlap: {n1!r} / {n2!r}")
+    return bad
+
+
+ALL_POLICIES = ["dfs", "accelgen", "batchllm", "blendserve", "e2", "fcfs", "random", "sarathi", "vllm"]
+
+
+def _fake_runs(n_work: int, n_pol: int, tmp: Path) -> pd.DataFrame:
+    from reports.tables import with_speedup
+
+    rows = []
+    for w in range(n_work):
+        d, s = (0.8, 0.9, 1.0, 1.1, 1.2)[w % 5], (0.05, 0.15, 0.25, 0.35)[w // 5]
+        for j, p in enumerate(ALL_POLICIES[:n_pol]):
+            run = tmp / f"w{w}" / p
+            run.mkdir(parents=True)
+            k = np.arange(300, dtype=float)
+            pq.write_table(pa.table({"replica": np.zeros(300, np.int64), "compute_s": 0.03 + 0.01 * np.sin(k),
+                                     "memory_s": 0.02 + 0.01 * np.cos(k)}), run / "steps.parquet")
+            rows.append(dict(group=f"d{d}-s{s}", label=p, policy=p, deployment="llama-3-8b/a100-80gb/overlap",
+                             grid_density=d, grid_sharing=s, throughput_tok_s=4000.0 + 90 * j + 10 * w,
+                             input_tokens=1e6, output_tokens=3e5, t_opt_s=80.0, t_opt_practical_s=110.0,
+                             prefix_sharing_ratio=s - 0.01 * j, optimal_sharing_ratio=s, makespan_s=300.0 + j,
+                             latency_p50_s=4.0 + j, latency_mean_s=5.0 + j, latency_p99_s=12.0 + j,
+                             ttft_mean_s=0.1 * (j + 1), ttft_p99_s=0.5 * (j + 1), run_path=str(run)))
+    return with_speedup(pd.DataFrame(rows), "dfs")
+
+
+@pytest.mark.parametrize("n_work, n_pol", [(1, 1), (4, 9), (10, 3)])
+def test_figures_have_no_clipped_or_overlapping_text(tmp_path, n_work, n_pol):
+    """The manual check ran every size from 1 to 10 workloads x 1 to 9 policies; CI keeps three corners."""
+    from reports import figures as F
+    from reports import steps as S
+
+    df = _fake_runs(n_work, n_pol, tmp_path)
+    order = list(dict.fromkeys(df["label"]))
+    figs = F.throughput_bars(df, order) + F.sharing_bars(df, order) + F.speedup_heatmaps(df, "dfs", order)
+    figs += F.latency_bars(df[df["group"] == df["group"].iloc[-1]], order)
+    if n_work * n_pol > 20:
+        figs += S.step_figures(df, df["group"].iloc[0], None, order)
+    assert len(figs) >= 2
+    for f in figs:
+        assert _layout_problems(f.fig) == [], f.name
+        F.plt.close(f.fig)
+
+
+def test_heatmap_centres_on_one_and_marks_ties():
+    from reports.figures import NOISE, _heatmap
+
+    m = pd.DataFrame([[1.004, 1.2], [0.9, np.nan]], index=[0.9, 1.1], columns=[0.15, 0.35])
+    f = _heatmap(m, "p", "dfs", "dep")
+    norm = f.fig.axes[0].images[0].norm
+    assert norm.vcenter == 1.0 and norm.vmin == pytest.approx(0.8) and norm.vmax == pytest.approx(1.2)
+    assert "hatched cells (1 of 3)" in f.caption
+    flat = _heatmap(pd.DataFrame([[1.001, 0.999]], index=[1.0], columns=[0.1, 0.2]), "p", "dfs", "dep")
+    assert flat.fig.axes[0].images[0].norm.vmax == pytest.approx(1 + 3 * NOISE)  # near-ties stay pale
+    assert "hatched cells (2 of 2)" in flat.caption
+
+
+def test_simple_report_from_a_table_and_a_figure(tmp_path):
+    """The entry point for other commands (a fidelity check): one table, one figure, a CSV."""
+    from reports.figures import Figure, plt
+    from reports.render import write_simple_report
+
+    t = pd.DataFrame({"label": ["a", "b"], "throughput_tok_s": [1234.5, 2345.6], "speedup": [1.0, 1.9]})
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    page = write_simple_report(tmp_path / "f", "fidelity", "Two things compared.",
+                               [("Numbers", t, [("label", "policy", "s"), ("throughput_tok_s", "tok/s", ",.0f"),
+                                                ("speedup", "speedup", ".3f×")]),
+                                Figure("line", "A line", "Caption.", fig)], {"numbers.csv": t})
+    d = page.parent
+    assert (d / "figures" / "line.png").exists() and (d / "numbers.csv").exists()
+    md = (d / "report.md").read_text()
+    assert md.startswith("# fidelity") and "| a | 1,234 | 1.000× |" in md and "tok/s: throughput" in md
+    assert "<title>fidelity</title>" in page.read_text() and "Two things compared." in page.read_text()

@@ -19,12 +19,20 @@ def sweep_cmd(
                                 help="Optimal prefix sharing ratios: start:stop:step (inclusive) or a comma list."),
     policies: str = typer.Option(None, "--policies",
                                  help=f"Comma list of policies (default: those of {','.join(DEFAULT_POLICIES)} "
-                                      "that are registered; see `blendsim policies`)."),
+                                      "that are registered; see `blendsim policies`); your own as "
+                                      "path/to/file.py:ClassName."),
     models: str = typer.Option("llama-3-8b", "--models", help="Comma list of model presets or config.json paths."),
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
+    weights: str = typer.Option(None, "--weights", help="GEMM weight precision of every model: bf16, fp16, fp8, "
+                                                        "fp4 or int4 (default: each model's)."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtype: bf16, fp16 or fp8 (default: each "
+                                                          "model's)."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
-    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow "
+    engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
+                                                      "scheduler defaults, overheads, CUDA graphs, fitted kernel "
+                                                      "efficiencies; policies keep their ordering) or ideal "
                                                       "(default: each policy's own)."),
     engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's engine settings "
                                                             "(token budget, block size, rounding, overhead style), "
@@ -60,7 +68,9 @@ def sweep_cmd(
         recipe=recipe, densities=parse_values(densities, "--densities"), sharing=parse_values(sharing, "--sharing"),
         policies=parse_names(policies, "--policies") if policies else _default_policies(),
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
-        mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt)))
+        mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt),
+        precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep))
+                   if v is not None and not (k == "ep" and v == 1)}))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)
     n = len(spec.cells())
@@ -82,6 +92,10 @@ def sweep_cmd(
             raise UserError(failure_line(outcome))
         typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)
         raise typer.Exit(1)
+    from reports.terminal import sweep_warnings
+
+    for line in sweep_warnings(out):
+        typer.echo(f"warning: {line}", err=True)
     typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
 
 

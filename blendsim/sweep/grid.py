@@ -124,17 +124,21 @@ class SweepSpec:
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
+    precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
 
     def settings(self) -> dict:
         """The settings that define every cell besides its grid point, policy, model and hardware."""
-        return {"recipe": self.recipe, "requests": self.requests, "mode": self.mode, "engine": self.engine,
-                "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
+        out = {"recipe": self.recipe, "requests": self.requests, "mode": self.mode, "engine": self.engine,
+               "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
+        if self.precision:  # only when given, so sweeps made before these options still resume
+            out["precision"] = dict(sorted(self.precision.items()))
+        return out
 
     def run_settings(self) -> dict:
         """RunConfig fields every cell shares: mode, engine and, with ``engine_of``, that policy's
         engine settings (token budget, block size, ...) and engine-overhead style."""
-        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed}
+        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}
         if self.engine_of:
             from blendsim.runner import ENGINE_FIELDS
             from policies.base import get_policy

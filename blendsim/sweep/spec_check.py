@@ -40,14 +40,21 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         opts[k] = _coerce(fields[k], v)
     for p in spec.policies + ((spec.engine_of,) if spec.engine_of else ()):
         get_policy(p)
-    names = {m: get_model(m).name for m in spec.models}
-    if len(set(names.values())) < len(names):
+    pr = spec.precision
+    specs = {m: get_model(m, None, pr.get("weights"), pr.get("kv_dtype")) for m in spec.models}
+    # NOTE: configs compare by content; two different configs that share a name get their hash appended
+    prints = [s.fingerprint() for s in specs.values()]
+    if len(set(prints)) < len(prints):
         raise UserError(f"--models {','.join(spec.models)}: two of them are the same model")
+    taken = [s.name for s in specs.values()]
+    names = {m: s.name if taken.count(s.name) == 1 else f"{s.name}-{s.fingerprint()[:6]}" for m, s in specs.items()}
     for h in spec.hardware:
         get_hardware(h)
     if spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
-    if spec.engine is not None:
+    from sim.engines import is_profile
+
+    if spec.engine is not None and not is_profile(spec.engine):  # a profile (sim.engines) or an overhead style
         get_engine(spec.engine)
     if spec.seed < 0:
         raise UserError(f"--seed must be >= 0, got {spec.seed}")

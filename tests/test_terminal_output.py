@@ -1,0 +1,177 @@
+"""Terminal output at a fixed width (rich Console(width=80 | 120)): tables neither cut cells ("…") nor
+overflow the width, prose wraps only between words; ``policies NAME``; the summary keys of online runs
+with and without SLOs; the critical-path warning."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from reports import terminal as TT
+from sim.metrics import CRITICAL_SHARE, critical_path_warning
+from tests.helpers import random_trace
+
+WIDTHS = (80, 120)
+LATENCY_KEYS = {"latency_mean_s", "latency_p50_s", "latency_p99_s", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
+                "tbt_mean_s", "tbt_p99_s"}
+SLO_KEYS = {"slo_attainment", "goodput_tok_s"}
+
+
+def render(fn, width: int, *args, **kw) -> str:
+    buf = io.StringIO()
+    fn(*args, c=Console(width=width, file=buf, highlight=False, soft_wrap=False, color_system=None), **kw)
+    return buf.getvalue()
+
+
+def fits(text: str, width: int) -> None:
+    lines = text.splitlines()
+    assert lines and max(len(x.rstrip()) for x in lines) <= width, text
+    assert "…" not in text, text
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _run(trace, policy="fcfs"):
+    from blendsim.runner import RunConfig, run_simulation
+
+    return run_simulation(trace, RunConfig(policy=policy, model="tiny", hardware="cpu")).summary
+
+
+@pytest.fixture(scope="module")
+def summaries():
+    rng = np.random.default_rng(3)
+    return {"offline": _run(random_trace(rng, n=25)), "online": _run(random_trace(rng, n=25, arrivals=True)),
+            "slo": _run(random_trace(rng, n=25, arrivals=True, slos=True))}
+
+
+def test_online_summary_keys_follow_the_trace(summaries):
+    off, on, slo = summaries["offline"], summaries["online"], summaries["slo"]
+    assert off["offline"] is True and not (LATENCY_KEYS | SLO_KEYS) & set(off) and "last_arrival_s" not in off
+    assert on["offline"] is False and LATENCY_KEYS <= set(on) and not SLO_KEYS & set(on)
+    assert not [k for k in on if "slo" in k]  # no SLO attainment of any kind without SLOs
+    assert LATENCY_KEYS | SLO_KEYS <= set(slo) and "ttft_slo_attainment" in slo
+    assert on["latency_p50_s"] <= on["latency_p99_s"] and on["ttft_p50_s"] <= on["ttft_p99_s"]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_run_summary_wraps_between_words(summaries, width):
+    for kind, s in summaries.items():
+        out = render(TT.print_run_summary, width, s)
+        fits(out, width)
+        for line in TT.run_summary_lines(s):
+            assert flat(line) in flat(out), (kind, line)
+        if kind == "offline":
+            assert "of T_o" in out and "latency" not in out
+        else:  # online: latency first, the offline bounds only as such
+            assert flat(out).index("latency mean") < flat(out).index("throughput")
+            assert "of T_o" not in out and "offline bounds, for reference only" in flat(out)
+            assert ("SLO attainment" in out) == (kind == "slo")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_policy_list_and_every_policy_fit(width):
+    from policies.base import get_policy, policy_names
+
+    out = render(TT.print_policies, width)
+    fits(out, width)
+    for n in policy_names():
+        assert flat(get_policy(n).description) in flat(out)
+        one = render(TT.print_policies, width, n)
+        fits(one, width)
+        for k, (default, meaning) in get_policy(n).options.items():
+            assert f"{k} = {TT._default(default)}" in one, (n, k)
+            assert flat(meaning) in flat(one), (n, k)
+
+
+def test_every_option_has_a_source():
+    from policies.base import get_policy, policy_names
+    from reports.policy_help import SOURCES
+
+    for n in policy_names():
+        assert set(SOURCES.get(n, {})) == set(get_policy(n).options), n
+        assert all(SOURCES[n].values()) if n in SOURCES else True
+
+
+def test_policies_name_on_the_command_line():
+    r = CliRunner().invoke(get_app(), ["policies", "e2"])
+    assert r.exit_code == 0, r.output
+    assert "th_bal = 1.5" in r.stdout and "source: Preble code (paper gives none)" in flat(r.stdout)
+    r = CliRunner().invoke(get_app(), ["policies", "nope"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "unknown policy 'nope'" in r.stderr
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_demo_table_keeps_names_and_numbers_whole(summaries, width):
+    s = summaries["offline"]
+    runs = {p: s for p in ("fcfs", "dfs", "random", "blendserve", "batchllm")}
+    out = render(TT.print_demo_table, width, runs, "dfs", setting="simulated: tiny on cpu")
+    fits(out, width)
+    for p in runs:
+        assert p in out
+    assert f"{s['throughput_tok_s']:,.0f}" in out and "vs dfs" in out and "1.000×" in out
+    assert "tok/s: throughput" in flat(out)  # the legend
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_trace_stats_are_labelled(width):
+    stats = {"requests": 12345, "input_tokens": 9876543, "output_tokens": 123456, "mean_input_len": 800.1,
+             "mean_output_len": 10.0, "sources": {"burstgpt": 10000, "mmlu": 2345}, "has_arrivals": True,
+             "has_slos": False, "optimal_sharing_ratio": 0.35, "compute_density": None, "t_comp_s": 1.5,
+             "t_mem_s": 2.25, "t_opt_s": 2.25, "model": "llama-3-8b", "hardware": "a100-80gb", "meta": {"x": 1}}
+    out = render(TT.print_trace_stats, width, stats, "t.parquet")
+    fits(out, width)
+    assert "9,876,543" in out and "35.00%" in out and "burstgpt: 10,000, mmlu: 2,345" in out
+    assert "compute density rho" in out and "no decode work" in out
+    assert "{" not in out and "has_arrivals" not in out  # no raw keys, no Python dict
+
+
+def test_critical_path_warning():
+    s = {"t_critical_s": CRITICAL_SHARE * 100.0, "makespan_s": 100.0, "offline": True}
+    assert "dominated by its critical path" in critical_path_warning(s)
+    assert "50%" in critical_path_warning(s) and "T_critical" in critical_path_warning(s)
+    assert critical_path_warning({**s, "t_critical_s": 49.9}) is None
+    assert critical_path_warning({**s, "offline": False}) is None  # online: the arrivals set the makespan
+    assert critical_path_warning({**s, "offline": np.bool_(False)}) is None
+    assert critical_path_warning({"makespan_s": 1.0}) is None and critical_path_warning({**s, "makespan_s": 0}) is None
+    many = TT.critical_path_lines([("a", s), ("b", {**s, "t_critical_s": 80.0}), ("c", {**s, "t_critical_s": 1.0})])
+    assert many.startswith("2 of 3 runs (a, b)") and "50-80% of the makespan" in many
+
+
+def test_simulate_warns_when_one_request_dominates(tmp_path):
+    from workloads.trace import from_columns, write_trace
+
+    f = write_trace(from_columns(input_len=[8] * 20 + [8], output_len=[2] * 20 + [400]), tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["simulate", str(f), "--model", "tiny", "--hardware", "cpu", "-o",
+                                       str(tmp_path / "r")])
+    assert r.exit_code == 0, r.output
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert s["t_critical_s"] >= 0.5 * s["makespan_s"]
+    assert "warning: the makespan is dominated by its critical path" in flat(r.stdout)
+
+
+def test_sweep_warns_once_for_dominated_cells(tmp_path):
+    for crit, pol in [(80.0, "dfs"), (10.0, "random"), (70.0, "blendserve")]:
+        cell = tmp_path / "runs" / "m" / "h" / "d1-s0.1" / pol
+        cell.mkdir(parents=True)
+        label = {"workload": "d1-s0.1", "model": "m", "hardware": "h", "grid_density": 1.0, "grid_sharing": 0.1,
+                 "policy": pol, "run_dir": f"runs/m/h/d1-s0.1/{pol}"}
+        (cell / "cell.json").write_text(json.dumps(label))
+        (cell / "summary.json").write_text(json.dumps({"throughput_tok_s": 1.0, "makespan_s": 100.0,
+                                                       "t_critical_s": crit, "offline": True}))
+    lines = TT.sweep_warnings(tmp_path)
+    assert len(lines) == 1 and lines[0].startswith("2 of 3 runs (d1-s0.1/blendserve, d1-s0.1/dfs)")
+
+
+def test_null_bounds_print_as_a_dash(summaries):
+    """A summary whose density JSON could not hold (no decode work: written as null) still prints."""
+    s = {**summaries["offline"], "compute_density": None, "frac_of_opt": None}
+    out = render(TT.print_run_summary, 80, s)
+    assert "compute density –" in flat(out) and "– of T_o" in flat(out)
