@@ -164,8 +164,9 @@ class RooflineTimer:
         self.shapes = Shapes.of(dep)
         peak = hw.flops_for(m.dtype)
         self.gemm_rate = peak * hw.compute_efficiency  # 16-bit GEMMs (LM head, routers) and decode attention
-        # GEMMs with weights in the ``weights`` precision: at its tensor-core peak where the device has one
-        self.lowp_rate = hw.flops_for(m.weights) * hw.compute_efficiency
+        # GEMMs with weights in the ``weights`` precision run at its tensor-core peak where the device has one:
+        # this ratio to the 16-bit rate (1 for 16-bit weights), so timers that rescale gemm_rate keep it
+        self.lowp_ratio = hw.flops_for(m.weights) / peak
         self.attn_rate = peak * hw.attention_compute_efficiency
         self.bw = hw.mem_bandwidth * hw.memory_efficiency
         self.ew_bw = hw.mem_bandwidth * hw.elementwise_efficiency
@@ -182,7 +183,7 @@ class RooflineTimer:
             m = np.asarray(gemm_m(op, f, self.shapes))
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
             pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
-            tc = flops * pad / (self.lowp_rate if op in LOWP_GEMMS else self.gemm_rate)
+            tc = flops * pad / (self.gemm_rate * self.lowp_ratio if op in LOWP_GEMMS else self.gemm_rate)
             tm = nbytes / self.bw
             if self.blend:
                 # NOTE: a p-norm instead of max(): near the ridge neither bound is reached (see hardware.py)
@@ -241,6 +242,7 @@ class CostModel:
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
         self.layers = dep.model.num_layers
         self._mla = dep.model.is_mla
+        self.graph_cap = 0  # HOOK (sim.engines): pure-decode steps run at CUDA-graph sizes up to this
         self._tables_n = 0
         self._grow(4096)
         self._prefill_s, self._decode_s = self.timer.attn_scalars()
@@ -266,6 +268,7 @@ class CostModel:
     def breakdown(self, f: BatchFeatures) -> list[dict]:
         """Per operator: scope, class, FLOPs, bytes and seconds (layer ops: one layer), and ``layers``: how
         many times it runs in the step (the decoder layers it belongs to; 1 for model ops)."""
+        f = self._graph_padded(f)
         s = self.timer.shapes if hasattr(self.timer, "shapes") else Shapes.of(self.dep)
         counts = op_counts(s, f)
         rows = []
@@ -296,6 +299,7 @@ class CostModel:
 
     def cost_many(self, f) -> dict[str, np.ndarray]:
         """Vectorised pricing: ``f`` has BatchFeatures' fields as equal-length arrays."""
+        f = self._graph_padded(f)
         shapes = Shapes.of(self.dep)
         counts = op_counts(shapes, f)
         acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
@@ -315,6 +319,9 @@ class CostModel:
         :meth:`cost` on the same features (tested). ``chunks`` (the Batch's prefill list) lets a
         calibrated model price each sequence's prefill attention call on its own.
         """
+        T0 = T
+        if self.graph_cap and not Np:  # HOOK (sim.engines): CUDA-graph padding of a decode-only step
+            T = N = _graph_size(T, self.graph_cap)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[N]
@@ -329,7 +336,7 @@ class CostModel:
             m += self._decode_s(D, Cd) * self.layers
             if self._mla:
                 c += self._mla_time("attn_absorb", _Feat(num_decode=D))
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * (Np + D) + self.engine.per_token_s * T0
         if self.mode == "sequential":
             return c + m + o + comm + ovh, c, m
         hi = c if c > m else m
@@ -339,19 +346,34 @@ class CostModel:
 
     def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
-        T = D
+        T = _graph_size(D, self.graph_cap) if self.graph_cap else D  # HOOK (sim.engines)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
-        c = self._tc[T] + self._tl[D] + 0 * Cd
+        c = self._tc[T] + self._tl[T] + 0 * Cd
         if self._mla and D:
             c = c + self._mla_time("attn_absorb", _Feat(num_decode=D))
         m = self._tm[T] + self._attn_decode(D, Cd)
         o = self._to[T]
         comm = self._tcomm[T]
-        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * T
+        ovh = self.engine.fixed_s + self.engine.per_seq_s * D + self.engine.per_token_s * D
         return self._combine_arr(c, m, o, comm) + ovh, c, m
 
     # ---- internals ------------------------------------------------------------------------
+    def _graph_padded(self, f):
+        """HOOK (sim.engines): a decode-only step's rows at its CUDA-graph size, as :meth:`step` prices it."""
+        if not self.graph_cap:
+            return f
+        from sim.engines import graph_pad
+
+        dec = np.asarray(f.num_prefill_seqs) == 0
+        pad = np.where(dec, graph_pad(np.asarray(f.num_decode), self.graph_cap), np.asarray(f.num_tokens))
+        logits = np.where(dec, pad, np.asarray(f.num_logits))
+        if np.ndim(pad) == 0:
+            return replace(f, num_tokens=int(pad), num_logits=int(logits)) if isinstance(f, BatchFeatures) \
+                else _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": int(pad),
+                              "num_logits": int(logits)})
+        return _Feat(**{**{k: getattr(f, k) for k in _Feat.__slots__}, "num_tokens": pad, "num_logits": logits})
+
     def _combine(self, c, m, o, comm):
         if self.mode == "sequential":
             return c + m + o + comm
@@ -424,6 +446,12 @@ def features_arrays(**arrays) -> _Feat:
 
 def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "ideal", profile=None) -> CostModel:
     """The roofline model, or the calibrated one when a profile (path or Profile) is given."""
+    from sim.engines import is_profile
+
+    if isinstance(engine, str) and is_profile(engine):  # HOOK (sim.efficiency): an engine profile
+        from sim.efficiency import profile_cost_model
+
+        return profile_cost_model(dep, mode, engine, profile)
     if profile is None:
         return CostModel(dep, mode, engine)
     from sim.profile import ProfileTimer, load_profile
@@ -436,6 +464,15 @@ def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "i
                             f"calibrate with that precision or drop {what}")
     timer = ProfileTimer(prof, dep)
     return CostModel(dep, mode, engine, timer=timer, interference=prof.interference)
+
+
+def _graph_size(n: int, cap: int) -> int:
+    """Scalar twin of ``sim.engines.graph_pad`` for the engine's hot path."""
+    if n > cap or n <= 0:
+        return n
+    if n <= 256:
+        return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else min(-(-n // 8) * 8, cap)
+    return min(-(-n // 256) * 256, cap)
 
 
 def largest_fit(time_of, limit: float, cap: int) -> int:

@@ -19,7 +19,8 @@ def sweep_cmd(
                                 help="Optimal prefix sharing ratios: start:stop:step (inclusive) or a comma list."),
     policies: str = typer.Option(None, "--policies",
                                  help=f"Comma list of policies (default: those of {','.join(DEFAULT_POLICIES)} "
-                                      "that are registered; see `blendsim policies`)."),
+                                      "that are registered; see `blendsim policies`); your own as "
+                                      "path/to/file.py:ClassName."),
     models: str = typer.Option("llama-3-8b", "--models", help="Comma list of model presets or config.json paths."),
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
     weights: str = typer.Option(None, "--weights", help="GEMM weight precision of every model: bf16, fp16, fp8, "
@@ -29,7 +30,9 @@ def sweep_cmd(
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
-    engine: str = typer.Option(None, "--engine", help="Engine overhead: ideal, vllm, vllm-v0, sglang, nanoflow "
+    engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
+                                                      "scheduler defaults, overheads, CUDA graphs, fitted kernel "
+                                                      "efficiencies; policies keep their ordering) or ideal "
                                                       "(default: each policy's own)."),
     engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's engine settings "
                                                             "(token budget, block size, rounding, overhead style), "
@@ -80,6 +83,9 @@ def sweep_cmd(
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
         raise typer.Exit(130) from None
+    if outcome.write_error:
+        raise UserError(f"{outcome.write_error}; the {outcome.ran + outcome.skipped} finished cell(s) are kept in "
+                        f"{out}/runs/ -- make {out} writable and run the same command again")
     typer.echo(describe(outcome))
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):

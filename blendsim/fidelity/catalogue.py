@@ -1,0 +1,267 @@
+"""The fidelity catalogue: one published throughput measurement per CSV row, and its workload.
+
+Columns: ``id, source, model, hardware, gpus, tp, pp, ep, weights, kv_dtype, engine, engine_version,
+policy, workload, requests, metric, scope, value, note``. A malformed catalogue (a missing column, a
+number that is not one, an unknown metric) stops with one line naming the file, row and field; a
+well-formed row the simulator cannot run is *skipped* later, with its reason.
+
+Workloads:
+
+* ``const:ISL/OSL`` -- ``requests`` requests of ISL prompt and OSL output tokens, unique prompts;
+* ``file:PATH[?key=value&...]`` -- PATH relative to the catalogue's folder: a blendsim trace (Parquet),
+  a file ``workloads load`` reads (format by its columns), or a plain CSV of prompt/output lengths
+  (columns like prompt_tokens/output_tokens, num_prefill_tokens/num_decode_tokens,
+  ContextTokens/GeneratedTokens, input_len/output_len); the first ``requests`` rows after the optional
+  filter ``min_len`` (both lengths at least this), ``max_prompt``, ``max_total`` (prompt + output);
+* ``synth:RECIPE?key=value&...`` -- ``blendsim workloads synth RECIPE`` with those options (seeded),
+  ``requests`` is passed as the recipe's ``requests`` unless given.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+import numpy as np
+
+from sim.errors import UserError
+
+COLUMNS = ("id", "source", "model", "hardware", "gpus", "tp", "pp", "ep", "weights", "kv_dtype", "engine",
+           "engine_version", "policy", "workload", "requests", "metric", "scope", "value", "note")
+METRICS = ("output_tok_s", "total_tok_s", "req_s")
+SCOPES = ("system", "per_gpu")
+_PAIRS = (("prompt_tokens", "output_tokens"), ("num_prefill_tokens", "num_decode_tokens"),
+          ("ContextTokens", "GeneratedTokens"), ("input_len", "output_len"), ("input_length", "output_length"),
+          ("Request tokens", "Response tokens"), ("prompt_len", "output_len"), ("isl", "osl"))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement."""
+
+    id: str
+    source: str
+    model: str
+    hardware: str
+    gpus: int
+    tp: int
+    pp: int
+    ep: int
+    weights: str
+    kv_dtype: str
+    engine: str
+    engine_version: str
+    policy: str
+    workload: str
+    requests: int
+    metric: str
+    scope: str
+    value: float
+    note: str
+    folder: Path  # the catalogue's folder (workload and model paths are relative to it)
+    line: int  # CSV line number, for messages
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+
+def read_catalogue(path: str | Path) -> list[Row]:
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [c for c in COLUMNS if c not in header]
+            if missing:
+                raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
+            raw = list(reader)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read catalogue: {e.strerror or e}") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a readable CSV: {e}") from None
+    rows, seen = [], set()
+    for i, r in enumerate(raw):
+        line = i + 2
+        rows.append(_row(path, line, r))
+        if rows[-1].id in seen:
+            raise UserError(f"{path}: row {line}: id {rows[-1].id!r} appears twice")
+        seen.add(rows[-1].id)
+    if not rows:
+        raise UserError(f"{path}: the catalogue has no rows")
+    return rows
+
+
+def _row(path: Path, line: int, r: dict) -> Row:
+    def where(field: str) -> str:
+        return f"{path}: row {line} (id {r.get('id') or '?'}), field {field!r}"
+
+    def integer(field: str, default: int | None = None, minimum: int = 1) -> int:
+        v = (r.get(field) or "").strip()
+        if not v and default is not None:
+            return default
+        try:
+            x = int(v)
+        except ValueError:
+            raise UserError(f"{where(field)}: expected an integer, got {v!r}") from None
+        if x < minimum:
+            raise UserError(f"{where(field)}: must be >= {minimum}, got {x}")
+        return x
+
+    def text(field: str, required: bool = True) -> str:
+        v = (r.get(field) or "").strip()
+        if required and not v:
+            raise UserError(f"{where(field)}: empty")
+        return v
+
+    try:
+        value = float(text("value"))
+    except ValueError:
+        raise UserError(f"{where('value')}: expected a number, got {r.get('value')!r}") from None
+    if not (value > 0 and np.isfinite(value)):
+        raise UserError(f"{where('value')}: must be a positive number, got {value}")
+    metric, scope = text("metric"), text("scope")
+    if metric not in METRICS:
+        raise UserError(f"{where('metric')}: {metric!r} is not one of {', '.join(METRICS)}")
+    if scope not in SCOPES:
+        raise UserError(f"{where('scope')}: {scope!r} is not one of {', '.join(SCOPES)}")
+    gpus, tp, pp = integer("gpus"), integer("tp", 1), integer("pp", 1)
+    if gpus % (tp * pp):
+        raise UserError(f"{where('gpus')}: {gpus} GPUs is not a multiple of tp x pp = {tp * pp}")
+    wl = text("workload")
+    if not wl.startswith(("const:", "file:", "synth:")):
+        raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL, file:PATH or synth:RECIPE?...")
+    return Row(id=text("id"), source=text("source", False), model=text("model"), hardware=text("hardware"),
+               gpus=gpus, tp=tp, pp=pp, ep=integer("ep", 1), weights=text("weights", False) or "bf16",
+               kv_dtype=text("kv_dtype", False), engine=text("engine"), engine_version=text("engine_version", False),
+               policy=text("policy", False), workload=wl, requests=integer("requests"), metric=metric,
+               scope=scope, value=value, note=text("note", False), folder=path.resolve().parent, line=line)
+
+
+# ---- workloads ----------------------------------------------------------------------------
+def build_workload(row: Row):
+    """The row's Trace (every request at t=0). UserError for a workload that cannot be built."""
+    kind, _, spec = row.workload.partition(":")
+    if kind == "const":
+        return _const(row, spec)
+    if kind == "file":
+        return _file(row, spec)
+    return _synth(row, spec)
+
+
+def _bad(row: Row, what: str) -> UserError:
+    return UserError(f"row {row.line} (id {row.id}), field 'workload': {what}")
+
+
+def _const(row: Row, spec: str):
+    from workloads.trace import unique_prompts
+
+    try:
+        isl, osl = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise _bad(row, f"const:{spec!r} is not const:ISL/OSL") from None
+    if isl < 1 or osl < 1:
+        raise _bad(row, "ISL and OSL must be >= 1")
+    n = row.requests
+    return unique_prompts(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64))
+
+
+def _query(row: Row, spec: str) -> tuple[str, dict]:
+    head, _, q = spec.partition("?")
+    try:
+        opts = dict(parse_qsl(q, keep_blank_values=True, strict_parsing=bool(q)))
+    except ValueError:
+        raise _bad(row, f"cannot parse options {q!r} (key=value&key=value)") from None
+    return head, opts
+
+
+def _file(row: Row, spec: str):
+    rel, opts = _query(row, spec)
+    path = (row.folder / rel) if not Path(rel).is_absolute() else Path(rel)
+    if not path.exists():
+        raise _bad(row, f"file {path} does not exist")
+    unknown = set(opts) - {"min_len", "max_prompt", "max_total"}
+    if unknown:
+        raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use min_len, max_prompt, max_total")
+    lim = {}
+    for k, v in opts.items():
+        try:
+            lim[k] = int(v)
+        except ValueError:
+            raise _bad(row, f"option {k}={v!r} is not an integer") from None
+    if path.suffix == ".parquet":
+        from workloads.trace import read_trace
+
+        t = read_trace(path)
+        p, d = t.input_len, t.output_len
+        keep = _keep(p, d, lim)
+        idx = np.flatnonzero(keep)[:row.requests]
+        if len(idx) < row.requests:
+            raise _bad(row, f"{path} has {len(idx)} usable requests, fewer than requests={row.requests}")
+        return t.take(idx).offline()
+    if path.suffix == ".jsonl":
+        from workloads.loaders import load
+
+        t = load(path, "jsonl")
+        idx = np.flatnonzero(_keep(t.input_len, t.output_len, lim))[:row.requests]
+        return t.take(idx).offline()
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as e:
+        raise _bad(row, f"cannot read {path}: {e}") from None
+    cols = {c.lower(): c for c in df.columns}
+    pair = next(((cols[a.lower()], cols[b.lower()]) for a, b in _PAIRS if a.lower() in cols and b.lower() in cols),
+                None)
+    if pair is None:
+        raise _bad(row, f"{path}: no prompt/output length columns (e.g. prompt_tokens, output_tokens; "
+                        f"has {', '.join(map(str, df.columns))})")
+    p = pd.to_numeric(df[pair[0]], errors="coerce").to_numpy()
+    d = pd.to_numeric(df[pair[1]], errors="coerce").to_numpy()
+    ok = np.isfinite(p) & np.isfinite(d) & (p >= 1) & (d >= 1) & _keep(np.nan_to_num(p), np.nan_to_num(d), lim)
+    idx = np.flatnonzero(ok)[:row.requests]
+    if len(idx) < row.requests:
+        raise _bad(row, f"{path} has {len(idx)} usable rows, fewer than requests={row.requests}")
+    from workloads.trace import unique_prompts
+
+    return unique_prompts(p[idx].astype(np.int64), d[idx].astype(np.int64))
+
+
+def _keep(p, d, lim: dict):
+    keep = np.ones(len(p), dtype=bool)
+    if "min_len" in lim:
+        keep &= (p >= lim["min_len"]) & (d >= lim["min_len"])
+    if "max_prompt" in lim:
+        keep &= p <= lim["max_prompt"]
+    if "max_total" in lim:
+        keep &= p + d <= lim["max_total"]
+    return keep
+
+
+def _synth(row: Row, spec: str):
+    from workloads.recipes import get_recipe
+
+    name, opts = _query(row, spec)
+    recipe = get_recipe(name)
+    hints = typing.get_type_hints(recipe.options)
+    fields = {f.name for f in dataclasses.fields(recipe.options)}
+    kw = {}
+    for k, v in opts.items():
+        if k not in fields:
+            raise _bad(row, f"recipe {name} has no option {k!r}; options are {', '.join(sorted(fields))}")
+        typ = hints[k]
+        try:
+            kw[k] = (v.lower() in ("1", "true", "yes")) if typ is bool else typ(v)
+        except (TypeError, ValueError):
+            raise _bad(row, f"recipe option {k}={v!r} is not a {getattr(typ, '__name__', typ)}") from None
+    if "requests" in fields and "requests" not in kw:
+        kw["requests"] = row.requests
+    return recipe.make(**kw).offline()
+
+
+__all__ = ["COLUMNS", "METRICS", "Row", "SCOPES", "build_workload", "read_catalogue"]

@@ -1,0 +1,155 @@
+"""``blendsim fidelity``: predicted against published throughput, per row and per group."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def fidelity_cmd(
+    catalogue: list[Path] = typer.Argument(None, help="Catalogue CSV(s) (default: the shipped, cited catalogue); "
+                                                      "several are read as one (ids must stay unique)."),
+    out: Path = typer.Option(None, "-o", "--out", help="Write a report (table, scatter, error by engine) here."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: rows, median/p90 |error|, counts."),
+    params_only: bool = typer.Option(False, "--params", help="Print every fitted constant with its bounds and "
+                                                              "exit."),
+    refit: bool = typer.Option(False, "--refit", help="Fit the parameters on this catalogue (least squares) "
+                                                      "and predict with them; with --save, ship them."),
+    save: Path = typer.Option(None, "--save", help="With --refit: write the fitted parameters to this JSON "
+                                                   "(sim/engine_params.json is what a fresh install uses)."),
+    params_file: Path = typer.Option(None, "--params-file", help="Parameters JSON to predict with "
+                                                                 "(default: the shipped sim/engine_params.json)."),
+    cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-model-out and "
+                                                       "leave-one-hardware-out errors (refits per group)."),
+) -> None:
+    """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
+    import sys
+
+    from sim.engines import PARAMS_FILE, load_params
+    from sim.errors import UserError
+
+    from .suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
+    from .suite import refit as do_refit
+
+    params = load_params(params_file) if params_file else load_params()
+    if params_file and not params_file.exists():
+        raise UserError(f"--params-file {params_file}: no such file")
+    if params_only:
+        _print_params(params, params_file or PARAMS_FILE, as_json)
+        return
+    if save and not refit:
+        raise UserError("--save needs --refit")
+    paths = list(catalogue or [SHIPPED_CATALOGUE])
+    for path in paths:
+        if not Path(path).exists():
+            raise UserError(f"catalogue {path} does not exist")
+    tty = sys.stderr.isatty() and not as_json
+
+    def progress(i, n, rid):
+        if tty:
+            typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
+
+    suite = load_suite(paths, params, progress)
+    if tty:
+        typer.echo("", err=True)
+    if refit:
+        params = do_refit(suite)
+        if save:
+            Path(save).write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
+            typer.echo(f"wrote {save}", err=True)
+    pred = predictions(suite, params)
+    result = summarise(suite, pred)
+    if cv:
+        result["cv"] = {"leave_one_model_out": cv_summary(suite, "model"),
+                        "leave_one_hardware_out": cv_summary(suite, "hardware")}
+    bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
+    if out:
+        from reports.fidelity import write_fidelity_report
+
+        rep = write_fidelity_report(result, suite.rows, bounds, out)
+        typer.echo(f"wrote {rep}", err=True)
+    if as_json:
+        typer.echo(json.dumps(result, indent=1, sort_keys=True))
+        return
+    _print_table(result, suite, bounds, refit)
+
+
+def _print_params(params: dict, path: Path, as_json: bool) -> None:
+    from sim.engines import PROFILES
+
+    bounds = params.get("bounds", {})
+    rows = [(n, v, bounds.get(n)) for n, v in flatten(params)]
+    if as_json:
+        typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b}
+                                                              for n, v, b in rows]}, indent=1))
+        return
+    typer.echo(f"fitted parameters ({path}; {params.get('fitted_on', {}).get('rows', '?')} rows):")
+    for n, v, b in rows:
+        bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
+        typer.echo(f"  {n:42s} {v:12.6g}  bounds {bs}")
+    typer.echo("engine constants (cited, not fitted): " + "; ".join(
+        f"{p.name}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
+        f"{p.mode}" for p in PROFILES.values() if not p.fitted))
+
+
+def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
+    """``(dotted name, value)`` of every parameter in a params dict (bookkeeping keys left out)."""
+    out = []
+    for k, v in sorted(params.items()):
+        if not prefix and k in ("bounds", "fitted_on"):
+            continue
+        if isinstance(v, dict):
+            out += flatten(v, prefix + (k,))
+        else:
+            out.append((".".join(prefix + (k,)), v))
+    return out
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(soft_wrap=True)
+    byid = {r.id: r for r in suite.rows}
+    t = Table(title="predicted vs measured")
+    for c in ("id", "engine", "predicted", "measured", "error", "bound by"):
+        t.add_column(c, justify="left" if c in ("id", "engine", "bound by") else "right")
+    for x in res["rows"]:
+        r = byid[x["id"]]
+        if x["status"] == "ok":
+            b = bounds[x["id"]]
+            top = max(b, key=b.get)
+            t.add_row(x["id"], r.engine, f"{x['predicted']:.0f}", f"{x['measured']:.0f}", f"{100 * x['error']:+.1f}%",
+                      f"{top} {100 * b[top]:.0f}%")
+        else:
+            t.add_row(x["id"], r.engine, "skipped", f"{x['measured']:.0f}", "", x["reason"][:80])
+    con.print(t)
+    cvs = res.get("cv", {})
+    for key, groups in res["by"].items():
+        g = Table(title=f"|error| by {key}")
+        for c in ("group", "n", "median", "p90", "LOMO median", "LOHO median"):
+            g.add_column(c, justify="left" if c == "group" else "right")
+        for name, s in groups.items():
+            lomo = cvs.get("leave_one_model_out", {}).get("by", {}).get(key, {}).get(name, {})
+            loho = cvs.get("leave_one_hardware_out", {}).get("by", {}).get(key, {}).get(name, {})
+            g.add_row(str(name)[:60], str(s["n"]), _pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
+                      _pct(lomo.get("median_abs_error")), _pct(loho.get("median_abs_error")))
+        con.print(g)
+    what = "in-sample (refitted here)" if refit else "with the shipped parameters"
+    con.print(f"{res['n_ok']} rows predicted, {res['n_skipped']} skipped; {what}: median |error| "
+              f"{_pct(res['median_abs_error'])}, p90 {_pct(res['p90_abs_error'])}")
+    for k, label in (("leave_one_model_out", "leave-one-model-out"), ("leave_one_hardware_out", "leave-one-hardware-out")):
+        if k in cvs:
+            c = cvs[k]
+            con.print(f"{label}: median |error| {_pct(c['median_abs_error'])}, p90 {_pct(c['p90_abs_error'])} "
+                      f"({c['n']} rows)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fidelity")(fidelity_cmd)

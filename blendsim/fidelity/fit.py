@@ -1,0 +1,172 @@
+"""Least-squares fit of the few named, bounded parameters, and leave-one-group-out validation.
+
+Free parameters (``sim/engine_params.json`` layout):
+
+* per hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff`` (``sim.efficiency``);
+* global: ``attn_eff`` and ``link_eff`` (the latter only when a row uses tensor parallelism);
+* per overlapping regime: ``kappa`` (interference);
+* per engine whose profile lists them as fitted (``sim.engines``): ``fixed_s``, ``per_seq_s``.
+
+Residual of a row: ``log(predicted / measured)``; a weak prior (``PRIOR`` x log-distance from the preset's
+value) keeps a parameter the rows barely see near its physical default. A parameter of a group no
+training row exercises (the held-out hardware, in leave-one-hardware-out) takes the mean of the same
+parameter on the other hardware of its regime, or stays at the preset.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.efficiency import BOUNDS
+from sim.engines import PROFILES
+
+PRIOR = 0.05
+HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff")
+GLOBAL_PARAMS = ("attn_eff", "link_eff")
+ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One free parameter: where it lives in the params dict, its bounds and its prior value."""
+
+    path: tuple  # e.g. ("hardware", hw, name), ("global", name), ("regime", regime, "*", name), ("engine", e, name)
+    lo: float
+    hi: float
+    prior: float
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+
+def preset_value(name: str, hw) -> float:
+    return {"gemm_eff": hw.compute_efficiency, "mem_eff": hw.memory_efficiency,
+            "attn_mem_eff": hw.memory_efficiency, "attn_eff": hw.attention_compute_efficiency,
+            "link_eff": 0.7, "kappa": hw.overlap_interference}[name]
+
+
+def free_params(rows: list) -> list[Param]:
+    """The parameters the given (row, pricer) pairs exercise."""
+    out: dict[tuple, Param] = {}
+
+    def add(path, name, hw):
+        out.setdefault(path, Param(path, *BOUNDS[name], preset_value(name, hw)))
+
+    for _row, pr in rows:
+        prof, hw = pr.profile, pr.dep.hardware
+        for n in HW_PARAMS:
+            add(("hardware", hw.name, n), n, hw)
+        for n in GLOBAL_PARAMS:
+            if n == "link_eff" and pr.dep.tp == 1:
+                continue
+            add(("global", n), n, hw)
+        if prof.mode == "overlap":
+            add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
+        for n in prof.fitted:
+            default = getattr(PROFILES[prof.name], n)
+            out.setdefault(("engine", prof.name, n), Param(("engine", prof.name, n), *ENGINE_BOUNDS[n], default))
+    return [out[k] for k in sorted(out)]
+
+
+def set_value(params: dict, path: tuple, value: float) -> None:
+    d = params
+    for k in path[:-1]:
+        d = d.setdefault(k, {})
+    d[path[-1]] = float(value)
+
+
+def get_value(params: dict, path: tuple):
+    d = params
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _scale(p: Param) -> float:
+    return max(p.hi - p.lo, 1e-12)
+
+
+def fit(rows: list, base: dict | None = None) -> dict:
+    """Fitted parameters (a params dict) for (row, pricer) pairs, starting from ``base``."""
+    from scipy.optimize import least_squares
+
+    base = copy.deepcopy(base or {})
+    ps = free_params(rows)
+    if not ps:
+        return base
+    measured = np.array([r.value for r, _ in rows])
+
+    def params_of(x):
+        out = copy.deepcopy(base)
+        for p, v in zip(ps, x):
+            set_value(out, p.path, p.lo + v * _scale(p))
+        return out
+
+    def residuals(x):
+        prm = params_of(x)
+        pred = np.array([predict(r, pr, prm) for r, pr in rows])
+        res = np.log(pred / measured)
+        prior = [PRIOR * np.log((p.lo + v * _scale(p) + 1e-9) / (p.prior + 1e-9)) if p.prior > 0 else PRIOR * v
+                 for p, v in zip(ps, x)]
+        return np.concatenate([res, prior])
+
+    x0 = []
+    for p in ps:
+        v = get_value(base, p.path)
+        v = p.prior if v is None else v
+        x0.append(np.clip((v - p.lo) / _scale(p), 0.0, 1.0))
+    sol = least_squares(residuals, np.array(x0), bounds=(0.0, 1.0), method="trf", x_scale=1.0,
+                        diff_step=1e-3, max_nfev=60 * (len(ps) + 1))
+    out = params_of(sol.x)
+    out["bounds"] = {p.name: [p.lo, p.hi] for p in ps}
+    return out
+
+
+def predict(row, pricer, params: dict) -> float:
+    """The row's metric under ``params``."""
+    ms = pricer.makespan(params)
+    s = pricer.sched
+    if row.metric == "output_tok_s":
+        v = s.output_tokens / ms
+    elif row.metric == "total_tok_s":
+        v = (s.input_tokens + s.output_tokens) / ms
+    else:
+        v = s.requests / ms
+    return v / row.gpus if row.scope == "per_gpu" else v
+
+
+def transfer(params: dict, rows: list) -> dict:
+    """Give hardware without training rows the mean of the fitted hardware's efficiencies."""
+    out = copy.deepcopy(params)
+    hws = out.setdefault("hardware", {})
+    known = [v for v in hws.values() if isinstance(v, dict)]
+    for _row, pr in rows:
+        hw = pr.dep.hardware.name
+        if hw not in hws and known:
+            hws[hw] = {n: float(np.mean([k[n] for k in known if n in k])) for n in HW_PARAMS
+                       if any(n in k for k in known)}
+    return out
+
+
+def cross_validate(rows: list, key, base: dict | None = None) -> dict:
+    """Leave-one-group-out predictions: ``{row id: predicted}``; ``key(row)`` names the group."""
+    groups = sorted({key(r) for r, _ in rows})
+    pred = {}
+    for g in groups:
+        train = [(r, p) for r, p in rows if key(r) != g]
+        test = [(r, p) for r, p in rows if key(r) == g]
+        if not train:
+            continue
+        prm = transfer(fit(train, base), test)
+        for r, p in test:
+            pred[r.id] = predict(r, p, prm)
+    return pred
+
+
+__all__ = ["HW_PARAMS", "Param", "cross_validate", "fit", "free_params", "predict", "transfer"]

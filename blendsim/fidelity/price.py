@@ -1,0 +1,114 @@
+"""Price a recorded schedule under parameters theta, and say which resource bounds it.
+
+:class:`RowPricer` keeps a row's per-step operator counts (they do not depend on theta) and returns
+the makespan for a parameters dict (``sim/engine_params.json``'s layout) in a few vectorised numpy
+passes, which is what makes least squares over the whole catalogue cheap.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.cost import _Feat
+from sim.efficiency import Efficiency, EfficiencyTimer
+from sim.engines import graph_pad
+from sim.ops import OPS, Shapes, op_counts
+
+from .runner import FIELDS
+
+
+class RowPricer:
+    """Makespan of one recorded row as a function of the fitted parameters."""
+
+    def __init__(self, sched, dep, profile, compress: bool = False):
+        self.sched = sched
+        self.dep = dep
+        self.profile = profile
+        self.layers = dep.model.num_layers
+        shapes = self.shapes = Shapes.of(dep)
+        self.parts = []
+        for rep in sched.replicas:
+            f = {k: rep[k].copy() for k in FIELDS}
+            f["tokens0"] = f["num_tokens"].copy()  # unpadded: the per-token engine overhead
+            if profile.cuda_graph_max:  # decode-only steps run at the captured batch size
+                dec = f["num_prefill_seqs"] == 0
+                pad = graph_pad(f["num_decode"].astype(np.int64), profile.cuda_graph_max)
+                f["num_tokens"] = np.where(dec, pad, f["num_tokens"])
+                f["num_logits"] = np.where(dec, pad, f["num_logits"])
+            w = rep["weight"]
+            if compress and profile.mode == "sequential":
+                w, f = _compress(w, f)
+            tok0 = f.pop("tokens0")
+            feat = _Feat(**f)
+            counts = op_counts(shapes, feat)
+            self.parts.append((w, feat, counts, tok0))
+
+    def components(self, params: dict) -> list[dict]:
+        """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
+        prof = self.profile
+        fitted = params.get("engine", {}).get(prof.name, {})
+        fixed = fitted.get("fixed_s", prof.fixed_s)
+        per_seq = fitted.get("per_seq_s", prof.per_seq_s)
+        per_tok = fitted.get("per_token_s", prof.per_token_s)
+        eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
+        timer = EfficiencyTimer(self.dep, eff)
+        out = []
+        for w, f, counts, tok0 in self.parts:
+            acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
+            for op, (flops, nbytes, kernels) in counts.items():
+                cls, scope = OPS[op]
+                t = timer.op_time(op, flops, nbytes, kernels, f)
+                acc[cls] = acc[cls] + t * self.shapes.layers_of(op)  # MoE models: dense/MoE layers apart
+            seqs = f.num_prefill_seqs + f.num_decode
+            ovh = fixed + per_seq * seqs + per_tok * tok0
+            out.append({"weight": w, **{k: np.asarray(v, dtype=float) + 0 * w for k, v in acc.items()},
+                        "overhead": ovh + 0 * w})
+        return out
+
+    def step_times(self, params: dict) -> list:
+        prof = self.profile
+        eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
+        kappa = self.dep.hardware.overlap_interference if eff.kappa is None else eff.kappa
+        res = []
+        for c in self.components(params):
+            res.append((c["weight"], combine(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"])
+                        + c["overhead"]))
+        return res
+
+    def makespan(self, params: dict) -> float:
+        return max(float(np.dot(w, t)) for w, t in self.step_times(params))
+
+    def bound(self, params: dict) -> dict:
+        """Share of the makespan by what bounds each step: compute, memory, overhead or comm."""
+        c = max(self.components(params), key=lambda c: float(np.dot(c["weight"], c["compute"] + c["memory"])))
+        w = c["weight"]
+        tot = {k: float(np.dot(w, c[k])) for k in ("compute", "memory", "other", "comm", "overhead")}
+        s = sum(tot.values()) or 1.0
+        return {k: v / s for k, v in tot.items()}
+
+
+def _compress(w, f: dict):
+    """Merge steps whose token, sequence and decode counts agree within 1% into one entry at their weighted
+    mean features: exact where the step time is linear in them (attention, bandwidth-bound GEMMs), within
+    a fraction of a percent elsewhere. Used for fitting only; reported predictions price every step."""
+    names = ("num_tokens", "num_prefill_tokens", "num_prefill_seqs", "num_decode", "num_logits")
+    # counts within 1% of each other share a bin (the fit needs ~0.5% accuracy, not exactness)
+    keys = np.stack([np.round(np.log1p(f[k]) * 100) for k in names], axis=1)
+    _, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = inv.ravel()
+    W = np.bincount(inv, weights=w)
+    out = {k: np.bincount(inv, weights=w * f[k]) / W for k in (*FIELDS, "tokens0")}
+    for k in ("num_prefill_seqs",):
+        out[k] = np.round(out[k])
+    return W, out
+
+
+def combine(mode: str, kappa: float, c, m, o, comm):
+    """Step kernel time under the execution mode (sim.cost.CostModel._combine_arr's rule)."""
+    if mode == "sequential":
+        return c + m + o + comm
+    hi = np.maximum(np.maximum(c, m), comm)
+    return hi + kappa * (c + m + comm - hi) + o
+
+
+__all__ = ["RowPricer", "combine"]

@@ -1,0 +1,152 @@
+"""Simulate a catalogue row once, keep its steps' features, price them under any parameters.
+
+Offline rows release every request at t=0. With a scheduler that does not read the clock or the cost
+model (the engines' own FCFS schedulers), which Batch runs at each step depends only on the queue and
+KV state, not on how long steps take -- so a row's schedule is simulated once and its makespan under
+parameters theta is ``max over replicas of sum(step_time(features; theta))``, vectorised (tested in
+tests/test_fidelity.py). Policies whose plan reads the cost model (``COST_AWARE``) are re-simulated
+with the final parameters.
+
+Runs of pure-decode steps (the engine's fast-forward) are kept as up to ``GROUPS`` weighted groups
+each at its mean context: decode attention is linear in the context, so the sum is exact for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.errors import UserError
+
+COST_AWARE = ("blendserve", "accelgen", "e2")
+GROUPS = 8
+FIELDS = ("num_tokens", "num_prefill_tokens", "num_prefill_seqs", "attn_pairs", "prefill_kv_tokens", "num_decode",
+          "decode_ctx_sum", "num_logits")
+
+
+class Skip(Exception):
+    """The simulator cannot run this row; the message is the reason."""
+
+
+class _Recorder:
+    """An executor that prices with the run's cost model and keeps each step's features."""
+
+    def __init__(self, cm):
+        self.cm = cm
+        self.rows: list[tuple] = []  # (weight, *FIELDS)
+        self.last = (0.0, 0.0)
+
+    def run(self, b) -> float:
+        tp = pairs = pkv = 0
+        for _, n, c, _ in b.prefill:
+            tp += n
+            pairs += n * c + n * (n + 1) // 2
+            pkv += c + n
+        D = b.num_decode
+        self.rows.append((1.0, tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits))
+        t, comp, mem = self.cm.step(tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits,
+                                    b.prefill)
+        self.last = (comp, mem)
+        return t
+
+    def run_decodes(self, D: int, ctx):
+        for part in np.array_split(np.asarray(ctx, dtype=np.float64), min(GROUPS, len(ctx))):
+            self.rows.append((float(len(part)), D, 0, 0, 0, 0, D, float(part.mean()), D))
+        return self.cm.decode_many(D, ctx)
+
+
+@dataclass
+class RowSchedule:
+    """One simulated row: per replica, its steps' features as arrays (``weight`` = steps per entry)."""
+
+    replicas: list  # [dict field -> np.ndarray]
+    input_tokens: int
+    output_tokens: int
+    requests: int
+    makespan_s: float  # as simulated (the parameters in force then)
+    policy: str
+
+
+def deployment_for(row, profile):
+    """The row's Deployment: model and hardware presets (or config.json), precision, TP, KV fraction."""
+    from sim.deployment import Deployment
+    from sim.hardware import get_hardware
+    from sim.models import get_model
+
+    model = row.model
+    if not _is_preset(model) and (row.folder / model).exists():
+        model = str(row.folder / model)
+    spec = get_model(model)
+    hw = get_hardware(row.hardware)
+    spec = apply_precision(spec, hw, row.weights, row.kv_dtype)
+    util = profile.scheduler.get("gpu_memory_utilization", 0.9)
+    mt = profile.scheduler.get("token_budget", 8192)
+    return Deployment(spec, hw, row.tp, gpu_memory_utilization=util, max_batched_tokens=mt,
+                      max_seqs=min(profile.scheduler.get("max_seqs", 1024) or 1024, 1024))
+
+
+def _is_preset(name: str) -> bool:
+    from sim.models import PRESETS
+
+    return name in PRESETS
+
+
+def apply_precision(spec, hw, weights: str, kv_dtype: str):
+    """The model at the row's weight/KV precision, through whatever the cost model supports (Skip if not)."""
+    import inspect
+
+    from sim import models
+
+    weights = weights or spec.dtype
+    kv_dtype = kv_dtype or weights
+    if hasattr(spec, "with_precision"):  # the precision API of the models work
+        try:
+            return spec.with_precision(weights=weights, kv_dtype=kv_dtype)
+        except UserError as e:
+            raise Skip(str(e)) from None
+    if weights in ("bf16", "fp16") and kv_dtype in ("bf16", "fp16", ""):
+        return spec.with_dtype(weights) if weights != spec.dtype else spec
+    sig = inspect.signature(models.get_model)
+    raise Skip(f"weights {weights} / KV {kv_dtype}: this cost model has no {weights} peak or KV dtype "
+               f"(get_model{sig})")
+
+
+def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
+    """Simulate ``row`` on ``trace`` under its engine profile and record every step's features."""
+    from blendsim.runner import RunConfig, prepare_run
+    from sim.efficiency import profile_cost_model
+    from sim.engine import Cluster, Replica
+    from sim.engines import get_profile
+    from sim.kv import KVCache
+    from sim.seq import RequestRecords
+
+    prof = get_profile(row.engine, params)
+    dep = deployment_for(row, prof)
+    cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
+                    replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True)
+    run = prepare_run(trace, cfg, deployment=dep,
+                      cost_model=lambda d: profile_cost_model(d, prof.mode, prof.name, params=params))
+    rec = RequestRecords(run.trace.n)
+    P, Dl = run.trace.input_len.tolist(), run.trace.output_len.tolist()
+    hints = run.trace.output_len_hint.tolist()
+    replicas, recorders = [], []
+    for i in range(cfg.replicas):
+        kv = KVCache(run.tree, run.num_blocks, run.engine.block_size, run.engine.prefix_caching,
+                     retain=run.engine.prefix_retain)
+        sched = run.policy.make_scheduler(i, kv=kv, cfg=run.engine, prompt_len=P, output_len=Dl, records=rec,
+                                          record=False, output_hint=hints)
+        r = _Recorder(run.cost_model)
+        recorders.append(r)
+        replicas.append(Replica(i, sched, r, fast_forward=run.engine.fast_forward))
+    route = np.lexsort((run.policy._rank, run.trace.arrival_s))
+    makespan = Cluster(replicas, run.policy.make_router(replicas), run.trace.arrival_s, route).run()
+    reps = []
+    for r in recorders:
+        a = np.asarray(r.rows, dtype=np.float64).reshape(-1, 1 + len(FIELDS))
+        reps.append({"weight": a[:, 0], **{f: a[:, 1 + j] for j, f in enumerate(FIELDS)}})
+    return RowSchedule(reps, int(run.trace.input_len.sum()), int(run.trace.output_len.sum()), run.trace.n,
+                       float(makespan), cfg.policy)
+
+
+__all__ = ["COST_AWARE", "FIELDS", "RowSchedule", "Skip", "apply_precision", "deployment_for", "simulate_row"]

@@ -1,0 +1,150 @@
+"""Run a whole catalogue: simulate every row once, predict, summarise errors, refit, cross-validate."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import UserError
+
+from .catalogue import Row, build_workload, read_catalogue
+from .fit import cross_validate, fit, predict
+from .price import RowPricer
+from .runner import COST_AWARE, Skip, simulate_row
+
+SHIPPED_CATALOGUE = Path(__file__).with_name("catalogue.csv")
+GROUP_KEYS = ("source", "engine", "model", "hardware")
+
+
+@dataclass
+class Suite:
+    """A catalogue's rows, with a pricer for every row the simulator can run."""
+
+    rows: list  # [Row]
+    pricers: dict  # id -> RowPricer
+    reasons: dict  # id -> why the row was skipped
+    sim_s: float = 0.0
+    wall: dict = field(default_factory=dict)  # id -> seconds to simulate
+
+    @property
+    def ok(self) -> list:
+        return [(r, self.pricers[r.id]) for r in self.rows if r.id in self.pricers]
+
+
+def load_suite(paths, params: dict, progress=None) -> Suite:
+    """Read one catalogue or several (a list) and simulate every row once."""
+    rows = []
+    for path in (paths if isinstance(paths, (list, tuple)) else [paths]):
+        rows += read_catalogue(path)
+    dup = sorted({r.id for r in rows if sum(x.id == r.id for x in rows) > 1})
+    if dup:
+        raise UserError(f"row id(s) {', '.join(dup[:5])} appear in more than one catalogue")
+    pricers, reasons, wall = {}, {}, {}
+    t0 = time.perf_counter()
+    for i, row in enumerate(rows):
+        if progress:
+            progress(i, len(rows), row.id)
+        t = time.perf_counter()
+        try:
+            pricers[row.id] = prepare_row(row, params)
+        except Skip as e:
+            reasons[row.id] = str(e)
+        except UserError as e:
+            reasons[row.id] = str(e)
+        wall[row.id] = time.perf_counter() - t
+    return Suite(rows, pricers, reasons, time.perf_counter() - t0, wall)
+
+
+def prepare_row(row: Row, params: dict) -> RowPricer:
+    """Simulate ``row`` once; Skip (with the reason) when the simulator cannot run it."""
+    from sim.engines import PROFILES, get_profile
+
+    if row.engine not in PROFILES:
+        raise Skip(f"unknown engine {row.engine!r} (profiles: {', '.join(PROFILES)})")
+    if row.pp > 1:
+        raise Skip(f"pipeline parallelism (pp={row.pp}) is not modelled")
+    prof = get_profile(row.engine, params)
+    from .runner import deployment_for
+
+    dep = deployment_for(row, prof)  # Skip/UserError before building a possibly large trace
+    if row.ep > 1 and not getattr(dep.model, "num_experts", 0):
+        raise Skip(f"ep={row.ep} on a model without experts")
+    trace = build_workload(row)
+    sched = simulate_row(row, trace, params)
+    pr = RowPricer(sched, dep, prof)
+    pr.sim_key = _key(pr, params)
+    return pr
+
+
+def _key(pr: RowPricer, params: dict) -> str:
+    """What of ``params`` the row's cost model reads (a cost-aware plan changes only when this does)."""
+    import json
+
+    from sim.efficiency import Efficiency
+
+    eff = Efficiency.lookup(params, pr.profile.regime, pr.dep.hardware.name).to_dict()
+    return json.dumps([eff, params.get("engine", {}).get(pr.profile.name, {})], sort_keys=True)
+
+
+def predictions(suite: Suite, params: dict) -> dict:
+    """``{row id: predicted}``; rows whose policy reads the cost model are re-simulated under ``params``."""
+    out = {}
+    for row, pr in suite.ok:
+        if (row.policy or "fcfs") in COST_AWARE and _key(pr, params) != pr.sim_key:
+            pr = prepare_row(row, params)
+            suite.pricers[row.id] = pr
+        out[row.id] = predict(row, pr, params)
+    return out
+
+
+def summarise(suite: Suite, pred: dict) -> dict:
+    """The ``--json`` object: rows, median and p90 |error|, counts, and per-group errors."""
+    rows = []
+    for r in suite.rows:
+        if r.id in pred:
+            p = pred[r.id]
+            rows.append({"id": r.id, "status": "ok", "reason": "", "predicted": p, "measured": r.value,
+                         "error": p / r.value - 1.0})
+        else:
+            rows.append({"id": r.id, "status": "skipped", "reason": suite.reasons.get(r.id, "not predicted"),
+                         "predicted": None, "measured": r.value, "error": None})
+    errs = np.array([abs(x["error"]) for x in rows if x["status"] == "ok"])
+    out = {"rows": rows, "median_abs_error": _q(errs, 50), "p90_abs_error": _q(errs, 90),
+           "n_ok": int(len(errs)), "n_skipped": len(rows) - int(len(errs))}
+    by = {}
+    byid = {r.id: r for r in suite.rows}
+    for key in GROUP_KEYS:
+        groups: dict = {}
+        for x in rows:
+            if x["status"] == "ok":
+                groups.setdefault(getattr(byid[x["id"]], key), []).append(abs(x["error"]))
+        by[key] = {g: {"n": len(v), "median_abs_error": _q(np.array(v), 50), "p90_abs_error": _q(np.array(v), 90)}
+                   for g, v in sorted(groups.items())}
+    out["by"] = by
+    return out
+
+
+def _q(a: np.ndarray, q: float):
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+def cv_summary(suite: Suite, key: str) -> dict:
+    """Leave-one-``key``-out errors (fits start from the presets, never from shipped parameters)."""
+    pred = cross_validate(suite.ok, lambda r: getattr(r, key), base={})
+    s = summarise(Suite(suite.rows, suite.pricers, suite.reasons), pred)
+    return {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"], "n": s["n_ok"],
+            "by": s["by"], "rows": {x["id"]: x["error"] for x in s["rows"] if x["status"] == "ok"}}
+
+
+def refit(suite: Suite) -> dict:
+    """Parameters fitted on every runnable row (from the presets)."""
+    prm = fit(suite.ok, base={})
+    prm["fitted_on"] = {"rows": len(suite.ok)}
+    return prm
+
+
+__all__ = ["GROUP_KEYS", "SHIPPED_CATALOGUE", "Suite", "cv_summary", "load_suite", "predictions", "refit",
+           "summarise"]

@@ -1,0 +1,129 @@
+"""Kernel-efficiency refinements fitted to published end-to-end measurements (``blendsim fidelity``).
+
+The roofline timer prices operators at the hardware preset's efficiencies. An engine profile
+(``sim.engines``) selects a *regime* whose efficiencies were fitted by least squares on the fidelity
+catalogue; this module holds those named, bounded parameters and a timer that applies them:
+
+* ``gemm_eff``     fraction of the precision's dense peak a large GEMM reaches (also MoE expert GEMMs);
+* ``mem_eff``      fraction of HBM bandwidth a weight-streaming (small-M) GEMM reaches;
+* ``attn_mem_eff`` fraction of HBM bandwidth decode attention reaches reading the paged KV cache;
+* ``attn_eff``     fraction of peak prefill attention reaches;
+* ``link_eff``     fraction of the NVLink bandwidth an all-reduce reaches (bus bandwidth);
+* ``kappa``        overlap interference (overlap mode only): the share of the shorter operator groups'
+                   time that is not hidden when compute- and memory-bound kernels co-run.
+
+Parameters are looked up, later entries winning: ``params["global"]``, ``params["hardware"][hardware]``
+(kernel efficiencies are mostly the GPU's and its kernel libraries'), ``params["regime"][regime]["*"]``
+(an engine's own behaviour, e.g. its overlap interference) and ``params["regime"][regime][hardware]``;
+what is missing keeps the preset's value. Nothing here is per row or per model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from sim.cost import RooflineTimer
+
+# name -> (lower, upper) bound of every fittable efficiency
+BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_eff": (0.25, 0.95),
+    "mem_eff": (0.40, 0.95),
+    "attn_mem_eff": (0.20, 0.95),
+    "attn_eff": (0.15, 0.90),
+    "link_eff": (0.20, 1.00),
+    "kappa": (0.0, 1.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiency:
+    """Efficiencies of one regime on one hardware; ``None`` keeps the preset's value."""
+
+    gemm_eff: float | None = None
+    mem_eff: float | None = None
+    attn_mem_eff: float | None = None
+    attn_eff: float | None = None
+    link_eff: float | None = None
+    kappa: float | None = None
+
+    @staticmethod
+    def lookup(params: dict, regime: str, hardware: str) -> Efficiency:
+        reg = params.get("regime", {}).get(regime, {})
+        vals = dict(params.get("global", {}))
+        for part in (params.get("hardware", {}).get(hardware, {}), reg.get("*", {}), reg.get(hardware, {})):
+            vals.update(part)
+        return Efficiency(**{k: float(v) for k, v in vals.items() if k in BOUNDS})
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+class EfficiencyTimer(RooflineTimer):
+    """The roofline timer at fitted efficiencies (decode attention at its own bandwidth)."""
+
+    name = "roofline+fitted"
+
+    def __init__(self, dep, eff: Efficiency):
+        super().__init__(dep)
+        hw = dep.hardware
+        self.eff = eff
+        if eff.gemm_eff is not None:
+            self.gemm_rate *= eff.gemm_eff / hw.compute_efficiency
+        if eff.mem_eff is not None:
+            self.bw *= eff.mem_eff / hw.memory_efficiency
+        if eff.attn_eff is not None:
+            self.attn_rate *= eff.attn_eff / hw.attention_compute_efficiency
+        if eff.link_eff is not None:
+            self.link_bw *= eff.link_eff
+        a = eff.attn_mem_eff
+        self.attn_bw = self.bw if a is None else self.bw * a / (eff.mem_eff or hw.memory_efficiency)
+
+    def op_time(self, op, flops, nbytes, kernels, f):
+        if op == "attn_decode":
+            import numpy as np
+
+            return np.maximum(flops / self.gemm_rate, nbytes / self.attn_bw) + kernels * self.launch
+        return super().op_time(op, flops, nbytes, kernels, f)
+
+    def attn_scalars(self):
+        from sim.ops import attn_coefs
+
+        prefill, _ = super().attn_scalars()
+        _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self.shapes)  # the op accounting's (MLA, KV dtype)
+        gr, bw, la = self.gemm_rate, self.attn_bw, self.launch
+
+        def decode(D, Cd):
+            keys = Cd + D
+            a = fd * keys / gr
+            m = (bdk * keys + bds * D) / bw
+            return (a if a > m else m) + la
+
+        return prefill, decode
+
+
+__all__ = ["BOUNDS", "Efficiency", "EfficiencyTimer"]
+
+
+def profile_cost_model(dep, mode: str, engine: str, calibration=None, params: dict | None = None):
+    """The cost model of engine profile ``engine`` (``sim.engines``): its overhead, CUDA-graph padding and
+    the fitted efficiencies of its regime on ``dep``'s hardware (a calibration profile's measured kernels
+    replace the fitted efficiencies)."""
+    from sim.cost import CostModel, EngineOverhead
+    from sim.engines import get_profile, load_params
+
+    params = load_params() if params is None else params
+    prof = get_profile(engine, params)
+    ovh = EngineOverhead(prof.name, prof.fixed_s, prof.per_seq_s, prof.per_token_s, source=prof.source)
+    if calibration is not None:
+        from sim.profile import ProfileTimer, load_profile
+
+        cal = load_profile(calibration) if not hasattr(calibration, "ops") else calibration
+        cm = CostModel(dep, mode, ovh, timer=ProfileTimer(cal, dep), interference=cal.interference)
+    else:
+        eff = Efficiency.lookup(params, prof.regime, dep.hardware.name)
+        cm = CostModel(dep, mode, ovh, timer=EfficiencyTimer(dep, eff), interference=eff.kappa)
+    cm.graph_cap = prof.cuda_graph_max
+    return cm
+
+
+__all__ += ["profile_cost_model"]

@@ -1,0 +1,94 @@
+"""Engine profiles (sim/engines.py): CUDA-graph padding, scheduler defaults, --engine everywhere."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.runner import RunConfig, engine_config, run_simulation
+from policies.base import get_policy
+from sim.batch import BatchFeatures
+from sim.cost import build_cost_model
+from sim.deployment import make_deployment
+from sim.efficiency import Efficiency, EfficiencyTimer
+from sim.engines import PROFILES, get_profile, graph_pad
+from workloads.trace import from_columns
+
+
+@pytest.mark.parametrize("n, cap, size", [(1, 512, 1), (2, 512, 2), (3, 512, 4), (5, 512, 8), (9, 512, 16),
+                                          (250, 512, 256), (257, 512, 512), (513, 512, 513), (700, 8192, 768),
+                                          (40, 0, 40)])
+def test_graph_sizes(n, cap, size):
+    assert graph_pad(n, cap) == size
+
+
+def test_decode_steps_are_priced_at_their_cuda_graph_size():
+    dep = make_deployment("llama-3-8b", "h100-80gb")
+    cm = build_cost_model(dep, "sequential", "vllm")
+    assert cm.graph_cap == PROFILES["vllm"].cuda_graph_max
+    ctx = 1000
+    t3 = cm.step(3, 0, 0, 0, 0, 3, 3 * ctx, 3)[0]
+    t4 = cm.step(4, 0, 0, 0, 0, 4, 3 * ctx, 4)[0]
+    ovh = get_profile("vllm").per_seq_s
+    # same GEMMs (4 rows), same attention work; one sequence less of per-sequence overhead and of
+    # the 4th sequence's query/attention launch difference only
+    assert t3 == pytest.approx(t4 - ovh, rel=2e-3)
+    # cost() and cost_many() price the same padded step
+    f = BatchFeatures.decode_only(3, ctx)
+    assert cm.cost(f).time_s == pytest.approx(cm.step(3, 0, 0, 0, 0, 3, 3 * ctx, 3)[0], rel=1e-12)
+    # a step with prefill is never padded
+    assert cm.step(5, 2, 1, 3, 2, 3, 3 * ctx, 4)[0] < cm.step(8, 2, 1, 3, 2, 3, 3 * ctx, 4)[0]
+
+
+def test_profile_defaults_sit_between_the_policy_and_explicit_options():
+    fcfs = get_policy("fcfs")
+    eng = engine_config(RunConfig(policy="fcfs", engine="trtllm"), fcfs)
+    for k, v in PROFILES["trtllm"].scheduler.items():
+        assert getattr(eng, k) == v
+    eng = engine_config(RunConfig(policy="fcfs", engine="trtllm", token_budget=512, max_seqs=7), fcfs)
+    assert (eng.token_budget, eng.max_seqs) == (512, 7)
+    # without a profile the policy's own defaults hold
+    eng = engine_config(RunConfig(policy="vllm", engine="ideal"), get_policy("vllm"))
+    assert (eng.token_budget, eng.max_seqs) == (8192, 256)
+
+
+def test_a_policy_keeps_its_ordering_on_any_engine():
+    # two groups sharing prefixes, interleaved in the trace: dfs groups them on every engine
+    n = 40
+    prompts = [[(i % 2, 256), (100 + i, 16)] for i in range(n)]
+    trace = from_columns(input_len=[272] * n, output_len=[4] * n, prompts=prompts)
+    for engine in PROFILES:
+        r = run_simulation(trace, RunConfig(policy="dfs", engine=engine, hardware="h100-80gb", max_seqs=4))
+        order = r.requests["admit_s"].argsort(kind="stable")
+        groups = [i % 2 for i in order.tolist()]
+        switches = sum(a != b for a, b in zip(groups, groups[1:]))
+        assert switches == 1, engine
+
+
+def test_fitted_overhead_and_efficiencies_are_applied():
+    params = {"engine": {"trtllm": {"fixed_s": 2e-3}}, "hardware": {"h100-80gb": {"gemm_eff": 0.5}},
+              "regime": {"trtllm": {"h100-80gb": {"mem_eff": 0.6}}}}
+    prof = get_profile("trtllm", params)
+    assert prof.fixed_s == 2e-3 and prof.per_seq_s == PROFILES["trtllm"].per_seq_s
+    eff = Efficiency.lookup(params, "trtllm", "h100-80gb")
+    assert (eff.gemm_eff, eff.mem_eff, eff.attn_mem_eff) == (0.5, 0.6, None)
+    dep = make_deployment("llama-3-8b", "h100-80gb")
+    base, t = EfficiencyTimer(dep, Efficiency()), EfficiencyTimer(dep, eff)
+    assert t.gemm_rate == pytest.approx(base.gemm_rate * 0.5 / dep.hardware.compute_efficiency)
+    assert t.bw == pytest.approx(base.bw * 0.6 / dep.hardware.memory_efficiency)
+
+
+def test_simulate_cli_takes_an_engine_profile(tmp_path):
+    trace = tmp_path / "t.parquet"
+    runner = CliRunner()
+    res = runner.invoke(get_app(), ["workloads", "synth", "batchllm", "--prefix-len", "64", "--distinct-len", "16",
+                                    "--share-degree", "2", "--requests", "16", "-o", str(trace)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(get_app(), ["simulate", str(trace), "--engine", "trtllm", "--hardware", "h100-80gb",
+                                    "-o", str(tmp_path / "run"), "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert s["engine"] == "trtllm" and s["cost_model"] == "roofline+fitted"

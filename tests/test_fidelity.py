@@ -1,0 +1,165 @@
+"""blendsim fidelity: catalogue parsing, the schedule-once pricing, the fit, the CLI's JSON."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.fidelity.catalogue import COLUMNS, build_workload, read_catalogue
+from blendsim.fidelity.fit import fit, predict
+from blendsim.fidelity.price import RowPricer
+from blendsim.fidelity.runner import simulate_row
+from blendsim.fidelity.suite import load_suite, predictions, prepare_row
+from sim.errors import UserError
+
+
+def _row(**kw) -> dict:
+    base = {"id": "r", "source": "test", "model": "llama-3-8b", "hardware": "h100-80gb", "gpus": 1, "tp": 1, "pp": 1,
+            "ep": 1, "weights": "bf16", "kv_dtype": "bf16", "engine": "trtllm", "engine_version": "", "policy": "",
+            "workload": "const:256/64", "requests": 200, "metric": "output_tok_s", "scope": "system",
+            "value": 5000, "note": ""}
+    base.update(kw)
+    return base
+
+
+def _write(tmp_path, rows, name="cat.csv"):
+    import csv
+
+    p = tmp_path / name
+    with p.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return p
+
+
+def test_fidelity_json_on_a_small_catalogue(tmp_path):
+    (tmp_path / "lens.csv").write_text("prompt_tokens,output_tokens\n" + "".join(
+        f"{100 + 7 * i},{20 + (i % 13)}\n" for i in range(300)))
+    cat = _write(tmp_path, [
+        _row(id="const", value=4000),
+        _row(id="file", engine="vllm", workload="file:lens.csv?min_len=4", requests=150, metric="total_tok_s",
+             scope="per_gpu", gpus=2, value=9000),
+        _row(id="pp", pp=2, gpus=2),
+    ])
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--json", "--no-cv"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert {"rows", "median_abs_error", "p90_abs_error", "n_ok", "n_skipped"} <= set(out)
+    assert (out["n_ok"], out["n_skipped"]) == (2, 1)
+    byid = {r["id"]: r for r in out["rows"]}
+    assert byid["pp"]["status"] == "skipped" and "pipeline parallelism" in byid["pp"]["reason"]
+    assert byid["pp"]["predicted"] is None
+    errs = []
+    for rid in ("const", "file"):
+        r = byid[rid]
+        assert r["status"] == "ok" and r["predicted"] > 0
+        assert r["error"] == pytest.approx(r["predicted"] / r["measured"] - 1, rel=1e-12)
+        errs.append(abs(r["error"]))
+    assert out["median_abs_error"] == pytest.approx(np.median(errs))
+    # the per-GPU, total-token row: (prompt + output tokens) / makespan / 2 GPUs, 2 replicas of tp=1
+    p = 100 + 7 * np.arange(150)
+    d = 20 + np.arange(150) % 13
+    suite = load_suite(cat, {})
+    pr = suite.pricers["file"]
+    assert pr.sched.input_tokens == p.sum() and pr.sched.output_tokens == d.sum()
+    assert len(pr.sched.replicas) == 2
+    assert byid["file"]["predicted"] == pytest.approx((p.sum() + d.sum()) / pr.makespan({}) / 2, rel=1e-9)
+
+
+def test_schedule_is_independent_of_step_times_and_pricing_is_exact(tmp_path):
+    # an offline FCFS row: the same Batches whatever the parameters, and the pricer's makespan equals
+    # the simulation's under each parameter set
+    cat = _write(tmp_path, [_row(workload="const:700/90", requests=400)])
+    row = read_catalogue(cat)[0]
+    slow = {"hardware": {"h100-80gb": {"gemm_eff": 0.3, "mem_eff": 0.5, "attn_mem_eff": 0.3}},
+            "engine": {"trtllm": {"fixed_s": 4e-3, "per_seq_s": 1e-5}}}
+    a = simulate_row(row, build_workload(row), {})
+    b = simulate_row(row, build_workload(row), slow)
+    assert b.makespan_s > 1.5 * a.makespan_s
+    for ra, rb in zip(a.replicas, b.replicas):
+        for k in ra:
+            np.testing.assert_array_equal(ra[k], rb[k])
+    pr = prepare_row(row, {})
+    assert pr.makespan({}) == pytest.approx(a.makespan_s, rel=1e-9)
+    assert pr.makespan(slow) == pytest.approx(b.makespan_s, rel=1e-9)
+    # the compressed pricer used for fitting stays within 0.5%
+    c = RowPricer(pr.sched, pr.dep, pr.profile, compress=True)
+    assert c.makespan(slow) == pytest.approx(b.makespan_s, rel=5e-3)
+
+
+def test_fit_recovers_parameters_that_generated_the_measurements(tmp_path):
+    truth = {"hardware": {"h100-80gb": {"gemm_eff": 0.55, "mem_eff": 0.7, "attn_mem_eff": 0.6}},
+             "engine": {"trtllm": {"fixed_s": 1e-3, "per_seq_s": 4e-6}}}
+    rows = [_row(id=f"{i}x{o}", workload=f"const:{i}/{o}", requests=n)
+            for i, o, n in ((128, 128, 600), (2048, 128, 200), (128, 1024, 300), (1000, 1000, 150),
+                            (4000, 300, 100), (64, 2048, 400))]
+    suite = load_suite(_write(tmp_path, rows), {})
+    ok = suite.ok
+    rows_true = [(r, pr) for r, pr in ok]
+    measured = {r.id: predict(r, pr, truth) for r, pr in rows_true}
+    import dataclasses
+
+    relabelled = [(dataclasses.replace(r, value=measured[r.id]), pr) for r, pr in ok]
+    fitted = fit(relabelled, base={})
+    errs = [abs(predict(r, pr, fitted) / r.value - 1) for r, pr in relabelled]
+    assert max(errs) < 0.02
+    assert "bounds" in fitted and all(lo < hi for lo, hi in fitted["bounds"].values())
+
+
+def test_workload_grammar(tmp_path):
+    (tmp_path / "azure.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+        f"2023-11-16 18:00:0{i % 10},{50 * (i + 1)},{i + 1}\n" for i in range(20)))
+    cat = _write(tmp_path, [
+        _row(id="c", workload="const:10/3", requests=4),
+        _row(id="f", workload="file:azure.csv?min_len=4&max_total=700", requests=5),
+        _row(id="s", workload="synth:batchllm?prefix_len=64&distinct_len=16&share_degree=2&seed=3", requests=8),
+    ])
+    c, f, s = (build_workload(r) for r in read_catalogue(cat))
+    assert c.n == 4 and set(c.input_len) == {10} and set(c.output_len) == {3}
+    # rows with output >= 4 and prompt + output <= 700: i = 3..12
+    assert f.input_len.tolist() == [50 * (i + 1) for i in range(3, 8)]
+    assert f.output_len.tolist() == [i + 1 for i in range(3, 8)]
+    assert s.n == 8 and (s.arrival_s == 0).all()
+    s2 = build_workload(read_catalogue(cat)[2])
+    assert s2.input_len.tolist() == s.input_len.tolist()  # seeded
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"metric": "tokens"}, "field 'metric'"),
+    ({"value": "fast"}, "field 'value': expected a number"),
+    ({"gpus": 3, "tp": 2}, "not a multiple of tp x pp"),
+    ({"workload": "poisson:3"}, "field 'workload'"),
+])
+def test_bad_catalogue_rows_stop_with_one_line(tmp_path, change, message):
+    cat = _write(tmp_path, [_row(**change)])
+    with pytest.raises(UserError) as e:
+        read_catalogue(cat)
+    assert message in str(e.value) and "row 2" in str(e.value)
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--no-cv"])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+def test_unrunnable_rows_are_skipped_with_their_reason(tmp_path):
+    cat = _write(tmp_path, [_row(id="eng", engine="tgi"), _row(id="model", model="no-such-model"),
+                            _row(id="file", workload="file:missing.csv"), _row(id="ok", requests=20)])
+    suite = load_suite(cat, {})
+    assert set(suite.pricers) == {"ok"}
+    assert "unknown engine 'tgi'" in suite.reasons["eng"]
+    assert "no-such-model" in suite.reasons["model"]
+    assert "does not exist" in suite.reasons["file"]
+    assert set(predictions(suite, {})) == {"ok"}
+
+
+def test_params_flag_prints_every_fitted_constant_with_bounds():
+    res = CliRunner().invoke(get_app(), ["fidelity", "--params", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["params"], "the shipped parameters file is empty"
+    for p in out["params"]:
+        assert p["bounds"] is None or p["bounds"][0] <= p["value"] <= p["bounds"][1]
