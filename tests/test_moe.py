@@ -437,3 +437,20 @@ def test_api_cost_equals_the_command_for_moe():
     assert r.exit_code == 0, r.output
     assert {k: v for k, v in c.items() if k != "notes"} == json.loads(r.stdout)
     assert {row["op"]: row["layers"] for row in c["per_layer"]}["moe_gate_up"] == 32
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_engine_profile_cost_models_price_moe_and_mla_consistently(engine):
+    """The engine profiles' cost models (fitted efficiencies, CUDA-graph padding) keep step == cost."""
+    from sim.efficiency import profile_cost_model
+    from sim.engines import PROFILES
+
+    if engine not in PROFILES:
+        pytest.skip(f"no engine profile {engine}")
+    for d in (dep("deepseek-v3", hw="h200", tp=8, kv="fp8"), dep("mixtral-8x7b", tp=2, ep=2)):
+        c = profile_cost_model(d, "sequential", engine)
+        for f in FEATS:
+            ref = c.cost(f)
+            t, comp, mem = c.step(f.num_tokens, f.num_prefill_tokens, f.num_prefill_seqs, f.attn_pairs,
+                                  f.prefill_kv_tokens, f.num_decode, f.decode_ctx_sum, f.num_logits)
+            assert (t, comp, mem) == pytest.approx((ref.time_s, ref.compute_s, ref.memory_s), rel=1e-9)
