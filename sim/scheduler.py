@@ -137,6 +137,10 @@ class Scheduler:
             if s.computed == s.target:
                 self._prefill_done(s, now, step)
         self.step_no = step + 1
+        # the step consumed its decode reservation; NOTE: when every decoder was preempted after the
+        # reservation the clock did not move, and a stale mark made the next step's preemption of a
+        # decoder give back a block that was never reserved (KV over-committed by one block)
+        self._resv_tau = -1
 
     # ---- policy hooks ---------------------------------------------------------------------
     def next_candidate(self) -> int | None:

@@ -116,3 +116,22 @@ def test_the_step_cap_stops_a_livelock(monkeypatch):
     monkeypatch.setattr(type(policy), "scheduler_cls", Livelock)
     with pytest.raises(RuntimeError, match="no progress"):
         run_simulation(trace, RunConfig(model="tiny", hardware="cpu"))
+
+
+def test_preempting_a_decoder_after_a_step_without_decodes_frees_only_its_blocks():
+    """Found by the property test: a step whose decoders were all preempted after their decode blocks
+    were reserved did not move the decode clock, so the reservation mark stayed valid into the next
+    step, whose preemption of a decoder gave back a block never reserved (KV over-committed)."""
+    p = [1, 1, 1, 2, 201, 1, 1, 1, 1, 200, 200, 200]
+    prompts = [[(1000 + i, n)] for i, n in enumerate(p)]
+    prompts[3], prompts[4] = [(1, 1), (1003, 1)], [(1, 1), (1004, 200)]
+    trace = from_columns(input_len=p, output_len=[1, 1, 1, 7, 4, 1, 1, 1, 1, 1, 1, 1], prompts=prompts,
+                         ttft_slo_s=[0.001] * 12, tbt_slo_s=[0.001] * 12)
+    with pytest.MonkeyPatch.context() as mp:
+        check_kv_every_step(mp)
+        mp.setattr(engine.Replica, "max_steps", 10_000)
+        r = run_simulation(trace, RunConfig(policy="accelgen", model="tiny", hardware="cpu", block_size=1,
+                                            kv_capacity_override=207 * 4096, token_budget=64, max_seqs=0,
+                                            options={"long_prompt": "256", "budget_model": "eq4"}))
+    check_invariants(trace, r)
+    assert r.summary["preemptions"] > 0
