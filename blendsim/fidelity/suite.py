@@ -70,8 +70,6 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
     from .runner import deployment_for
 
     dep = deployment_for(row, prof)  # Skip/UserError before building a possibly large trace
-    if row.ep > 1 and not getattr(dep.model, "num_experts", 0):
-        raise Skip(f"ep={row.ep} on a model without experts")
     trace = build_workload(row)
     sched = simulate_row(row, trace, params)
     pr = RowPricer(sched, dep, prof)
