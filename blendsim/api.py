@@ -281,7 +281,8 @@ def _policy_spec(p) -> str:
 # ---- one step's cost ---------------------------------------------------------------------------------
 def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_tokens: int = 0,
          decode_seqs: int = 0, context: int = 0, tp: int = 1, mode: str = "sequential", engine: str = "ideal",
-         profile=None, dtype: str | None = None) -> dict:
+         profile=None, dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None,
+         ep: int = 1, expert_skew: float = 0.0) -> dict:
     """`blendsim cost --json`: the price of one step (a prefill chunk of ``prefill_tokens`` and/or
     ``decode_seqs`` decoding sequences, each after ``context`` tokens) and its per-operator rows."""
     from sim.batch import BatchFeatures
@@ -292,7 +293,7 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
         raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
-    dep = make_deployment(str(model), hardware, tp, dtype)
+    dep = make_deployment(str(model), hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,
@@ -300,10 +301,14 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
     sc = cm.cost(f)
     rows = cm.breakdown(f)
     keep = ("op", "flops", "bytes", "time_s")
+    m = dep.model
+    # MoE/MLA models: each layer operator also says on how many layers it runs (dense-first, MoE layers)
+    keep_layer = keep + (("layers",) if m.is_moe or m.is_mla else ())
     return {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
-            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": dep.model.num_layers, "mode": mode,
-            "engine": cm.engine.name, "cost_model": cm.timer_name,
-            "per_layer": [{k: r[k] for k in keep} for r in rows if r["scope"] == "layer"],
+            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
+            "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+            "kv_dtype": m.kv_dtype, "ep": dep.ep,
+            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
             "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"],
             "notes": list(cm.notes())}
 

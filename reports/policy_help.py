@@ -83,6 +83,7 @@ SOURCES: dict[str, dict[str, str]] = {
         "budget_model": "paper sec. 4.2, Eq. 4 + Eq. 6 (eq4); cost is an extension",
         "distance": "paper Alg. 2 (tokens)",
         "best_effort_slack": OURS,
+        "preempt_limit": "extension (progress guarantee, not in the paper; issue 14)",
         "urgent_preempt": "paper Alg. 1",
         "order": "paper sec. 4.3 (slack); fcfs = sec. 6.3 /Order ablation",
         "select": "paper sec. 4.4, Alg. 2 (euclid); order = sec. 6.3 /Batch",

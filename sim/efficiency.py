@@ -9,6 +9,9 @@ catalogue; this module holds those named, bounded parameters and a timer that ap
 * ``attn_mem_eff`` fraction of HBM bandwidth decode attention reaches reading the paged KV cache;
 * ``attn_eff``     fraction of peak prefill attention reaches;
 * ``link_eff``     fraction of the NVLink bandwidth an all-reduce or all-to-all reaches (bus bandwidth);
+* ``a2a_eff``      effective bandwidth of the MoE all-to-all (expert parallelism) relative to the link: its
+                   fraction of the link times the 16-bit payload over the sent one (engines dispatch FP8 or
+                   FP4 activations), so it may exceed 1;
 * ``moe_eff``      fraction of peak a grouped (MoE expert) GEMM reaches, in place of ``gemm_eff``: many small
                    per-expert GEMMs in one launch tile worse than one large GEMM;
 * ``kappa``        overlap interference (overlap mode only): the share of the shorter operator groups'
@@ -36,6 +39,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "attn_eff": (0.15, 0.90),
     "link_eff": (0.20, 1.00),
     "moe_eff": (0.10, 0.95),
+    "a2a_eff": (0.20, 4.00),
     "kappa": (0.0, 1.0),
 }
 
@@ -50,6 +54,7 @@ class Efficiency:
     attn_eff: float | None = None
     link_eff: float | None = None
     moe_eff: float | None = None
+    a2a_eff: float | None = None
     kappa: float | None = None
 
     @staticmethod
@@ -91,6 +96,8 @@ class EfficiencyTimer(RooflineTimer):
             # the grouped GEMM's compute at moe_eff instead of the plain GEMM's efficiency
             base = self.eff.gemm_eff or self.dep.hardware.compute_efficiency
             return super().op_time(op, flops * (base / self.eff.moe_eff), nbytes, kernels, f)
+        if op == "a2a" and self.eff.a2a_eff is not None:
+            return super().op_time(op, flops, nbytes / self.eff.a2a_eff, kernels, f)
         if op == "attn_decode":
             import numpy as np
 

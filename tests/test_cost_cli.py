@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from sim.batch import BatchFeatures
-from sim.cost import CostModel
+from sim.cost import build_cost_model
 from sim.deployment import Deployment
 from sim.hardware import get_hardware
 from sim.models import get_model
@@ -57,7 +57,8 @@ def test_json_shape_and_operator_names():
 def test_json_numbers_equal_the_library():
     out = cost_json("--model", "qwen2.5-7b", "--hardware", "h100-80gb", "--tp", "2", "--mode", "overlap",
                     "--decode-seqs", "256", "--context", "2048", "--engine", "vllm")
-    c = CostModel(Deployment(get_model("qwen2.5-7b"), get_hardware("h100-80gb"), 2), "overlap", "vllm")
+    # --engine vllm is the vllm engine profile (sim.engines): its overhead, CUDA graphs, fitted efficiencies
+    c = build_cost_model(Deployment(get_model("qwen2.5-7b"), get_hardware("h100-80gb"), 2), "overlap", "vllm")
     sc = c.cost(BatchFeatures.decode_only(256, 2048))
     assert out["step_time_s"] == pytest.approx(sc.time_s, rel=1e-12)
     assert (out["compute_s"], out["memory_s"], out["overhead_s"]) == pytest.approx(

@@ -14,6 +14,7 @@ from blendsim.fidelity.fit import fit, predict
 from blendsim.fidelity.price import RowPricer
 from blendsim.fidelity.runner import simulate_row
 from blendsim.fidelity.suite import load_suite, predictions, prepare_row
+from sim.engines import load_params
 from sim.errors import UserError
 
 
@@ -65,11 +66,12 @@ def test_fidelity_json_on_a_small_catalogue(tmp_path):
     # the per-GPU, total-token row: (prompt + output tokens) / makespan / 2 GPUs, 2 replicas of tp=1
     p = 100 + 7 * np.arange(150)
     d = 20 + np.arange(150) % 13
-    suite = load_suite(cat, {})
+    shipped = load_params()
+    suite = load_suite(cat, shipped)
     pr = suite.pricers["file"]
     assert pr.sched.input_tokens == p.sum() and pr.sched.output_tokens == d.sum()
     assert len(pr.sched.replicas) == 2
-    assert byid["file"]["predicted"] == pytest.approx((p.sum() + d.sum()) / pr.makespan({}) / 2, rel=1e-9)
+    assert byid["file"]["predicted"] == pytest.approx((p.sum() + d.sum()) / pr.makespan(shipped) / 2, rel=1e-9)
 
 
 def test_schedule_is_independent_of_step_times_and_pricing_is_exact(tmp_path):

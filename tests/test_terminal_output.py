@@ -174,4 +174,4 @@ def test_null_bounds_print_as_a_dash(summaries):
     """A summary whose density JSON could not hold (no decode work: written as null) still prints."""
     s = {**summaries["offline"], "compute_density": None, "frac_of_opt": None}
     out = render(TT.print_run_summary, 80, s)
-    assert "compute density –" in flat(out) and "– of T_o" in flat(out)
+    assert "compute density unbounded" in flat(out) and "– of T_o" in flat(out)

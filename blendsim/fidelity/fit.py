@@ -3,8 +3,8 @@
 Free parameters (``sim/engine_params.json`` layout):
 
 * per hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff`` (``sim.efficiency``);
-* global: ``attn_eff``, ``link_eff`` (only when a row uses tensor parallelism) and ``moe_eff`` (only with
-  MoE rows);
+* global: ``attn_eff``, ``link_eff`` (only when a row uses tensor parallelism), ``moe_eff`` (only with
+  MoE rows) and ``a2a_eff`` (only with expert-parallel rows);
 * per overlapping regime: ``kappa`` (interference);
 * per engine whose profile lists them as fitted (``sim.engines``): ``fixed_s``, ``per_seq_s``.
 
@@ -24,7 +24,7 @@ import numpy as np
 from sim.efficiency import BOUNDS
 from sim.engines import PROFILES
 
-PRIOR = 0.05
+PRIOR = 0.1
 HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff")
 GLOBAL_PARAMS = ("attn_eff", "link_eff")
 ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
@@ -47,7 +47,7 @@ class Param:
 def preset_value(name: str, hw) -> float:
     return {"gemm_eff": hw.compute_efficiency, "mem_eff": hw.memory_efficiency,
             "attn_mem_eff": hw.memory_efficiency, "attn_eff": hw.attention_compute_efficiency,
-            "link_eff": 0.7, "kappa": hw.overlap_interference, "moe_eff": hw.compute_efficiency}[name]
+            "link_eff": 0.7, "kappa": hw.overlap_interference, "moe_eff": hw.compute_efficiency, "a2a_eff": 0.7}[name]
 
 
 def free_params(rows: list) -> list[Param]:
@@ -67,6 +67,8 @@ def free_params(rows: list) -> list[Param]:
             add(("global", n), n, hw)
         if getattr(pr.dep.model, "num_experts", 0):
             add(("global", "moe_eff"), "moe_eff", hw)
+            if pr.dep.ep > 1:
+                add(("global", "a2a_eff"), "a2a_eff", hw)
         if prof.mode == "overlap":
             add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
         for n in prof.fitted:

@@ -70,8 +70,6 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
     from .runner import deployment_for
 
     dep = deployment_for(row, prof)  # Skip/UserError before building a possibly large trace
-    if row.ep > 1 and not getattr(dep.model, "num_experts", 0):
-        raise Skip(f"ep={row.ep} on a model without experts")
     trace = build_workload(row)
     sched = simulate_row(row, trace, params)
     pr = RowPricer(sched, dep, prof)
@@ -120,11 +118,17 @@ def summarise(suite: Suite, pred: dict) -> dict:
         groups: dict = {}
         for x in rows:
             if x["status"] == "ok":
-                groups.setdefault(getattr(byid[x["id"]], key), []).append(abs(x["error"]))
+                groups.setdefault(_group(byid[x["id"]], key), []).append(abs(x["error"]))
         by[key] = {g: {"n": len(v), "median_abs_error": _q(np.array(v), 50), "p90_abs_error": _q(np.array(v), 90)}
                    for g, v in sorted(groups.items())}
     out["by"] = by
     return out
+
+
+def _group(row: Row, key: str) -> str:
+    """A row's group; a source is grouped by its document (the text before the first comma)."""
+    v = getattr(row, key)
+    return v.split(",")[0].strip() if key == "source" else v
 
 
 def _q(a: np.ndarray, q: float):
