@@ -144,6 +144,25 @@ def get_app() -> typer.Typer:
     return app
 
 
-def main() -> None:
-    """Console entry point."""
-    get_app()(prog_name="blendsim")
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Every error ends in one line on stderr: a UserError (exit 2, see
+    UserErrorGroup) and also the command line's own usage errors — a bad option value, an unknown
+    option or command — which click would print as usage, hint and message on three lines (exit 2)."""
+    import sys
+
+    try:
+        rc = get_app()(args=argv, prog_name="blendsim", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("blendsim: aborted", err=True)
+        sys.exit(1)
+    except typer.TyperException as e:  # click's usage errors (UsageError is not public in typer)
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as click shows it
+            e.show()
+            sys.exit(e.exit_code)
+        ctx = getattr(e, "ctx", None)
+        path = ctx.command_path if ctx is not None else "blendsim"
+        where = path.partition(" ")[2]
+        msg = " ".join(e.format_message().split())
+        typer.echo(f"blendsim: error: {where + ': ' if where else ''}{msg} (see '{path} --help')", err=True)
+        sys.exit(e.exit_code)
+    sys.exit(rc if isinstance(rc, int) and not isinstance(rc, bool) else 0)

@@ -52,23 +52,10 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
 
 
 def print_table(summaries: dict, baseline: str = "dfs") -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from reports.terminal import print_demo_table
 
-    base = summaries.get(baseline)
-    t = Table(title="policies side by side (simulated: llama-3-8b on a100-80gb, roofline cost model, overlap mode, "
-                    "BlendServe's engine settings for all)")
-    for c in ("policy", "throughput tok/s", f"vs {baseline}", "makespan s", "prefix sharing", "of optimal",
-              "of practical opt.", "preemptions"):
-        t.add_column(c, justify="left" if c == "policy" else "right")
-    for p, s in summaries.items():
-        sp = s["throughput_tok_s"] / base["throughput_tok_s"] if base else float("nan")
-        t.add_row(p, f"{s['throughput_tok_s']:.0f}", f"{sp:.3f}x", f"{s['makespan_s']:.1f}",
-                  f"{100 * s['prefix_sharing_ratio']:.1f}%", f"{100 * s['sharing_frac_of_opt']:.1f}%",
-                  f"{100 * s['frac_of_practical_opt']:.1f}%", str(s["preemptions"]))
-    import sys
-
-    Console(width=None if sys.stdout.isatty() else 120).print(t)
+    print_demo_table(summaries, baseline, setting="simulated: llama-3-8b on a100-80gb, roofline cost model, "
+                                                  "overlap mode, BlendServe's engine settings for all")
 
 
 __all__ = ["DEMO_POLICIES", "print_table", "run_demo"]

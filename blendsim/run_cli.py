@@ -12,6 +12,7 @@ HW_HELP = "Hardware preset (see `blendsim hardware`)."
 WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: the model's; fp8/fp4 run at the "
                 "device's FP8/FP4 tensor-core peak where it has one, int4 is dequantised to 16-bit).")
 KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
+SKEW_HELP = "MoE routing skew: 0 uniform, else the Zipf exponent of expert popularity."
 EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
 
 
@@ -31,8 +32,7 @@ def cost_cmd(
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
     ep: int = typer.Option(1, "--ep", help=EP_HELP),
-    expert_skew: float = typer.Option(0.0, "--expert-skew", help="MoE routing skew: 0 uniform, else the Zipf "
-                                                                 "exponent of expert popularity."),
+    expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Price one step and show its per-operator breakdown."""
@@ -87,7 +87,8 @@ def cost_cmd(
 
 def simulate_cmd(
     trace: Path = typer.Argument(..., help="Trace Parquet file (see `blendsim workloads`)."),
-    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`)."),
+    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`), or "
+                                                             "your own: path/to/file.py:ClassName."),
     model: str = typer.Option("llama-3-8b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism)."),
@@ -116,36 +117,52 @@ def simulate_cmd(
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
     ep: int = typer.Option(1, "--ep", help=EP_HELP),
+    expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
     offline: bool = typer.Option(False, "--offline", help="Release every request at t=0."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
     record_schedule: bool = typer.Option(False, "--record-schedule",
                                          help="Also write schedule.parquet (the Batches, for replay)."),
     opt: list[str] = typer.Option(None, "--opt", help="Policy option key=value (repeatable)."),
     out: Path = typer.Option(..., "-o", "--out", help="Run directory to write."),
+    force: bool = typer.Option(False, "--force", help="Replace an -o run directory made from another trace."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of a table."),
 ) -> None:
     """Simulate TRACE under a policy and write RUN_DIR/{summary.json, steps.parquet, requests.parquet}."""
     import sys
 
     from blendsim.runner import RunConfig, check_run_dir, run_simulation, write_run
+    from sim.rundir import file_sha256
     from workloads.trace import read_trace
 
-    check_run_dir(out)
+    check_seed(seed)
     t = read_trace(trace)
+    digest = file_sha256(trace)
+    check_run_dir(out, digest, force)
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
-                    weights=weights, kv_dtype=kv_dtype, ep=ep,
+                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))
     result = _with_progress(lambda progress: run_simulation(t, cfg, progress), t.n, sys.stderr.isatty())
+    result.summary["trace_sha256"] = digest  # which trace made the run (-o refuses another without --force)
     write_run(result, out)
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     if as_json:
-        typer.echo(json.dumps(result.summary, indent=2, sort_keys=True))
+        from sim.rundir import json_safe
+
+        typer.echo(json.dumps(json_safe(result.summary), indent=2, sort_keys=True, allow_nan=False))
     else:
         print_summary(result.summary, out)
+
+
+def check_seed(seed: int) -> None:
+    """Seeds are non-negative (numpy's generators take no negative seed)."""
+    from sim.errors import UserError
+
+    if seed < 0:
+        raise UserError(f"--seed must be >= 0, got {seed}")
 
 
 def parse_opts(opts: list[str] | None) -> dict:
@@ -172,34 +189,16 @@ def _with_progress(fn, total: int, show: bool):
 
 
 def print_summary(s: dict, out: Path | None = None) -> None:
-    from rich.console import Console
+    from reports.terminal import print_run_summary
 
-    c = Console(soft_wrap=True)
-    c.print(f"[bold]{s['policy']}[/] on {s['model']} / {s['hardware']} x{s['tp']} "
-            f"({s['replicas']} replica(s), {s['mode']} mode, engine {s['engine']}, {s['cost_model']} cost model)")
-    c.print(f"  {s['n_requests']} requests, {s['input_tokens']} input + {s['output_tokens']} output tokens, "
-            f"{s['steps']} steps")
-    c.print(f"  makespan {s['makespan_s']:.2f} s, throughput {s['throughput_tok_s']:.0f} tok/s, "
-            f"{100 * s['frac_of_opt']:.1f}% of T_o ({100 * s['frac_of_practical_opt']:.1f}% of the practical optimum)")
-    c.print(f"  prefix sharing {100 * s['prefix_sharing_ratio']:.2f}% (optimal {100 * s['optimal_sharing_ratio']:.2f}%), "
-            f"recomputed {s['recomputed_tokens']} tokens, {s['preemptions']} preemptions, "
-            f"compute density {s['compute_density']:.3f}")
-    if "latency_mean_s" in s:
-        c.print(f"  latency mean {s['latency_mean_s']:.2f} s, p99 {s['latency_p99_s']:.2f} s, TTFT mean "
-                f"{s['ttft_mean_s']:.3f} s, TBT mean {1e3 * s['tbt_mean_s']:.1f} ms, SLO attainment "
-                f"{100 * s['slo_attainment']:.1f}%, goodput {s['goodput_tok_s']:.0f} tok/s")
-    if out is not None:
-        c.print(f"  wrote {out}/")
+    print_run_summary(s, out)
 
 
-def policies_cmd() -> None:
-    """List the scheduling policies."""
-    from policies.base import get_policy, policy_names
+def policies_cmd(name: str = typer.Argument(None, help="A policy: show its options, defaults and their sources.")) -> None:
+    """List the scheduling policies; with NAME, that policy's options."""
+    from reports.terminal import print_policies
 
-    for name in policy_names():
-        cls = get_policy(name)
-        opts = ", ".join(f"{k}={d!r}" for k, (d, _) in cls.options.items())
-        typer.echo(f"{name:12s} {cls.description}" + (f"  [options: {opts}]" if opts else ""))
+    print_policies(name)
 
 
 def demo_cmd(
@@ -214,6 +213,7 @@ def demo_cmd(
     """Synthesise a BlendServe workload and compare policies side by side on one engine (under a minute)."""
     from blendsim.demo import print_table, run_demo
 
+    check_seed(seed)
     r = run_demo(out, requests=requests, density=density, sharing=sharing, seed=seed, echo=typer.echo)
     print_table(r["summaries"])
     typer.echo(f"runs in {out}/runs/" + (f"; report: {r['report']}" if r["report"] else ""))

@@ -24,7 +24,7 @@ ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix"
 class RunConfig:
     """Everything that defines a run besides the trace. ``None`` means "the policy's default"."""
 
-    policy: str = "fcfs"
+    policy: str = "fcfs"  # a registered name, an entry point's, path/to/file.py:ClassName, or a Policy subclass
     model: str = "llama-3-8b"
     hardware: str = "a100-80gb"
     tp: int = 1
@@ -36,6 +36,7 @@ class RunConfig:
     weights: str | None = None  # GEMM weight precision (None: the model's)
     kv_dtype: str | None = None  # KV-cache dtype (None: the model's)
     ep: int = 1  # expert-parallel degree (MoE models)
+    expert_skew: float = 0.0  # MoE routing skew (Zipf exponent of expert popularity; 0 uniform)
     token_budget: int | None = None
     max_seqs: int | None = None
     block_size: int | None = None
@@ -86,6 +87,7 @@ class Prepared:
     tree: object  # sim.prefix_tree.PrefixTree
     num_blocks: int  # KV blocks per replica
     policy: object  # the prepared policies.base.Policy
+    policy_ref: object = None  # policies.base.PolicyRef: how runs label the policy and where it came from
 
 
 def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:
@@ -93,21 +95,23 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
 
     ``deployment`` (a Deployment) and ``cost_model`` (deployment -> CostModel) replace the ones built from
     ``cfg``'s names (``blendsim fidelity``: a row's precision and fitted parameters)."""
-    from policies.base import PolicyContext, get_policy
+    from policies.base import resolve_policy
     from sim.cost import build_cost_model
     from sim.deployment import Deployment
     from sim.hardware import get_hardware
     from sim.models import get_model
+    from sim.policy import PolicyContext
     from sim.prefix_tree import PrefixTree
 
     if cfg.offline:
         trace = trace.offline()
     if trace.n == 0:
         raise UserError("the trace has no requests")
-    policy_cls = get_policy(cfg.policy)
+    ref = resolve_policy(cfg.policy)
+    policy_cls = ref.cls
     eng = engine_config(cfg, policy_cls)
     dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
-                                   get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep,
+                                   get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep, expert_skew=cfg.expert_skew,
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
                                    kv_capacity_override=cfg.kv_capacity_override)
@@ -120,13 +124,22 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
         raise UserError(
             f"request {trace.ids[i]} (row {i + 1}) needs a context of {int(total[i])} tokens (prompt "
             f"{int(trace.input_len[i])} + output {int(trace.output_len[i])}), beyond {dep.model.name}'s "
-            f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json"
+            f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json, or drop or cut "
+            f"such requests: blendsim workloads load ... --max-context {dep.model.max_position_embeddings} "
+            "--long skip|truncate"
         )
     B = eng.block_size
     blocks = dep.num_blocks(B)
     need = -(-(trace.input_len + trace.output_len) // B)
     if need.max() > blocks:
         i = int(np.argmax(need))
+        if int(total[i]) <= dep.kv_capacity_tokens:  # the tokens fit; whole blocks of this size do not
+            raise UserError(
+                f"--block-size {B}: request {trace.ids[i]} (row {i + 1}) needs {int(need[i])} KV block(s) of {B} "
+                f"tokens for its {int(total[i])} tokens, more than a replica holds ({blocks} blocks, "
+                f"{dep.kv_capacity_tokens} tokens of {dep.model.name} on {dep.hardware.name} x{dep.tp}); use a "
+                f"smaller --block-size"
+            )
         raise UserError(
             f"request {trace.ids[i]} (row {i + 1}) needs {int(need[i]) * B} KV tokens (prompt {int(trace.input_len[i])} "
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "
@@ -137,7 +150,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy = policy_cls(ctx)
     policy.prepare()
     policy._finalize()
-    return Prepared(trace, eng, dep, cm, tree, blocks, policy)
+    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref)
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
@@ -178,7 +191,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     per_req = per_request_table(trace, rec, steps)
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
-                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=policy.summary_extra())
+                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
+                        extra={**run.policy_ref.summary(), **policy.summary_extra()})
     requests = {
         "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
@@ -189,7 +203,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
-                             "policy": cfg.policy, "dtype": dep.model.dtype, "tp": dep.tp}
+                             "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}
     return RunResult(summary, steps, requests, schedule, cm.notes(), trace)
 
 

@@ -10,7 +10,8 @@ import typer
 
 def validate_cmd(
     trace: Path = typer.Argument(..., help="Trace Parquet file (keep it small: every step runs on the device)."),
-    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`)."),
+    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`), or "
+                                                             "your own: path/to/file.py:ClassName."),
     policies: str = typer.Option(None, "--policies", help="Comma-separated policies; with two or more, the error "
                                                           "of the predicted speedup over the first is reported."),
     model: str = typer.Option("tiny", "--model", "-m", help="Model preset or HuggingFace config.json (random "

@@ -112,8 +112,12 @@ def fit_op(op: str, grid, median_s, p10_s=(), p90_s=(), max_degree: int = MAX_DE
     w = density_weights(x)
     cands = forms(len(names), float(x.min()), max_degree)
     scores = _cv_scores(z, y, w, cands, folds, domain, scale)
-    if not scores:  # too few points for held-out selection: the straight line
+    if not scores:  # too few points for held-out selection: the straight line, if it stays a time
         form, held = "1", None
+        line = solve(design(z, cands[form]), y, w)
+        if np.min(design(_dense(domain, scale), cands[form]) @ line) <= 0:
+            form = "0"  # it dips below zero inside the domain (a profile check refuses that): a constant
+            cands = {**cands, "0": [tuple([0] * len(names))]}
     else:
         best = min(v[0] for v in scores.values())
         form = next(k for k, v in scores.items() if v[0] <= 1.1 * best + 0.005)

@@ -10,19 +10,29 @@ A policy is one file: a subclass of :class:`Policy` decorated with ``@register("
 * set engine defaults (token budget, sequence cap, block size, ...) and its engine-overhead style.
 
 Policy files in this package are discovered automatically: adding a policy touches one file.
+
+Outside the package a policy is named by its file, ``path/to/file.py:ClassName`` (any subclass of
+:class:`Policy`, e.g. one from a notebook's repository), or registered by an installed package under
+the ``blendsim.policies`` entry-point group (name = the policy's name, value = ``module:Class``).
+:func:`resolve_policy` finds any of them and says where it came from (for summary.json).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import math
 import pkgutil
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from policies import _plugins
 from sim.errors import UserError
+from sim.policy import PolicyContext
 from sim.scheduler import Scheduler
 from sim.seq import WaitQueue
 
@@ -58,18 +68,81 @@ def _discover() -> None:
             importlib.import_module(f"policies.{m.name}")
 
 
-def get_policy(name: str) -> type:
-    if name not in _REGISTRY:
+@dataclass(frozen=True)
+class PolicyRef:
+    """A policy found by :func:`resolve_policy`: its class, how runs label it and where it came from."""
+
+    cls: type
+    label: str  # the name or file spec as given (a class given directly: its name)
+    source: str  # policies/<module>.py, the user's file, or the entry point
+    sha256: str | None = None  # of the source file, for policies from outside this package
+
+    def summary(self) -> dict:
+        """The summary.json fields that identify the policy."""
+        out = {"policy": self.label, "policy_name": self.cls.name, "policy_source": self.source}
+        if self.sha256:
+            out["policy_sha256"] = self.sha256
+        return out
+
+
+def resolve_policy(spec) -> PolicyRef:
+    """The policy ``spec`` names: a registered name, an installed package's entry point, a file
+    (``path/to/file.py:ClassName``, or ``file.py`` when it defines one policy), or a Policy subclass."""
+    if isinstance(spec, type):
+        if not issubclass(spec, Policy):
+            raise UserError(f"policy {spec.__qualname__}: not a subclass of blendsim.Policy")
+        _name_after_class(spec)
+        return PolicyRef(spec, spec.name, *_class_source(spec))
+    spec = str(spec).strip()
+    if _plugins.is_file_spec(spec):
+        cls, path, digest = _plugins.load_file(spec, Policy)
+        _name_after_class(cls)
+        return PolicyRef(cls, spec, str(path), digest)
+    if spec not in _REGISTRY:
         _discover()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UserError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())}") from None
+    if spec in _REGISTRY:
+        return PolicyRef(_REGISTRY[spec], spec, *_class_source(_REGISTRY[spec]))
+    ep = _plugins.entry_points().get(spec)
+    if ep is None:
+        raise UserError(f"unknown policy {spec!r}; choose one of {', '.join(policy_names())}, "
+                        f"or give a file: path/to/file.py:ClassName")
+    cls = _plugins.load_entry_point(ep, Policy, _REGISTRY)
+    if "name" not in cls.__dict__:
+        cls.name = spec
+    return PolicyRef(cls, spec, _plugins.entry_point_source(ep), _class_source(cls)[1])
+
+
+def get_policy(spec) -> type:
+    """The Policy subclass ``spec`` names (see :func:`resolve_policy`)."""
+    return resolve_policy(spec).cls
 
 
 def policy_names() -> list[str]:
+    """Registered policies and those installed packages offer (files are not listed)."""
     _discover()
-    return sorted(_REGISTRY)
+    return sorted(set(_REGISTRY) | set(_plugins.entry_points()))
+
+
+def _name_after_class(cls: type) -> None:
+    if "name" not in cls.__dict__:  # not registered and no name of its own: the class's name
+        cls.name = cls.__name__
+
+
+def _class_source(cls: type) -> tuple[str, str | None]:
+    """Where ``cls`` is defined: policies/<module>.py for this package's policies (no hash: the
+    package's version says it), else its file and the file's SHA-256."""
+    import hashlib
+
+    try:
+        f = Path(inspect.getsourcefile(cls) or "")
+    except TypeError:  # defined in an interactive session
+        return f"{cls.__module__}.{cls.__qualname__}", None
+    if not f.is_file():
+        return f"{cls.__module__}.{cls.__qualname__}", None
+    root = Path(__file__).resolve().parent
+    if cls.__module__.split(".")[0] == "policies" and f.resolve().is_relative_to(root):
+        return f.resolve().relative_to(root.parent).as_posix(), None
+    return str(f.resolve()), hashlib.sha256(f.read_bytes()).hexdigest()
 
 
 def get_router(name: str) -> type:
@@ -78,21 +151,6 @@ def get_router(name: str) -> type:
         return _ROUTERS[name]
     except KeyError:
         raise UserError(f"unknown router {name!r}; choose one of {', '.join(sorted(_ROUTERS))}") from None
-
-
-@dataclass
-class PolicyContext:
-    """What a policy may look at (all read-only)."""
-
-    trace: object  # workloads.trace.Trace
-    tree: object  # sim.prefix_tree.PrefixTree of the trace
-    deployment: object  # sim.deployment.Deployment (one replica)
-    cost_model: object  # sim.cost.CostModel of one replica
-    engine: object  # sim.seq.EngineConfig in force
-    replicas: int = 1
-    seed: int = 0
-    options: dict = field(default_factory=dict)  # policy-specific --opt key=value settings
-    num_blocks: int = 0  # KV blocks per replica
 
 
 class Router(ABC):
@@ -176,12 +234,16 @@ def _coerce(key: str, value, default):
         return bool(value)
     if isinstance(default, (int, float)) and not isinstance(default, bool):
         try:
-            return type(default)(value) if isinstance(default, float) or str(value).lstrip("-").isdigit() \
+            v = type(default)(value) if isinstance(default, float) or str(value).lstrip("-").isdigit() \
                 else float(value)
         except (TypeError, ValueError):
             raise UserError(f"option {key}: expected a number, got {value!r}") from None
+        # NaN passes every `x < lo` check unnoticed; inf only where the option's default is inf
+        if not math.isfinite(v) and not (math.isinf(v) and math.isinf(default) and (v > 0) == (default > 0)):
+            raise UserError(f"option {key}: expected a finite number, got {value!r}")
+        return v
     return value
 
 
-__all__ = ["Policy", "PolicyContext", "Router", "RoundRobin", "get_policy", "get_router", "policy_names",
-           "register", "register_router"]
+__all__ = ["Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_policy", "get_router",
+           "policy_names", "register", "register_router", "resolve_policy"]

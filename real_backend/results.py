@@ -3,7 +3,8 @@
 ``VAL_DIR/`` holds ``summary.json`` (``"kind": "blendsim.validation"``), ``steps.parquet`` (one row per
 replayed step: the Batch's counts, predicted and measured seconds, cost-model FLOPs and bytes),
 ``ops.parquet`` (per operator, on the steps whose operators were timed), ``nvml.parquet`` (GPU samples)
-and ``sim/<policy>/`` (each policy's simulated run, ``schedule.parquet`` included, for later replays).
+and ``sim/<policy>/`` (each policy's simulated run, ``schedule.parquet`` included, for later replays;
+the folder name made file-safe by ``sim.rundir.run_dir_name``).
 Everything is written into a temporary folder beside ``VAL_DIR`` that replaces it only once complete,
 so an interrupted write never leaves half a folder; a run stopped by a fault writes what it measured.
 """
@@ -67,7 +68,7 @@ def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> P
 
     from sim import columns as col
     from sim.io import atomic_dir, write_json
-    from sim.rundir import write_run
+    from sim.rundir import run_dir_name, write_run
 
     d = check_val_dir(out)
     with atomic_dir(d) as tmp:
@@ -76,7 +77,7 @@ def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> P
             if rows is not None and len(rows):
                 pq.write_table(col.table(rows.arrays()), tmp / f"{name}.parquet", compression="zstd")
         for policy, res in sims.items():
-            write_run(res, tmp / "sim" / policy)
+            write_run(res, tmp / "sim" / run_dir_name(policy))
     return d
 
 

@@ -52,7 +52,12 @@ def _bars(ax, g: pd.DataFrame, order: list[str], col: dict, value: str, scale: f
         vals = [rows[value].get(w, np.nan) * scale for w in groups]
         ax.bar(np.arange(len(groups)) - 0.4 + width * (j + 0.5), vals, width, label=p, color=col[p])
     ax.set_xticks(np.arange(len(groups)))
-    ax.set_xticklabels([_short(w) for w in groups], rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
+    names = [_short(w) for w in groups]
+    # slot per workload (inches) against the longest label at ~0.075 in a character: rotate when it would not fit
+    slot = ax.figure.get_figwidth() * 0.7 / max(len(groups), 1)
+    tilt = max(map(len, names), default=0) * 0.075 > 0.85 * slot
+    ax.set_xticklabels(names, rotation=35 if tilt else 0, ha="right" if tilt else "center", rotation_mode="anchor")
+    ax.set_xlim(-0.6, len(groups) - 0.4)
     return groups, width
 
 
@@ -60,6 +65,12 @@ def _marks(ax, xs, ys, style: dict, label: str) -> None:
     for k, (x, y) in enumerate(zip(xs, ys, strict=True)):
         if np.isfinite(y):
             ax.hlines(y, x - 0.45, x + 0.45, label=label if k == 0 else None, **style)
+
+
+def _size(g: pd.DataFrame) -> tuple[float, float]:
+    """Figure size of a bar chart: wider with more workloads, taller with more policies in the legend."""
+    n, k = g["group"].nunique(), g["label"].nunique()
+    return min(12.0, max(7.0, 0.75 * n * max(1.0, k / 4) + 3.5)), max(4.2, 0.22 * k + 2.6)
 
 
 def _short(group: str) -> str:
@@ -70,10 +81,9 @@ def _bar_figure(fig, ax, name, heading, dep, part, ylabel, xlabel, title, captio
     """Label, legend and grid of a per-workload bar chart, as a Figure."""
     ax.set_ylabel(ylabel)
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
     return Figure(f"{name}-{_slug(dep)}-{part}", f"{heading} — {dep}" + (f" (part {part + 1})" if part else ""),
                   caption, fig)
 
@@ -82,7 +92,7 @@ def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
     """Throughput of each policy per workload, with T_o's throughput and the practical optimum."""
     col, out = colors(order), []
     for dep, g, part in _chunks(df):
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * g["group"].nunique() + 2.5), 4.2))
+        fig, ax = plt.subplots(figsize=_size(g), layout="constrained")
         groups, _ = _bars(ax, g, order, col, "throughput_tok_s")
         first = g.drop_duplicates("group").set_index("group")
         tokens = first["input_tokens"] + first["output_tokens"]
@@ -102,12 +112,16 @@ def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
 def sharing_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
     """Prefix sharing ratio achieved by each policy per workload, with the optimal s_o marked."""
     col, out = colors(order), []
+    if not (df["optimal_sharing_ratio"].fillna(0) > 0).any() and not (df["prefix_sharing_ratio"].fillna(0) > 0).any():
+        return out  # nothing shared anywhere: the caller says so in words
     for dep, g, part in _chunks(df):
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * g["group"].nunique() + 2.5), 4.0))
+        fig, ax = plt.subplots(figsize=_size(g), layout="constrained")
         groups, _ = _bars(ax, g, order, col, "prefix_sharing_ratio", 100.0)
         opt = g.drop_duplicates("group").set_index("group")["optimal_sharing_ratio"] * 100.0
         _marks(ax, np.arange(len(groups)), [opt.get(w, np.nan) for w in groups],
                {"colors": "black", "linewidths": 2}, "optimal s_o (DFS, unbounded cache)")
+        top = float(np.nanmax(np.r_[g["prefix_sharing_ratio"].to_numpy(float), opt.to_numpy(float) / 100.0]))
+        ax.set_ylim(0.0, max(100.0 * top * 1.12, 1.0))
         out.append(_bar_figure(fig, ax, "sharing", "Prefix sharing", dep, part, "prefix sharing ratio (%)", "workload",
                                f"Prefix sharing vs optimal — {dep}",
                                "s = 1 - (prefill tokens computed - recomputed) / prompt tokens (BatchLLM Eq. 2, "
@@ -131,28 +145,42 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
     return out
 
 
+NOISE = 0.01  # speedups within 1% of 1 are marked as no difference (see the caption)
+
+
 def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
+    """One speedup grid. The colour scale is centred on 1 and spans the data (at least ±3 x NOISE, so a
+    grid of near-ties stays pale); cells within NOISE of 1 are hatched and their text is grey."""
     v = m.to_numpy(dtype=float)
-    fig, ax = plt.subplots(figsize=(1.1 * v.shape[1] + 2.8, 0.42 * v.shape[0] + 1.8))
+    fig, ax = plt.subplots(figsize=(1.0 * v.shape[1] + 3.4, 0.45 * v.shape[0] + 2.0), layout="constrained")
     finite = v[np.isfinite(v)]
-    span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.0, 0.01)
+    span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.0, 3 * NOISE)
     im = ax.imshow(np.ma.masked_invalid(v), origin="lower", aspect="auto", cmap="RdYlGn",
                    norm=TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span))
+    quiet = 0
     for (i, j), x in np.ndenumerate(v):
-        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.2f}", ha="center", va="center", fontsize=8)
+        tie = bool(np.isfinite(x) and abs(x - 1.0) < NOISE)
+        quiet += tie
+        if tie:
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
+        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.2f}", ha="center", va="center", fontsize=8,
+                color="0.45" if tie else "black")
     ax.set_xticks(range(v.shape[1]))
     ax.set_xticklabels([f"{s:g}" for s in m.columns])
     ax.set_yticks(range(v.shape[0]))
     ax.set_yticklabels([f"{d:g}" for d in m.index])
     ax.set_xlabel("optimal prefix sharing ratio s (grid target)")
     ax.set_ylabel("compute density ρ (grid target)")
-    ax.set_title(f"Speedup of {policy} over {baseline}\n{dep}", fontsize=10)
-    fig.colorbar(im, ax=ax, label=f"throughput {policy} / {baseline} (×)")
-    fig.tight_layout()
+    ax.set_title(f"Speedup of {policy} over {baseline}\n{dep}", fontsize=10, loc="left")
+    fig.colorbar(im, ax=ax, label="throughput ratio (×)")
     mean = float(np.exp(np.log(finite).mean())) if finite.size else float("nan")
+    lo = finite.min() if finite.size else float("nan")
+    hi = finite.max() if finite.size else float("nan")
     return Figure(f"heatmap-{_slug(policy)}-vs-{_slug(baseline)}-{_slug(dep)}", f"Speedup heatmap: {policy} vs {baseline} — {dep}",
-                  f"Throughput ratio per grid point (geometric mean {mean:.3f}×, range "
-                  f"{finite.min() if finite.size else float('nan'):.3f}–{finite.max() if finite.size else float('nan'):.3f}×).", fig)
+                  f"Throughput of {policy} over {baseline} per grid point (geometric mean {mean:.3f}×, range "
+                  f"{lo:.3f}–{hi:.3f}×). Colours are centred on 1 and span ±{100 * span:.0f}%; hatched cells "
+                  f"({quiet} of {finite.size}) are within ±{100 * NOISE:.0f}% of 1, which a different seed of the "
+                  f"same workload can change, and count as no difference.", fig)
 
 
 def _slug(s: str) -> str:

@@ -116,6 +116,11 @@ def _sweep_rows(d: Path) -> pd.DataFrame:
         df = pd.DataFrame(collect_rows(d))
     if df.empty:
         raise UserError(f"{d}: the sweep has no finished cells yet")
+    where = table if table.exists() and "run_dir" in df else d / "runs"
+    for i, row in enumerate(df.to_dict("records")):
+        check_summary({k: v for k, v in row.items() if not _missing(v)}, f"{where} (row {i + 1})")
+    if "run_dir" not in df:
+        raise UserError(f"{where}: field 'run_dir' is missing")
     df["run_path"] = [str(d / r) for r in df["run_dir"]]
     df["origin"] = str(d)
     return df
@@ -130,11 +135,59 @@ def _run_rows(dirs: list, origin: Path) -> pd.DataFrame:
             raise UserError(f"{r / 'summary.json'}: unreadable run summary ({e})") from None
         if not isinstance(s, dict) or "throughput_tok_s" not in s:
             raise UserError(f"{r / 'summary.json'}: not a blendsim run summary (no throughput_tok_s)")
+        check_summary(s, r / "summary.json")
         cell = _cell_label(r)  # a sweep cell given on its own keeps its grid point
         rows.append({**s, **cell, "run_path": str(r), "origin": str(origin)})
     if not rows:
         raise UserError(f"{origin}: no run directories in it")
     return pd.DataFrame(rows)
+
+
+# what the report reads from a run summary: field -> kind ("text", "count" or "number")
+SUMMARY_FIELDS = {
+    "policy": "text", "model": "text", "hardware": "text", "mode": "text", "engine": "text", "cost_model": "text",
+    "n_requests": "count", "input_tokens": "count", "output_tokens": "count", "recomputed_tokens": "count",
+    "preemptions": "count", "makespan_s": "number", "throughput_tok_s": "number", "prefix_sharing_ratio": "number",
+    "optimal_sharing_ratio": "number", "sharing_frac_of_opt": "number", "frac_of_opt": "number",
+    "frac_of_practical_opt": "number", "t_opt_s": "number", "t_opt_practical_s": "number",
+}
+# read when present; null (a value JSON cannot hold, e.g. the density of a trace without decode work) is allowed
+OPTIONAL_NUMBERS = ("compute_density", "t_critical_s", "latency_mean_s", "latency_p50_s", "latency_p99_s",
+                    "ttft_mean_s", "ttft_p50_s", "ttft_p99_s", "tbt_mean_s", "slo_attainment", "goodput_tok_s")
+
+
+def check_summary(s: dict, where) -> None:
+    """Every field the report reads is there with the right type (UserError naming file and field)."""
+    for k, kind in SUMMARY_FIELDS.items():
+        if k not in s:
+            raise UserError(f"{where}: field {k!r} is missing (not a complete blendsim run summary)")
+        v = s[k]
+        if kind == "text":
+            ok = isinstance(v, str)
+        elif v is None:  # a bound that JSON could not hold; never the makespan or throughput
+            ok = kind == "number" and k not in ("makespan_s", "throughput_tok_s")
+        elif kind == "count":
+            ok = isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+        else:
+            ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+        if not ok:
+            want = {"text": "text", "count": "a whole number", "number": "a number"}[kind]
+            raise UserError(f"{where}: field {k!r} is {_describe(v)}, expected {want}")
+    for k in OPTIONAL_NUMBERS:
+        v = s.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
+            raise UserError(f"{where}: field {k!r} is {_describe(v)}, expected a number or null")
+
+
+def _describe(v) -> str:
+    if v is None:
+        return "null"
+    text = repr(v)
+    return f"{type(v).__name__} {text if len(text) <= 30 else text[:27] + '...'}"
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and np.isnan(v))
 
 
 def _cell_label(r: Path) -> dict:
@@ -161,7 +214,9 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
         names: dict = {}
         for key, (_, r) in zip(fp, df.loc[loose].iterrows(), strict=True):
             if key not in names:
-                base = f"d{r['compute_density']:.2f}-s{r['optimal_sharing_ratio']:.2f}-n{int(r['n_requests'])}"
+                name = r.get("trace_name")  # a loaded trace's file stem, else its density, sharing and size
+                base = name if isinstance(name, str) and name else \
+                    f"d{r['compute_density']:.2f}-s{r['optimal_sharing_ratio']:.2f}-n{int(r['n_requests'])}"
                 taken = sum(1 for v in names.values() if v.split("#")[0] == base)
                 names[key] = base if not taken else f"{base}#{taken + 1}"
         df.loc[loose, "workload"] = [names[k] for k in fp]

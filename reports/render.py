@@ -34,27 +34,10 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise UserError(f"{out}: exists and is not a blendsim report directory; choose another -o")
     sections: list[tuple[str, str, list]] = []  # (title, intro html, [html table | Figure])
-    md_tables: dict[str, tuple] = {}
+    md_tables: dict[str, tuple] = {}  # title -> (table, spec, markdown text under it)
     csvs: dict[str, pd.DataFrame] = {}
     if len(inputs.runs):
-        base = T.choose_baseline(inputs.runs, baseline)
-        df = T.with_speedup(inputs.runs, base)
-        order = list(dict.fromkeys(sorted(df["label"], key=lambda x: (x != base, x))))
-        side, summary = T.side_by_side(df), T.policy_summary(df, base)
-        csvs["policies.csv"], csvs["policy_summary.csv"] = side, summary
-        md_tables["Policies across workloads"] = (summary, T.SUMMARY)
-        md_tables["Policies side by side"] = (side, T.ALL_COLUMNS)
-        sections.append(("Policies across workloads", f"<p>Speedups are throughput over <b>{html.escape(base)}</b> on "
-                         "the same workload and deployment.</p>", [T.to_html(summary, T.SUMMARY)]))
-        sections.append(("Policies side by side", "", [T.to_html(side, T.ALL_COLUMNS)]))
-        sections.append(("Throughput and the optimal bound", "", F.throughput_bars(df, order)))
-        heat = F.speedup_heatmaps(df, base, order)
-        if heat:
-            sections.append(("Speedup over the density × sharing grid", "", heat))
-        sections.append(("Prefix sharing vs optimal", "", F.sharing_bars(df, order)))
-        group = S.pick_workload(df, steps_workload)
-        if all(Path(p, "steps.parquet").exists() for p in df.loc[df["group"] == group, "run_path"]):
-            sections.append(("Compute vs memory time per step", "", S.step_figures(df, group, steps_policies, order)))
+        _run_sections(inputs.runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs)
     vrows, vfigs = [], []
     for k, (vdir, vfile) in enumerate(inputs.validations):
         t, rows = V.read_validation(vdir, vfile)
@@ -63,7 +46,7 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
     if vrows:
         vt = pd.DataFrame(vrows)
         csvs["validation.csv"] = vt
-        md_tables["Validation: predicted vs measured"] = (vt, V.TABLE)
+        md_tables["Validation: predicted vs measured"] = (vt, V.TABLE, "")
         sections.append(("Validation: predicted vs measured step time", "<p>Error = predicted / measured - 1 "
                          "(positive: the simulator is pessimistic).</p>", [T.to_html(vt, V.TABLE), *vfigs]))
     if not sections:
@@ -71,20 +54,108 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
     return _write(out, inputs, sections, md_tables, csvs)
 
 
+def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs) -> None:
+    """The simulated runs' sections: the baseline, online workloads by latency, offline ones by
+    throughput (tables, then figures), critical-path warnings, run directories."""
+    base = T.choose_baseline(runs, baseline)
+    df = T.with_speedup(runs, base)
+    online = T.is_online(df)
+    order = list(dict.fromkeys(sorted(df["label"], key=lambda x: (x != base, x))))
+    csvs["policies.csv"] = T.side_by_side(df)
+    policies = ", ".join(sorted(set(df["policy"].astype(str))))
+    why = T.baseline_reason(runs, baseline, base)
+    intro = (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
+             f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
+             f"the baseline's on the same workload and deployment.")
+    md_intro = (f"Speedups are over **{base}** (choose another with `--baseline POLICY`; policies here: {policies}): "
+                f"{why}. A speedup is a run's throughput over the baseline's on the same workload and deployment.")
+    warn = _critical_notes(df)
+    if online.any():
+        on = df[online]
+        spec = T.present(on, T.LATENCY)
+        note = (f"{on['group'].nunique()} online workload(s): requests arrive over time, so the makespan follows "
+                "the arrivals and throughput barely differs between policies; they are compared by latency. "
+                "Offline bounds (T_o) do not apply and are left out.")
+        if "slo_attainment" not in on or on["slo_attainment"].isna().all():
+            note += " The traces have no SLOs: no SLO attainment or goodput."
+        sections.append(("Online workloads: latency", f"<p>{html.escape(note)}</p><p class=legend>"
+                         f"{html.escape(T.legend(spec))}</p>", [T.to_html(on, spec)]))
+        md_tables["Online workloads: latency"] = (on, spec, f"{note}\n\n{T.legend(spec)}\n")
+    off = df[~online]
+    if len(off):
+        summary, notes = T.policy_summary(off, base)
+        csvs["policy_summary.csv"] = summary
+        sspec = T.present(summary, T.SUMMARY)
+        n_w = off["group"].nunique()
+        text = (f"{n_w} offline workload(s). Each row averages over the n workloads on which the policy and "
+                f"{base} both ran" + "".join(f"; {x}" for x in notes) + ".")
+        sections.append(("Policies across workloads", f"<p>{intro}</p><p>{html.escape(text)}</p><p class=legend>"
+                         f"{html.escape(T.legend(sspec))}</p>{warn[0]}", [T.to_html(summary, sspec)]))
+        md_tables["Policies across workloads"] = (summary, sspec, f"{md_intro}\n\n{text}\n\n{T.legend(sspec)}\n{warn[1]}")
+        side_spec = T.present(off, T.SIDE_BY_SIDE)
+        sections.append(("Policies side by side", f"<p class=legend>{html.escape(T.legend(side_spec))} Run "
+                         "directories are listed at the end.</p>", [T.to_html(off, side_spec)]))
+        md_tables["Policies side by side"] = (off, side_spec, T.legend(side_spec) + "\n")
+        sections.append(("Throughput and the optimal bound", "", F.throughput_bars(off, order)))
+        heat = F.speedup_heatmaps(off, base, order)
+        if heat:
+            sections.append(("Speedup over the density × sharing grid", "", heat))
+    elif online.any():
+        sections[-1] = (sections[-1][0], f"<p>{intro}</p>" + sections[-1][1] + warn[0], sections[-1][2])
+        t, sp, text = md_tables["Online workloads: latency"]
+        md_tables["Online workloads: latency"] = (t, sp, f"{md_intro}\n\n{text}{warn[1]}")
+    share = F.sharing_bars(df, order)
+    if share:
+        sections.append(("Prefix sharing vs optimal", "", share))
+    else:
+        sections.append(("Prefix sharing vs optimal", "<p>No workload here has any shared prompt prefix "
+                         "(optimal sharing 0), so there is no sharing to compare.</p>", []))
+    group = S.pick_workload(df, steps_workload)
+    if all(Path(p, "steps.parquet").exists() for p in df.loc[df["group"] == group, "run_path"]):
+        sections.append(("Compute vs memory time per step", "", S.step_figures(df, group, steps_policies, order)))
+    sections.append(("Run directories", "", [_run_dirs(df)]))
+    md_tables["Run directories"] = (df, [("group", "workload", "s"), ("label", "policy", "s"),
+                                         *T.present(df, T.PROVENANCE)], "")
+
+
+def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:
+    """(html, markdown) warning about runs whose makespan their critical path dominates, or ("", "")."""
+    from sim.metrics import critical_path_warning
+
+    hits = [(r["group"], r["label"], critical_path_warning(r.to_dict())) for _, r in df.iterrows()]
+    hits = [h for h in hits if h[2]]
+    if not hits:
+        return "", ""
+    first = hits[0]
+    text = (f"Warning: in {len(hits)} of {len(df)} run(s) the makespan is dominated by the critical path "
+            f"(T_critical, the longest request run alone, is at least half the makespan). For example "
+            f"{first[1]} on {first[0]}: {first[2]}. Speedups on these runs say little about the schedules.")
+    return f'<p class="warn">{html.escape(text)}</p>', f"\n**{text}**\n"
+
+
+def _run_dirs(df: pd.DataFrame) -> str:
+    """The run directory of each table row, as a collapsible footnote."""
+    items = "".join(f"<li>{html.escape(str(r['group']))} · {html.escape(str(r['label']))}: "
+                    f"<code>{html.escape(str(r['run_path']))}</code> ({html.escape(str(r.get('cost_model', '')))} "
+                    f"cost model, {html.escape(str(r.get('mode', '')))} mode, engine "
+                    f"{html.escape(str(r.get('engine', '')))})</li>" for _, r in df.iterrows())
+    return f"<details><summary>{len(df)} run directories</summary><ul class=dirs>{items}</ul></details>"
+
+
 def _write(out: Path, inputs, sections, md_tables, csvs) -> Path:
     with atomic_dir(out) as tmp:
         (tmp / "figures").mkdir()
         body, md = [], [f"# blendsim report\n\n{_provenance(inputs, markdown=True)}\n"]
-        for name, (df, spec) in md_tables.items():
-            md.append(f"## {name}\n\n{T.to_markdown(df, spec)}")
+        for name, (df, spec, text) in md_tables.items():
+            md.append(f"## {name}\n\n{text}\n{T.to_markdown(df, spec)}")
         for title, intro, items in sections:
             body.append(f"<h2>{html.escape(title)}</h2>{intro}")
             for it in items:
                 if isinstance(it, str):
-                    body.append(f'<div class="scroll">{it}</div>')
+                    body.append(f'<div class="scroll">{it}</div>' if it.startswith("<table") else it)
                     continue
                 png = tmp / "figures" / f"{it.name}.png"
-                it.fig.savefig(png, dpi=110, metadata={"Software": None})
+                it.fig.savefig(png, dpi=110, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.1)
                 F.plt.close(it.fig)
                 b64 = base64.b64encode(png.read_bytes()).decode()
                 body.append(f'<figure><img alt="{html.escape(it.title)}" src="data:image/png;base64,{b64}">'
@@ -105,16 +176,23 @@ def _provenance(inputs, markdown: bool) -> str:
     if len(r):
         how = sorted({f"{a} cost model, {b} mode" for a, b in zip(r["cost_model"], r["mode"], strict=True)})
         text += (f" {len(r)} simulated run(s), {r['group'].nunique()} workload(s); {'; '.join(how)}; engine "
-                 f"overhead: {', '.join(sorted(set(r['engine'].astype(str))))}. Every table row names its run "
-                 "directory; metric definitions are DESIGN.md's.")
-    return text if markdown else html.escape(text)
+                 f"overhead: {', '.join(sorted(set(r['engine'].astype(str))))}. Run directories are listed at "
+                 "the end.")
+    design = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
+    where = "docs/DESIGN.md in the blendsim repository"
+    if markdown:
+        return f"{text} Metric definitions: [{where}]({design.as_uri()})." if design.exists() else \
+            f"{text} Metric definitions: {where}."
+    link = f'<a href="{html.escape(design.as_uri())}">{html.escape(where)}</a>' if design.exists() else html.escape(where)
+    return f"{html.escape(text)} Metric definitions: {link}."
 
 
-CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
-td:first-child,td:nth-child(2),th{text-align:left}th{background:#f3f3f3;position:sticky;top:0}
-.scroll{max-height:520px;overflow:auto;margin-bottom:1em}figure{margin:1em 0}img{max-width:100%}
-figcaption{font-size:13px;color:#444}"""
+CSS = """body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;
+white-space:nowrap}td:first-child,td:nth-child(2),th{text-align:left}th{background:#f3f3f3;position:sticky;top:0}
+.scroll{max-height:520px;overflow:auto;margin-bottom:1em;max-width:100%}figure{margin:1em 0}img{max-width:100%}
+figcaption{font-size:13px;color:#444}.legend{font-size:12px;color:#555}.warn{background:#fff4e0;padding:4px 8px;
+border-left:4px solid #e69a00}ul.dirs{font-size:12px}code{font-size:12px}"""
 
 
 def _page(provenance: str, body: str) -> str:

@@ -55,7 +55,21 @@ def read_steps(run_path: str, columns=("replica", "compute_s", "memory_s")) -> d
 
     path = f"{run_path}/steps.parquet"
     try:
-        t = pq.ParquetFile(path).read(columns=list(columns))
+        f = pq.ParquetFile(path)
+    except Exception as e:  # noqa: BLE001
+        raise UserError(f"{path}: unreadable step table ({str(e).splitlines()[0]})") from None
+    import pyarrow as pa
+
+    schema = f.schema_arrow
+    for c in columns:
+        if c not in schema.names:
+            raise UserError(f"{path}: field {c!r} is missing (a step table from blendsim simulate has "
+                            f"{', '.join(columns)})")
+        typ = schema.field(c).type
+        if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+            raise UserError(f"{path}: field {c!r} is {typ}, expected numbers")
+    try:
+        t = f.read(columns=list(columns))
     except Exception as e:  # noqa: BLE001
         raise UserError(f"{path}: unreadable step table ({str(e).splitlines()[0]})") from None
     return {c: col.to_numpy(t.column(c)) for c in columns}
@@ -71,7 +85,8 @@ def step_figures(df: pd.DataFrame, group: str, policies: list[str] | None, order
             raise UserError(f"--steps-policies: {', '.join(unknown)} not run on {group}; there are {', '.join(labels)}")
         labels = [p for p in labels if p in policies]
     col = colors(["compute", "memory"])
-    fig, axes = plt.subplots(len(labels), 1, figsize=(9, 2.3 * len(labels) + 0.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(len(labels), 1, figsize=(9, 1.9 * len(labels) + 1.2), sharey=True, squeeze=False,
+                             layout="constrained")
     notes = []
     for ax, p in zip(axes[:, 0], labels, strict=True):
         row = g[g["label"] == p].iloc[0]
@@ -87,11 +102,11 @@ def step_figures(df: pd.DataFrame, group: str, policies: list[str] | None, order
         ax.set_title(f"{p} — {n:,} steps, makespan {row['makespan_s']:,.1f} s", fontsize=9, loc="left")
         ax.set_ylabel("time per step (ms)")
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7, ncol=2, loc="upper right")
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=7, ncol=2, loc="outside lower center")
     axes[0, 0].set_ylim(bottom=0)
     axes[-1, 0].set_xlabel("step")
     fig.suptitle(f"Compute vs memory time per step — {group}", fontsize=10)
-    fig.tight_layout()
     return [Figure("steps", f"Per-step compute vs memory time — {group}",
                    f"Time of the cost model's compute-bound and memory-bound operators in each step (the "
                    f"step's compute_s and memory_s). Steps cut into {BINS} equal spans: line = mean, band = "

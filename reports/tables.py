@@ -1,8 +1,10 @@
 """The report's tables: policies side by side per workload, and each policy across workloads.
 
-Numbers are the run summaries' own (DESIGN.md metrics); the only derived one is the speedup, a run's
-throughput over the baseline policy's on the same workload and deployment. Every row keeps the cost
-model, mode, engine and run directory it came from.
+Numbers are the run summaries' own (docs/DESIGN.md metrics); the only derived one is the speedup, a
+run's throughput over the baseline policy's on the same workload and deployment. Offline workloads are
+compared by throughput; online ones (arrival times) by latency. Averages over workloads pair each
+policy with the baseline on the same workloads. The CSV keeps each row's cost model, mode, engine
+and run directory; the page lists run directories in a footnote.
 """
 
 from __future__ import annotations
@@ -14,22 +16,44 @@ import pandas as pd
 
 from sim.errors import UserError
 
-# (column, header, format) of the side-by-side table; latency/SLO columns appear when present.
+# (column, header, format) of the side-by-side table; short headers, explained by LEGEND.
 SIDE_BY_SIDE = [
-    ("group", "workload", "s"), ("label", "policy", "s"), ("throughput_tok_s", "throughput (tok/s)", ",.0f"),
-    ("speedup", "speedup", ".3f×"), ("makespan_s", "makespan (s)", ",.1f"),
-    ("prefix_sharing_ratio", "prefix sharing", ".1%"), ("optimal_sharing_ratio", "optimal sharing", ".1%"),
-    ("sharing_frac_of_opt", "sharing of optimal", ".1%"), ("frac_of_opt", "of T_o", ".1%"),
-    ("frac_of_practical_opt", "of practical opt.", ".1%"), ("recomputed_tokens", "recomputed tok", ",.0f"),
-    ("preemptions", "preemptions", ",.0f"),
+    ("group", "workload", "s"), ("label", "policy", "s"), ("throughput_tok_s", "tok/s", ",.0f"),
+    ("speedup", "speedup", ".3f×"), ("makespan_s", "makespan s", ",.1f"),
+    ("prefix_sharing_ratio", "sharing", ".1%"), ("optimal_sharing_ratio", "s_o", ".1%"),
+    ("sharing_frac_of_opt", "of s_o", ".1%"), ("frac_of_opt", "of T_o", ".1%"),
+    ("frac_of_practical_opt", "of prac.", ".1%"), ("recomputed_tokens", "recomp.", ",.0f"),
+    ("preemptions", "preempt.", ",.0f"),
 ]
+# the latency table of online workloads (requests with arrival times); SLO columns when the trace has SLOs
 LATENCY = [
-    ("latency_mean_s", "latency mean (s)", ",.2f"), ("latency_p99_s", "latency p99 (s)", ",.2f"),
-    ("ttft_mean_s", "TTFT mean (s)", ",.3f"), ("tbt_mean_s", "TBT mean (ms)", "ms"),
-    ("slo_attainment", "SLO attainment", ".1%"), ("goodput_tok_s", "goodput (tok/s)", ",.0f"),
+    ("group", "workload", "s"), ("label", "policy", "s"),
+    ("latency_mean_s", "lat. mean s", ",.2f"), ("latency_p50_s", "p50 s", ",.2f"), ("latency_p99_s", "p99 s", ",.2f"),
+    ("ttft_mean_s", "TTFT s", ",.3f"), ("ttft_p99_s", "TTFT p99 s", ",.3f"), ("tbt_mean_s", "TBT ms", "ms"),
+    ("slo_attainment", "SLO met", ".1%"), ("goodput_tok_s", "goodput", ",.0f"),
+    ("throughput_tok_s", "tok/s", ",.0f"), ("makespan_s", "makespan s", ",.1f"),
 ]
 PROVENANCE = [("cost_model", "cost model", "s"), ("mode", "mode", "s"), ("engine", "engine", "s"),
               ("run_path", "run directory", "s")]
+LEGEND = {
+    "tok/s": "throughput, (input + output tokens) / makespan",
+    "speedup": "throughput over the baseline's on the same workload",
+    "makespan s": "time until the last request finishes",
+    "sharing": "prefix sharing ratio achieved (BatchLLM Eq. 2)",
+    "s_o": "the trace's optimal sharing ratio (DFS, unbounded cache)", "of s_o": "sharing / s_o",
+    "of T_o": "T_o / makespan, T_o = max((1 - s_o) T_comp, T_mem)",
+    "of prac.": "practical optimum / makespan", "recomp.": "prompt tokens recomputed after preemption",
+    "preempt.": "preemptions",
+    "lat. mean s": "mean latency (finish - arrival)", "p50 s": "median latency", "p99 s": "99th percentile latency",
+    "TTFT s": "mean time to first token", "TTFT p99 s": "99th percentile TTFT",
+    "TBT ms": "mean time between tokens", "SLO met": "share of requests meeting all their SLOs",
+    "goodput": "tokens of requests meeting their SLOs / makespan (tok/s)",
+    "n": "workloads the row averages over (those where the policy and the baseline both ran)",
+    "geo. mean": "geometric mean speedup over those workloads", "lowest": "lowest speedup", "highest": "highest speedup",
+    "mean tok/s": "mean throughput over those workloads",
+    "mean of T_o": "mean of T_o / makespan", "mean of prac.": "mean of practical optimum / makespan",
+    "mean of s_o": "mean sharing / s_o",
+}
 
 
 def choose_baseline(runs: pd.DataFrame, baseline: str | None) -> str:
@@ -40,6 +64,15 @@ def choose_baseline(runs: pd.DataFrame, baseline: str | None) -> str:
             raise UserError(f"--baseline {baseline!r}: no run of that policy; the runs have {', '.join(have)}")
         return baseline
     return "dfs" if "dfs" in have else have[0]
+
+
+def baseline_reason(runs: pd.DataFrame, asked: str | None, chosen: str) -> str:
+    """Why ``chosen`` is the baseline, in words (plain text)."""
+    if asked is not None:
+        return "given with --baseline"
+    if chosen == "dfs":
+        return "the default: prefix-tree depth-first order, the baseline BlendServe compares against"
+    return "picked only because it comes first by name (no --baseline was given and no dfs run is present)"
 
 
 def policy_order(runs: pd.DataFrame, baseline: str) -> list[str]:
@@ -61,36 +94,62 @@ def with_speedup(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
         columns=["_g", "_s", "_p"]).reset_index(drop=True)
 
 
+def is_online(df: pd.DataFrame) -> pd.Series:
+    """Rows of online runs (requests with arrival times: summary ``offline`` false)."""
+    if "offline" not in df:
+        return pd.Series(False, index=df.index)
+    return df["offline"].map(lambda v: v is False or v == 0 or str(v).lower() == "false")
+
+
 def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
-    """The table's columns of ``with_speedup``'s rows (latency columns only when some run has them)."""
-    cols = [c for c, _, _ in SIDE_BY_SIDE + LATENCY + PROVENANCE if c in df and df[c].notna().any()]
+    """Every column a table or the CSV shows, of ``with_speedup``'s rows (absent ones left out)."""
+    cols = list(dict.fromkeys(c for c, _, _ in SIDE_BY_SIDE + LATENCY + PROVENANCE if c in df and df[c].notna().any()))
     return df[cols].reset_index(drop=True)
 
 
-def policy_summary(side: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """Each policy across the workloads: geometric-mean, lowest and highest speedup, mean fractions."""
-    rows = []
+def present(df: pd.DataFrame, spec: list) -> list:
+    """The part of ``spec`` whose columns ``df`` has with some value."""
+    return [x for x in spec if x[0] in df and df[x[0]].notna().any()]
+
+
+def policy_summary(side: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list[str]]:
+    """Each policy over the workloads where it and the baseline both ran (like with like): the number
+    of those workloads, geometric-mean, lowest and highest speedup, mean fractions. The mean
+    throughput is kept only when every row covers the same workloads. Returns the table and notes."""
+    rows, notes, cover = [], [], {}
     labels = list(dict.fromkeys(side["label"]))
+    with_base = set(side.loc[side["policy"] == baseline, "group"])
     for p in sorted(labels, key=lambda x: (x != baseline, x)):
-        g = side[side["label"] == p]
-        if g.empty:
-            continue
+        g = side[(side["label"] == p) & side["group"].isin(with_base)]
+        alone = side[(side["label"] == p) & ~side["group"].isin(with_base)]["group"].nunique()
+        if alone:
+            notes.append(f"{p} also ran on {alone} workload(s) without a {baseline} run, left out of its row")
+        cover[p] = frozenset(g["group"])
         sp = g["speedup"].dropna()
         rows.append({
-            "policy": p, "workloads": int(g["group"].nunique()), "throughput_tok_s": g["throughput_tok_s"].mean(),
+            "policy": p, "n": int(g["group"].nunique()), "throughput_tok_s": g["throughput_tok_s"].mean(),
             "speedup_geomean": float(np.exp(np.log(sp).mean())) if len(sp) else np.nan,
             "speedup_min": sp.min() if len(sp) else np.nan, "speedup_max": sp.max() if len(sp) else np.nan,
             "frac_of_opt": g["frac_of_opt"].mean(), "frac_of_practical_opt": g["frac_of_practical_opt"].mean(),
             "sharing_frac_of_opt": g["sharing_frac_of_opt"].mean(),
         })
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(set(cover.values())) > 1:
+        out = out.drop(columns=["throughput_tok_s"])
+        notes.append("the rows cover different workloads (column n), so no mean throughput is shown; "
+                     "speedups are paired per workload")
+    return out, notes
 
 
-SUMMARY = [("policy", "policy", "s"), ("workloads", "workloads", ",.0f"),
-           ("throughput_tok_s", "mean throughput (tok/s)", ",.0f"), ("speedup_geomean", "speedup (geo. mean)", ".3f×"),
-           ("speedup_min", "lowest", ".3f×"), ("speedup_max", "highest", ".3f×"), ("frac_of_opt", "mean of T_o", ".1%"),
-           ("frac_of_practical_opt", "mean of practical opt.", ".1%"),
-           ("sharing_frac_of_opt", "mean sharing of optimal", ".1%")]
+SUMMARY = [("policy", "policy", "s"), ("n", "n", ",.0f"),
+           ("speedup_geomean", "geo. mean", ".3f×"), ("speedup_min", "lowest", ".3f×"), ("speedup_max", "highest", ".3f×"),
+           ("throughput_tok_s", "mean tok/s", ",.0f"), ("frac_of_opt", "mean of T_o", ".1%"),
+           ("frac_of_practical_opt", "mean of prac.", ".1%"), ("sharing_frac_of_opt", "mean of s_o", ".1%")]
+
+
+def legend(spec: list) -> str:
+    """'header: meaning; ...' for the abbreviated headers of ``spec``."""
+    return "; ".join(f"{h}: {LEGEND[h]}" for _, h, _ in spec if h in LEGEND) + "."
 
 
 def fmt(value, spec: str) -> str:
@@ -114,18 +173,18 @@ def _layout(df: pd.DataFrame, spec: list) -> tuple[list[str], list[list[str]]]:
 def to_markdown(df: pd.DataFrame, spec: list) -> str:
     heads, rows = _layout(df, spec)
     esc = [[v.replace("|", "\\|") for v in r] for r in rows]
+    heads = [h.replace("|", "\\|") for h in heads]
     lines = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" if i < 2 else "---:" for i in range(len(heads))) + "|"]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in esc]) + "\n"
 
 
 def to_html(df: pd.DataFrame, spec: list) -> str:
     heads, rows = _layout(df, spec)
-    th = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+    th = "".join(f'<th title="{html.escape(LEGEND.get(h, h))}">{html.escape(h)}</th>' for h in heads)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows)
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-ALL_COLUMNS = SIDE_BY_SIDE + LATENCY + PROVENANCE
-
-__all__ = ["ALL_COLUMNS", "SUMMARY", "choose_baseline", "fmt", "policy_order", "policy_summary", "side_by_side",
-           "to_html", "with_speedup", "to_markdown"]
+__all__ = ["LATENCY", "LEGEND", "PROVENANCE", "SIDE_BY_SIDE", "SUMMARY", "baseline_reason", "choose_baseline", "fmt",
+           "is_online", "legend", "policy_order", "policy_summary", "present", "side_by_side", "to_html",
+           "to_markdown", "with_speedup"]

@@ -56,7 +56,7 @@ def read_validation(vdir: Path, vfile: Path) -> tuple[pd.DataFrame, list[dict]]:
 def validation_figures(name: str, t: pd.DataFrame, rows: list[dict], slug: str) -> list[Figure]:
     """Scatter of predicted against measured step time (log axes when they span a decade) and the
     histogram of the per-step error, one colour per policy."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10.5, 4.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10.5, 4.4), layout="constrained")
     pols = list(dict.fromkeys(t["policy"]))
     col = colors(pols)
     for p in pols:
@@ -78,11 +78,11 @@ def validation_figures(name: str, t: pd.DataFrame, rows: list[dict], slug: str) 
     b.axvline(0, color="black", lw=1)
     b.set_xlabel("step time error: predicted / measured - 1 (%, clipped to ±100)")
     b.set_ylabel("steps")
-    b.set_title("; ".join(f"{r['policy']}: median |err| {100 * r['median_abs_err']:.1f}%" for r in rows), fontsize=9)
+    b.set_title("\n".join(f"{r['policy']}: median |err| {100 * r['median_abs_err']:.1f}%" for r in rows[:4])
+                + (f"\n(+{len(rows) - 4} more)" if len(rows) > 4 else ""), fontsize=9)
     b.legend(fontsize=8)
     b.grid(alpha=0.3)
     fig.suptitle(f"Validation — {name}", fontsize=10)
-    fig.tight_layout()
     tot = "; ".join(f"{r['policy']}: predicted {r['predicted_total_s']:.3g} s vs measured {r['measured_total_s']:.3g} s "
                     f"({100 * r['total_err']:+.1f}%)" for r in rows)
     return [Figure(f"validation-{slug}", f"Validation: predicted vs measured step time — {name}",

@@ -164,8 +164,9 @@ class RooflineTimer:
         self.shapes = Shapes.of(dep)
         peak = hw.flops_for(m.dtype)
         self.gemm_rate = peak * hw.compute_efficiency  # 16-bit GEMMs (LM head, routers) and decode attention
-        # GEMMs with weights in the ``weights`` precision: at its tensor-core peak where the device has one
-        self.lowp_rate = hw.flops_for(m.weights) * hw.compute_efficiency
+        # GEMMs with weights in the ``weights`` precision run at its tensor-core peak where the device has one:
+        # this ratio to the 16-bit rate (1 for 16-bit weights), so timers that rescale gemm_rate keep it
+        self.lowp_ratio = hw.flops_for(m.weights) / peak
         self.attn_rate = peak * hw.attention_compute_efficiency
         self.bw = hw.mem_bandwidth * hw.memory_efficiency
         self.ew_bw = hw.mem_bandwidth * hw.elementwise_efficiency
@@ -182,7 +183,7 @@ class RooflineTimer:
             m = np.asarray(gemm_m(op, f, self.shapes))
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
             pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
-            tc = flops * pad / (self.lowp_rate if op in LOWP_GEMMS else self.gemm_rate)
+            tc = flops * pad / (self.gemm_rate * self.lowp_ratio if op in LOWP_GEMMS else self.gemm_rate)
             tm = nbytes / self.bw
             if self.blend:
                 # NOTE: a p-norm instead of max(): near the ridge neither bound is reached (see hardware.py)
@@ -240,8 +241,8 @@ class CostModel:
         self.timer = timer or RooflineTimer(dep)
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
         self.layers = dep.model.num_layers
-        self.graph_cap = 0  # HOOK (sim.engines): pure-decode steps run at CUDA-graph sizes up to this
         self._mla = dep.model.is_mla
+        self.graph_cap = 0  # HOOK (sim.engines): pure-decode steps run at CUDA-graph sizes up to this
         self._tables_n = 0
         self._grow(4096)
         self._prefill_s, self._decode_s = self.timer.attn_scalars()

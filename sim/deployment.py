@@ -64,6 +64,13 @@ class Deployment:
         if self.kv_capacity_bytes <= 0:
             need = (self.weight_bytes_per_gpu + self.activation_reserve_bytes) / GiB
             have = self.hardware.memory_bytes * self.gpu_memory_utilization / GiB
+            act = self.activation_reserve_bytes / GiB
+            if self.weight_bytes_per_gpu / GiB < have and act > 0.5:  # the weights fit; the largest step does not
+                raise UserError(
+                    f"--token-budget {self.max_batched_tokens} / --max-seqs {self.max_seqs}: the activations of "
+                    f"such a step need {act:,.1f} GiB per GPU beside {self.weight_bytes_per_gpu / GiB:.1f} GiB of "
+                    f"{self.model.name} weights, {have:.1f} GiB usable on {self.hardware.name}; lower them"
+                )
             raise UserError(
                 f"{self.model.name} ({m.weights} weights) does not fit on {self.hardware.name} with tp={self.tp}: "
                 f"weights and activations need {need:.1f} GiB per GPU, {have:.1f} GiB usable"

@@ -11,19 +11,54 @@ from pathlib import Path
 from sim.errors import UserError
 
 
+def umask() -> int:
+    """The process's file-mode creation mask (read without changing it where Linux allows)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_output_file(path: str | Path) -> Path:
+    """Fail now, with one line, when ``path`` cannot become a file (a folder is there, or a parent is a
+    file); before the work whose result it will hold."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give a file name to write")
+    probe = path.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UserError(f"{path}: {probe} is not a folder")
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
-    """Yield a temporary path beside ``path``; rename it into place only if the block succeeds."""
-    path = Path(path)
+    """Yield a temporary path beside ``path``; rename it into place only if the block succeeds.
+
+    The file gets the mode any new file gets (0666 less the umask), not mkstemp's private 0600.
+    """
+    path = check_output_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
-        raise UserError(f"{path.parent}: cannot create folder ({e.strerror})") from None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        raise UserError(f"{path}: cannot write there ({e.strerror or e})") from None
     os.close(fd)
     try:
         yield Path(tmp)
-        os.replace(tmp, path)
+        try:
+            os.chmod(tmp, 0o666 & ~umask())
+            os.replace(tmp, path)
+        except OSError as e:
+            raise UserError(f"{path}: cannot write ({e.strerror or e})") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -36,9 +71,7 @@ def staging_dir(final: str | Path) -> Path:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the results from their readers
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp's 0700 would hide the results from their readers
         return tmp
     except OSError as e:
         raise UserError(f"{final}: cannot write there ({e.strerror or e})") from None
@@ -99,7 +132,7 @@ def read_parquet(path: Path, what: str, missing: str | None = None):
         # NOTE: ParquetFile rather than read_table: read_table imports pandas (a quarter of a second of
         # start-up for every command)
         return pq.ParquetFile(path).read()
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         raise UserError(f"{path}: not a readable {what} ({str(e).splitlines()[0]})") from None
 
 
@@ -113,3 +146,5 @@ def read_json(path: str | Path, what: str = "file") -> dict:
         raise UserError(f"{path}: cannot read {what}: {e}") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: corrupt {what}: invalid JSON at line {e.lineno}, column {e.colno}") from None
+    except (RecursionError, ValueError) as e:  # nesting too deep; an integer of over 4,300 digits
+        raise UserError(f"{path}: corrupt {what}: {str(e).splitlines()[0][:120]}") from None

@@ -7,7 +7,10 @@
 * frac_of_opt = T_o / makespan, T_o = max((1 - s_o) T_comp, T_mem) per replica-GPU capacity;
 * frac_of_practical_opt = practical optimum / makespan: the trace's work as perfectly blended full steps,
   priced by the run's cost model under the overlap mode (:func:`blended_optimum`);
-* latency (JCT), TTFT, TBT and SLO attainment when requests have arrival times or SLOs.
+* latency (JCT), TTFT and TBT when requests have arrival times or SLOs; SLO attainment and goodput
+  only when the trace has SLOs (absent from the summary otherwise);
+* t_critical_s: the longest request's own chain of steps alone on the engine, a second lower bound
+  (:func:`critical_path`; :func:`critical_path_warning` when it dominates the makespan).
 """
 
 from __future__ import annotations
@@ -96,6 +99,29 @@ def critical_path(trace, cost_model, top: int = 8) -> float:
     return best
 
 
+CRITICAL_SHARE = 0.5  # warn when T_critical is at least this share of the makespan
+
+
+def critical_path_warning(s: dict) -> str | None:
+    """A warning when an offline run's makespan is dominated by its critical path, else None.
+
+    T_critical (``t_critical_s``, :func:`critical_path`) is the longest single request's own chain of
+    steps, run alone on the engine: no schedule finishes sooner. When it is at least half the makespan,
+    the run's throughput mostly measures that one request's tail (a few long video decodes in a small
+    trace), not the scheduling, and its fraction of T_o says little. Online runs are exempt: their
+    makespan follows the arrivals.
+    """
+    try:
+        crit, span = float(s["t_critical_s"]), float(s["makespan_s"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if s.get("offline") is False or not span > 0 or not crit >= CRITICAL_SHARE * span:
+        return None
+    return (f"the makespan is dominated by its critical path: the longest request alone takes {crit:,.1f} s "
+            f"(T_critical), {100 * crit / span:.0f}% of the {span:,.1f} s makespan, so throughput here measures "
+            f"that request's tail more than the schedule; use a larger trace (BlendServe used 40,000 requests)")
+
+
 def blended_optimum(trace, sharing: float, cost_model, token_budget: int, kv_tokens: float = float("inf"),
                     max_seqs: int = 0) -> float:
     """The practical optimum: the trace's work as a perfectly blended schedule, priced by the run's own
@@ -158,6 +184,25 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
+def latency_summary(per_req: dict) -> dict:
+    """Latency (JCT: finish - arrival), TTFT and TBT statistics over the requests, in seconds.
+
+    TBT is per request (finish - first token) / (d - 1); requests with one output token have none.
+    """
+    jct, ttft, tbt = per_req["jct_s"], per_req["ttft_s"], per_req["tbt_mean_s"]
+    has_tbt = np.isfinite(tbt).any()
+    return {
+        "latency_mean_s": float(np.nanmean(jct)),
+        "latency_p50_s": float(np.nanpercentile(jct, 50)),
+        "latency_p99_s": float(np.nanpercentile(jct, 99)),
+        "ttft_mean_s": float(np.nanmean(ttft)),
+        "ttft_p50_s": float(np.nanpercentile(ttft, 50)),
+        "ttft_p99_s": float(np.nanpercentile(ttft, 99)),
+        "tbt_mean_s": float(np.nanmean(tbt)) if has_tbt else 0.0,
+        "tbt_p99_s": float(np.nanpercentile(tbt, 99)) if has_tbt else 0.0,
+    }
+
+
 def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_cfg, kv_stats, per_req,
               extra=None) -> dict:
     """The summary.json content: no wall-clock fields, so equal runs give equal files."""
@@ -189,6 +234,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "kv_dtype": cost_model.dep.model.kv_dtype,
         "tp": cfg.tp,
         "ep": cost_model.dep.ep,
+        **({"expert_skew": cost_model.dep.expert_skew} if cost_model.dep.model.is_moe else {}),
         "replicas": cfg.replicas,
         "mode": cost_model.mode,
         "engine": cost_model.engine.name,
@@ -201,6 +247,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "kv_capacity_blocks": kv_stats["total"],
         "seed": cfg.seed,
         "offline": bool(cfg.offline or not trace.has_arrivals),
+        "trace_name": trace.meta.get("name"),  # a loaded trace's file stem (reports label runs by it)
         "n_requests": n,
         "input_tokens": p_tot,
         "output_tokens": d_tot,
@@ -229,16 +276,14 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "mean_kv_util": float(used.mean() / kv_stats["total"]) if dt.size else 0.0,
         "peak_kv_blocks": int(used.max()) if dt.size else 0,
     }
+    if trace.has_arrivals:
+        out["last_arrival_s"] = float(trace.arrival_s.max())
     if trace.has_arrivals or trace.has_slos:
-        jct, ttft, tbt = per_req["jct_s"], per_req["ttft_s"], per_req["tbt_mean_s"]
+        out.update(latency_summary(per_req))
+    if trace.has_slos:
         ok = per_req["slo_met"]
         good = float((trace.input_len[ok] + trace.output_len[ok]).sum())
         out.update({
-            "latency_mean_s": float(np.nanmean(jct)),
-            "latency_p99_s": float(np.nanpercentile(jct, 99)),
-            "ttft_mean_s": float(np.nanmean(ttft)),
-            "ttft_p99_s": float(np.nanpercentile(ttft, 99)),
-            "tbt_mean_s": float(np.nanmean(tbt)) if np.isfinite(tbt).any() else 0.0,
             "slo_attainment": float(ok.mean()),
             **slo_breakdown(trace, rec, steps_by_replica, per_req),
             "goodput_tok_s": good / makespan if makespan > 0 else 0.0,
@@ -248,4 +293,5 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     return out
 
 
-__all__ = ["SUMMARY_SCHEMA", "per_request_table", "summarize"]
+__all__ = ["CRITICAL_SHARE", "SUMMARY_SCHEMA", "critical_path", "critical_path_warning", "latency_summary",
+           "per_request_table", "summarize"]

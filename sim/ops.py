@@ -203,7 +203,11 @@ def expert_pick_probabilities(E: int, k: int, skew: float = 0.0) -> np.ndarray:
         excess = float((q[over] - 1.0).sum())
         q[over] = 1.0
         rest = ~over & (q < 1.0)
-        q[rest] += excess * q[rest] / q[rest].sum()
+        if not rest.any():
+            break
+        mass = float(q[rest].sum())
+        # the excess goes to the others by popularity (evenly where their popularity underflowed to 0)
+        q[rest] += excess * q[rest] / mass if mass > 0 else excess / int(rest.sum())
     return q
 
 

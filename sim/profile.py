@@ -38,6 +38,8 @@ import numpy as np
 from sim.deployment import Deployment
 from sim.errors import UserError
 from sim.io import read_json, write_json
+from sim.models import DTYPE_BYTES
+from sim.profile_check import check_profile
 
 SCHEMA = "blendsim.profile"
 SCHEMA_VERSION = 1
@@ -161,42 +163,29 @@ def model_shape(m) -> dict:
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read and check a profile; a corrupt or foreign file is one clear error."""
+    """Read and check a profile (every field: :func:`sim.profile_check.check_profile`); a corrupt or foreign
+    file is one clear error."""
     path = Path(path)
     d = read_json(path, "profile")
     where = str(path)
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         raise UserError(f"{where}: not a blendsim profile (missing \"schema\": \"{SCHEMA}\")")
     v = d.get("schema_version")
-    if not isinstance(v, int) or v > SCHEMA_VERSION:
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= SCHEMA_VERSION:
         raise UserError(f"{where}: profile schema version {v!r} is not supported (this blendsim reads {SCHEMA_VERSION})")
     for k in ("model", "dtype", "tp", "ops"):
         if k not in d:
             raise UserError(f"{where}: missing field {k!r}")
+    check_profile(d, where, OP_VARS, SHAPE_KEYS, DTYPE_BYTES)
     ops = {}
-    if not isinstance(d["ops"], dict):
-        raise UserError(f"{where}: field 'ops' must be an object")
     for name, o in d["ops"].items():
-        if name not in OP_VARS:
-            raise UserError(f"{where}: ops.{name}: unknown operator (known: {', '.join(OP_VARS)})")
-        try:
-            fit = OpFit(op=name, vars=tuple(o["vars"]), terms=o["terms"], coef=o["coef"], scale=o["scale"],
-                        domain=o["domain"], fit=o.get("fit", {}), grid=o.get("grid", []),
-                        median_s=o.get("median_s", []), p10_s=o.get("p10_s", []), p90_s=o.get("p90_s", []))
-        except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"{where}: ops.{name}: malformed fit ({e.__class__.__name__}: {e})") from None
-        if tuple(fit.vars) != OP_VARS[name]:
-            raise UserError(f"{where}: ops.{name}: variables {list(fit.vars)} should be {list(OP_VARS[name])}")
-        if not np.all(np.isfinite(fit._coef)):
-            raise UserError(f"{where}: ops.{name}: non-finite coefficient")
-        ops[name] = fit
-    interf = d.get("interference")
-    if interf is not None and not (isinstance(interf, (int, float)) and 0 <= interf <= 1):
-        raise UserError(f"{where}: field 'interference' must be a number in [0, 1]")
-    return Profile(model=str(d["model"]), model_shape=d.get("model_shape") or {}, dtype=str(d["dtype"]),
-                   tp=int(d["tp"]), ops=ops, device=d.get("device", {}), software=d.get("software", {}),
-                   produced_by=d.get("produced_by", {}), interference=interf, overlap=d.get("overlap"),
-                   hardware=d.get("hardware"), skipped=d.get("skipped", []), path=where)
+        ops[name] = OpFit(op=name, vars=tuple(o["vars"]), terms=o["terms"], coef=o["coef"], scale=o["scale"],
+                          domain=o["domain"], fit=o.get("fit", {}), grid=o.get("grid", []),
+                          median_s=o.get("median_s", []), p10_s=o.get("p10_s", []), p90_s=o.get("p90_s", []))
+    return Profile(model=d["model"], model_shape=d.get("model_shape") or {}, dtype=d["dtype"], tp=d["tp"], ops=ops,
+                   device=d.get("device") or {}, software=d.get("software") or {},
+                   produced_by=d.get("produced_by") or {}, interference=d.get("interference"),
+                   overlap=d.get("overlap"), hardware=d.get("hardware"), skipped=d.get("skipped") or [], path=where)
 
 
 class ProfileTimer:

@@ -6,6 +6,7 @@ runner that produces a :class:`RunResult` lives in the application layer (``blen
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,13 +33,58 @@ def schedule_table(schedulers) -> dict:
     return {c: [r[i] for r in rows] for i, c in enumerate(cols)}
 
 
+def json_safe(obj):
+    """``obj`` with every non-finite float (inf, NaN) replaced by None, so it is valid JSON: a figure
+    that does not exist for a run (e.g. the compute density of a trace whose outputs are all one
+    token long, which reads no KV: Comp / 0) is ``null`` in summary.json, never ``Infinity``."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    return obj
+
+
 # ---- run directory -----------------------------------------------------------------------
-def check_run_dir(run_dir: str | Path) -> Path:
-    """Refuse to overwrite a folder that holds something other than an earlier run."""
+def run_dir_name(label: str) -> str:
+    """A folder name for a run labelled ``label`` (a policy name, or a ``path/to/file.py:Class`` spec:
+    never a path that leaves the parent folder)."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(label)).strip("._") or "_"
+
+
+def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: bool = False) -> Path:
+    """Refuse to overwrite a folder that holds something other than an earlier run; with
+    ``trace_sha256`` (the new run's trace file digest, recorded in summary.json), also an earlier run
+    of another trace — or of an unrecorded one — unless ``force``."""
     d = Path(run_dir)
     if d.exists() and (not d.is_dir() or (any(d.iterdir()) and not (d / "summary.json").exists())):
         raise UserError(f"{d}: exists and is not a blendsim run directory; choose another -o")
+    if trace_sha256 is not None and not force and (d / "summary.json").exists():
+        import json
+
+        try:
+            old = json.loads((d / "summary.json").read_text()).get("trace_sha256")
+        except (OSError, ValueError, AttributeError):
+            old = None
+        if old != trace_sha256:
+            which = "another trace" if old else "a trace it does not record"
+            raise UserError(f"{d}: holds a run of {which}; choose another -o, or --force to replace it")
     return check_writable(d)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (what identifies the trace a run was made from)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    return h.hexdigest()
 
 
 def write_run(result: RunResult, run_dir: str | Path) -> Path:
@@ -46,30 +92,49 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     temporary folder that replaces ``run_dir`` only once everything is written."""
     import pyarrow.parquet as pq
 
-    from sim import columns as col
     from sim.io import write_json
 
     d = check_run_dir(run_dir)
     with atomic_dir(d) as tmp:
-        write_json(tmp / "summary.json", result.summary)
-        cols = {"replica": [], "step": []}
-        for rep, c in enumerate(result.steps):
-            n = len(c["dt_s"])
-            cols["replica"].append(np.full(n, rep, dtype=np.int32))
-            cols["step"].append(np.arange(n, dtype=np.int64))
-            for k, v in c.items():
-                cols.setdefault(k, []).append(np.asarray(v))
-        pq.write_table(col.table({k: np.concatenate(v) for k, v in cols.items()}), tmp / "steps.parquet",
-                       compression="zstd")
-        pq.write_table(col.table({k: np.asarray(v) for k, v in result.requests.items()}),
-                       tmp / "requests.parquet", compression="zstd")
+        write_json(tmp / "summary.json", json_safe(result.summary))
+        pq.write_table(steps_table(result), tmp / "steps.parquet", compression="zstd")
+        pq.write_table(requests_table(result), tmp / "requests.parquet", compression="zstd")
         if result.schedule is not None:
-            meta = result.schedule["_meta"]
-            tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
-            tab = tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
-            pq.write_table(tab, tmp / "schedule.parquet", compression="zstd")
+            pq.write_table(schedule_arrow(result), tmp / "schedule.parquet", compression="zstd")
     return d
 
 
+def steps_table(result: RunResult):
+    """steps.parquet's Arrow table: one row per step of every replica (``replica``, ``step`` first)."""
+    from sim import columns as col
 
-__all__ = ["RunResult", "check_run_dir", "schedule_table", "write_run"]
+    cols = {"replica": [], "step": []}
+    for rep, c in enumerate(result.steps):
+        n = len(c["dt_s"])
+        cols["replica"].append(np.full(n, rep, dtype=np.int32))
+        cols["step"].append(np.arange(n, dtype=np.int64))
+        for k, v in c.items():
+            cols.setdefault(k, []).append(np.asarray(v))
+    return col.table({k: np.concatenate(v) for k, v in cols.items()})
+
+
+def requests_table(result: RunResult):
+    """requests.parquet's Arrow table: one row per request, in trace order."""
+    from sim import columns as col
+
+    return col.table({k: np.asarray(v) for k, v in result.requests.items()})
+
+
+def schedule_arrow(result: RunResult):
+    """schedule.parquet's Arrow table (its ``_meta`` as schema metadata), or None when not recorded."""
+    from sim import columns as col
+
+    if result.schedule is None:
+        return None
+    meta = result.schedule["_meta"]
+    tab = col.table({k: np.asarray(v) for k, v in result.schedule.items() if k != "_meta"})
+    return tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
+
+
+__all__ = ["RunResult", "check_run_dir", "file_sha256", "json_safe", "requests_table", "run_dir_name", "schedule_arrow", "schedule_table", "steps_table",
+           "write_run"]

@@ -96,6 +96,9 @@ def test_expected_experts_touched_uniform():
 def test_skewed_routing_touches_fewer_experts():
     q = expert_pick_probabilities(128, 8, 1.2)
     assert q.sum() == pytest.approx(8.0) and q.max() <= 1.0 and np.all(np.diff(q) <= 1e-12)
+    for E, k, skew in [(8, 8, 50.0), (8, 2, 3.0), (128, 8, 1e6), (16, 1, 100.0)]:
+        q = expert_pick_probabilities(E, k, skew)
+        assert q.sum() == pytest.approx(k) and q.max() <= 1.0 + 1e-12 and q.min() >= 0, (E, k, skew)
     u, z = Shapes.of(dep("qwen3-30b-a3b")), Shapes.of(dep("qwen3-30b-a3b", skew=1.2))
     assert z.experts_touched(1) == pytest.approx(8.0)  # one token still picks k distinct experts
     assert z.experts_touched(64) < 0.8 * u.experts_touched(64)
@@ -317,6 +320,11 @@ def test_simulate_cli_deepseek_v3_fp8_on_8_h200(tmp_path, policy):
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
     assert (s["model"], s["weights"], s["tp"]) == ("deepseek-v3", "fp8", 8)
+    r = CliRunner().invoke(get_app(), ["simulate", str(p), "-p", policy, "-m", "mixtral-8x7b", "--hardware", "h100-80gb",
+                                       "--tp", "2", "--ep", "2", "--expert-skew", "1.0", "-o", str(tmp_path / "m"),
+                                       "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["expert_skew"] == 1.0 and json.loads(r.stdout)["ep"] == 2
 
 
 # ---- multi-head latent attention (DeepSeek) ------------------------------------------------------------------------
@@ -412,3 +420,37 @@ def test_a_dense_profile_on_a_moe_model_says_what_it_does_not_cover(tmp_path):
     c = build_cost_model(dep("mixtral-8x7b", weights=None), profile=prof)
     note = next(n for n in c.notes() if "MoE/MLA" in n)
     assert "router" in note and "moe_gate_up" in note and "qkv_proj" not in note
+
+
+def test_api_cost_equals_the_command_for_moe():
+    from typer.testing import CliRunner
+
+    import blendsim
+    from blendsim.cli import get_app
+
+    args = dict(model="mixtral-8x7b", hardware="h100-80gb", tp=2, ep=2, weights="fp8", kv_dtype="fp8",
+                decode_seqs=4, context=100)
+    c = blendsim.cost(**args)
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "mixtral-8x7b", "--hardware", "h100-80gb", "--tp", "2", "--ep", "2",
+                                       "--weights", "fp8", "--kv-dtype", "fp8", "--decode-seqs", "4", "--context",
+                                       "100", "--json"])
+    assert r.exit_code == 0, r.output
+    assert {k: v for k, v in c.items() if k != "notes"} == json.loads(r.stdout)
+    assert {row["op"]: row["layers"] for row in c["per_layer"]}["moe_gate_up"] == 32
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_engine_profile_cost_models_price_moe_and_mla_consistently(engine):
+    """The engine profiles' cost models (fitted efficiencies, CUDA-graph padding) keep step == cost."""
+    from sim.efficiency import profile_cost_model
+    from sim.engines import PROFILES
+
+    if engine not in PROFILES:
+        pytest.skip(f"no engine profile {engine}")
+    for d in (dep("deepseek-v3", hw="h200", tp=8, kv="fp8"), dep("mixtral-8x7b", tp=2, ep=2)):
+        c = profile_cost_model(d, "sequential", engine)
+        for f in FEATS:
+            ref = c.cost(f)
+            t, comp, mem = c.step(f.num_tokens, f.num_prefill_tokens, f.num_prefill_seqs, f.attn_pairs,
+                                  f.prefill_kv_tokens, f.num_decode, f.decode_ctx_sum, f.num_logits)
+            assert (t, comp, mem) == pytest.approx((ref.time_s, ref.compute_s, ref.memory_s), rel=1e-9)

@@ -302,23 +302,36 @@ def test_alg2_prefers_the_request_that_fills_compute_and_kv():
     assert [(r, n) for r, n, _, _ in step(t, 0.02).prefill] == [(0, 100), (1, 48)]
 
 
-def test_urgent_request_preempts_the_running_request_with_the_largest_remaining_time():
+def _urgent_case(ttft):
     # 13 blocks of 16 tokens. Requests 0 and 1 (64 tokens = 4 blocks each; TBT 0.1 and 0.5 s) prefill in
-    # one 0.1 s step and decode; request 2 (64 tokens, TTFT 1 ms) arrives at t = 1: urgent. The two
+    # one 0.1 s step and decode; request 2 (64 tokens, TTFT ``ttft``) arrives at t = 1. The two
     # decode tokens take a fifth block each: 13 - 10 = 3 free < 4 needed.
-    s = make([64, 64, 64], [20, 20, 20], blocks=13, slo=[0.1, 0.5, 0.2], ttft=[100.0, 100.0, 0.001],
+    s = make([64, 64, 64], [20, 20, 20], blocks=13, slo=[0.1, 0.5, 0.2], ttft=[100.0, 100.0, ttft],
              arrival=[0.0, 0.0, 1.0], s_pf=1000)
     s.requeue(0)
     s.requeue(1)
     assert [r for r, *_ in step(s, 0.0).prefill] == [0, 1] and s.n_dec == 2
     s.requeue(2)
-    b = step(s, 1.0)
-    # T_r (T_max = 0.1): request 1: 0.5 - 0.1 = 0.4 > request 0: 0.0 > request 2: 1.001 - 0.1 - 1.0 < 0
+    return s, step(s, 1.0)
+
+
+def test_urgent_request_preempts_the_running_request_with_the_largest_remaining_time():
+    s, b = _urgent_case(0.15)
+    # T_r (T_max = 0.1): request 1: 0.5 - 0.1 = 0.4 > request 2: 1.15 - 0.1 - 1.0 = 0.05 (urgent: < T_max)
+    # > request 0: 0.1 - 0.1 = 0: only request 1 has a larger T_r
     assert s.rec.preemptions == [0, 1, 0]
     assert b.num_decode == 1 and b.prefill == [(2, 64, 0, 0)]
     assert s.counts["preempt_urgent"] == 1 and list(s.q) == [1]
     # the block reserved for request 1's decode token was given back: only the survivors hold KV
     assert s.kv.used == 5 + 4
+
+
+def test_an_urgent_request_whose_slo_is_lost_preempts_no_one():
+    # TTFT 1 ms: T_r = 1.001 - 0.1 - 1.0 < 0, its SLO is lost whatever runs now (issue 14): it waits for
+    # KV like any candidate instead of evicting request 1 (whose SLO can still be met)
+    s, b = _urgent_case(0.001)
+    assert s.rec.preemptions == [0, 0, 0] and s.counts["preempt_urgent"] == 0
+    assert b.num_decode == 2 and [r for r, *_ in b.prefill] in ([], [2])
 
 
 def test_decodes_over_the_budget_preempt_the_loosest():
@@ -355,3 +368,76 @@ def test_bad_options_are_one_line_errors():
     for opts in ({"era": "sometimes"}, {"gamma": "-1"}, {"max_window": "0"}):
         with pytest.raises(UserError):
             run_simulation(trace, RunConfig(policy="accelgen", model="tiny", hardware="cpu", options=opts))
+
+
+# ---- progress (issue 14) ----------------------------------------------------------------------
+def test_a_prompt_that_fills_the_kv_cache_gets_its_last_chunk():
+    # The root cause of the livelock: with no free block, Alg. 2 was skipped, so a partly prefilled
+    # prompt whose next chunk fits its last, partly filled block was never offered one; the stall
+    # breaker preempted it, it came back from the prefix cache to the same state, forever.
+    # 4 blocks of 16; a 60-token prompt in 10-token chunks (eq6, S_b = 10): after 5 chunks it holds all
+    # 4 blocks (50 tokens computed) and its last chunk (50..60) needs no new block.
+    s = make([60], [2], blocks=4, s_pf=10, t_pf=0.2, slo=0.2, long_prompt=10_000)
+    s.requeue(0)
+    got = [step(s, 0.2 * k).prefill for k in range(6)]
+    assert [c[0][1:3] for c in got] == [(10, 10 * k) for k in range(6)]
+    assert s.kv.available == 0 and s.n_dec == 1 and s.rec.preemptions == [0]
+
+
+def test_the_livelock_reproducer_finishes():
+    # issue 14: a 3,359-token prompt (output 1) and a 5-token prompt (output 2) on mistral-7b / cpu with
+    # --token-budget 8..17 hit 470K preemptions and never ended
+    trace = from_columns(input_len=[3359, 5], output_len=[1, 2])
+    for budget in (8, 16, 17, 24):
+        r = run_simulation(trace, RunConfig(policy="accelgen", model="mistral-7b", hardware="cpu",
+                                            token_budget=budget))
+        assert np.isfinite(r.requests["finish_s"]).all()
+        assert r.summary["preemptions"] == 0 and r.summary["steps"] <= 2 * 3359 // budget + 10
+
+
+def test_unmeetable_slos_do_not_thrash():
+    # issue 14: TBT SLOs of 0.02 and 0.3 s on a CPU whose cheapest step takes seconds took 1,251,704
+    # steps and 2,217 preemptions: each preempted decoder came back at one token per step (S_b = 1) to
+    # be preempted again. No step can meet either SLO: neither bounds S_b and no one is preempted for
+    # them, so the run takes as many steps as FCFS.
+    trace = from_columns(input_len=[4, 3], output_len=[1178, 1041], tbt_slo_s=[0.02, 0.3])
+    runs = {p: run_simulation(trace, RunConfig(policy=p, model="mistral-7b", hardware="cpu", token_budget=2048))
+            for p in ("accelgen", "fcfs")}
+    assert runs["accelgen"].summary["preemptions"] == 0
+    assert runs["accelgen"].summary["steps"] == runs["fcfs"].summary["steps"] == 1178
+
+
+def test_compute_preemption_spares_the_last_decoder_and_lost_slos():
+    # S_b = 2 x 0.1 / 0.1 = 2 tokens: eq4 W_b = 2 x (600 + 2) = 1204; one decode at context L costs
+    # 600 + L + 1. Two decoders with the same 0.1 s SLO: one alone (L = 301) fits -> the other goes;
+    s = make([300, 300], [50, 50], slo=0.1, s_pf=1000, t_pf=0.1, budget_model="eq4", six_h=600,
+             long_prompt=10_000)  # a big budget for the prefills
+    for r in range(2):
+        s.requeue(r)
+    step(s, 0.0)
+    assert s.n_dec == 2
+    s.prm = dataclasses.replace(s.prm, s_pf=2)
+    b = step(s, 0.1)
+    assert b.num_decode == 1 and sum(s.rec.preemptions) == 1  # never down to zero decoders
+    # contexts of 700: one decode alone (1301) exceeds W_b: the SLO is lost, nobody is preempted for it
+    t = make([700, 700], [50, 50], slo=0.1, s_pf=1000, t_pf=0.1, budget_model="eq4", six_h=600,
+             long_prompt=10_000)
+    for r in range(2):
+        t.requeue(r)
+    step(t, 0.0)
+    step(t, 0.1)
+    assert t.n_dec == 2
+    t.prm = dataclasses.replace(t.prm, s_pf=2)
+    b = step(t, 0.2)
+    assert b.num_decode == 2 and t.rec.preemptions == [0, 0]
+
+
+def test_preempt_limit_bounds_the_policys_preemptions_of_a_request():
+    s = make([1, 1, 1], [50, 50, 50], slo=[0.1, 0.1, 0.3], s_pf=100, t_pf=0.1, preempt_limit=1)
+    for r in range(3):
+        s.requeue(r)
+    step(s, 0.0)
+    s.n_preempt[2] = 1  # request 2, the loosest, was preempted once already
+    s.prm = dataclasses.replace(s.prm, s_pf=2)  # S_b = 2 < 3 decodes
+    b = step(s, 0.1)
+    assert b.num_decode == 2 and s.rec.preemptions == [0, 1, 0]  # the next-loosest (newest tie) went

@@ -147,7 +147,7 @@ def test_loose_run_dirs_with_latency(tmp_path):
         assert side[c].notna().all(), c
     s = json.loads((runs[0] / "summary.json").read_text())
     assert side.set_index("label").loc["fcfs", "slo_attainment"] == pytest.approx(s["slo_attainment"])
-    assert "SLO attainment" in (page.parent / "report.md").read_text()
+    assert "SLO met" in (page.parent / "report.md").read_text()
     assert not list((page.parent / "figures").glob("heatmap-*"))
     again = write_report([tmp_path / "runs"], tmp_path / "rep")  # a folder of runs; rewrites its own report
     assert pd.read_csv(again.parent / "policies.csv").equals(side)

@@ -125,7 +125,7 @@ def _bad_trace(tmp_path, kind):
     ("truncated", "not a readable Parquet trace"),
     ("missing-column", "missing column 'output_len'"),
     ("negative", "row 2, field input_len: -3"),
-    ("text", "column 'output_len' must hold integers"),
+    ("text", "column 'output_len': must hold integers"),
     ("newer-schema", "schema version 99 is newer"),
 ])
 def test_bad_trace_contents_are_one_line(tmp_path, kind, message):

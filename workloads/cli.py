@@ -48,13 +48,19 @@ def stats_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Requests, tokens, optimal sharing ratio s_o and compute density rho of a trace."""
+    """Requests, tokens, optimal sharing ratio s_o and compute density rho of a trace.
+
+    With ``--json``, a density that is unbounded (no decode memory traffic) is null, explained by
+    ``compute_density_note``.
+    """
+    import numpy as np
+
     from sim.density import trace_bounds
     from sim.deployment import make_deployment
     from sim.prefix_tree import PrefixTree
     from workloads.trace import read_trace
 
-    t = read_trace(trace)
+    t = read_trace(trace, allow_empty=True)
     dep = make_deployment(model, hardware, tp)
     tree = PrefixTree(t)
     b = trace_bounds(t, dep, tree)
@@ -62,20 +68,17 @@ def stats_cmd(
     out.update({"optimal_sharing_ratio": tree.optimal_sharing_ratio(), "compute_density": b.density,
                 "t_comp_s": b.t_comp_s, "t_mem_s": b.t_mem_s, "t_opt_s": b.t_opt_s, "model": dep.model.name,
                 "hardware": dep.hardware.name, "meta": t.meta})
+    if not np.isfinite(b.density):
+        # no decode step reads the KV cache (every output is 1 token, or no requests): rho = Comp / 0
+        out["compute_density"] = None
+        out["compute_density_note"] = ("unbounded: the trace has no decode memory traffic (every output is "
+                                       "1 token, or it has no requests)")
     if as_json:
-        typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+        typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str, allow_nan=False))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from reports.terminal import print_trace_stats
 
-    tab = Table(title=f"{trace}")
-    tab.add_column("statistic")
-    tab.add_column("value", justify="right")
-    for k, v in out.items():
-        if k in ("meta",):
-            continue
-        tab.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
-    Console().print(tab)
+    print_trace_stats(out, str(trace))
 
 
 @app.command("load")
@@ -83,22 +86,48 @@ def load_cmd(
     file: Path = typer.Argument(..., help="The trace file to convert."),
     fmt: str = typer.Option(..., "--format", "-f", help="Its format: burstgpt (CSV: Timestamp, Request tokens, "
                             "Response tokens), azure (CSV: TIMESTAMP, ContextTokens, GeneratedTokens), vidur (CSV: "
-                            "arrived_at, num_prefill_tokens, num_decode_tokens) or jsonl (prompt_token_ids, "
-                            "output_len per line)."),
+                            "arrived_at, num_prefill_tokens, num_decode_tokens), jsonl (prompt_token_ids, "
+                            "output_len per line), mooncake (JSONL: timestamp in ms, input_length, output_length, "
+                            "hash_ids of 512-token blocks) or hashed (JSONL: input_length, hash_ids of "
+                            "--block-size blocks; optional output_length, timestamp, request_id)."),
     output: Path = typer.Option(..., "--output", "-o", help=OUTPUT_HELP),
     limit: int = typer.Option(None, "--limit", help="Keep only the first N requests.", min=1),
+    block_size: int = typer.Option(None, "--block-size", help="mooncake/hashed: tokens per hashed block "
+                                   "(mooncake: 512; ServeGen: 16)."),
+    time_unit: str = typer.Option(None, "--time-unit", help="mooncake/hashed: unit of timestamp, s or ms "
+                                  "(mooncake: ms)."),
+    output_len: int = typer.Option(None, "--output-len", help="mooncake/hashed: output length of rows that "
+                                   "have no output_length."),
+    output_from: str = typer.Option(None, "--output-from", help="mooncake/hashed: sample missing output "
+                                    "lengths (seeded) from FILE or FILE:COLUMN (a blendsim trace, a JSONL trace "
+                                    "or a length CSV)."),
+    seed: int = typer.Option(None, "--seed", help="Seed of --output-from's sampling (default 0)."),
+    max_context: str = typer.Option(None, "--max-context", help="Context limit: N tokens, or a model whose "
+                                    "context is used; requests with prompt + output beyond it are refused "
+                                    "unless --long says otherwise."),
+    long: str = typer.Option(None, "--long", help="With --max-context: skip (drop) or truncate requests that do "
+                             "not fit, and report how many."),
 ) -> None:
-    """Convert a real trace (BurstGPT, Azure, Vidur/Splitwise CSV or JSONL) into a blendsim trace.
+    """Convert a real trace (BurstGPT, Azure, Vidur/Splitwise CSV, JSONL, Mooncake or another block-hash
+    trace) into a blendsim trace.
 
-    Requests without prompt content get unique prompts (no false sharing). BurstGPT rows with 0
-    response tokens are failed requests: they are skipped and counted.
+    Requests without prompt content get unique prompts (no false sharing); block-hash traces share the
+    blocks their ids share. BurstGPT rows with 0 response tokens are failed requests: they are skipped
+    and counted. The trace keeps the file's stem as its name.
     """
+    from sim.io import check_output_file
+    from workloads.hashed import context_option, summary_rows
     from workloads.loaders import load
     from workloads.trace import write_trace
 
-    trace = load(file, fmt, limit)
+    check_output_file(output)
+    opts = {"block_size": block_size, "time_unit": time_unit, "output_len": output_len,
+            "output_from": output_from, "seed": seed}
+    trace = context_option(load(file, fmt, limit, **{k: v for k, v in opts.items() if v is not None}),
+                           max_context, long, str(file))
     write_trace(trace, output)
     extra = {"skipped failed rows": trace.meta["skipped_failed"]} if "skipped_failed" in trace.meta else {}
+    extra.update(summary_rows(trace.meta))
     _summary(trace, output, f"loaded {file} ({fmt})", extra)
 
 
@@ -117,9 +146,10 @@ def _synth_command(name: str):
                                     default=typer.Option(..., "--output", "-o", help=OUTPUT_HELP)))
 
     def command(**kwargs) -> None:
+        from sim.io import check_output_file
         from workloads.trace import write_trace
 
-        output = kwargs.pop("output")
+        output = check_output_file(kwargs.pop("output"))
         trace = recipe.make(**kwargs)
         write_trace(trace, output)
         _summary(trace, output, f"recipe {name}", {})

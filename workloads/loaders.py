@@ -18,18 +18,34 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import UserError
+from workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
-FORMATS = ("burstgpt", "azure", "vidur", "jsonl")
+FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed")
 
 
-def load(path: str | Path, fmt: str, limit: int | None = None):
-    """Load ``path`` in format ``fmt`` (one of :data:`FORMATS`)."""
+def load(path: str | Path, fmt: str, limit: int | None = None, **hashed_options):
+    """Load ``path`` in format ``fmt`` (one of :data:`FORMATS`); the trace's ``meta["name"]`` is the file's
+    stem. ``mooncake`` and ``hashed`` (block-hash JSONL) take :func:`workloads.hashed.load_hashed`'s options."""
     loaders = {"burstgpt": load_burstgpt, "azure": load_azure, "vidur": load_vidur, "jsonl": load_jsonl}
-    if fmt not in loaders:
+    if fmt not in loaders and fmt not in ("mooncake", "hashed"):
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
-    return loaders[fmt](path, limit)
+    if fmt in ("mooncake", "hashed"):
+        from workloads.hashed import load_hashed
+
+        trace = load_hashed(path, fmt, limit=limit, **hashed_options)
+    else:
+        given = [k for k, v in hashed_options.items() if v is not None]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} applies to --format mooncake or hashed, not {fmt}")
+        trace = loaders[fmt](path, limit)
+    trace.meta.setdefault("name", Path(path).stem)
+    trace.validate(str(path))  # every loader's checks name the row first; this guards what they build
+    return trace
+
+
+_ZONE = r"\d:\d{2}(?::\d{2}(?:\.\d*)?)?\s*(?:Z|UTC|[+-]\d{2}(?::?\d{2})?)$"  # a time of day, then a zone
 
 
 # ---- CSV formats --------------------------------------------------------------------------
@@ -51,7 +67,7 @@ def load_burstgpt(path, limit: int | None = None):
         raise UserError(f"{path}: no successful requests (every row has 0 Response tokens)")
     sub = df.iloc[rows]
     p = _ints(path, sub, "Request tokens", minimum=1, rows=rows)
-    t = _floats(path, sub, "Timestamp", rows=rows)
+    t = _times(path, sub, "Timestamp", rows=rows)
     source = np.full(len(rows), "burstgpt", dtype=object)
     if "Model" in sub:
         import pandas as pd
@@ -72,11 +88,21 @@ def load_azure(path, limit: int | None = None):
     p = _ints(path, df, "ContextTokens", minimum=1)
     d = _ints(path, df, "GeneratedTokens", minimum=1)
     raw = df["TIMESTAMP"].astype(str).str.strip()
-    ts = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+    # a time zone on some rows only is ambiguous (local time of where?); offsets that differ are not
+    zoned = raw.str.contains(_ZONE, regex=True).to_numpy()
+    if zoned.any() and not zoned.all():
+        i = int(np.flatnonzero(zoned != zoned[0])[0])
+        _fail(path, i, "TIMESTAMP", f"{raw.iloc[i]!r} {'has' if zoned[i] else 'lacks'} a time zone but data row 1 "
+              f"{'does' if zoned[0] else 'does not'} (give every row one, or none)")
+    ts = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=bool(zoned[0]))
     bad = np.flatnonzero(ts.isna().to_numpy())
     if len(bad):
         _fail(path, bad[0], "TIMESTAMP", f"{raw.iloc[bad[0]]!r} is not a date and time")
     t = (ts - ts.min()).dt.total_seconds().to_numpy()
+    late = np.flatnonzero(t > MAX_TIME_S)
+    if len(late):
+        _fail(path, late[0], "TIMESTAMP", f"{raw.iloc[late[0]]!r} is over {MAX_TIME_S:.0e} s after the first "
+              "(MAX_TIME_S)")
     rows = np.arange(len(df))
     return _trace(p, d, t, rows, np.full(len(df), "azure", dtype=object),
                   {"loader": "azure", "file": str(path), "limit": limit})
@@ -93,9 +119,7 @@ def load_vidur(path, limit: int | None = None):
     d = _ints(path, df, "num_decode_tokens", minimum=1)
     t = np.zeros(len(df))
     if "arrived_at" in df:
-        t = _floats(path, df, "arrived_at")
-        if np.any(t < 0):
-            _fail(path, int(np.flatnonzero(t < 0)[0]), "arrived_at", "must be >= 0 seconds")
+        t = _times(path, df, "arrived_at")
     return _trace(p, d, t, np.arange(len(df)), np.full(len(df), "vidur", dtype=object),
                   {"loader": "vidur", "file": str(path), "limit": limit, "has_arrivals": "arrived_at" in df})
 
@@ -155,30 +179,40 @@ def _numbers(path: Path, df, col: str, rows=None) -> np.ndarray:
         x = df[col].to_numpy(dtype=np.float64, na_value=np.nan)
         bad = np.flatnonzero(~np.isfinite(x))
         if len(bad):
-            _fail(path, bad[0] if rows is None else rows[bad[0]], col, "is missing")
+            i = int(bad[0])
+            _fail(path, i if rows is None else rows[i], col, "is missing" if np.isnan(x[i]) else f"{x[i]} is not finite")
         return x
     raw = df[col].astype(str).str.strip()
     x = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(x))
     if len(bad):
         i = int(bad[0])
-        what = "is missing" if raw.iloc[i] == "" else f"{raw.iloc[i]!r} is not a number"
+        what = "is missing" if raw.iloc[i] == "" else f"{raw.iloc[i]!r} is not a finite number"
         _fail(path, i if rows is None else rows[i], col, what)
     return x
 
 
 def _ints(path: Path, df, col: str, minimum: int, rows=None) -> np.ndarray:
+    """Whole numbers in [minimum, MAX_TOKENS] (checked as floats, before any cast could wrap)."""
     x = _numbers(path, df, col, rows)
-    bad = np.flatnonzero((x != np.floor(x)) | (x < minimum))
+    bad = np.flatnonzero((x != np.floor(x)) | (x < minimum) | (x > MAX_TOKENS))
     if len(bad):
         i = int(bad[0])
-        what = "must be a whole number" if x[i] != np.floor(x[i]) else f"must be >= {minimum}"
+        what = "must be a whole number" if x[i] != np.floor(x[i]) else f"must be >= {minimum}" if x[i] < minimum \
+            else TOO_LONG
         _fail(path, i if rows is None else rows[i], col, f"{_fmt(x[i])} {what}")
     return x.astype(np.int64)
 
 
-def _floats(path: Path, df, col: str, rows=None) -> np.ndarray:
-    return _numbers(path, df, col, rows)
+def _times(path: Path, df, col: str, rows=None) -> np.ndarray:
+    """Seconds in [0, MAX_TIME_S]."""
+    x = _numbers(path, df, col, rows)
+    bad = np.flatnonzero((x < 0) | (x > MAX_TIME_S))
+    if len(bad):
+        i = int(bad[0])
+        what = "must be >= 0 seconds" if x[i] < 0 else TOO_LATE
+        _fail(path, i if rows is None else rows[i], col, f"{_fmt(x[i])} {what}")
+    return x
 
 
 def _fail(path: Path, index: int, field: str, what: str):
@@ -186,7 +220,7 @@ def _fail(path: Path, index: int, field: str, what: str):
 
 
 def _fmt(v: float) -> str:
-    return str(int(v)) if v == np.floor(v) else repr(float(v))
+    return str(int(v)) if v == np.floor(v) and abs(v) < 1e15 else repr(float(v))
 
 
 def _first_line(e: Exception) -> str:
@@ -209,15 +243,17 @@ _OPTIONAL_FLOATS = ("arrival_s", "ttft_slo_s", "tbt_slo_s", "jct_slo_s")
 def load_jsonl(path, limit: int | None = None):
     """JSON Lines, one request per line: ``prompt_token_ids`` (list of ints) and ``output_len``.
 
-    Optional per line: ``id``, ``arrival_s``, ``output_len_hint``, ``ttft_slo_s``, ``tbt_slo_s``,
-    ``jct_slo_s``, ``source``. Blank lines are skipped; errors name the file's line number.
+    Optional per line: ``id`` (a string or an integer, unique), ``arrival_s``, ``output_len_hint``,
+    ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s``, ``source``. Blank lines are skipped and a UTF-8 byte-order
+    mark is allowed (as for CSVs); errors name the file's line number.
     """
     from workloads.trace import MAX_TOKEN_ID, Trace
 
     path = Path(path)
     tokens, cols, ids = [], {k: [] for k in ("output_len", "output_len_hint", *_OPTIONAL_FLOATS, "source")}, []
+    seen: dict[str, int] = {}
     try:
-        fh = path.open("r", encoding="utf-8")
+        fh = path.open("r", encoding="utf-8-sig")
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except OSError as e:
@@ -230,8 +266,13 @@ def load_jsonl(path, limit: int | None = None):
                 if not line.strip():
                     continue
                 rec = _record(path, lineno, line, MAX_TOKEN_ID)
+                rid = str(rec.get("id", len(ids)))
+                if rid in seen:
+                    raise UserError(f"{path}: line {lineno}, field id: {rid!r} repeats line {seen[rid]} "
+                                    "(request ids must be unique)")
+                seen[rid] = lineno
                 tokens.append(rec["prompt_token_ids"])
-                ids.append(str(rec.get("id", len(ids))))
+                ids.append(rid)
                 for k in cols:
                     cols[k].append(rec.get(k))
         except UnicodeDecodeError:
@@ -259,6 +300,8 @@ def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
         rec = json.loads(line)
     except json.JSONDecodeError as e:
         raise UserError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+    except (ValueError, RecursionError) as e:  # an integer of over 4,300 digits; nesting too deep
+        raise UserError(f"{where}: not usable JSON ({str(e).splitlines()[0][:80]})") from None
     if not isinstance(rec, dict):
         raise UserError(f"{where}: expected a JSON object, found {type(rec).__name__}")
     for key in ("prompt_token_ids", "output_len"):
@@ -269,19 +312,31 @@ def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
         raise UserError(f"{where}, field prompt_token_ids: must be a non-empty list of token ids")
     if not all(_is_int(t) and 0 <= t <= max_token for t in toks):
         bad = next(t for t in toks if not (_is_int(t) and 0 <= t <= max_token))
-        raise UserError(f"{where}, field prompt_token_ids: {bad!r} is not a token id (0..{max_token})")
+        raise UserError(f"{where}, field prompt_token_ids: {_short(bad)} is not a token id (0..{max_token})")
+    if len(toks) > MAX_TOKENS:
+        raise UserError(f"{where}, field prompt_token_ids: {len(toks):,} tokens {TOO_LONG}")
     for key in ("output_len", "output_len_hint"):
         v = rec.get(key)
-        if key in rec and not (_is_int(v) and v >= 1):
-            raise UserError(f"{where}, field {key}: {v!r} must be a whole number >= 1")
+        if key in rec and not (_is_int(v) and 1 <= v <= MAX_TOKENS):
+            raise UserError(f"{where}, field {key}: {_short(v)} must be a whole number in 1..{MAX_TOKENS:,} "
+                            "(MAX_TOKENS: longer than any model's context)")
     for key in _OPTIONAL_FLOATS:
         v = rec.get(key)
-        if v is not None and not (_is_num(v) and np.isfinite(v) and (v >= 0 if key == "arrival_s" else v > 0)):
-            bound = ">= 0" if key == "arrival_s" else "> 0"
-            raise UserError(f"{where}, field {key}: {v!r} must be a number {bound} (seconds)")
+        if v is not None and not (_is_num(v) and (0 <= v if key == "arrival_s" else 0 < v) and v <= MAX_TIME_S):
+            bound = "0 <= t" if key == "arrival_s" else "0 < t"
+            raise UserError(f"{where}, field {key}: {_short(v)} must be a number of seconds, {bound} <= "
+                            f"{MAX_TIME_S:.0e} (MAX_TIME_S)")
     if "source" in rec and not isinstance(rec["source"], str):
         raise UserError(f"{where}, field source: must be a string")
+    if "id" in rec and not (isinstance(rec["id"], str) or _is_int(rec["id"])):
+        raise UserError(f"{where}, field id: {_short(rec['id'])} must be a string or an integer")
     return rec
+
+
+def _short(v) -> str:
+    """``repr(v)``, cut to 60 characters (a 4,000-digit number or a long list stays one short line)."""
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def _is_int(v) -> bool:

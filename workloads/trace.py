@@ -21,6 +21,15 @@ from sim.io import read_parquet
 SCHEMA_VERSION = 1
 SEGMENT_BASE = 1 << 40  # unit symbols at or above this are segments, below are token ids
 MAX_TOKEN_ID = (1 << 31) - 1
+# Bounds on every length and time a trace may hold. No model's context reaches MAX_TOKENS (the longest
+# public one, Llama 4 Scout's, is 10M tokens), so a longer prompt or output is a corrupt input, and the
+# bound keeps every sum over a trace far inside int64. At MAX_TIME_S (31.7 years) float64 still
+# resolves 0.1 us, so step times of microseconds still advance the clock.
+MAX_TOKENS = 10_000_000
+MAX_TIME_S = 1e9
+MAX_SEGMENT_ID = (1 << 62) - SEGMENT_BASE  # SEGMENT_BASE + id stays inside int64
+TOO_LONG = f"exceeds {MAX_TOKENS:,} tokens (MAX_TOKENS: longer than any model's context)"
+TOO_LATE = f"exceeds {MAX_TIME_S:.0e} seconds (MAX_TIME_S)"
 
 
 @dataclass(eq=False)
@@ -113,31 +122,51 @@ class Trace:
         return t
 
     def validate(self, where: str = "trace") -> None:
-        """Check invariants; raise :class:`UserError` naming the first bad row (1-based) and field."""
+        """Check every field of every row; raise :class:`UserError` naming the first bad row (1-based) and
+        field. Lengths are bounded by :data:`MAX_TOKENS`, times by :data:`MAX_TIME_S`."""
         n = self.n
-        for name in ("output_len", "unit_offsets"):
-            if name == "unit_offsets" and len(self.unit_offsets) != n + 1:
-                raise UserError(f"{where}: prompt offsets do not match the number of rows")
-            if name == "output_len" and len(self.output_len) != n:
-                raise UserError(f"{where}: output_len has {len(self.output_len)} rows, expected {n}")
-        _first_bad(where, "input_len", self.input_len < 1, "must be a positive integer", self.input_len)
-        _first_bad(where, "output_len", self.output_len < 1, "must be a positive integer", self.output_len)
+        for name in ("ids", "output_len", "output_len_hint", "arrival_s", "ttft_slo_s", "tbt_slo_s", "jct_slo_s",
+                     "source"):
+            if len(getattr(self, name)) != n:
+                raise UserError(f"{where}: {name} has {len(getattr(self, name))} rows, expected {n}")
+        off = self.unit_offsets
+        if len(off) != n + 1 or off[0] != 0 or np.any(np.diff(off) < 0) or off[-1] != len(self.unit_sym) \
+                or len(self.unit_len) != len(self.unit_sym):
+            raise UserError(f"{where}: prompt offsets do not match the number of rows")
+        for f in ("input_len", "output_len"):
+            v = getattr(self, f)
+            _first_bad(where, f, v < 1, "must be a positive integer", v)
+            _first_bad(where, f, v > MAX_TOKENS, TOO_LONG, v)
         hint = self.output_len_hint
         _first_bad(where, "output_len_hint", (hint != -1) & (hint < 1), "must be positive when given", hint)
+        _first_bad(where, "output_len_hint", hint > MAX_TOKENS, TOO_LONG, hint)
         arr = self.arrival_s
         _first_bad(where, "arrival_s", ~np.isfinite(arr) | (arr < 0), "must be a finite time >= 0", arr)
+        _first_bad(where, "arrival_s", arr > MAX_TIME_S, TOO_LATE, arr)
         for f in ("ttft_slo_s", "tbt_slo_s", "jct_slo_s"):
             v = getattr(self, f)
             _first_bad(where, f, ~np.isnan(v) & ~(v > 0), "must be positive when given", v)
-        counts = np.diff(self.unit_offsets)
-        prompt_len = np.add.reduceat(self.unit_len, self.unit_offsets[:-1]) if len(self.unit_len) else None
-        if prompt_len is not None:
-            prompt_len = np.where(counts > 0, prompt_len, 0)
+            _first_bad(where, f, ~np.isnan(v) & (v > MAX_TIME_S), TOO_LATE, v)
+        self._validate_ids(where)
+        counts = np.diff(off)
+        _first_bad(where, "prompt", counts == 0, "is empty", counts)
+        owner = np.repeat(np.arange(n), counts)
+        seg = self.unit_sym >= SEGMENT_BASE
+        tok = ~seg
+        _first_bad(where, "prompt_tokens", tok & ((self.unit_sym < 0) | (self.unit_sym > MAX_TOKEN_ID)),
+                   f"is not a token id (0..{MAX_TOKEN_ID})", self.unit_sym, rows=owner)
+        _first_bad(where, "prompt_tokens", tok & (self.unit_len != 1), "is a token length other than 1",
+                   self.unit_len, rows=owner)
+        _first_bad(where, "prompt_segments", seg & (self.unit_len < 1), "has a segment of length < 1",
+                   self.unit_len, rows=owner)
+        _first_bad(where, "prompt_segments", seg & (self.unit_len > MAX_TOKENS), TOO_LONG, self.unit_len, rows=owner)
+        if n:
+            mixed = np.minimum.reduceat(seg, off[:-1]) != np.maximum.reduceat(seg, off[:-1])
+            _first_bad(where, "prompt", mixed, "mixes token ids and segments", counts)
+            prompt_len = np.add.reduceat(self.unit_len, off[:-1])  # bounded above: no overflow
             _first_bad(where, "input_len", prompt_len != self.input_len,
                        "does not equal the prompt's length", self.input_len, other=prompt_len)
-        _first_bad(where, "prompt", counts == 0, "is empty", counts)
         # a segment id must mean the same tokens everywhere: same length in every row
-        seg = self.unit_sym >= SEGMENT_BASE
         if seg.any():
             sym, ln = self.unit_sym[seg], self.unit_len[seg]
             order = np.lexsort((ln, sym))
@@ -150,8 +179,19 @@ class Trace:
                     f"{where}: row {row + 1}, field prompt_segments: segment {int(s[clash[0]] - SEGMENT_BASE)} "
                     f"has length {int(l_[clash[0] + 1])} here but {int(l_[clash[0]])} elsewhere"
                 )
-            _first_bad(where, "prompt_segments", ln < 1, "has a segment of length < 1",
-                       ln, rows=np.searchsorted(self.unit_offsets, np.flatnonzero(seg), side="right") - 1)
+
+    def _validate_ids(self, where: str) -> None:
+        ids = self.ids
+        if any(not isinstance(x, str) for x in ids):
+            i = next(i for i, x in enumerate(ids) if not isinstance(x, str))
+            raise UserError(f"{where}: row {i + 1}, field id: {ids[i]!r} is not a string")
+        if len(set(ids)) != len(ids):
+            first: dict = {}
+            for i, x in enumerate(ids):
+                if x in first:
+                    raise UserError(f"{where}: row {i + 1}, field id: {x!r} repeats row {first[x] + 1} "
+                                    "(request ids must be unique)")
+                first[x] = i
 
     # ---- summary --------------------------------------------------------------------------
     def summary(self) -> dict:
@@ -336,14 +376,13 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
 REQUIRED = ("input_len", "output_len")
 
 
-def read_trace(path: str | Path) -> Trace:
-    """Read a trace written by :func:`write_trace` (or any Parquet file with its columns)."""
-    import pyarrow as pa
+def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
+    """Read a trace written by :func:`write_trace` (or any Parquet file with its columns).
 
-    from sim import columns as col
-
+    Every column's type and every value is checked (one line naming the file, row and field); a trace
+    without rows is refused unless ``allow_empty``.
+    """
     path = Path(path)
-    # NOTE: sim.columns rather than to_numpy, which imports pandas
     table = read_parquet(path, "Parquet trace", missing="no such file")
     md = table.schema.metadata or {}
     try:
@@ -354,102 +393,187 @@ def read_trace(path: str | Path) -> Trace:
         raise UserError(f"{path}: trace schema version {version} is newer than this blendsim ({SCHEMA_VERSION})")
     try:
         meta = json.loads(md.get(b"blendsim.meta", b"{}"))
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
+        meta = {}
+    if not isinstance(meta, dict):
         meta = {}
     cols = set(table.column_names)
     for c in REQUIRED:
         if c not in cols:
             raise UserError(f"{path}: missing column {c!r}")
-    n = table.num_rows
-
-    def ints(name):
-        c = table.column(name)
-        if not pa.types.is_integer(c.type):
-            raise UserError(f"{path}: column {name!r} must hold integers, found {c.type}")
-        if c.null_count:
-            row = int(np.flatnonzero(~col.valid_mask(c))[0])
-            raise UserError(f"{path}: row {row + 1}, field {name}: missing value")
-        return col.to_numpy(c).astype(np.int64)
-
-    def floats(name, default):
-        if name not in cols:
-            return np.full(n, default, dtype=np.float64)
-        c = table.column(name)
-        if not (pa.types.is_floating(c.type) or pa.types.is_integer(c.type) or pa.types.is_null(c.type)):
-            raise UserError(f"{path}: column {name!r} must hold numbers, found {c.type}")
-        return col.to_numpy(c, fill=default).astype(np.float64)
-
-    def strings(name, default):
-        if name not in cols:
-            return default
-        return col.to_numpy(table.column(name), fill="")
-
-    input_len, output_len = ints("input_len"), ints("output_len")
-    hint = col.to_numpy(table.column("output_len_hint"), fill=-1).astype(np.int64) \
-        if "output_len_hint" in cols else np.full(n, -1, dtype=np.int64)
-    ids = strings("id", np.arange(n).astype(str).astype(object))
-    source = strings("source", np.full(n, "", dtype=object))
-
-    counts = np.zeros(n, dtype=np.int64)
-    has_prompt = np.zeros(n, dtype=bool)
-    sym_chunks, len_chunks, owner_chunks = [], [], []
-    if "prompt_tokens" in cols:
-        valid, lens, flat = col.list_parts(table.column("prompt_tokens"))
-        vals = col.to_numpy(flat).astype(np.int64)
-        if len(vals) and (vals.min() < 0 or vals.max() > MAX_TOKEN_ID):
-            bad = int(np.flatnonzero((vals < 0) | (vals > MAX_TOKEN_ID))[0])
-            row = int(np.searchsorted(np.cumsum(lens), bad, side="right"))
-            raise UserError(f"{path}: row {row + 1}, field prompt_tokens: token id out of range")
-        sym_chunks.append(vals)
-        len_chunks.append(np.ones(len(vals), dtype=np.int64))
-        owner_chunks.append(np.repeat(np.arange(n), lens))
-        counts += lens
-        has_prompt |= valid & (lens > 0)
-    if "prompt_segments" in cols:
-        valid, lens, flat = col.list_parts(table.column("prompt_segments"))
-        if (valid & has_prompt).any():
-            row = int(np.flatnonzero(valid & has_prompt)[0])
-            raise UserError(f"{path}: row {row + 1}: both prompt_tokens and prompt_segments are set")
-        if len(flat) and (flat.field("segment_id").null_count or flat.field("length").null_count):
-            raise UserError(f"{path}: field prompt_segments: a segment lacks its id or length")
-        sid = col.to_numpy(flat.field("segment_id")).astype(np.int64)
-        sln = col.to_numpy(flat.field("length")).astype(np.int64)
-        if len(sid) and sid.min() < 0:
-            row = int(np.repeat(np.arange(n), lens)[np.flatnonzero(sid < 0)[0]])
-            raise UserError(f"{path}: row {row + 1}, field prompt_segments: negative segment id")
-        sym_chunks.append(SEGMENT_BASE + sid)
-        len_chunks.append(sln)
-        owner_chunks.append(np.repeat(np.arange(n), lens))
-        counts += lens
-        has_prompt |= valid & (lens > 0)
-    # rows without a prompt: a unique segment each (no false sharing)
-    missing = np.flatnonzero(~has_prompt)
-    if len(missing):
-        used = np.concatenate(sym_chunks) if sym_chunks else np.zeros(0, dtype=np.int64)
-        start = int(used.max() - SEGMENT_BASE + 1) if len(used) and used.max() >= SEGMENT_BASE else 0
-        start = max(start, 1 << 30)
-        sym_chunks.append(SEGMENT_BASE + start + np.arange(len(missing)))
-        len_chunks.append(input_len[missing])
-        owner_chunks.append(missing)
-        counts[missing] = 1
-    owner = np.concatenate(owner_chunks) if owner_chunks else np.zeros(0, dtype=np.int64)
-    order = np.argsort(owner, kind="stable")
-    unit_sym = np.concatenate(sym_chunks)[order] if sym_chunks else np.zeros(0, dtype=np.int64)
-    unit_len = np.concatenate(len_chunks)[order] if len_chunks else np.zeros(0, dtype=np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    trace = Trace(
-        ids=ids, input_len=input_len, output_len=output_len, unit_offsets=offsets,
-        unit_sym=unit_sym, unit_len=unit_len, output_len_hint=hint,
-        arrival_s=floats("arrival_s", 0.0), ttft_slo_s=floats("ttft_slo_s", np.nan),
-        tbt_slo_s=floats("tbt_slo_s", np.nan), jct_slo_s=floats("jct_slo_s", np.nan),
-        source=source, meta=meta,
-    )
+    if table.num_rows == 0 and not allow_empty:
+        raise UserError(f"{path}: the trace has no requests")
+    trace = _TraceColumns(path, table).trace(meta)
     trace.validate(str(path))
     return trace
 
 
+class _TraceColumns:
+    """Typed, checked numpy columns of a trace table (NOTE: sim.columns rather than to_numpy, which
+    imports pandas)."""
+
+    def __init__(self, path: Path, table):
+        self.path, self.table = path, table
+        self.cols = set(table.column_names)
+        self.n = table.num_rows
+
+    def column(self, name: str):
+        """One Arrow array (combine_chunks: a table without rows may have no chunk at all)."""
+        return self.table.column(name).combine_chunks()
+
+    def fail(self, name: str, what: str, row: int | None = None):
+        at = f"row {row + 1}, field {name}" if row is not None else f"column {name!r}"
+        raise UserError(f"{self.path}: {at}: {what}")
+
+    def ints(self, name: str, fill: int | None = None, low: int = 1, high: int = MAX_TOKENS) -> np.ndarray:
+        """An integer column within [low, high]; nulls are ``fill`` (or refused when None)."""
+        import pyarrow as pa
+
+
+        c = self.column(name)
+        if pa.types.is_null(c.type) and fill is not None:
+            return np.full(self.n, fill, dtype=np.int64)
+        if not pa.types.is_integer(c.type):
+            self.fail(name, f"must hold integers, found {c.type}")
+        return self._bounded(name, c, fill, low, high)
+
+    def _bounded(self, name, c, fill, low, high, rows=None) -> np.ndarray:
+        from sim import columns as col
+
+        valid = col.valid_mask(c)
+        if fill is None and not valid.all():
+            i = int(np.flatnonzero(~valid)[0])
+            self.fail(name, "missing value", int(rows[i]) if rows is not None else i)
+        raw = col.to_numpy(c)  # its own integer type: compare before any cast can wrap
+        bad = np.flatnonzero(valid & ((raw < low) | (raw > high)))
+        if len(bad):
+            i = int(bad[0])
+            what = TOO_LONG if high == MAX_TOKENS and raw[i] > high else f"must be in {low}..{high}"
+            self.fail(name, f"{raw[i].item()!r} {what}", int(rows[i]) if rows is not None else i)
+        return np.where(valid, raw.astype(np.int64), fill if fill is not None else 0)
+
+    def floats(self, name: str, default: float) -> np.ndarray:
+        import pyarrow as pa
+
+        from sim import columns as col
+
+        if name not in self.cols:
+            return np.full(self.n, default, dtype=np.float64)
+        c = self.column(name)
+        if not (pa.types.is_floating(c.type) or pa.types.is_integer(c.type) or pa.types.is_null(c.type)):
+            self.fail(name, f"must hold numbers, found {c.type}")
+        if pa.types.is_floating(c.type) and c.type.bit_width == 16:
+            c = c.cast(pa.float32())
+        return col.to_numpy(c, fill=default).astype(np.float64)
+
+    def strings(self, name: str, default, ints_ok: bool, allow_null: bool) -> np.ndarray:
+        import pyarrow as pa
+
+        from sim import columns as col
+
+        if name not in self.cols:
+            return default
+        c = self.column(name)
+        t = c.type.value_type if pa.types.is_dictionary(c.type) else c.type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(c.type)
+                or (ints_ok and pa.types.is_integer(t))):
+            self.fail(name, f"must hold {'strings or integers' if ints_ok else 'strings'}, found {c.type}")
+        if not allow_null and c.null_count:
+            self.fail(name, "missing value", int(np.flatnonzero(~col.valid_mask(c))[0]))
+        if pa.types.is_null(c.type):
+            return np.full(self.n, "", dtype=object)
+        v = col.to_numpy(c, fill="")
+        if pa.types.is_integer(t):
+            return np.array([str(x) for x in v.tolist()], dtype=object)
+        return v
+
+    def lists(self, name: str):
+        """(valid, lengths, flat values, owner row of each value) of a list column."""
+        import pyarrow as pa
+
+        from sim import columns as col
+
+        c = self.column(name)
+        if pa.types.is_null(c.type):
+            return np.zeros(self.n, dtype=bool), np.zeros(self.n, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
+        if not (pa.types.is_list(c.type) or pa.types.is_large_list(c.type)):
+            self.fail(name, f"must hold lists, found {c.type}")
+        valid, lens, flat = col.list_parts(c)
+        return valid, lens, flat, np.repeat(np.arange(self.n), lens)
+
+    def trace(self, meta: dict) -> Trace:
+        import pyarrow as pa
+
+        from sim import columns as col
+
+        n, cols = self.n, self.cols
+        input_len, output_len = self.ints("input_len"), self.ints("output_len")
+        hint = self.ints("output_len_hint", fill=-1) if "output_len_hint" in cols else np.full(n, -1, dtype=np.int64)
+        ids = self.strings("id", np.arange(n).astype(str).astype(object), ints_ok=True, allow_null=False)
+        source = self.strings("source", np.full(n, "", dtype=object), ints_ok=False, allow_null=True)
+
+        counts = np.zeros(n, dtype=np.int64)
+        has_prompt = np.zeros(n, dtype=bool)
+        sym_chunks, len_chunks, owner_chunks = [], [], []
+        if "prompt_tokens" in cols:
+            valid, lens, flat, owner = self.lists("prompt_tokens")
+            if flat is not None and len(flat):
+                if not pa.types.is_integer(flat.type):
+                    self.fail("prompt_tokens", f"token ids must be integers, found {flat.type}")
+                vals = self._bounded("prompt_tokens", flat, None, 0, MAX_TOKEN_ID, rows=owner)
+                sym_chunks.append(vals)
+                len_chunks.append(np.ones(len(vals), dtype=np.int64))
+                owner_chunks.append(owner)
+                counts += lens
+                has_prompt |= valid & (lens > 0)
+        if "prompt_segments" in cols:
+            valid, lens, flat, owner = self.lists("prompt_segments")
+            if (valid & has_prompt).any():
+                row = int(np.flatnonzero(valid & has_prompt)[0])
+                raise UserError(f"{self.path}: row {row + 1}: both prompt_tokens and prompt_segments are set")
+            if flat is not None and len(flat):
+                names = [flat.type.field(i).name for i in range(flat.type.num_fields)] \
+                    if pa.types.is_struct(flat.type) else []
+                if "segment_id" not in names or "length" not in names:
+                    self.fail("prompt_segments", f"must hold (segment_id, length) structs, found {flat.type}")
+                for f in ("segment_id", "length"):
+                    if not pa.types.is_integer(flat.field(f).type):
+                        self.fail("prompt_segments", f"{f} must be an integer, found {flat.field(f).type}")
+                if flat.null_count:
+                    self.fail("prompt_segments", "a segment is null", int(owner[np.flatnonzero(~col.valid_mask(flat))[0]]))
+                sid = self._bounded("prompt_segments", flat.field("segment_id"), None, 0, MAX_SEGMENT_ID, rows=owner)
+                sln = self._bounded("prompt_segments", flat.field("length"), None, 1, MAX_TOKENS, rows=owner)
+                sym_chunks.append(SEGMENT_BASE + sid)
+                len_chunks.append(sln)
+                owner_chunks.append(owner)
+                counts += lens
+                has_prompt |= valid & (lens > 0)
+        # rows without a prompt: a unique segment each (no false sharing)
+        missing = np.flatnonzero(~has_prompt)
+        if len(missing):
+            used = np.concatenate(sym_chunks) if sym_chunks else np.zeros(0, dtype=np.int64)
+            start = int(used.max() - SEGMENT_BASE + 1) if len(used) and used.max() >= SEGMENT_BASE else 0
+            start = max(start, 1 << 30)
+            sym_chunks.append(SEGMENT_BASE + start + np.arange(len(missing)))
+            len_chunks.append(input_len[missing])
+            owner_chunks.append(missing)
+            counts[missing] = 1
+        owner = np.concatenate(owner_chunks) if owner_chunks else np.zeros(0, dtype=np.int64)
+        order = np.argsort(owner, kind="stable")
+        unit_sym = np.concatenate(sym_chunks)[order] if sym_chunks else np.zeros(0, dtype=np.int64)
+        unit_len = np.concatenate(len_chunks)[order] if len_chunks else np.zeros(0, dtype=np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return Trace(
+            ids=ids, input_len=input_len, output_len=output_len, unit_offsets=offsets,
+            unit_sym=unit_sym, unit_len=unit_len, output_len_hint=hint,
+            arrival_s=self.floats("arrival_s", 0.0), ttft_slo_s=self.floats("ttft_slo_s", np.nan),
+            tbt_slo_s=self.floats("tbt_slo_s", np.nan), jct_slo_s=self.floats("jct_slo_s", np.nan),
+            source=source, meta=meta,
+        )
+
+
 __all__ = [
-    "SCHEMA_VERSION", "SEGMENT_BASE", "Trace", "concat", "from_columns", "from_segment_arrays",
+    "MAX_TIME_S", "MAX_TOKENS", "SCHEMA_VERSION", "SEGMENT_BASE", "Trace", "concat", "from_columns", "from_segment_arrays",
     "read_trace", "unique_prompts", "write_trace",
 ]

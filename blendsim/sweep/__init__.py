@@ -8,7 +8,12 @@
 Modules: ``grid`` (values, spec, cells and their names), ``spec_check`` (validation), ``tasks``
 (what workers run), ``backends`` (inline, process pool, Ray), ``store`` (the directory, atomic
 installs), ``driver`` (scheduling and resume), ``results`` (results.parquet), ``cli`` (the command).
+
+Calling the package, ``blendsim.sweep(out, ...)``, runs the Python API's sweep (``blendsim.api.sweep``).
 """
+
+import sys
+import types
 
 from blendsim.sweep.backends import make_backend
 from blendsim.sweep.driver import SweepOutcome, run_sweep
@@ -18,3 +23,15 @@ from reports.sweep_results import assemble_results, collect_rows
 
 __all__ = ["Cell", "SweepOutcome", "SweepSpec", "Workload", "assemble_results", "check_spec", "collect_rows",
            "make_backend", "parse_values", "run_sweep"]
+
+
+class _CallableSweep(types.ModuleType):
+    """``blendsim.sweep`` is both this package and the Python API's ``sweep`` function."""
+
+    def __call__(self, *args, **kwargs):
+        from blendsim.api import sweep
+
+        return sweep(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableSweep

@@ -90,8 +90,25 @@ class LocalBackend:
         return str(path)
 
     def close(self, cancel: bool = False) -> None:
+        """Shut the pool down; ``cancel`` (an interrupt) also stops the cells running now, so the
+        command ends at once rather than when they finish (interpreter exit joins the pool)."""
         self._futures.clear()
-        self._pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        if cancel:
+            pool = self._pool
+            if hasattr(pool, "terminate_workers"):  # Python >= 3.14
+                pool.terminate_workers()
+                return
+            # NOTE: earlier Pythons have no public way to stop a running task: terminate the workers
+            # the pool itself tracks, then let its manager thread find them gone
+            procs = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join(timeout=5)
+            return
+        self._pool.shutdown(wait=True)
 
 
 class RayBackend:

@@ -19,7 +19,8 @@ def sweep_cmd(
                                 help="Optimal prefix sharing ratios: start:stop:step (inclusive) or a comma list."),
     policies: str = typer.Option(None, "--policies",
                                  help=f"Comma list of policies (default: those of {','.join(DEFAULT_POLICIES)} "
-                                      "that are registered; see `blendsim policies`)."),
+                                      "that are registered; see `blendsim policies`); your own as "
+                                      "path/to/file.py:ClassName."),
     models: str = typer.Option("llama-3-8b", "--models", help="Comma list of model presets or config.json paths."),
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
     weights: str = typer.Option(None, "--weights", help="GEMM weight precision of every model: bf16, fp16, fp8, "
@@ -82,6 +83,9 @@ def sweep_cmd(
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
         raise typer.Exit(130) from None
+    if outcome.write_error:
+        raise UserError(f"{outcome.write_error}; the {outcome.ran + outcome.skipped} finished cell(s) are kept in "
+                        f"{out}/runs/ -- make {out} writable and run the same command again")
     typer.echo(describe(outcome))
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):

@@ -9,6 +9,7 @@ workers neither idle nor run far ahead on traces.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from blendsim.sweep import store
 from blendsim.sweep.grid import Cell, SweepSpec
 from blendsim.sweep.tasks import cell_task, synth_task
 from reports.sweep_results import assemble_results
+from sim.errors import UserError
 
 
 @dataclass
@@ -33,6 +35,7 @@ class SweepOutcome:
     wall_s: float = 0.0
     task_wall_s: float = 0.0  # seconds workers spent in tasks (synthesis and cells, all workers)
     task_cpu_s: float = 0.0  # CPU seconds of those tasks
+    write_error: str | None = None  # results.parquet (or failures.json) could not be written: why
 
 
 def run_sweep(spec: SweepSpec, sweep_dir: str | Path, backend, resume: bool = True, progress=None) -> SweepOutcome:
@@ -43,7 +46,10 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, backend, resume: bool = Tr
     """
     t0 = time.perf_counter()
     d = Path(sweep_dir)
-    store.open_sweep_dir(d, spec, resume)
+    try:
+        store.open_sweep_dir(d, spec, resume)
+    except OSError as e:
+        raise UserError(f"{d}: cannot write there ({e.strerror or e})") from None
     cells = spec.cells()
     todo = [c for c in cells if not store.cell_done(d, c)]
     out = SweepOutcome(d, len(cells), len(cells) - len(todo), 0)
@@ -92,13 +98,39 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, backend, resume: bool = Tr
                     progress(out.skipped + out.ran, out.total)
             fill()
     except BaseException:
-        backend.close(cancel=True)
+        with _uninterrupted():  # a second Ctrl-C must not break the clean-up into a traceback
+            backend.close(cancel=True)
         raise
     backend.close()
-    out.results = assemble_results(d)
-    _write_failures(d, out.failures)
+    try:
+        out.results = assemble_results(d)
+    except OSError as e:  # e.g. the folder turned read-only mid-way: the cells are done, say so in one line
+        out.write_error = f"{d / 'results.parquet'}: cannot write it ({e.strerror or e})"
+        out.failures.append({"cell": "results.parquet", "stage": "results assembly", "error": out.write_error,
+                             "user_error": True})
+    try:
+        _write_failures(d, out.failures)
+    except (OSError, UserError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        out.write_error = out.write_error or f"{d / 'failures.json'}: cannot write it ({why})"
     out.wall_s = time.perf_counter() - t0
     return out
+
+
+@contextlib.contextmanager
+def _uninterrupted():
+    """Ignore SIGINT for the block (main thread only; elsewhere a no-op)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _synth_done(d: Path, backend, handle, w, res: dict, cells: list[Cell], ready: deque, out: SweepOutcome) -> None:

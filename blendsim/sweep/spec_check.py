@@ -7,6 +7,7 @@ not after an hour of cells.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from blendsim.sweep.grid import SweepSpec
 from sim.errors import UserError
@@ -55,6 +56,8 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
 
     if spec.engine is not None and not is_profile(spec.engine):  # a profile (sim.engines) or an overhead style
         get_engine(spec.engine)
+    if spec.seed < 0:
+        raise UserError(f"--seed must be >= 0, got {spec.seed}")
     if spec.requests < 1:
         raise UserError(f"--requests must be >= 1, got {spec.requests}")
     spec = dataclasses.replace(spec, recipe_options=opts, model_names=names)
@@ -77,9 +80,12 @@ def _coerce(f: dataclasses.Field, text):
             if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
                 raise ValueError(text)
             return text.lower() in ("1", "true", "yes")
-        return kind(text) if kind in (int, float) else text
+        v = kind(text) if kind in (int, float) else text
+        if kind is float and not math.isfinite(v):
+            raise ValueError(text)
+        return v
     except ValueError:
-        raise UserError(f"--recipe-opt {f.name}={text}: expected a {kind.__name__}") from None
+        raise UserError(f"--recipe-opt {f.name}={text}: expected a {'finite ' * (kind is float)}{kind.__name__}") from None
 
 
 __all__ = ["check_spec"]

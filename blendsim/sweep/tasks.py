@@ -24,7 +24,13 @@ from pathlib import Path
 def warm_up(driver_pid: int | None = None) -> None:
     """Import what every task needs (process-pool initialiser). With ``driver_pid``, also watch the
     driver: a worker whose driver was killed exits within a second instead of finishing the sweep's
-    queue alone (a killed driver's workers belong to the forkserver, not to it, and get no signal)."""
+    queue alone (a killed driver's workers belong to the forkserver, not to it, and get no signal).
+
+    Workers ignore SIGINT: a Ctrl-C reaches the whole process group, and the driver alone decides
+    (it terminates its workers); a worker interrupted mid-task would print its own traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if driver_pid is not None:
         threading.Thread(target=_watch, args=(driver_pid,), daemon=True, name="driver-watch").start()
     import blendsim.runner  # noqa: F401

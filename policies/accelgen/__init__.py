@@ -64,7 +64,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from policies.accelgen.budget import pivot_forward_size
+from policies.accelgen.budget import pivot_forward_size, prefill_step_time
 from policies.accelgen.queue import SlackQueue
 from policies.accelgen.scheduler import AccelGenScheduler, Params
 from policies.accelgen.slack import SloBook
@@ -74,7 +74,7 @@ from sim.errors import UserError
 _CHOICES = {"era": ("prefill", "request", "off"), "budget_model": ("eq4", "eq6", "cost"),
             "distance": ("tokens", "normalized"), "jct_output": ("hint", "oracle"),
             "order": ("slack", "fcfs"), "select": ("euclid", "order")}
-_INTS = ("long_prompt", "max_window", "tmax_window")
+_INTS = ("long_prompt", "max_window", "tmax_window", "preempt_limit")
 
 
 @register("accelgen")
@@ -104,6 +104,8 @@ class AccelGen(Policy):
         "urgent_preempt": (True, "urgent requests preempt running ones with a larger T_r (Alg. 1)"),
         "order": ("slack", "queue order: slack (T_r, sec. 4.3) | fcfs (the paper's /Order ablation)"),
         "select": ("euclid", "batching: euclid (Alg. 2) | order (queue order, the paper's /Batch ablation)"),
+        "preempt_limit": (4, "a request preempted this often is no longer preempted for compute or for an "
+                             "urgent request (memory preemptions go on)"),
     }
 
     def prepare(self) -> None:
@@ -117,7 +119,7 @@ class AccelGen(Policy):
         for k in _INTS:
             if int(o[k]) < 1:
                 raise UserError(f"option {k}: must be >= 1, got {o[k]}")
-        if o["gamma"] < 0 or o["best_effort_slack"] < 0 or o["lc_alpha"] > 1 or o["pivot_tol"] >= 1:
+        if not (o["gamma"] >= 0 and o["best_effort_slack"] >= 0 and o["lc_alpha"] <= 1 and o["pivot_tol"] < 1):
             raise UserError("options gamma and best_effort_slack must be >= 0, lc_alpha and pivot_tol < 1")
         if o["budget_model"] != "eq6" and self.ctx.engine.round_tokens:
             raise UserError(f"option budget_model={o['budget_model']} sizes steps by operations or time, not "
@@ -126,11 +128,12 @@ class AccelGen(Policy):
             raise UserError("policy accelgen mixes decodes and prefill chunks in every step: "
                             "use --mix decode-first")
         self.s_pf, self.t_pf = pivot_forward_size(self.ctx.cost_model, float(o["pivot_tol"]))
+        t_min = prefill_step_time(self.ctx.cost_model, 1)
         self.book = SloBook(self.ctx.trace, float(o["default_tbt"]), o["jct_output"])
         fields = {f.name for f in dataclasses.fields(Params)}
         kw = {k: (int(v) if k in _INTS else v) for k, v in o.items() if k in fields}
         six_h = 6 * self.ctx.deployment.model.hidden_size
-        self.params = Params(s_pf=self.s_pf, t_pf=self.t_pf, six_h=six_h, **kw)
+        self.params = Params(s_pf=self.s_pf, t_pf=self.t_pf, six_h=six_h, t_min=t_min, **kw)
         self._scheds: list[AccelGenScheduler] = []
 
     def make_scheduler(self, replica: int, **kw) -> AccelGenScheduler:

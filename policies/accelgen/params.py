@@ -15,6 +15,7 @@ class Params:
     s_pf: int  # pivot forward size (tokens)
     t_pf: float  # time of a pivot-size step (s)
     six_h: int = 0  # 6H of Eq. 4 (6 x the model width): needed by budget_model=eq4
+    t_min: float = 0.0  # time of the cheapest step (one token): a tighter SLO cannot be met at all
     gamma: float = 0.75  # Alg. 2 window: T_r within T_r^1 + gamma (s)
     urgent_factor: float = 1.0  # urgent: T_r < urgent_factor x T_max
     long_prompt: int = 4096  # ERA: prompts at least this long are served one at a time
@@ -31,6 +32,7 @@ class Params:
     era_urgent: bool = True  # ERA also holds back urgent long prompts
     order: str = "slack"  # slack: by T_r (sec. 4.3); fcfs: by arrival, nothing urgent (ablation /Order)
     select: str = "euclid"  # euclid: Alg. 2; order: take candidates in queue order (ablation /Batch)
+    preempt_limit: int = 4  # a request preempted this often is spared the policy's own preemptions
 
 
 class MinBag:

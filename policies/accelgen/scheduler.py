@@ -54,6 +54,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         self.slack = Slack(book, self.st, params.best_effort_slack)
         self.slo_run = MinBag()  # iteration-level SLOs of the running requests
         self.n_chunks = [0] * len(self.P)
+        self.n_preempt = [0] * len(self.P)  # preemptions of each request on this replica
         self.t_requeue: dict[int, float] = {}  # preempted request -> when it re-entered the queue
         self.t_evicted: dict[int, float] = {}  # preempted request -> first eviction since its last token
         self.long_active: set[int] = set()
@@ -84,8 +85,12 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         chunks: list = []
         self._chunk_seqs = seqs = []
         cost = self.prm.budget_model == "cost"  # NOTE: time-based rooms never preempt for compute
-        while not cost and self.n_dec and self._decodes_over(self.slo_run.min()):
-            self._preempt(self._victim(now, decoders_only=True), now)
+        while not cost and self.n_dec > 1 and self._decodes_over(self.slo_run.min()):
+            slo = self.slo_run.min()
+            v = None if self._slo_lost_alone(slo) else self._victim(now, decoders_only=True, bounded=True)
+            if v is None:
+                break
+            self._preempt(v, now)
             self.counts["preempt_compute"] += 1
         if self.n_dec:
             self._reserve_decode(now)
@@ -102,6 +107,9 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         if not chunks and D == 0:
             if self.prefilling:
                 # partial prefills hold the KV and none can grow: free the one with the largest T_r
+                if len(self.running) < 2:  # preempting the only one frees nothing it would not retake
+                    raise RuntimeError(f"accelgen: request {self.prefilling[0].req} can neither grow nor "
+                                       "make room (scheduler bug)")
                 self._preempt(self._victim(now), now)
                 return self.schedule(now)
             return None
@@ -145,7 +153,8 @@ class AccelGenScheduler(SelectMixin, Scheduler):
                 if self._room(-1) <= 0:
                     break  # the step is full
                 continue
-            above = e[0] - now if self.prm.urgent_preempt else None
+            # NOTE: T_r < 0 means its SLO is lost whatever runs now: it goes first, but preempts no one
+            above = e[0] - now if self.prm.urgent_preempt and e[0] >= now else None
             if self._take(r, a_c, True, now, chunks, seqs, room_above=above):
                 self.counts["urgent"] += 1
             else:
@@ -165,7 +174,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         if new:
             cap = self.cfg.max_seqs
             if cap and len(self.running) >= cap:
-                v = None if room_above is None else self._victim(now, above=room_above)
+                v = None if room_above is None else self._victim(now, above=room_above, bounded=True)
                 if v is None:
                     return 0
                 self._preempt(v, now)
@@ -175,7 +184,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         n = min(n, s.target - c)
         need = new_blocks(c, n, B)
         while room_above is not None and need > self.kv.available:
-            v = self._victim(now, above=room_above)
+            v = self._victim(now, above=room_above, bounded=True)
             if v is None:
                 break
             self._preempt(v, now)
@@ -192,7 +201,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         n = self._grow(s, n, now)
         if new:
             self.q.n_wait -= 1
-            self.slo_run.add(self.slack.budget_slo(r, self.prm.jct_budget))
+            self.slo_run.add(self._budget_slo(r))
             if self.P[r] >= self.prm.long_prompt and self.prm.era != "off":
                 self.long_active.add(r)
             chunks.append((r, n, c, s.hit))
@@ -230,7 +239,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         always takes at least one token (as Eq. 6's S_b >= 1), so a tiny budget cannot stall a replica."""
         slo = min(self.slo_run.min(), self._slo_floor)
         if r >= 0:
-            slo = min(slo, self.slack.budget_slo(r, self.prm.jct_budget))
+            slo = min(slo, self._budget_slo(r))
         bm = self.prm.budget_model
         if bm == "eq6" or (bm == "cost" and slo == INF):
             return self._budget(slo) - self.n_dec - self._ptok
@@ -276,6 +285,29 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             n = self._bcache[key] = largest_fit(t, slo, self.cfg.token_budget - D - tp)
         return n
 
+    def _budget_slo(self, r: int) -> float:
+        """The iteration-level SLO request ``r`` puts on a batch's S_b: none (INF) when no step can meet
+        it — shorter than a one-token step (``t_min``, from the cost model) or than Eq. 6's time of
+        one token (T_pf / S_pf): it is lost whatever the step holds, and shrinking every step for it
+        would only slow the rest (down to one-token chunks recomputing preempted requests)."""
+        slo = self.slack.budget_slo(r, self.prm.jct_budget)
+        p = self.prm
+        return slo if slo >= p.t_min and slo * p.s_pf >= p.t_pf else INF
+
+    def _slo_lost_alone(self, slo: float) -> bool:
+        """Whether the running requests whose SLO is ``slo`` (the batch's tightest) would exceed the
+        budget even alone (one token each, at its context): then preempting others for them is futile."""
+        if self.prm.budget_model != "eq4":
+            return False  # one token always fits Eq. 6's S_b (>= 1)
+        w_b = self._eq4_budget(slo)
+        six_h, t = self.prm.six_h, self.tau
+        for s in self.running.values():
+            if self._budget_slo(s.req) == slo:
+                ctx = s.c0 + t - s.tau0 if s.fin >= 0 else s.computed
+                if six_h + ctx + 1 <= w_b:
+                    return False
+        return True
+
     def _push(self, r: int, s) -> None:
         if s is None:
             g = self.resume.get(r, 0)
@@ -299,13 +331,15 @@ class AccelGenScheduler(SelectMixin, Scheduler):
         return self.slack.key(r, s.target - s.computed, g > 0, self.t_requeue.get(r, 0.0), self.n_chunks[r],
                               max(g - 1, 0)) - now
 
-    def _victim(self, now: float, decoders_only: bool = False, above: float = -INF):
+    def _victim(self, now: float, decoders_only: bool = False, above: float = -INF, bounded: bool = False):
         """The running request outside this step's chunks with the largest T_r (> ``above``); ties
-        go to the newest."""
+        go to the newest. ``bounded`` (the policy's own preemptions, for compute or for an urgent
+        request): requests already preempted ``preempt_limit`` times are spared."""
         best, best_tr = None, -INF
         inb = self._in_batch
+        lim, npre = self.prm.preempt_limit, self.n_preempt
         for s in self.running.values():
-            if s.req in inb or (decoders_only and s.fin < 0):
+            if s.req in inb or (decoders_only and s.fin < 0) or (bounded and npre[s.req] >= lim):
                 continue
             tr = self._tr(s, now)
             if tr > above and (best is None or tr >= best_tr):
@@ -325,9 +359,10 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     def _preempt(self, s, now: float) -> None:
         r = s.req
+        self.n_preempt[r] += 1
         if s.fin >= 0:
             self.st.preempted += 1  # (the engine returns a block reserved for its decode token)
-        self.slo_run.remove(self.slack.budget_slo(r, self.prm.jct_budget))
+        self.slo_run.remove(self._budget_slo(r))
         self.long_active.discard(r)
         super()._preempt(s, now)
 
@@ -344,7 +379,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     def on_finish(self, s, now: float) -> None:
         r = s.req
-        self.slo_run.remove(self.slack.budget_slo(r, self.prm.jct_budget))
+        self.slo_run.remove(self._budget_slo(r))
         self.long_active.discard(r)
         self.st.fin_sum += s.d
         self.st.fin_n += 1

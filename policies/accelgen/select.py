@@ -23,7 +23,7 @@ class SelectMixin:
     def _select(self, now: float, chunks: list, seqs: list) -> bool:
         """Returns whether candidates were left waiting (for the step statistics)."""
         prm, B = self.prm, self.B
-        if self._room(-1) <= 0 or self.kv.available <= 0:
+        if self._room(-1) <= 0 or not self._can_place():
             return len(self.q) > 0
         first = self.q.pop()
         if first is None:
@@ -31,7 +31,7 @@ class SelectMixin:
         entries = [first]
         # NOTE: Eq. 6's SLO_min covers the queue's head too (sec. 4.2: the first queued request has the
         # most stringent SLO, so S_b need not change as the batch fills)
-        self._slo_floor = self.slack.budget_slo(first[2], prm.jct_budget)
+        self._slo_floor = self._budget_slo(first[2])
         lim = first[0] + prm.gamma
         while len(entries) < prm.max_window:
             e = self.q.pop(below=lim)
@@ -48,7 +48,7 @@ class SelectMixin:
         while self.prm.select == "euclid":
             a_c = self._room(-1)
             free = self.kv.available
-            if a_c <= 0 or free <= 0:
+            if a_c <= 0 or not self._can_place():
                 break
             demands = [None if tried[i] else self._demand(row, free, False) for i, row in enumerate(rows)]
             i = nearest(a_c, free * B, demands, scale)
@@ -59,7 +59,7 @@ class SelectMixin:
         # fill to S_b in T_r order: the rest of the window, then further candidates
         i = 0
         scanned = 0
-        while self._room(-1) > 0 and self.kv.available > 0:
+        while self._room(-1) > 0 and self._can_place():
             if i == len(rows):
                 if scanned >= prm.max_window:
                     break
@@ -83,6 +83,16 @@ class SelectMixin:
                 self.q.restore(e)
                 left = True
         return left or len(self.q) > 0
+
+    def _can_place(self) -> bool:
+        """Whether any candidate could get a chunk's KV: a free (or evictable) block, or a partly
+        prefilled prompt with room left in its last block (it needs no new block). NOTE: testing only
+        the free blocks here livelocked a prompt that filled the KV cache: its last chunk, which needs
+        no new block, was never offered, and the stall breaker preempted and re-admitted it forever."""
+        if self.kv.available > 0:
+            return True
+        B, inb = self.B, self._in_batch
+        return any(s.computed % B for s in self.prefilling if s.req not in inb)
 
     def _row(self, r: int) -> tuple:
         """(request, tokens in KV or cached, tokens left, chunkable, new long prompt) of a candidate."""

@@ -102,13 +102,20 @@ def build_plan(ctx, opt: dict) -> Plan:
         "split_recompute_tokens": rep.recompute_tokens, "inversions_left": rep.inversions_left,
         "tree_sharing_before": rep.sharing_before, "tree_sharing_after": rep.sharing_after,
         "units": int(len(urho)),
-        "rho_root": float(rt.rho_node[0]) if len(seq) else 0.0,
+        # densities that do not exist (no KV read: every output one token; a replica with no request)
+        # are None (null in summary.json), never inf
+        "rho_root": _finite(rt.rho_node[0]) if len(seq) else 0.0,
         "rho_root_occupancy": float(comp_all / occ_all) if occ_all > 0 else 0.0,
-        "rho_rt_replicas": rho_rt,
+        "rho_rt_replicas": [_finite(x) for x in rho_rt],
         "est_mean_abs_rel_err": float(np.mean(np.abs(d - trace.output_len) / np.maximum(trace.output_len, 1))),
     }
     return Plan(seq.tolist(), pos.tolist(), unit.tolist(), d.tolist(), warm.tolist(),
                 warm_pos.tolist(), urho.tolist(), up.tolist(), ud.tolist(), replica, rho_rt, rank, report, timings)
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if np.isfinite(x) else None
 
 
 __all__ = ["Plan", "build_plan"]

@@ -100,7 +100,7 @@ class E2Router(Router):
         for key, allowed in CHOICES.items():
             if o[key] not in allowed:
                 raise UserError(f"option {key}: expected {' or '.join(allowed)}, got {o[key]!r}")
-        if o["window_s"] <= 0 or o["th_bal"] < 1 or o["groups"] < 1 or o["quota_unit"] < 1:
+        if not (o["window_s"] > 0 and o["th_bal"] >= 1 and o["groups"] >= 1 and o["quota_unit"] >= 1):  # NaN: no
             raise UserError("options window_s > 0, th_bal >= 1, groups >= 1 and quota_unit >= 1 are required")
         scaling = bool(o["rebalance"]) and o["autoscale"] != "off"
         self.track_ttft = scaling and o["overload_signal"] == "ttft"

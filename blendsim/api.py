@@ -1,0 +1,324 @@
+"""The Python API: the CLI's commands as functions, for notebooks and scripts.
+
+>>> import blendsim                                                          # doctest: +SKIP
+>>> trace = blendsim.synthesize("blendserve", requests=2000, density=1.1, sharing=0.3, seed=0)
+>>> r = blendsim.simulate(trace, policy="dfs", model="llama-3-8b", hardware="a100-80gb")
+>>> r.summary["throughput_tok_s"], r.requests["finish_s"].max()
+>>> r.write("runs/dfs")                      # the run directory `blendsim simulate -o` writes
+
+Every function does what its command does, with the same defaults except where noted, and a user
+mistake raises :class:`BlendsimError` (``sim.errors.UserError``) whose ``str()`` is the very line
+the command prints after ``blendsim: error:``. Policies are given as in ``--policy``: a registered
+name, an installed package's entry point, ``"path/to/file.py:ClassName"``, or here also the class
+itself (a subclass of :class:`blendsim.Policy`). See docs/api.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from sim.errors import UserError
+
+BlendsimError = UserError  # the one exception type of user mistakes (the CLI's one-line errors)
+
+TRACE_FORMAT = "trace"  # blendsim's own Parquet trace (what `blendsim workloads` writes)
+
+
+# ---- traces ----------------------------------------------------------------------------------------
+def load_trace(path, format: str | None = None, limit: int | None = None):  # noqa: A002 (the CLI's --format)
+    """Read a trace: blendsim's Parquet trace, or a trace of another format as `blendsim workloads
+    load --format` reads it (burstgpt, azure, vidur, jsonl). ``format=None`` goes by the file name
+    (``.parquet``: blendsim's own, ``.jsonl``: jsonl). ``limit`` keeps the first N requests."""
+    from workloads.loaders import FORMATS, load
+
+    p = Path(path)
+    fmt = format or {".parquet": TRACE_FORMAT, ".jsonl": "jsonl"}.get(p.suffix.lower())
+    if fmt is None:
+        raise UserError(f"{p}: cannot tell the trace format from the name; give format= one of "
+                        f"{', '.join((TRACE_FORMAT, *FORMATS))}")
+    if fmt != TRACE_FORMAT:
+        return load(p, fmt, limit)
+    from workloads.trace import read_trace
+
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+    trace = read_trace(p)
+    return trace.head(limit) if limit is not None else trace
+
+
+def write_trace(trace, path) -> Path:
+    """Write ``trace`` as blendsim's Parquet trace (what `blendsim simulate` reads)."""
+    from workloads.trace import write_trace as write
+
+    return write(trace, path)
+
+
+def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
+    """A trace from Python columns: ``input_len`` and ``output_len`` per request; ``prompts[i]`` a list of
+    token ids, or of ``(segment_id, length)`` pairs (requests that share leading segments share that
+    prefix), or None (a unique prompt); ``ids``; optional columns ``arrival_s``, ``output_len_hint``,
+    ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s`` and ``source`` (see workloads/trace.py)."""
+    from workloads.trace import from_columns
+
+    trace = from_columns(input_len=input_len, output_len=output_len, prompts=prompts, ids=ids, **optional)
+    trace.validate("make_trace")
+    return trace
+
+
+def synthesize(recipe: str, **params):
+    """The trace of a workload recipe, as `blendsim workloads synth RECIPE` makes it; ``params`` are
+    the recipe's options with underscores (``requests=2000, density=1.1, sharing=0.3, seed=0``)."""
+    from workloads.recipes import synthesize as synth
+
+    return synth(recipe, **params)
+
+
+# ---- simulation --------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Result:
+    """One simulation: ``summary`` (summary.json's dict), ``steps`` and ``requests`` (the tables of
+    steps.parquet and requests.parquet as pandas DataFrames), ``schedule`` (with
+    ``record_schedule=True``), ``notes`` (the cost model's remarks) and ``write(run_dir)``."""
+
+    run: object  # sim.rundir.RunResult
+
+    @property
+    def summary(self) -> dict:
+        return self.run.summary
+
+    @property
+    def notes(self) -> list:
+        return list(self.run.notes)
+
+    @property
+    def trace(self):
+        return self.run.trace
+
+    @cached_property
+    def steps(self):
+        from sim.rundir import steps_table
+
+        return steps_table(self.run).to_pandas()
+
+    @cached_property
+    def requests(self):
+        from sim.rundir import requests_table
+
+        return requests_table(self.run).to_pandas()
+
+    @cached_property
+    def schedule(self):
+        from sim.rundir import schedule_arrow
+
+        tab = schedule_arrow(self.run)
+        return None if tab is None else tab.to_pandas()
+
+    def write(self, run_dir, force: bool = False) -> Path:
+        """Write the run directory (summary.json, steps.parquet, requests.parquet, schedule.parquet)
+        exactly as `blendsim simulate -o RUN_DIR [--force]` does; returns its path. As there, a run
+        directory of another trace file is replaced only with ``force``."""
+        from sim.rundir import check_run_dir, write_run
+
+        check_run_dir(run_dir, self.summary.get("trace_sha256"), force)
+        return write_run(self.run, run_dir)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"Result(policy={s['policy']!r}, model={s['model']!r}, hardware={s['hardware']!r}, "
+                f"n_requests={s['n_requests']}, makespan_s={s['makespan_s']:.4g}, "
+                f"throughput_tok_s={s['throughput_tok_s']:.4g})")
+
+
+def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a100-80gb", progress=None,
+             **run_options) -> Result:
+    """Simulate ``trace`` (a Trace or a trace file's path) under ``policy`` on ``model`` x ``hardware``.
+
+    ``run_options`` are `blendsim simulate`'s other options by their ``blendsim.runner.RunConfig``
+    names: ``tp``, ``replicas``, ``mode``, ``engine``, ``profile``, ``dtype``, ``token_budget``,
+    ``max_seqs``, ``block_size``, ``round_tokens``, ``mix``, ``prefix_caching`` (False for
+    ``--no-prefix-cache``), ``prefix_retain``, ``gpu_memory_utilization``, ``fast_forward``,
+    ``admission``, ``reserve_ratio``, ``offline``, ``seed``, ``record_schedule`` and ``options`` (the
+    policy's ``--opt`` settings as a dict). ``progress(finished_requests)`` is called now and then.
+    Unlike the CLI (``fcfs``), the default policy is ``dfs``. Given a file, summary.json records its
+    SHA-256 as ``trace_sha256``, as the command does.
+    """
+    from blendsim.run_cli import check_seed
+    from blendsim.runner import RunConfig, run_simulation
+    from sim.rundir import file_sha256
+
+    digest = file_sha256(trace) if isinstance(trace, (str, os.PathLike)) else None
+    trace = _as_trace(trace)
+    known = sorted(f.name for f in dataclasses.fields(RunConfig) if f.name not in ("policy", "model", "hardware"))
+    unknown = sorted(set(run_options) - set(known))
+    if unknown:
+        raise UserError(f"simulate: unknown option(s) {', '.join(unknown)}; options are {', '.join(known)}")
+    if run_options.get("profile") is not None:
+        run_options["profile"] = str(run_options["profile"])
+    check_seed(run_options.get("seed", 0))
+    cfg = RunConfig(policy=policy if isinstance(policy, type) else str(policy), model=str(model),
+                    hardware=str(hardware), **run_options)
+    run = run_simulation(trace, cfg, progress)
+    if digest is not None:
+        run.summary["trace_sha256"] = digest
+    return Result(run)
+
+
+def _as_trace(trace):
+    from workloads.trace import Trace
+
+    if isinstance(trace, Trace):
+        return trace
+    if isinstance(trace, (str, os.PathLike)):
+        return load_trace(trace)
+    raise UserError(f"trace: expected a blendsim Trace or a trace file's path, got {type(trace).__name__}")
+
+
+# ---- sweeps ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class SweepResult:
+    """A finished sweep: ``dir`` (the sweep directory), ``results`` (results.parquet as a DataFrame,
+    one row per cell) and ``outcome`` (``blendsim.sweep.SweepOutcome``: cells run, skipped, timings)."""
+
+    dir: Path
+    outcome: object
+
+    @cached_property
+    def results(self):
+        import pandas as pd
+
+        return pd.read_parquet(self.outcome.results)
+
+    def __repr__(self) -> str:
+        o = self.outcome
+        return f"SweepResult(dir={str(self.dir)!r}, cells={o.total}, ran={o.ran}, skipped={o.skipped})"
+
+
+def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharing="0.05:0.45:0.10",
+          policies=None, models="llama-3-8b", hardware="a100-80gb", requests: int = 40_000,
+          mode: str = "sequential", engine: str | None = None, engine_of: str | None = None,
+          recipe_options: dict | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
+          ray_address: str | None = None, resume: bool = True, progress=None) -> SweepResult:
+    """`blendsim sweep -o OUT`: every policy on a density x sharing grid of synthetic workloads.
+
+    ``densities`` and ``sharing`` take a ``"start:stop:step"`` string, a comma list or numbers;
+    ``policies``, ``models`` and ``hardware`` a comma list or a list. Policies run in worker
+    processes, which import them by name, so a policy class of your own is passed as its file
+    (``"path/to/file.py:ClassName"``; a class given directly must come from a file). Failed cells
+    raise BlendsimError (all of them user mistakes) or RuntimeError, after the finished ones are
+    kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
+    """
+    from blendsim.sweep.backends import make_backend
+    from blendsim.sweep.cli import _default_policies
+    from blendsim.sweep.driver import failure_line, run_sweep
+    from blendsim.sweep.grid import SweepSpec
+    from blendsim.sweep.spec_check import check_spec
+    from blendsim.sweep.store import check_sweep_dir
+
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {jobs}")
+    pols = _names(policies, "--policies", _policy_spec) if policies is not None else _default_policies()
+    spec = check_spec(SweepSpec(
+        recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
+        policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
+        requests=int(requests), mode=mode, engine=engine, engine_of=engine_of, seed=int(seed),
+        recipe_options=dict(recipe_options or {})))
+    check_sweep_dir(Path(out), spec, resume)
+    outcome = run_sweep(spec, Path(out), make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
+    if outcome.failures:
+        raise (UserError if all(f["user_error"] for f in outcome.failures) else RuntimeError)(failure_line(outcome))
+    return SweepResult(Path(out), outcome)
+
+
+def _values(v, flag: str) -> tuple[float, ...]:
+    from blendsim.sweep.grid import parse_values
+
+    if isinstance(v, str):
+        return parse_values(v, flag)
+    items = [v] if isinstance(v, (int, float)) else list(v)
+    return parse_values(",".join(repr(float(x)) for x in items), flag) if items else parse_values("", flag)
+
+
+def _names(v, flag: str, each=str) -> tuple[str, ...]:
+    from sim.clikit import parse_names
+
+    if isinstance(v, str):
+        return parse_names(v, flag)
+    names = tuple(dict.fromkeys(each(x) for x in ([v] if isinstance(v, type) else v)))
+    if not names:
+        raise UserError(f"{flag}: give at least one name")
+    return names
+
+
+def _policy_spec(p) -> str:
+    """A policy as a name a worker process can look up: a class becomes its registered name or its
+    ``file.py:QualName``."""
+    if not isinstance(p, type):
+        return str(p)
+    import inspect
+
+    from policies.base import Policy, resolve_policy
+
+    if not issubclass(p, Policy):
+        raise UserError(f"policy {p.__qualname__}: not a subclass of blendsim.Policy")
+    if p.__module__.split(".")[0] == "policies" and "name" in p.__dict__:
+        return p.name
+    try:
+        f = inspect.getsourcefile(p)
+    except TypeError:
+        f = None
+    if not f or p.__module__ == "__main__" or "<" in p.__qualname__ or not Path(f).is_file():
+        raise UserError(f"policy {p.__qualname__}: a sweep's workers import policies by name; put the class "
+                        f"in a file and pass 'path/to/file.py:ClassName'")
+    spec = f"{Path(f).resolve()}:{p.__qualname__}"
+    resolve_policy(spec)  # the file still defines it
+    return spec
+
+
+# ---- one step's cost ---------------------------------------------------------------------------------
+def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_tokens: int = 0,
+         decode_seqs: int = 0, context: int = 0, tp: int = 1, mode: str = "sequential", engine: str = "ideal",
+         profile=None, dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None,
+         ep: int = 1, expert_skew: float = 0.0) -> dict:
+    """`blendsim cost --json`: the price of one step (a prefill chunk of ``prefill_tokens`` and/or
+    ``decode_seqs`` decoding sequences, each after ``context`` tokens) and its per-operator rows."""
+    from sim.batch import BatchFeatures
+    from sim.cost import build_cost_model
+    from sim.deployment import make_deployment
+
+    if min(prefill_tokens, decode_seqs, context) < 0:
+        raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
+    if prefill_tokens == 0 and decode_seqs == 0:
+        raise UserError("give --prefill-tokens and/or --decode-seqs")
+    dep = make_deployment(str(model), hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
+    cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
+    prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
+    f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,
+                                 decode_seqs + (1 if prefill_tokens else 0))
+    sc = cm.cost(f)
+    rows = cm.breakdown(f)
+    keep = ("op", "flops", "bytes", "time_s")
+    m = dep.model
+    # MoE/MLA models: each layer operator also says on how many layers it runs (dense-first, MoE layers)
+    keep_layer = keep + (("layers",) if m.is_moe or m.is_mla else ())
+    return {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
+            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
+            "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+            "kv_dtype": m.kv_dtype, "ep": dep.ep,
+            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
+            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"],
+            "notes": list(cm.notes())}
+
+
+def policy_names() -> list[str]:
+    """The policies known by name: this package's and those installed packages register."""
+    from policies.base import policy_names as names
+
+    return names()
+
+
+__all__ = ["BlendsimError", "Result", "SweepResult", "cost", "load_trace", "make_trace", "policy_names", "simulate",
+           "synthesize", "sweep", "write_trace"]

@@ -1,0 +1,274 @@
+"""Terminal output of the CLI, readable at 80 and at 120 columns.
+
+* Tables have short headers; what a header means is said once in a legend under the table. Cells
+  never wrap or get cut ("…"): the first column (a name) stays whole and numbers carry thousands
+  separators.
+* Prose wraps on word boundaries with a hanging indent, never mid-word.
+* Online runs (requests with arrival times) lead with latency; their offline bounds are shown only as
+  such. SLO figures appear only when the trace has SLOs.
+
+Used by ``simulate`` (:func:`print_run_summary`), ``policies`` (:func:`print_policies`), ``workloads
+stats`` (:func:`print_trace_stats`), the demo (:func:`print_demo_table`) and ``sweep``
+(:func:`sweep_warnings`). Each takes an optional rich ``Console`` so tests can fix its width.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from sim.metrics import critical_path_warning
+
+
+def console(width: int | None = None) -> Console:
+    """A console for the CLI's stdout: the terminal's width (80 when not a terminal, rich's default)."""
+    return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def say(c: Console, text: str, indent: int = 2) -> None:
+    """One paragraph, wrapped on words, continuation lines under its first word."""
+    c.print(Padding(Text(text), (0, 0, 0, indent)))
+
+
+def table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]],
+          legend: list[tuple[str, str]] | None = None) -> list:
+    """A compact table (``columns``: (header, "left"|"right")) and its legend, as renderables.
+
+    No cell wraps: the table is built to fit 80 columns by its headers being short; a legend entry
+    (header, meaning) explains each abbreviation."""
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
+              title_style="bold")
+    for i, (head, justify) in enumerate(columns):
+        t.add_column(head, justify=justify, no_wrap=True if i == 0 or justify == "right" else False)
+    for r in rows:
+        t.add_row(*r)
+    out: list = [t]
+    if legend:
+        out.append(Padding(Text("; ".join(f"{h}: {m}" for h, m in legend) + "."), (0, 0, 0, 0)))
+    return out
+
+
+def show(c: Console, items: list) -> None:
+    for it in items:
+        c.print(it)
+
+
+def num(v, spec: str = ",.0f") -> str:
+    """A number as text ("–" when missing or not finite)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    return f"{v:{spec}}"
+
+
+def pct(v, digits: int = 1) -> str:
+    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.{digits}f}%"
+
+
+def density_text(v) -> str:
+    """A trace's compute density; None (summary.json's null) means no decode step reads KV: unbounded."""
+    return "unbounded (no decode work)" if v is None or (isinstance(v, float) and math.isinf(v)) else num(v, ".3f")
+
+
+def is_online(s: dict) -> bool:
+    """A run whose requests arrive over time (summary.json's ``offline`` is false)."""
+    return s.get("offline") is False
+
+
+# ---- simulate ------------------------------------------------------------------------------------------
+
+def run_summary_lines(s: dict) -> list[str]:
+    """The paragraphs of ``simulate``'s summary (without the wrote-line)."""
+    lines = [f"{s['policy']} on {s['model']} / {s['hardware']} x{s['tp']} ({s['replicas']} replica(s), "
+             f"{s['mode']} mode, engine {s['engine']}, {s['cost_model']} cost model)",
+             f"{s['n_requests']:,} requests, {s['input_tokens']:,} input + {s['output_tokens']:,} output tokens, "
+             f"{s['steps']:,} steps"]
+    online = is_online(s)
+    if online:
+        lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p50 {s.get('latency_p50_s', math.nan):,.2f} s, "
+                     f"p99 {s['latency_p99_s']:,.2f} s; TTFT mean {s['ttft_mean_s']:,.3f} s, p99 "
+                     f"{s['ttft_p99_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
+    if "slo_attainment" in s:
+        kinds = ", ".join(f"{k.upper()} {pct(s[f'{k}_slo_attainment'])}" for k in ("ttft", "tbt", "jct")
+                          if f"{k}_slo_attainment" in s)
+        lines.append(f"SLO attainment {pct(s['slo_attainment'])}" + (f" ({kinds})" if kinds else "")
+                     + f", goodput {s['goodput_tok_s']:,.0f} tok/s")
+    if online:
+        arr = f" (the last request arrives at {s['last_arrival_s']:,.2f} s)" if "last_arrival_s" in s else ""
+        lines.append(f"makespan {s['makespan_s']:,.2f} s{arr}, throughput {s['throughput_tok_s']:,.0f} tok/s")
+        lines.append(f"offline bounds, for reference only (they assume every request is there at t=0): T_o "
+                     f"{s['t_opt_s']:,.2f} s, practical optimum {s['t_opt_practical_s']:,.2f} s")
+    else:
+        lines.append(f"makespan {s['makespan_s']:,.2f} s, throughput {s['throughput_tok_s']:,.0f} tok/s, "
+                     f"{pct(s['frac_of_opt'])} of T_o ({pct(s['frac_of_practical_opt'])} of the practical optimum)")
+    lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
+                 f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
+                 f"compute density {density_text(s['compute_density'])}")
+    if "latency_mean_s" in s and not online:  # offline runs with SLOs: latency after the throughput
+        lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
+                     f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
+    return lines
+
+
+def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None) -> None:
+    """``simulate``'s summary: what ran, then latency (online) or throughput (offline), then sharing."""
+    c = c or console()
+    lines = run_summary_lines(s)
+    c.print(Text(lines[0], style="bold"))
+    for line in lines[1:]:
+        say(c, line, 2)
+    warn = critical_path_warning(s)
+    if warn:
+        say(c, f"warning: {warn}", 2)
+    if out is not None:
+        say(c, f"wrote {out}/", 2)
+
+
+# ---- policies ------------------------------------------------------------------------------------------
+
+def print_policies(name: str | None = None, c: Console | None = None) -> None:
+    """``blendsim policies``: every policy in one line each; with ``name``, that policy's options."""
+    from policies.base import get_policy, policy_names
+
+    c = c or console()
+    if name is None:
+        rows = [[n, get_policy(n).description] for n in policy_names()]
+        show(c, table("Scheduling policies", [("policy", "left"), ("what it does", "left")], rows))
+        say(c, "Options of one policy, their defaults and sources: blendsim policies NAME. Set one with "
+               "--opt key=value (simulate, sweep, validate).", 0)
+        return
+    from reports.policy_help import PAPERS, option_source
+    from sim.errors import UserError
+
+    if name not in policy_names():
+        raise UserError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
+    cls = get_policy(name)
+    c.print(Text(f"{name}: {cls.description}", style="bold"))
+    if name in PAPERS:
+        say(c, f"source: {PAPERS[name]}", 2)
+    eng = ", ".join(f"{k}={v}" for k, v in cls.engine_defaults.items())
+    say(c, f"engine: {cls.default_engine} overhead" + (f"; {eng}" if eng else "; the engine's defaults")
+        + f"; router: {cls.router}", 2)
+    if not cls.options:
+        say(c, "options: none", 2)
+        return
+    say(c, f"options ({len(cls.options)}; set with --opt key=value, true/false for switches):", 2)
+    for k, (d, h) in cls.options.items():
+        c.print(Text(f"  {k} = {_default(d)}", style="bold"))
+        say(c, h, 6)
+        say(c, f"source: {option_source(name, k) or '–'}", 6)
+    say(c, "Sources: the paper's section or algorithm; the public code's behaviour where it differs (offered as "
+           "an option); ours where the paper is silent.", 0)
+
+
+def _default(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf"
+    return str(v)
+
+
+# ---- workloads stats -----------------------------------------------------------------------------------
+
+STAT_LABELS = {
+    "requests": ("requests", ",d"), "input_tokens": ("input tokens", ",d"), "output_tokens": ("output tokens", ",d"),
+    "mean_input_len": ("mean input length", ",.1f"), "mean_output_len": ("mean output length", ",.1f"),
+    "has_arrivals": ("arrival times", "yn"), "has_slos": ("SLOs", "yn"),
+    "optimal_sharing_ratio": ("optimal prefix sharing s_o", "%"), "compute_density": ("compute density rho", ".3f"),
+    "t_comp_s": ("T_comp (s)", ",.2f"), "t_mem_s": ("T_mem (s)", ",.2f"), "t_opt_s": ("T_o (s)", ",.2f"),
+}
+
+
+def print_trace_stats(stats: dict, title: str, c: Console | None = None) -> None:
+    """``workloads stats``: labelled statistics with units, sources as a list, the bounds' deployment."""
+    c = c or console()
+    rows = []
+    for k, (label, spec) in STAT_LABELS.items():
+        if k not in stats:
+            continue
+        v = stats[k]
+        if spec == "yn":
+            text = "yes" if v else "no"
+        elif spec == "%":
+            text = pct(v, 2)
+        elif v is None or (isinstance(v, float) and not math.isfinite(v)):
+            text = "unbounded (no decode work)" if k == "compute_density" else "–"
+        else:
+            text = f"{v:{spec}}"
+        rows.append([label, text])
+    src = stats.get("sources")
+    if isinstance(src, dict) and src:
+        rows.append(["sources", ", ".join(f"{k or '(none)'}: {v:,}" for k, v in src.items())])
+    show(c, table(title, [("statistic", "left"), ("value", "right")], rows))
+    if "model" in stats:
+        say(c, f"rho, T_comp, T_mem and T_o are for {stats['model']} on {stats['hardware']} (change with --model, "
+               "--hardware, --tp); T_o = max((1 - s_o) T_comp, T_mem) on one replica.", 0)
+
+
+# ---- demo ----------------------------------------------------------------------------------------------
+
+DEMO_LEGEND = [("tok/s", "throughput, (input + output tokens) / makespan"), ("vs B", "speedup over baseline B"),
+               ("time s", "makespan"), ("shared", "prefix sharing ratio achieved"),
+               ("of s_o", "of the optimal sharing ratio"), ("of opt", "of the practical optimum's throughput"),
+               ("preempt", "preemptions")]
+
+
+def print_demo_table(summaries: dict, baseline: str = "dfs", c: Console | None = None,
+                     setting: str = "") -> None:
+    """The demo's policies side by side, fitting 80 columns."""
+    c = c or console()
+    base = summaries.get(baseline)
+    cols = [("policy", "left"), ("tok/s", "right"), (f"vs {baseline}", "right"), ("time s", "right"),
+            ("shared", "right"), ("of s_o", "right"), ("of opt", "right"), ("preempt", "right")]
+    rows = []
+    for p, s in summaries.items():
+        sp = s["throughput_tok_s"] / base["throughput_tok_s"] if base else math.nan
+        rows.append([p, num(s["throughput_tok_s"]), num(sp, ".3f") + "×", num(s["makespan_s"], ",.1f"),
+                     pct(s["prefix_sharing_ratio"]), pct(s["sharing_frac_of_opt"]), pct(s["frac_of_practical_opt"]),
+                     num(s["preemptions"], ",d")])
+    legend = [(f"vs {baseline}" if h == "vs B" else h, m.replace("baseline B", baseline)) for h, m in DEMO_LEGEND]
+    show(c, table("policies side by side" + (f" ({setting})" if setting else ""), cols, rows, legend))
+    w = critical_path_lines(list(summaries.items()))
+    if w:
+        say(c, f"warning: {w}", 0)
+
+
+def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
+    """One warning for the runs (label, summary) whose makespan their critical path dominates."""
+    hits = [(p, s) for p, s in runs if critical_path_warning(s)]
+    if not hits:
+        return None
+    if len(hits) == 1:
+        return f"{hits[0][0]}: {critical_path_warning(hits[0][1])}"
+    shares = [s["t_critical_s"] / s["makespan_s"] for _, s in hits]
+    crit = sorted({f"{s['t_critical_s']:,.1f} s" for _, s in hits})
+    return (f"{len(hits)} of {len(runs)} runs ({', '.join(p for p, _ in hits)}) have a makespan dominated by the "
+            f"critical path: the longest request alone takes {' / '.join(crit)} (T_critical), "
+            f"{100 * min(shares):.0f}-{100 * max(shares):.0f}% of the makespan, so their throughputs measure that "
+            "request's tail more than the schedule; use a larger trace (BlendServe used 40,000 requests)")
+
+
+# ---- sweep ---------------------------------------------------------------------------------------------
+
+def sweep_warnings(sweep_dir: str | Path) -> list[str]:
+    """One line per finished cell whose makespan its critical path dominates (at most 5, then a count)."""
+    from reports.sweep_results import collect_rows
+
+    hits = []
+    for r in collect_rows(sweep_dir):
+        w = critical_path_warning(r)
+        if w:
+            hits.append(f"{r.get('workload', '?')} / {r.get('policy', '?')}: {w}")
+    if len(hits) > 5:
+        hits = hits[:5] + [f"... and {len(hits) - 5} more cell(s) like these"]
+    return hits
+
+
+__all__ = ["console", "print_demo_table", "print_policies", "print_run_summary", "print_trace_stats",
+           "run_summary_lines", "say", "sweep_warnings", "table"]

@@ -1,0 +1,62 @@
+"""The contract between the engine core and a scheduling policy, defined here so the core depends on
+no policy package.
+
+A policy is found by the application layer (``blendsim.runner`` asks the registry in
+``policies.base``, which also loads policies from users' files and installed packages) and reaches
+the core only through these shapes: it is built with a :class:`PolicyContext`, gives every request
+a rank, and supplies one scheduler per replica (a ``sim.scheduler.Scheduler``) and a router that the
+cluster (``sim.engine.Cluster``) calls as requests arrive. :class:`PolicyLike` and
+:class:`RouterLike` state that structurally; ``policies.base.Policy`` and ``policies.base.Router``
+are the base classes that implement it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class PolicyContext:
+    """What a policy may look at (all read-only)."""
+
+    trace: object  # workloads.trace.Trace
+    tree: object  # sim.prefix_tree.PrefixTree of the trace
+    deployment: object  # sim.deployment.Deployment (one replica)
+    cost_model: object  # sim.cost.CostModel of one replica
+    engine: object  # sim.seq.EngineConfig in force
+    replicas: int = 1
+    seed: int = 0
+    options: dict = field(default_factory=dict)  # policy-specific --opt key=value settings
+    num_blocks: int = 0  # KV blocks per replica
+
+
+@runtime_checkable
+class RouterLike(Protocol):
+    """Chooses the replica of each arriving request (``sim.engine.Cluster`` calls it)."""
+
+    def route(self, req: int, now: float) -> int: ...
+
+
+@runtime_checkable
+class PolicyLike(Protocol):
+    """A prepared policy as the runner drives it.
+
+    Class attributes the runner also reads: ``name``, ``default_engine`` (engine-overhead style),
+    ``engine_defaults`` (``sim.seq.EngineConfig`` fields) and ``options`` (name -> (default, help)).
+    """
+
+    ctx: PolicyContext
+
+    def prepare(self) -> None: ...
+
+    def rank(self): ...  # per request, lower first
+
+    def make_router(self, replicas: list) -> RouterLike: ...
+
+    def make_scheduler(self, replica: int, **kw): ...  # a sim.scheduler.Scheduler
+
+    def summary_extra(self) -> dict: ...
+
+
+__all__ = ["PolicyContext", "PolicyLike", "RouterLike"]

@@ -1,0 +1,134 @@
+"""The package layering: which top-level package may import which (every import statement, module- or
+function-level, and importlib calls with a literal name), read with ``ast`` from every file.
+
+``sim`` is the engine core: it imports none of the others. ``blendsim`` is the application layer on
+top of everything. The rows in between are the directions as they stand; a new edge is a design
+decision, made by editing ALLOWED with its reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("sim", "calibrate", "policies", "workloads", "real_backend", "reports", "blendsim")
+ABOVE_THE_CORE = ("policies", "workloads", "reports", "calibrate", "real_backend", "blendsim")
+ALLOWED = {
+    "sim": set(),
+    "policies": {"sim"},
+    # `blendsim workloads` prints with reports.terminal; `blendsim policies` is listed by reports.terminal
+    "workloads": {"sim", "reports"},
+    "reports": {"sim", "policies"},
+    # calibrate.forward profiles the real backend's model forward; real_backend.hwmon names the CPU with
+    # calibrate.device, and real_backend.sequences uses the trace's segment-id base (workloads.trace)
+    "calibrate": {"sim", "real_backend"},
+    "real_backend": {"sim", "calibrate", "workloads"},
+    "blendsim": set(PACKAGES) - {"blendsim"},
+}
+IMPORTERS = ("import_module", "__import__")
+
+
+def imported_packages(source: str, own: str) -> list[tuple[str, int]]:
+    """(top-level package, line) of every import in ``source``; relative imports are ``own``'s."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [own] if node.level else [node.module or ""]
+        elif isinstance(node, ast.Call) and node.args and _callee(node.func) in IMPORTERS:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names = [arg.value]
+            elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+                names = [str(arg.values[0].value)]  # f"policies.{name}": its literal start
+        out.extend((n.split(".")[0], node.lineno) for n in names if n)
+    return out
+
+
+def _callee(func) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def package_files(pkg: str) -> list[Path]:
+    return sorted((ROOT / pkg).rglob("*.py"))
+
+
+def violations(pkg: str, allowed: set[str]) -> list[str]:
+    bad = []
+    for f in package_files(pkg):
+        for top, line in imported_packages(f.read_text(), pkg):
+            if top in PACKAGES and top != pkg and top not in allowed:
+                bad.append(f"{f.relative_to(ROOT)}:{line} imports {top}")
+    return bad
+
+
+def test_the_scanner_sees_function_level_relative_and_dynamic_imports():
+    src = textwrap.dedent("""
+        import numpy as np
+        from . import sibling
+        def f():
+            from policies.base import get_policy
+            import workloads.trace
+        def g(name):
+            import importlib
+            importlib.import_module(f"reports.{name}")
+            return __import__("calibrate.fit")
+    """)
+    found = {top for top, _ in imported_packages(src, "sim")}
+    assert found == {"numpy", "sim", "policies", "workloads", "importlib", "reports", "calibrate"}
+    assert violations("policies", set())  # policies imports sim: flagged when its row allowed nothing
+
+
+def test_the_core_imports_nothing_above_it():
+    assert package_files("sim"), "sim/ has no files?"
+    bad = violations("sim", set())
+    assert not bad, "sim/ must not import " + ", ".join(ABOVE_THE_CORE) + ":\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("pkg", PACKAGES)
+def test_each_package_imports_only_the_packages_below_it(pkg):
+    bad = violations(pkg, ALLOWED[pkg])
+    assert not bad, f"{pkg} may import only {sorted(ALLOWED[pkg]) or 'none of the others'}:\n" + "\n".join(bad)
+
+
+def test_every_top_level_package_has_a_row():
+    found = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "benchmarks", "docs"}
+    assert found == set(PACKAGES), f"add the new package's allowed imports to ALLOWED: {found ^ set(PACKAGES)}"
+    text = (ROOT / "pyproject.toml").read_text()
+    assert all(f'"{p}*"' in text for p in PACKAGES)  # all of them installed
+
+
+def test_importing_every_core_module_loads_no_package_above_it():
+    code = textwrap.dedent(f"""
+        import importlib, pkgutil, sys
+        import sim
+        for m in pkgutil.walk_packages(sim.__path__, "sim."):
+            importlib.import_module(m.name)
+        loaded = sorted({{n.split(".")[0] for n in sys.modules}} & set({ABOVE_THE_CORE!r}))
+        print(",".join(loaded))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "", f"importing sim/ loaded {r.stdout.strip()}"
+
+
+def test_policies_implement_the_contract_the_core_defines():
+    from policies.base import Policy, RoundRobin, get_policy, policy_names
+    from sim.policy import PolicyContext, PolicyLike, RouterLike
+
+    ctx = PolicyContext(trace=None, tree=None, deployment=None, cost_model=None, engine=None)
+    assert isinstance(Policy(ctx), PolicyLike)
+    assert isinstance(RoundRobin(ctx, [0, 1]), RouterLike)
+    assert not isinstance(object(), PolicyLike)
+    hooks = ("prepare", "rank", "make_router", "make_scheduler", "summary_extra")
+    for name in policy_names():
+        cls = get_policy(name)
+        assert issubclass(cls, Policy) and all(callable(getattr(cls, h, None)) for h in hooks), name

@@ -1,0 +1,447 @@
+"""Block-hash traces: Mooncake's (FAST'25) and the general hashed-block shape (ServeGen, serving logs).
+
+One JSON object per line. Fields read (others are ignored):
+
+* ``input_length`` (required): prompt tokens, a whole number >= 1;
+* ``hash_ids`` (required): integer ids of the prompt's blocks of ``block_size`` tokens, in order. The
+  last block holds the remainder ``input_length - (n - 1) * block_size`` (``n = ceil(input_length /
+  block_size)`` ids, Mooncake's files). ``n = floor(...)`` ids are accepted too (a hasher that skips the
+  partial last block): the unhashed tail becomes a segment of its own, shared with nobody;
+* ``output_length`` (optional): tokens generated; rows without it are filled from ``--output-len`` or
+  sampled from ``--output-from`` and the trace's metadata says which and how many;
+* ``timestamp`` (optional, in every row or none): arrival, in ``--time-unit`` s or ms (Mooncake: ms),
+  shifted so the first arrival is 0;
+* ``request_id`` (optional): the request's id (string or integer), else its line number.
+
+How ids become prompts. A prompt is the path of its blocks as shared segments ``[(segment_id, length),
+...]``; the prefix tree, the KV cache and every policy then see the sharing at block granularity. The
+tree is a radix tree over these paths, so a block is shared between two requests only where the whole
+path up to it is the same: an id names the block *given its prefix*. This is exactly what Mooncake's
+ids mean (its trace tooling hashes each block together with its parent's hash, so an id fixes the
+prefix; no id of the shared trace appears at two positions or after two different parents), and it is
+also the only reuse a KV cache can make of a hasher that hashes blocks alone: a block's KV depends on
+everything before it. Ids may be any 64-bit integers (they are renumbered densely). A full block keeps
+its id's segment; a partial last block is the segment of its (id, length) pair, so two requests share
+a partial block only when both the id and the length agree (``meta["hashed"]["id_length_clashes"]``
+counts ids seen with more than one length: a hasher that does not hash content).
+
+Bad input stops with one :class:`UserError` line naming the file's line number and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from sim.errors import UserError
+
+FORMATS = ("mooncake", "hashed")
+MOONCAKE_BLOCK = 512
+TIME_UNITS = {"s": 1.0, "ms": 1e-3}
+LONG_MODES = ("skip", "truncate")
+_I64 = (-(1 << 63), (1 << 63) - 1)
+# CSV columns --output-from looks for when none is named (first match wins)
+OUTPUT_COLUMNS = ("output_len", "output_length", "output_tokens", "GeneratedTokens", "Response tokens",
+                  "num_decode_tokens", "answer_tokens")
+
+
+def load_hashed(path, fmt: str = "hashed", *, block_size: int | None = None, time_unit: str | None = None,
+                output_len: int | None = None, output_from: str | None = None, seed: int = 0,
+                limit: int | None = None):
+    """Load a block-hash JSONL trace (``fmt``: ``mooncake`` or ``hashed``); see the module docstring."""
+    from workloads.trace import from_segment_arrays
+
+    path = Path(path)
+    if fmt not in FORMATS:
+        raise UserError(f"unknown hashed format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "mooncake":
+        block_size = MOONCAKE_BLOCK if block_size is None else block_size
+        time_unit = "ms" if time_unit is None else time_unit
+    if block_size is None:
+        raise UserError("--format hashed needs --block-size N (tokens per hashed block: 16 for ServeGen, "
+                        "512 for Mooncake)")
+    if block_size < 1:
+        raise UserError(f"--block-size must be at least 1, got {block_size}")
+    if time_unit is not None and time_unit not in TIME_UNITS:
+        raise UserError(f"--time-unit {time_unit!r}: choose s or ms")
+    if output_len is not None and output_from is not None:
+        raise UserError("give --output-len or --output-from, not both")
+    if output_len is not None and output_len < 1:
+        raise UserError(f"--output-len must be at least 1, got {output_len}")
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit must be at least 1, got {limit}")
+
+    rows = _parse(path, block_size, limit)
+    p, n_ids, flat, out, ts, ids, lines = rows
+    n = len(p)
+    if ts is not None and time_unit is None:
+        raise UserError(f"{path}: rows have a timestamp; say its unit with --time-unit s or --time-unit ms")
+    d, out_meta = _outputs(path, out, lines, output_len, output_from, seed)
+
+    # ---- blocks -> segments ------------------------------------------------------------
+    row_of = np.repeat(np.arange(n), n_ids)
+    k_in_row = np.arange(len(flat)) - np.repeat(np.cumsum(n_ids) - n_ids, n_ids)
+    blen = np.minimum(block_size, p[row_of] - k_in_row * block_size)
+    hash_rank, hinv = np.unique(flat, return_inverse=True)
+    key = hinv.astype(np.int64) * (block_size + 1) + blen
+    ukey, seg = np.unique(key, return_inverse=True)
+    clashes = int(len(ukey) - len(hash_rank))  # ids seen with more than one length
+    tail = p - n_ids * block_size  # > 0: an unhashed tail (floor convention)
+    has_tail = tail > 0
+    counts = n_ids + has_tail
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    total = int(offsets[-1])
+    seg_ids = np.empty(total, dtype=np.int64)
+    seg_lens = np.empty(total, dtype=np.int64)
+    pos = offsets[:-1][row_of] + k_in_row
+    seg_ids[pos] = seg
+    seg_lens[pos] = blen
+    tails = np.flatnonzero(has_tail)
+    seg_ids[offsets[tails + 1] - 1] = len(ukey) + np.arange(len(tails))
+    seg_lens[offsets[tails + 1] - 1] = tail[tails]
+
+    arrival = None
+    if ts is not None:
+        arrival = (ts - ts.min()) * TIME_UNITS[time_unit]
+    trace = from_segment_arrays(p, d, offsets, seg_ids, seg_lens, ids=ids, arrival_s=arrival,
+                                source=np.full(n, fmt, dtype=object))
+    unique_tokens = int((ukey % (block_size + 1)).sum())
+    trace.meta = {
+        "loader": fmt, "file": str(path), "name": path.stem, "block_size": int(block_size),
+        **({"time_unit": time_unit} if ts is not None else {}), "output_len": out_meta,
+        "hashed": {"blocks": int(len(flat)), "unique_blocks": int(len(ukey)),
+                   "unique_block_tokens": unique_tokens + int(tail[tails].sum()),
+                   "unhashed_tails": int(len(tails)), "id_length_clashes": clashes},
+        **({"limit": limit} if limit else {}),
+    }
+    trace.validate(str(path))
+    return trace
+
+
+def _parse(path: Path, block_size: int, limit: int | None):
+    """The file's rows as columns: p, id counts, all ids (flat), outputs (-1 = none), timestamps, ids."""
+    p, n_ids, flat, out, ts, rid, lines = [], [], [], [], [], [], []
+    first_ts = None  # (line, has timestamp) of the first row: timestamps are in every row or none
+    try:
+        fh = path.open("r", encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a JSONL file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    with fh:
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                if limit is not None and len(p) >= limit:
+                    break
+                if not line.strip():
+                    continue
+                where = f"{path}: line {lineno}"
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+                if not isinstance(rec, dict):
+                    raise UserError(f"{where}: expected a JSON object, found {type(rec).__name__}")
+                plen = _whole(where, rec, "input_length", required=True)
+                hs = rec.get("hash_ids")
+                if hs is None:
+                    raise UserError(f"{where}, field hash_ids: missing")
+                if not isinstance(hs, list):
+                    raise UserError(f"{where}, field hash_ids: must be a list of integer block ids, "
+                                    f"found {type(hs).__name__}")
+                for h in hs:
+                    if type(h) is not int or not _I64[0] <= h <= _I64[1]:
+                        raise UserError(f"{where}, field hash_ids: {h!r} is not an integer block id "
+                                        "(64-bit)")
+                ceil_n = -(-plen // block_size)
+                if len(hs) != ceil_n and len(hs) != plen // block_size:
+                    raise UserError(
+                        f"{where}, field hash_ids: {len(hs)} block ids, but input_length {plen} in "
+                        f"{block_size}-token blocks needs {ceil_n}"
+                        + (f" (or {plen // block_size} without the partial last block)" if plen % block_size else "")
+                        + " (is --block-size right?)")
+                d = _whole(where, rec, "output_length", required=False)
+                t = rec.get("timestamp")
+                if first_ts is None:
+                    first_ts = (lineno, t is not None)
+                if (t is not None) != first_ts[1]:
+                    has, lacks = (lineno, first_ts[0]) if t is not None else (first_ts[0], lineno)
+                    raise UserError(f"{where}, field timestamp: line {has} has a timestamp but line {lacks} "
+                                    "has none (give it in every row or in none)")
+                if t is not None and not (type(t) in (int, float) and np.isfinite(t)):
+                    raise UserError(f"{where}, field timestamp: {t!r} is not a number")
+                r = rec.get("request_id")
+                if r is not None and (type(r) not in (int, str) or r == ""):
+                    raise UserError(f"{where}, field request_id: {r!r} must be a non-empty string or an integer")
+                p.append(plen)
+                n_ids.append(len(hs))
+                flat.extend(hs)
+                out.append(-1 if d is None else d)
+                ts.append(t)
+                rid.append(str(lineno) if r is None else str(r))
+                lines.append(lineno)
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not a UTF-8 text file (undecodable bytes)") from None
+    if not p:
+        raise UserError(f"{path}: the file has no requests")
+    ids = np.array(rid, dtype=object)
+    uniq, first, counts = np.unique(ids.astype(str), return_index=True, return_counts=True)
+    if (counts > 1).any():
+        dup = str(uniq[np.flatnonzero(counts > 1)[0]])
+        at = [lines[i] for i in np.flatnonzero(ids == dup)[:2]]
+        raise UserError(f"{path}: line {at[1]}, field request_id: {dup!r} repeats line {at[0]}'s")
+    ts_arr = np.array(ts, dtype=np.float64) if first_ts[1] else None
+    return (np.array(p, dtype=np.int64), np.array(n_ids, dtype=np.int64), np.array(flat, dtype=np.int64),
+            np.array(out, dtype=np.int64), ts_arr, ids, np.array(lines, dtype=np.int64))
+
+
+def _whole(where: str, rec: dict, key: str, required: bool) -> int | None:
+    v = rec.get(key)
+    if v is None:
+        if required:
+            raise UserError(f"{where}, field {key}: missing")
+        return None
+    if type(v) is not int or v < 1:
+        raise UserError(f"{where}, field {key}: {v!r} must be a whole number >= 1")
+    return v
+
+
+# ---- missing output lengths -------------------------------------------------------------------
+def _outputs(path: Path, out: np.ndarray, lines: np.ndarray, fixed: int | None, sample_from: str | None,
+             seed: int) -> tuple[np.ndarray, dict]:
+    missing = out < 0
+    k = int(missing.sum())
+    meta: dict = {"from_file": int(len(out) - k)}
+    if not k:
+        return out, meta
+    if fixed is None and sample_from is None:
+        raise UserError(f"{path}: line {int(lines[np.argmax(missing)])} has no output_length ({k:,} of "
+                        f"{len(out):,} rows lack one); give --output-len N or --output-from FILE")
+    out = out.copy()
+    if fixed is not None:
+        out[missing] = fixed
+        meta.update({"fixed": int(fixed), "filled": k})
+    else:
+        pool, src = output_lengths(sample_from)
+        out[missing] = np.random.default_rng(seed).choice(pool, size=k, replace=True)
+        meta.update({"sampled_from": src, "seed": int(seed), "pool": int(len(pool)), "filled": k})
+    return out, meta
+
+
+def output_lengths(spec: str) -> tuple[np.ndarray, str]:
+    """Output lengths (>= 1) from ``FILE`` or ``FILE:COLUMN``: a blendsim Parquet trace, a JSONL trace
+    (``output_length`` or ``output_len``) or a CSV (COLUMN, else the first of :data:`OUTPUT_COLUMNS`).
+
+    Zero lengths (BurstGPT's failed requests) are left out of the pool.
+    """
+    path, col = Path(spec), None
+    if not path.exists() and ":" in spec:
+        head, col = spec.rsplit(":", 1)
+        path = Path(head)
+    if not path.is_file():
+        raise UserError(f"--output-from {spec}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        from workloads.trace import read_trace
+
+        vals = read_trace(path).output_len.astype(np.float64)
+        col = "output_len"
+    elif suffix in (".jsonl", ".json"):
+        vals, col = _jsonl_lengths(path, col)
+    else:
+        vals, col = _csv_lengths(path, col)
+    bad = np.flatnonzero(~np.isfinite(vals) | (vals != np.floor(vals)) | (vals < 0))
+    if len(bad):
+        raise UserError(f"--output-from {path}: row {int(bad[0]) + 1}, field {col}: {vals[bad[0]]!r} "
+                        "is not a whole number of tokens")
+    pool = vals[vals >= 1].astype(np.int64)
+    if not len(pool):
+        raise UserError(f"--output-from {path}: column {col} has no length >= 1")
+    return pool, f"{path}:{col}"
+
+
+def _jsonl_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
+    """The lengths of the rows that have one (a trace may lack some)."""
+    vals, keys = [], (col,) if col else ("output_length", "output_len")
+    with path.open("r", encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"--output-from {path}: line {lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise UserError(f"--output-from {path}: line {lineno}: expected a JSON object")
+            key = next((k for k in keys if rec.get(k) is not None), None)
+            if key is None:
+                continue
+            col, v = key, rec[key]
+            if type(v) not in (int, float):
+                raise UserError(f"--output-from {path}: line {lineno}, field {key}: {v!r} is not a number")
+            vals.append(v)
+    if not vals:
+        raise UserError(f"--output-from {path}: no row has {' or '.join(keys)}")
+    return np.array(vals, dtype=np.float64), col
+
+
+def _csv_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise UserError(f"--output-from {path}: not a readable CSV ({type(e).__name__})") from None
+    if col is None:
+        col = next((c for c in OUTPUT_COLUMNS if c in df.columns), None)
+        if col is None:
+            raise UserError(f"--output-from {path}: no output-length column ({', '.join(OUTPUT_COLUMNS[:4])}, ...); "
+                            f"name one as {path}:COLUMN (found: {', '.join(map(str, df.columns[:8]))})")
+    elif col not in df.columns:
+        raise UserError(f"--output-from {path}: no column {col!r} (found: {', '.join(map(str, df.columns[:8]))})")
+    raw = df[col].str.strip()
+    vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(np.isnan(vals))
+    if len(bad):
+        raise UserError(f"--output-from {path}: data row {int(bad[0]) + 1}, field {col}: "
+                        f"{raw.iloc[bad[0]]!r} is not a number")
+    return vals, col
+
+
+# ---- requests longer than a context -------------------------------------------------------------
+def parse_max_context(value: str) -> tuple[int, str]:
+    """``--max-context``: a number of tokens, or a model (preset or config.json) whose context is used."""
+    text = str(value).strip()
+    if text.isdigit():
+        n = int(text)
+        if n < 2:
+            raise UserError(f"--max-context must be at least 2 tokens, got {n}")
+        return n, f"{n} tokens"
+    from sim.models import get_model
+
+    spec = get_model(text)
+    return int(spec.max_position_embeddings), f"{spec.name}'s context ({spec.max_position_embeddings} tokens)"
+
+
+def limit_context(trace, max_context: int, long: str | None, where: str = "trace", what: str | None = None):
+    """Requests whose prompt + output exceed ``max_context`` tokens: refused (``long`` None), dropped
+    (``skip``) or cut to fit (``truncate``: the output keeps up to ``max_context - 1`` tokens, the prompt
+    keeps its head, so its shared prefix; a block cut short becomes a segment of its own, shared only
+    with requests cut at the same place). The count goes in ``trace.meta["context_limit"]``."""
+    if long is not None and long not in LONG_MODES:
+        raise UserError(f"--long {long!r}: choose skip or truncate")
+    what = what or f"{max_context} tokens"
+    total = trace.input_len + trace.output_len
+    over = np.flatnonzero(total > max_context)
+    info = {"max_context": int(max_context), "mode": long or "refuse", "requests": int(len(over))}
+    if not len(over):
+        out = trace.take(np.arange(trace.n))
+        out.meta = {**trace.meta, "context_limit": info}
+        return out
+    i = int(over[0])
+    if long is None:
+        raise UserError(f"{where}: {len(over):,} of {trace.n:,} requests need more context than {what} (row "
+                        f"{i + 1}: prompt {int(trace.input_len[i])} + output {int(trace.output_len[i])}); "
+                        "add --long skip to drop them or --long truncate to cut them to fit")
+    if long == "skip":
+        keep = np.setdiff1d(np.arange(trace.n), over)
+        if not len(keep):
+            raise UserError(f"{where}: every request needs more context than {what}; --long skip leaves none")
+        out = trace.take(keep)
+        info["tokens_dropped"] = int(total[over].sum())
+    else:
+        out = _truncate(trace, max_context)
+        info["prompt_tokens_dropped"] = int((trace.input_len - out.input_len).sum())
+        info["output_tokens_dropped"] = int((trace.output_len - out.output_len).sum())
+    out.meta = {**trace.meta, "context_limit": info}
+    out.validate(where)
+    return out
+
+
+def _truncate(trace, N: int):
+    from workloads.trace import SEGMENT_BASE, Trace
+
+    d = np.minimum(trace.output_len, N - 1)
+    p = np.minimum(trace.input_len, N - d)
+    off, sym, ln = trace.unit_offsets, trace.unit_sym, trace.unit_len
+    counts = np.diff(off)
+    row = np.repeat(np.arange(trace.n), counts)
+    cs = np.cumsum(ln)
+    start = cs - ln - np.repeat(cs[off[:-1]] - ln[off[:-1]], counts)  # tokens before the unit in its row
+    keep = start < p[row]
+    new_len = np.minimum(ln, p[row] - start)
+    cut = keep & (new_len < ln)
+    sym = sym.copy()
+    if cut.any():  # a cut segment is a new segment, the same one for every (segment, length) cut alike
+        pairs = np.stack([sym[cut], new_len[cut]], axis=1)
+        _, inv = np.unique(pairs, axis=0, return_inverse=True)
+        top = int(sym.max()) if sym.max() >= SEGMENT_BASE else SEGMENT_BASE - 1
+        sym[cut] = top + 1 + inv.ravel()
+    new_counts = np.bincount(row[keep], minlength=trace.n)
+    offsets = np.zeros(trace.n + 1, dtype=np.int64)
+    np.cumsum(new_counts, out=offsets[1:])
+    return Trace(ids=trace.ids, input_len=p, output_len=d, unit_offsets=offsets, unit_sym=sym[keep],
+                 unit_len=new_len[keep], output_len_hint=np.where(trace.output_len_hint < 0, -1,
+                                                                  np.minimum(trace.output_len_hint, d)),
+                 arrival_s=trace.arrival_s, ttft_slo_s=trace.ttft_slo_s, tbt_slo_s=trace.tbt_slo_s,
+                 jct_slo_s=trace.jct_slo_s, source=trace.source, meta=dict(trace.meta))
+
+
+def context_option(trace, max_context: str | None, long: str | None, where: str):
+    """``--max-context`` / ``--long`` of ``workloads load`` applied to a loaded trace (any format)."""
+    if max_context is None:
+        if long is not None:
+            raise UserError("--long needs --max-context N (tokens, or a model whose context is used)")
+        return trace
+    n, what = parse_max_context(max_context)
+    return limit_context(trace, n, long, where, what)
+
+
+def summary_rows(meta: dict) -> dict:
+    """Rows for ``workloads load``'s summary table: what the hashed loader and the context limit did."""
+    out = {}
+    h = meta.get("hashed")
+    if h:
+        out["blocks (unique)"] = f"{h['blocks']:,} ({h['unique_blocks']:,})"
+        if h["unhashed_tails"]:
+            out["unhashed tails"] = f"{h['unhashed_tails']:,}"
+    o = meta.get("output_len", {})
+    if o.get("filled"):
+        how = f"= {o['fixed']}" if "fixed" in o else f"sampled from {o['sampled_from']} (seed {o['seed']})"
+        out["output lengths filled"] = f"{o['filled']:,} {how}"
+    c = meta.get("context_limit")
+    if c and c["requests"]:
+        verb = {"skip": "dropped", "truncate": "truncated"}[c["mode"]]
+        out[f"beyond {c['max_context']:,} tokens"] = f"{c['requests']:,} {verb}"
+    return out
+
+
+def direct_sharing(trace_file, block_size: int) -> float:
+    """s_o counted directly from a hashed JSONL file, without the prefix tree: 1 - (tokens of distinct
+    (id, length) blocks) / prompt tokens. Valid where an id fixes its prefix (Mooncake's chained ids);
+    the tests and the benchmark use it to check the tree."""
+    seen: set = set()
+    total = unique = 0
+    with open(trace_file, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            plen, hs = r["input_length"], r["hash_ids"]
+            total += plen
+            for k, h in enumerate(hs):
+                block = (h, min(block_size, plen - k * block_size))
+                if block not in seen:
+                    seen.add(block)
+                    unique += block[1]
+            unique += max(plen - len(hs) * block_size, 0)  # an unhashed tail is the request's own
+    return 1.0 - unique / total
+
+
+__all__ = ["FORMATS", "LONG_MODES", "MOONCAKE_BLOCK", "context_option", "direct_sharing", "limit_context",
+           "load_hashed", "output_lengths", "parse_max_context", "summary_rows"]
