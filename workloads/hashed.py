@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import UserError
+from workloads.loaders import jsonl_lines
 
 FORMATS = ("mooncake", "hashed")
 MOONCAKE_BLOCK = 512
@@ -134,65 +135,51 @@ def _parse(path: Path, block_size: int, limit: int | None):
     """The file's rows as columns: p, id counts, all ids (flat), outputs (-1 = none), timestamps, ids."""
     p, n_ids, flat, out, ts, rid, lines = [], [], [], [], [], [], []
     first_ts = None  # (line, has timestamp) of the first row: timestamps are in every row or none
-    try:
-        fh = path.open("r", encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a JSONL file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    with fh:
+    for lineno, line in jsonl_lines(path):
+        if limit is not None and len(p) >= limit:
+            break
+        where = f"{path}: line {lineno}"
         try:
-            for lineno, line in enumerate(fh, start=1):
-                if limit is not None and len(p) >= limit:
-                    break
-                if not line.strip():
-                    continue
-                where = f"{path}: line {lineno}"
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-                if not isinstance(rec, dict):
-                    raise UserError(f"{where}: expected a JSON object, found {type(rec).__name__}")
-                plen = _whole(where, rec, "input_length", required=True)
-                hs = rec.get("hash_ids")
-                if hs is None:
-                    raise UserError(f"{where}, field hash_ids: missing")
-                if not isinstance(hs, list):
-                    raise UserError(f"{where}, field hash_ids: must be a list of integer block ids, "
-                                    f"found {type(hs).__name__}")
-                arr = _ids(where, hs, "true" in line or "false" in line)
-                ceil_n = -(-plen // block_size)
-                if len(hs) != ceil_n and len(hs) != plen // block_size:
-                    raise UserError(
-                        f"{where}, field hash_ids: {len(hs)} block ids, but input_length {plen} in "
-                        f"{block_size}-token blocks needs {ceil_n}"
-                        + (f" (or {plen // block_size} without the partial last block)" if plen % block_size else "")
-                        + " (is --block-size right?)")
-                d = _whole(where, rec, "output_length", required=False)
-                t = rec.get("timestamp")
-                if first_ts is None:
-                    first_ts = (lineno, t is not None)
-                if (t is not None) != first_ts[1]:
-                    has, lacks = (lineno, first_ts[0]) if t is not None else (first_ts[0], lineno)
-                    raise UserError(f"{where}, field timestamp: line {has} has a timestamp but line {lacks} "
-                                    "has none (give it in every row or in none)")
-                if t is not None and not (type(t) in (int, float) and np.isfinite(t)):
-                    raise UserError(f"{where}, field timestamp: {t!r} is not a number")
-                r = rec.get("request_id")
-                if r is not None and (type(r) not in (int, str) or r == ""):
-                    raise UserError(f"{where}, field request_id: {r!r} must be a non-empty string or an integer")
-                p.append(plen)
-                n_ids.append(len(hs))
-                flat.append(arr)
-                out.append(-1 if d is None else d)
-                ts.append(t)
-                rid.append(str(lineno) if r is None else str(r))
-                lines.append(lineno)
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not a UTF-8 text file (undecodable bytes)") from None
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UserError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(rec, dict):
+            raise UserError(f"{where}: expected a JSON object, found {type(rec).__name__}")
+        plen = _whole(where, rec, "input_length", required=True)
+        hs = rec.get("hash_ids")
+        if hs is None:
+            raise UserError(f"{where}, field hash_ids: missing")
+        if not isinstance(hs, list):
+            raise UserError(f"{where}, field hash_ids: must be a list of integer block ids, "
+                            f"found {type(hs).__name__}")
+        arr = _ids(where, hs, "true" in line or "false" in line)
+        ceil_n = -(-plen // block_size)
+        if len(hs) != ceil_n and len(hs) != plen // block_size:
+            raise UserError(
+                f"{where}, field hash_ids: {len(hs)} block ids, but input_length {plen} in "
+                f"{block_size}-token blocks needs {ceil_n}"
+                + (f" (or {plen // block_size} without the partial last block)" if plen % block_size else "")
+                + " (is --block-size right?)")
+        d = _whole(where, rec, "output_length", required=False)
+        t = rec.get("timestamp")
+        if first_ts is None:
+            first_ts = (lineno, t is not None)
+        if (t is not None) != first_ts[1]:
+            has, lacks = (lineno, first_ts[0]) if t is not None else (first_ts[0], lineno)
+            raise UserError(f"{where}, field timestamp: line {has} has a timestamp but line {lacks} "
+                            "has none (give it in every row or in none)")
+        if t is not None and not (type(t) in (int, float) and np.isfinite(t)):
+            raise UserError(f"{where}, field timestamp: {t!r} is not a number")
+        r = rec.get("request_id")
+        if r is not None and (type(r) not in (int, str) or r == ""):
+            raise UserError(f"{where}, field request_id: {r!r} must be a non-empty string or an integer")
+        p.append(plen)
+        n_ids.append(len(hs))
+        flat.append(arr)
+        out.append(-1 if d is None else d)
+        ts.append(t)
+        rid.append(str(lineno) if r is None else str(r))
+        lines.append(lineno)
     if not p:
         raise UserError(f"{path}: the file has no requests")
     ids = np.array(rid, dtype=object)

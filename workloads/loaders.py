@@ -252,31 +252,19 @@ def load_jsonl(path, limit: int | None = None):
     path = Path(path)
     tokens, cols, ids = [], {k: [] for k in ("output_len", "output_len_hint", *_OPTIONAL_FLOATS, "source")}, []
     seen: dict[str, int] = {}
-    try:
-        fh = path.open("r", encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    with fh:
-        try:
-            for lineno, line in enumerate(fh, start=1):
-                if limit is not None and len(tokens) >= limit:
-                    break
-                if not line.strip():
-                    continue
-                rec = _record(path, lineno, line, MAX_TOKEN_ID)
-                rid = str(rec.get("id", len(ids)))
-                if rid in seen:
-                    raise UserError(f"{path}: line {lineno}, field id: {rid!r} repeats line {seen[rid]} "
-                                    "(request ids must be unique)")
-                seen[rid] = lineno
-                tokens.append(rec["prompt_token_ids"])
-                ids.append(rid)
-                for k in cols:
-                    cols[k].append(rec.get(k))
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not a UTF-8 text file (undecodable bytes)") from None
+    for lineno, line in jsonl_lines(path):
+        if limit is not None and len(tokens) >= limit:
+            break
+        rec = _record(path, lineno, line, MAX_TOKEN_ID)
+        rid = str(rec.get("id", len(ids)))
+        if rid in seen:
+            raise UserError(f"{path}: line {lineno}, field id: {rid!r} repeats line {seen[rid]} "
+                            "(request ids must be unique)")
+        seen[rid] = lineno
+        tokens.append(rec["prompt_token_ids"])
+        ids.append(rid)
+        for k in cols:
+            cols[k].append(rec.get(k))
     if not tokens:
         raise UserError(f"{path}: the file has no requests")
     lens = np.array([len(t) for t in tokens], dtype=np.int64)
@@ -292,6 +280,26 @@ def load_jsonl(path, limit: int | None = None):
                   output_len_hint=hint, source=source, **opt)
     trace.meta = {"loader": "jsonl", "file": str(path), **({"limit": limit} if limit else {})}
     return trace
+
+
+def jsonl_lines(path: Path):
+    """(line number, text) of each non-blank line of a UTF-8 JSONL file (a byte-order mark is allowed, as
+    for CSVs); a missing, unreadable or undecodable file ends in one line naming it."""
+    try:
+        fh = path.open("r", encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: cannot read (it is a directory, not a JSONL file)") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    with fh:
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                if line.strip():
+                    yield lineno, line
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not a UTF-8 text file (undecodable bytes)") from None
 
 
 def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
