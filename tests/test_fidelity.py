@@ -165,3 +165,12 @@ def test_params_flag_prints_every_fitted_constant_with_bounds():
     assert out["params"], "the shipped parameters file is empty"
     for p in out["params"]:
         assert p["bounds"] is None or p["bounds"][0] <= p["value"] <= p["bounds"][1]
+
+
+def test_only_selects_rows_by_id_pattern(tmp_path):
+    cat = _write(tmp_path, [_row(id="keep-a", value=4000), _row(id="drop-b", value=4000)])
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--json", "--no-cv", "--only", "keep-*"])
+    assert res.exit_code == 0, res.output
+    assert [r["id"] for r in json.loads(res.stdout)["rows"]] == ["keep-a"]
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--only", "none-*"])
+    assert res.exit_code == 2 and "no catalogue row id matches" in res.output

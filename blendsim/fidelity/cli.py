@@ -21,6 +21,8 @@ def fidelity_cmd(
                                                    "(sim/engine_params.json is what a fresh install uses)."),
     params_file: Path = typer.Option(None, "--params-file", help="Parameters JSON to predict with "
                                                                  "(default: the shipped sim/engine_params.json)."),
+    only: list[str] = typer.Option(None, "--only", help="Only the rows whose id matches this shell pattern "
+                                                        "(repeatable), e.g. 'blendserve-t3-*-dp1'."),
     cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-model-out and "
                                                        "leave-one-hardware-out errors (refits per group)."),
 ) -> None:
@@ -51,7 +53,7 @@ def fidelity_cmd(
         if tty:
             typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
 
-    suite = load_suite(paths, params, progress)
+    suite = load_suite(paths, params, progress, only)
     if tty:
         typer.echo("", err=True)
     if refit:

@@ -34,11 +34,18 @@ class Suite:
         return [(r, self.pricers[r.id]) for r in self.rows if r.id in self.pricers]
 
 
-def load_suite(paths, params: dict, progress=None) -> Suite:
-    """Read one catalogue or several (a list) and simulate every row once."""
+def load_suite(paths, params: dict, progress=None, only: list[str] | None = None) -> Suite:
+    """Read one catalogue or several (a list) and simulate every row once (with ``only``: the rows whose
+    id matches one of these shell patterns)."""
+    from fnmatch import fnmatchcase
+
     rows = []
     for path in (paths if isinstance(paths, (list, tuple)) else [paths]):
         rows += read_catalogue(path)
+    if only:
+        rows = [r for r in rows if any(fnmatchcase(r.id, pat) for pat in only)]
+        if not rows:
+            raise UserError(f"--only {' '.join(only)}: no catalogue row id matches")
     dup = sorted({r.id for r in rows if sum(x.id == r.id for x in rows) > 1})
     if dup:
         raise UserError(f"row id(s) {', '.join(dup[:5])} appear in more than one catalogue")
