@@ -37,6 +37,13 @@ SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "opt", "qwen3_moe", "mi
 _SUPPORTED = set(SUPPORTED_TYPES) | {"llama4_text"}
 
 
+# Upper bounds on a config's integers (a typo of 2**40 layers must be refused, not priced or allocated):
+# the largest public models have ~10**5 widths, 126 layers, 384 experts and 10**7 positions.
+MAX_DIM = 2**24
+_SIZE_CAPS = {"num_layers": 2**14, "moe_layers": 2**14, "num_experts": 2**16, "experts_per_token": 2**16,
+              "num_shared_experts": 2**16, "max_position_embeddings": 2**31}
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer, described by the shapes that drive its cost."""
@@ -89,6 +96,11 @@ class ModelSpec:
                   "qk_rope_head_dim", "v_head_dim"):
             if getattr(self, f) < 0:
                 raise UserError(f"{where}: {f} must be positive, got {getattr(self, f)}")
+        for f in fields(self):  # far beyond any real model, and small enough to price and to allocate for
+            v = getattr(self, f.name)
+            cap = _SIZE_CAPS.get(f.name, MAX_DIM)
+            if f.type in ("int", int) and v > cap:
+                raise UserError(f"{where}: {f.name} {v:,} is beyond any model (at most {cap:,})")
         if self.num_heads % self.num_kv_heads:
             raise UserError(
                 f"{where}: num_heads ({self.num_heads}) is not a multiple of num_kv_heads ({self.num_kv_heads})"
@@ -472,7 +484,7 @@ class _Cfg:
                 return k, self.cfg[k]
         return keys[0], None
 
-    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1, maximum: int = 2**31) -> int:
         key, v = self.raw(*keys)
         if v is None:
             if default is None:
@@ -482,6 +494,8 @@ class _Cfg:
             raise self.err(f"field {key!r} must be an integer, got {v!r}")
         if v < minimum:
             raise self.err(f"field {key!r} must be >= {minimum}, got {v}")
+        if v > maximum:
+            raise self.err(f"field {key!r} is {v:,}, beyond any model (at most {maximum:,})")
         return v
 
     def bool(self, key: str, default: bool) -> bool:
@@ -527,7 +541,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     hidden = c.int("hidden_size", "n_embd", "d_model")
     heads = c.int("num_attention_heads", "n_head")
     kv_heads = c.int("num_key_value_heads", default=heads)
-    layers = c.int("num_hidden_layers", "n_layer")
+    layers = c.int("num_hidden_layers", "n_layer", maximum=_SIZE_CAPS["num_layers"])
     vocab = c.int("vocab_size")
     head_dim = c.int("head_dim", default=0, minimum=1) if c.raw("head_dim")[1] is not None else 0
     dtype = _dtype_of(c, top)
