@@ -23,6 +23,7 @@ import numpy as np
 
 from sim.batch import BatchFeatures
 from sim.deployment import Deployment
+from sim.engines import graph_size
 from sim.errors import UserError
 from sim.ops import (
     ALL_GEMM_OPS,
@@ -321,7 +322,7 @@ class CostModel:
         """
         T0 = T
         if self.graph_cap and not Np:  # HOOK (sim.engines): CUDA-graph padding of a decode-only step
-            T = N = _graph_size(T, self.graph_cap)
+            T = N = graph_size(T, self.graph_cap)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[N]
@@ -346,7 +347,7 @@ class CostModel:
 
     def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
-        T = _graph_size(D, self.graph_cap) if self.graph_cap else D  # HOOK (sim.engines)
+        T = graph_size(D, self.graph_cap) if self.graph_cap else D  # HOOK (sim.engines)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[T] + 0 * Cd
@@ -464,15 +465,6 @@ def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "i
                             f"calibrate with that precision or drop {what}")
     timer = ProfileTimer(prof, dep)
     return CostModel(dep, mode, engine, timer=timer, interference=prof.interference)
-
-
-def _graph_size(n: int, cap: int) -> int:
-    """Scalar twin of ``sim.engines.graph_pad`` for the engine's hot path."""
-    if n > cap or n <= 0:
-        return n
-    if n <= 256:
-        return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else min(-(-n // 8) * 8, cap)
-    return min(-(-n // 256) * 256, cap)
 
 
 def largest_fit(time_of, limit: float, cap: int) -> int:

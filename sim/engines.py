@@ -50,9 +50,19 @@ class EngineProfile:
         return replace(self, **keep)
 
 
+def graph_size(n: int, cap: int) -> int:
+    """One decode batch of ``n`` sequences at its CUDA-graph capture size: 1, 2, 4, 8 and multiples of 8 up
+    to 256, then multiples of 256 (vLLM's and TensorRT-LLM's default lists have this shape); ``n`` above
+    ``cap`` runs eagerly (unpadded). Plain integers: the engine's per-step path calls it."""
+    if n > cap or n <= 0 or cap <= 0:
+        return n
+    if n <= 256:
+        return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else min(-(-n // 8) * 8, cap)
+    return min(-(-n // 256) * 256, cap)
+
+
 def graph_pad(n, cap: int):
-    """Capture sizes 1, 2, 4, 8 and multiples of 8 up to 256, then multiples of 256 (vLLM's and
-    TensorRT-LLM's default lists have this shape); ``n`` above ``cap`` runs eagerly (unpadded)."""
+    """:func:`graph_size` over an array of batch sizes (vectorised pricing), or one size."""
     import numpy as np
 
     a = np.asarray(n)

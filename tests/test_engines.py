@@ -14,7 +14,7 @@ from sim.batch import BatchFeatures
 from sim.cost import build_cost_model
 from sim.deployment import make_deployment
 from sim.efficiency import Efficiency, EfficiencyTimer
-from sim.engines import PROFILES, get_profile, graph_pad
+from sim.engines import PROFILES, get_profile, graph_pad, graph_size
 from workloads.trace import from_columns
 
 
@@ -22,7 +22,7 @@ from workloads.trace import from_columns
                                           (250, 512, 256), (257, 512, 512), (513, 512, 513), (700, 8192, 768),
                                           (40, 0, 40)])
 def test_graph_sizes(n, cap, size):
-    assert graph_pad(n, cap) == size
+    assert graph_pad(n, cap) == size == graph_size(n, cap)
 
 
 def test_decode_steps_are_priced_at_their_cuda_graph_size():

@@ -144,7 +144,7 @@ def test_the_api_sweep_takes_a_policy_class_from_a_file(workdir):
     assert f"{workdir / 'mypolicy.py'}:Reverse" in set(out.results["policy"])
 
     class InMemory(blendsim.Policy):
-        pass
+        """Defined here, not in a file: a sweep's workers cannot import it."""
 
     with pytest.raises(blendsim.BlendsimError, match="put the class in a file"):
         blendsim.sweep("sw2", densities=[1.0], sharing=[0.2], policies=[InMemory], requests=100, jobs=1)
@@ -215,7 +215,7 @@ PLUGIN = '''
 
 
     class NotAPolicy:
-        pass
+        """Registered under the entry-point group but not a blendsim.Policy."""
 '''
 
 
