@@ -32,3 +32,13 @@ def tiny_capacity_bytes(trace, extra_tokens: int = 0, block_size: int = 16) -> i
     """KV bytes (tiny model: 4096 B/token) that just fit the largest request plus ``extra_tokens``."""
     need = int((trace.input_len + trace.output_len).max()) + extra_tokens + 2 * block_size
     return need * 4096
+
+
+def one_line_error(r, *needles: str) -> str:
+    """A CLI result that ended with one ``blendsim: error:`` line (exit 2, no traceback) naming ``needles``."""
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("blendsim: error: ") and "\n" not in err and "Traceback" not in r.output, r.output
+    for n in needles:
+        assert n in err, err
+    return err

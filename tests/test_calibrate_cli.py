@@ -17,21 +17,13 @@ from calibrate.run import CalibrationConfig, Calibrator, shard_deployment
 from calibrate.validate import holdout_errors, predict, summary, validate
 from sim.models import get_model
 from sim.profile import ProfileTimer, load_profile
+from tests.helpers import one_line_error
 
 QUICK_BUDGET_S = 120.0  # the CI path must finish within two minutes on a 2-core machine
 
 
 def run(*args: str):
     return CliRunner().invoke(get_app(), list(args))
-
-
-def one_line_error(r, *needles: str) -> str:
-    assert r.exit_code == 2, r.output
-    err = r.stderr.strip()
-    assert err.startswith("blendsim: error: ") and "\n" not in err and "Traceback" not in r.output, r.output
-    for n in needles:
-        assert n in err, err
-    return err
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from blendsim.cli import get_app
 from sim.errors import UserError
 from sim.io import atomic_path, write_json
 from sim.profile import load_profile
+from tests.helpers import one_line_error
 from workloads.loaders import load
 from workloads.trace import MAX_TOKENS, from_columns, read_trace, write_trace
 
@@ -34,15 +35,6 @@ HUGE = (str(2**63), "1e30", str(MAX_TOKENS + 1))
 
 def invoke(*args):
     return CliRunner().invoke(get_app(), [str(a) for a in args])
-
-
-def one_line_error(r, *needles: str) -> str:
-    assert r.exit_code == 2, r.output
-    err = r.stderr.strip()
-    assert err.startswith("blendsim: error: ") and "\n" not in err and "Traceback" not in r.output, r.output
-    for n in needles:
-        assert n in err, err
-    return err
 
 
 def _strict_json(text: str):
