@@ -285,6 +285,16 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
          ep: int = 1, expert_skew: float = 0.0) -> dict:
     """`blendsim cost --json`: the price of one step (a prefill chunk of ``prefill_tokens`` and/or
     ``decode_seqs`` decoding sequences, each after ``context`` tokens) and its per-operator rows."""
+    out, _rows, _dep, cm = price_step(str(model), hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
+                                      context=context, tp=tp, mode=mode, engine=engine, profile=profile,
+                                      dtype=dtype, weights=weights, kv_dtype=kv_dtype, ep=ep,
+                                      expert_skew=expert_skew)
+    return {**out, "notes": list(cm.notes())}
+
+
+def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,
+               kv_dtype, ep, expert_skew):
+    """What `blendsim cost` and :func:`cost` share: ``(summary dict, breakdown rows, deployment, cost model)``."""
     from sim.batch import BatchFeatures
     from sim.cost import build_cost_model
     from sim.deployment import make_deployment
@@ -293,7 +303,7 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
         raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
-    dep = make_deployment(str(model), hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
+    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,
@@ -304,13 +314,13 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
     m = dep.model
     # MoE/MLA models: each layer operator also says on how many layers it runs (dense-first, MoE layers)
     keep_layer = keep + (("layers",) if m.is_moe or m.is_mla else ())
-    return {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
-            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
-            "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
-            "kv_dtype": m.kv_dtype, "ep": dep.ep,
-            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
-            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"],
-            "notes": list(cm.notes())}
+    out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
+           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
+           "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+           "kv_dtype": m.kv_dtype, "ep": dep.ep,
+           "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
+           "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"]}
+    return out, rows, dep, cm
 
 
 def policy_names() -> list[str]:

@@ -36,31 +36,12 @@ def cost_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Price one step and show its per-operator breakdown."""
-    from sim.batch import BatchFeatures
-    from sim.cost import build_cost_model
-    from sim.errors import UserError
+    from blendsim.api import price_step
 
-    if min(prefill_tokens, decode_seqs, context) < 0:
-        raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
-    if prefill_tokens == 0 and decode_seqs == 0:
-        raise UserError("give --prefill-tokens and/or --decode-seqs")
-    from sim.deployment import make_deployment
-
-    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
-    cm = build_cost_model(dep, mode, engine, profile)
-    prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
-    f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context, decode_seqs + (1 if prefill_tokens else 0))
-    sc = cm.cost(f)
-    rows = cm.breakdown(f)
-    keys = ("op", "flops", "bytes", "time_s") if not (dep.model.is_moe or dep.model.is_mla) else \
-        ("op", "flops", "bytes", "time_s", "layers")
-    per_layer = [{k: r[k] for k in keys} for r in rows if r["scope"] == "layer"]
-    whole = [{k: r[k] for k in ("op", "flops", "bytes", "time_s")} for r in rows if r["scope"] == "model"]
+    out, rows, dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
+                                    context=context, tp=tp, mode=mode, engine=engine, profile=profile, dtype=dtype,
+                                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew)
     m = dep.model
-    out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
-           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
-           "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
-           "kv_dtype": m.kv_dtype, "ep": dep.ep, "per_layer": per_layer, "whole_model": whole}
     for note in cm.notes():
         typer.echo(f"note: {note}", err=True)
     if as_json:
@@ -80,9 +61,9 @@ def cost_cmd(
                   f"{r['time_s'] * 1e6:.1f}", f"{r['time_s'] * mult * 1e3:.3f}")
     c = Console()
     c.print(t)
-    c.print(f"step {sc.time_s * 1e3:.3f} ms = compute {sc.compute_s * 1e3:.3f} + memory {sc.memory_s * 1e3:.3f} "
-            f"+ other {sc.other_s * 1e3:.3f} + comm {sc.comm_s * 1e3:.3f} + engine {sc.overhead_s * 1e3:.3f} ms "
-            f"({mode} mode)")
+    ms = {k: 1e3 * out[f"{k}_s"] for k in ("step_time", "compute", "memory", "other", "comm", "overhead")}
+    c.print(f"step {ms['step_time']:.3f} ms = compute {ms['compute']:.3f} + memory {ms['memory']:.3f} "
+            f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({mode} mode)")
 
 
 def simulate_cmd(
