@@ -382,10 +382,7 @@ class CostModel:
         return hi + self.kappa * (c + m + comm - hi) + o
 
     def _combine_arr(self, c, m, o, comm):
-        if self.mode == "sequential":
-            return c + m + o + comm
-        hi = np.maximum(np.maximum(c, m), comm)
-        return hi + self.kappa * (c + m + comm - hi) + o
+        return combine_times(self.mode, self.kappa, c, m, o, comm)
 
     def _mla_time(self, op: str, f) -> float:
         """All layers of one of MLA's feature-dependent GEMMs (prefill up-projection, decode absorption)."""
@@ -484,6 +481,16 @@ def largest_fit(time_of, limit: float, cap: int) -> int:
     return lo
 
 
-__all__ = ["ENGINES", "MODES", "CostModel", "EngineOverhead", "RooflineTimer", "StepCost", "build_cost_model",
+def combine_times(mode: str, kappa: float, c, m, o, comm):
+    """A step's kernel time from its compute, memory, other and comm seconds (arrays or scalars):
+    their sum in ``sequential`` mode; with operator overlap the longest of compute, memory and comm plus
+    ``kappa`` of the rest (interference), plus ``other``."""
+    if mode == "sequential":
+        return c + m + o + comm
+    hi = np.maximum(np.maximum(c, m), comm)
+    return hi + kappa * (c + m + comm - hi) + o
+
+
+__all__ = ["ENGINES", "MODES", "CostModel", "combine_times", "EngineOverhead", "RooflineTimer", "StepCost", "build_cost_model",
            "features_arrays", "get_engine", "largest_fit"]
 

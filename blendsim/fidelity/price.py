@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost import _Feat
+from sim.cost import _Feat, combine_times
 from sim.efficiency import Efficiency, EfficiencyTimer
 from sim.engines import graph_pad
 from sim.ops import OPS, Shapes, op_counts
@@ -77,7 +77,7 @@ class RowPricer:
         kappa = self.dep.hardware.overlap_interference if eff.kappa is None else eff.kappa
         res = []
         for c in self.components(params):
-            res.append((c["weight"], combine(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"])
+            res.append((c["weight"], combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"])
                         + c["overhead"]))
         return res
 
@@ -109,12 +109,4 @@ def _compress(w, f: dict):
     return W, out
 
 
-def combine(mode: str, kappa: float, c, m, o, comm):
-    """Step kernel time under the execution mode (sim.cost.CostModel._combine_arr's rule)."""
-    if mode == "sequential":
-        return c + m + o + comm
-    hi = np.maximum(np.maximum(c, m), comm)
-    return hi + kappa * (c + m + comm - hi) + o
-
-
-__all__ = ["RowPricer", "combine"]
+__all__ = ["RowPricer"]
