@@ -69,7 +69,7 @@ import time
 import numpy as np
 
 from blendsim.runner import RunConfig, run_simulation
-from workloads.recipes import synthesize
+from blendsim.workloads.recipes import synthesize
 
 
 def iteration_attainment(trace, rq: dict, steps: list) -> float:
@@ -107,8 +107,8 @@ def kind_attainment(trace, rq: dict) -> tuple[float, float, float]:
 def trace_ceilings(trace, model: str, hardware: str) -> tuple[float, float]:
     """(share of online requests whose TTFT SLO covers their prompt's isolated step on the vLLM engine,
     share of prompt tokens beyond 6H of context)."""
-    from sim.deployment import make_deployment
-    from workloads.recipes.accelgen import prefill_time
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.workloads.recipes.accelgen import prefill_time
 
     dep = make_deployment(model, hardware, 1)
     on = np.isfinite(trace.ttft_slo_s)
@@ -121,9 +121,9 @@ def trace_ceilings(trace, model: str, hardware: str) -> tuple[float, float]:
 def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
     """Sarathi-Serve's rule for its token budget: the largest forward size whose step meets the
     system-wide TBT SLO, here a T-token prompt chunk alone priced on the vLLM engine (sequential)."""
-    from sim.batch import BatchFeatures
-    from sim.cost import build_cost_model, largest_fit
-    from sim.deployment import make_deployment
+    from blendsim.sim.batch import BatchFeatures
+    from blendsim.sim.cost import build_cost_model, largest_fit
+    from blendsim.sim.deployment import make_deployment
 
     cm = build_cost_model(make_deployment(model, hardware, 1), "sequential", "vllm")
     fit = largest_fit(lambda t: cm.cost(BatchFeatures.from_parts([(0, t, 0, 0)], 0, 0, 1)).time_s, slo_s, 1 << 17)

@@ -30,8 +30,8 @@ import time
 import numpy as np
 
 from blendsim.runner import RunConfig, run_simulation
-from workloads.recipes import synthesize
-from workloads.trace import Trace
+from blendsim.workloads.recipes import synthesize
+from blendsim.workloads.trace import Trace
 
 SETTINGS = [(2000, 200), (1000, 1000), (200, 2000)]
 DEGREES = (4, 16)
@@ -108,9 +108,9 @@ def main(argv=None) -> None:
 def savings(seed: int) -> None:
     """Eq. 2's token-saving ratio: enlarged single level (Alg. 1) vs the multi-level tree (the paper,
     sec. 4.2 on its workload: 55% vs 56%), on instruction + document + question prompts."""
-    from policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
-    from sim.prefix_tree import PrefixTree
-    from workloads.trace import from_columns
+    from blendsim.policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
+    from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.workloads.trace import from_columns
 
     rng = np.random.default_rng(seed)
     prompts = []

@@ -31,7 +31,7 @@ TRACES = (("#1", 1.4, 0.35), ("#2", 0.9, 0.35), ("#3", 1.4, 0.05), ("#4", 0.9, 0
 
 
 def make_trace(rho: float, s: float, n: int):
-    from workloads.recipes import synthesize
+    from blendsim.workloads.recipes import synthesize
 
     return synthesize("blendserve", density=rho, sharing=s, requests=n)
 
@@ -39,7 +39,7 @@ def make_trace(rho: float, s: float, n: int):
 def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict | None = None,
              retain: bool = True, kv_gib: float = 0.0) -> tuple[dict, float]:
     from blendsim.runner import RunConfig, run_simulation
-    from policies.blendserve import BlendServe
+    from blendsim.policies.blendserve import BlendServe
 
     eng = BlendServe.engine_defaults
     cfg = RunConfig(policy=policy, model="llama-3-8b", hardware="a100-80gb", mode="overlap", engine=engine,
@@ -54,13 +54,13 @@ def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict |
 def prep_timing(n: int, variants: list[tuple[str, dict, str]]) -> list[tuple]:
     """Wall seconds of BlendServe's prepare() (prefix tree given) on an ``n``-request trace #1."""
     from blendsim.runner import RunConfig, engine_config
-    from policies.base import PolicyContext
-    from policies.blendserve import BlendServe
-    from sim.cost import build_cost_model
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.models import get_model
-    from sim.prefix_tree import PrefixTree
+    from blendsim.policies.base import PolicyContext
+    from blendsim.policies.blendserve import BlendServe
+    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
+    from blendsim.sim.prefix_tree import PrefixTree
 
     trace = make_trace(1.4, 0.35, n)
     eng = engine_config(RunConfig(policy="blendserve"), BlendServe)

@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 
-from calibrate.report import fit_table
-from calibrate.run import CalibrationConfig, Calibrator
-from calibrate.validate import holdout_errors, summary, validate
-from sim.models import get_model
+from blendsim.calibrate.report import fit_table
+from blendsim.calibrate.run import CalibrationConfig, Calibrator
+from blendsim.calibrate.validate import holdout_errors, summary, validate
+from blendsim.sim.models import get_model
 
 BUDGET_S = 120.0  # the quick CPU calibration of the tiny model must finish within this on 2 cores
 

@@ -20,10 +20,10 @@ import time
 
 import numpy as np
 
-from sim.cost import CostModel, features_arrays
-from sim.deployment import Deployment
-from sim.hardware import get_hardware
-from sim.models import get_model
+from blendsim.sim.cost import CostModel, features_arrays
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import get_model
 
 BUDGET_S = 5.0  # cost_many must price 1M steps within this on a laptop-class CPU
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         assert np.allclose(np.array([s[0] for s in scalar]), many["time_s"][:k], rtol=1e-9)
 
         # exact per-operator path (CLI, reports)
-        from sim.batch import BatchFeatures
+        from blendsim.sim.batch import BatchFeatures
 
         kk = min(n, 2_000)
         fs = [BatchFeatures(*(int(steps[f][i]) for f in BatchFeatures.__slots__)) for i in range(kk)]

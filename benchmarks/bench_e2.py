@@ -32,8 +32,8 @@ import time
 import numpy as np
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.e2.router import E2Router
-from workloads.recipes import synthesize
+from blendsim.policies.e2.router import E2Router
+from blendsim.workloads.recipes import synthesize
 
 # engine="sglang" prices steps with the fitted SGLang profile (sim.engines); its scheduler knobs are pinned
 # here to the setting above (decode-first 512-token chunks, no sequence cap), the same for every policy

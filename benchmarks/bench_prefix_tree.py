@@ -15,9 +15,9 @@ import time
 
 import numpy as np
 
-from sim.prefix_tree import PrefixTree
-from workloads.recipes import synthesize
-from workloads.trace import from_columns
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.recipes import synthesize
+from blendsim.workloads.trace import from_columns
 
 
 def timeit(fn, repeat: int) -> tuple[float, float, float]:

@@ -24,16 +24,16 @@ import numpy as np
 
 
 def _trace(n: int, prompt: int, out: int):
-    from workloads.trace import from_columns
+    from blendsim.workloads.trace import from_columns
 
     return from_columns(input_len=[prompt] * n, output_len=[out] * n)
 
 
 def _decode_executor(rt, n: int, ctx: int, block_size: int):
     """An executor holding ``n`` sequences of ``ctx`` tokens (their KV allocated, not computed)."""
-    from real_backend.executor import TorchExecutor
-    from sim.batch import Batch
-    from sim.prefix_tree import PrefixTree
+    from blendsim.real_backend.executor import TorchExecutor
+    from blendsim.sim.batch import Batch
+    from blendsim.sim.prefix_tree import PrefixTree
 
     trace = _trace(n, ctx, 4)
     ex = TorchExecutor(rt, trace, PrefixTree(trace), block_size, n * (-(-(ctx + 2) // block_size)))
@@ -56,9 +56,9 @@ def bench_host(rt, n: int, ctx: int, block_size: int) -> float:
 
 def bench_dry_run() -> tuple[int, float]:
     from blendsim.runner import RunConfig, run_simulation
-    from real_backend.replay import load_schedule, peak_blocks
-    from sim.prefix_tree import PrefixTree
-    from workloads.trace import from_columns
+    from blendsim.real_backend.replay import load_schedule, peak_blocks
+    from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.workloads.trace import from_columns
 
     rng = np.random.default_rng(0)
     n = 400
@@ -74,19 +74,19 @@ def bench_dry_run() -> tuple[int, float]:
 
 
 def bench_forward(rt, peaks: dict, args) -> list:
-    from real_backend.compare import work
-    from sim.batch import Batch
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.ops import Shapes
+    from blendsim.real_backend.compare import work
+    from blendsim.sim.batch import Batch
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.ops import Shapes
 
     spec = rt.spec
     shapes = Shapes.of(Deployment(spec, get_hardware("h100-80gb" if rt.device.type == "cuda" else "cpu")))
     rows = []
     ex, dec = _decode_executor(rt, args.decode_seqs, args.context, args.block_size)
     p = args.prefill_tokens
-    from real_backend.executor import TorchExecutor
-    from sim.prefix_tree import PrefixTree
+    from blendsim.real_backend.executor import TorchExecutor
+    from blendsim.sim.prefix_tree import PrefixTree
 
     trace = _trace(1, p, 4)
     pre = TorchExecutor(rt, trace, PrefixTree(trace), args.block_size, -(-p // args.block_size) + 1)
@@ -113,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
 
-    from real_backend.executor import DeviceRuntime
-    from real_backend.hwmon import measure_peaks
-    from real_backend.timing import pin_threads, steady_cpu
-    from sim.models import get_model
+    from blendsim.real_backend.executor import DeviceRuntime
+    from blendsim.real_backend.hwmon import measure_peaks
+    from blendsim.real_backend.timing import pin_threads, steady_cpu
+    from blendsim.sim.models import get_model
 
     if args.device == "cpu":
         pin_threads(args.threads)

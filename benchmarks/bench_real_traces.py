@@ -40,12 +40,12 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.base import policy_names
-from sim.density import Rates, comp_time, mem_time
-from sim.deployment import make_deployment
-from sim.errors import UserError
-from sim.models import PRESETS
-from workloads.loaders import load
+from blendsim.policies.base import policy_names
+from blendsim.sim.density import Rates, comp_time, mem_time
+from blendsim.sim.deployment import make_deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.models import PRESETS
+from blendsim.workloads.loaders import load
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TRACES = {

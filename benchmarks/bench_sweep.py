@@ -34,7 +34,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from blendsim.sweep import SweepSpec, check_spec, make_backend, parse_values, run_sweep
-    from policies.base import policy_names
+    from blendsim.policies.base import policy_names
 
     known = set(policy_names())
     pols = tuple(p for p in a.policies.split(",") if p in known)

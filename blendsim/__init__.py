@@ -28,10 +28,10 @@ _EXPORTS = {
     "simulate": "blendsim.api",
     "cost": "blendsim.api",
     "policy_names": "blendsim.api",
-    "Policy": "policies.base",
-    "Router": "policies.base",
-    "PolicyContext": "sim.policy",
-    "Trace": "workloads.trace",
+    "Policy": "blendsim.policies.base",
+    "Router": "blendsim.policies.base",
+    "PolicyContext": "blendsim.sim.policy",
+    "Trace": "blendsim.workloads.trace",
 }
 # submodules reachable as attributes (a function of one of them that belongs in the API goes in _EXPORTS).
 # ``blendsim.sweep`` is the sweep package, and calling it runs blendsim.api.sweep (see blendsim/sweep/__init__.py).

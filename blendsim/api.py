@@ -7,7 +7,7 @@
 >>> r.write("runs/dfs")                      # the run directory `blendsim simulate -o` writes
 
 Every function does what its command does, with the same defaults except where noted, and a user
-mistake raises :class:`BlendsimError` (``sim.errors.UserError``) whose ``str()`` is the very line
+mistake raises :class:`BlendsimError` (``blendsim.sim.errors.UserError``) whose ``str()`` is the very line
 the command prints after ``blendsim: error:``. Policies are given as in ``--policy``: a registered
 name, an installed package's entry point, ``"path/to/file.py:ClassName"``, or here also the class
 itself (a subclass of :class:`blendsim.Policy`). See docs/api.md.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 BlendsimError = UserError  # the one exception type of user mistakes (the CLI's one-line errors)
 
@@ -33,7 +33,7 @@ def load_trace(path, format: str | None = None, limit: int | None = None):  # no
     """Read a trace: blendsim's Parquet trace, or a trace of another format as `blendsim workloads
     load --format` reads it (burstgpt, azure, vidur, jsonl). ``format=None`` goes by the file name
     (``.parquet``: blendsim's own, ``.jsonl``: jsonl). ``limit`` keeps the first N requests."""
-    from workloads.loaders import FORMATS, load
+    from blendsim.workloads.loaders import FORMATS, load
 
     p = Path(path)
     fmt = format or {".parquet": TRACE_FORMAT, ".jsonl": "jsonl"}.get(p.suffix.lower())
@@ -42,7 +42,7 @@ def load_trace(path, format: str | None = None, limit: int | None = None):  # no
                         f"{', '.join((TRACE_FORMAT, *FORMATS))}")
     if fmt != TRACE_FORMAT:
         return load(p, fmt, limit)
-    from workloads.trace import read_trace
+    from blendsim.workloads.trace import read_trace
 
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
@@ -52,7 +52,7 @@ def load_trace(path, format: str | None = None, limit: int | None = None):  # no
 
 def write_trace(trace, path) -> Path:
     """Write ``trace`` as blendsim's Parquet trace (what `blendsim simulate` reads)."""
-    from workloads.trace import write_trace as write
+    from blendsim.workloads.trace import write_trace as write
 
     return write(trace, path)
 
@@ -62,7 +62,7 @@ def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
     token ids, or of ``(segment_id, length)`` pairs (requests that share leading segments share that
     prefix), or None (a unique prompt); ``ids``; optional columns ``arrival_s``, ``output_len_hint``,
     ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s`` and ``source`` (see workloads/trace.py)."""
-    from workloads.trace import from_columns
+    from blendsim.workloads.trace import from_columns
 
     trace = from_columns(input_len=input_len, output_len=output_len, prompts=prompts, ids=ids, **optional)
     trace.validate("make_trace")
@@ -72,7 +72,7 @@ def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
 def synthesize(recipe: str, **params):
     """The trace of a workload recipe, as `blendsim workloads synth RECIPE` makes it; ``params`` are
     the recipe's options with underscores (``requests=2000, density=1.1, sharing=0.3, seed=0``)."""
-    from workloads.recipes import synthesize as synth
+    from blendsim.workloads.recipes import synthesize as synth
 
     return synth(recipe, **params)
 
@@ -100,19 +100,19 @@ class Result:
 
     @cached_property
     def steps(self):
-        from sim.rundir import steps_table
+        from blendsim.sim.rundir import steps_table
 
         return steps_table(self.run).to_pandas()
 
     @cached_property
     def requests(self):
-        from sim.rundir import requests_table
+        from blendsim.sim.rundir import requests_table
 
         return requests_table(self.run).to_pandas()
 
     @cached_property
     def schedule(self):
-        from sim.rundir import schedule_arrow
+        from blendsim.sim.rundir import schedule_arrow
 
         tab = schedule_arrow(self.run)
         return None if tab is None else tab.to_pandas()
@@ -121,7 +121,7 @@ class Result:
         """Write the run directory (summary.json, steps.parquet, requests.parquet, schedule.parquet)
         exactly as `blendsim simulate -o RUN_DIR [--force]` does; returns its path. As there, a run
         directory of another trace file is replaced only with ``force``."""
-        from sim.rundir import check_run_dir, write_run
+        from blendsim.sim.rundir import check_run_dir, write_run
 
         check_run_dir(run_dir, self.summary.get("trace_sha256"), force)
         return write_run(self.run, run_dir)
@@ -148,7 +148,7 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     """
     from blendsim.run_cli import check_seed
     from blendsim.runner import RunConfig, run_simulation
-    from sim.rundir import file_sha256
+    from blendsim.sim.rundir import file_sha256
 
     digest = file_sha256(trace) if isinstance(trace, (str, os.PathLike)) else None
     trace = _as_trace(trace)
@@ -168,7 +168,7 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
 
 
 def _as_trace(trace):
-    from workloads.trace import Trace
+    from blendsim.workloads.trace import Trace
 
     if isinstance(trace, Trace):
         return trace
@@ -243,7 +243,7 @@ def _values(v, flag: str) -> tuple[float, ...]:
 
 
 def _names(v, flag: str, each=str) -> tuple[str, ...]:
-    from sim.clikit import parse_names
+    from blendsim.sim.clikit import parse_names
 
     if isinstance(v, str):
         return parse_names(v, flag)
@@ -260,7 +260,7 @@ def _policy_spec(p) -> str:
         return str(p)
     import inspect
 
-    from policies.base import Policy, resolve_policy
+    from blendsim.policies.base import Policy, resolve_policy
 
     if not issubclass(p, Policy):
         raise UserError(f"policy {p.__qualname__}: not a subclass of blendsim.Policy")
@@ -295,9 +295,9 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,
                kv_dtype, ep, expert_skew):
     """What `blendsim cost` and :func:`cost` share: ``(summary dict, breakdown rows, deployment, cost model)``."""
-    from sim.batch import BatchFeatures
-    from sim.cost import build_cost_model
-    from sim.deployment import make_deployment
+    from blendsim.sim.batch import BatchFeatures
+    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.deployment import make_deployment
 
     if min(prefill_tokens, decode_seqs, context) < 0:
         raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
@@ -325,7 +325,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
 
 def policy_names() -> list[str]:
     """The policies known by name: this package's and those installed packages register."""
-    from policies.base import policy_names as names
+    from blendsim.policies.base import policy_names as names
 
     return names()
 

@@ -2,7 +2,7 @@
 
 Each feature area keeps its commands next to its code (``workloads/cli.py``, ``calibrate/cli.py``, ...)
 and they are mounted here. Command bodies import their heavy modules lazily so ``blendsim --help`` and
-short commands start fast. A :class:`sim.errors.UserError` anywhere ends the command with one line on
+short commands start fast. A :class:`blendsim.sim.errors.UserError` anywhere ends the command with one line on
 stderr and exit code 2.
 """
 
@@ -12,7 +12,7 @@ import json
 
 import typer
 
-from sim.clikit import UserErrorGroup
+from blendsim.sim.clikit import UserErrorGroup
 
 app = typer.Typer(
     name="blendsim",
@@ -30,9 +30,9 @@ def _mount() -> None:
     from blendsim.run_cli import register as register_run
     from blendsim.sweep.cli import sweep_cmd
     from blendsim.validate_cli import register as register_validate
-    from calibrate.cli import register as register_calibrate
-    from reports.cli import register as register_reports
-    from workloads.cli import app as workloads_app
+    from blendsim.calibrate.cli import register as register_calibrate
+    from blendsim.reports.cli import register as register_reports
+    from blendsim.workloads.cli import app as workloads_app
 
     app.add_typer(workloads_app, name="workloads", help="Synthesise, load and inspect request traces.")
     register_run(app)
@@ -52,7 +52,7 @@ def models_cmd(
 ) -> None:
     """List the model presets, or print every derived figure of one model (parameters, active parameters,
     KV bytes per token in the chosen KV dtype, experts, MLA ranks)."""
-    from sim.models import PRESETS, get_model
+    from blendsim.sim.models import PRESETS, get_model
 
     if model is not None:
         d = get_model(model, None, weights, kv_dtype).derived()
@@ -81,7 +81,7 @@ def hardware_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List the hardware presets: dense tensor-core peaks per precision, HBM, memory and interconnect."""
-    from sim.hardware import PRESETS, get_hardware
+    from blendsim.sim.hardware import PRESETS, get_hardware
 
     if name is not None:
         h = get_hardware(name)

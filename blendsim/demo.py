@@ -13,9 +13,9 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
              policies: tuple = DEMO_POLICIES, seed: int = 0, echo=print) -> dict:
     """Synthesise the workload, simulate each policy, write run dirs (and a report); return summaries."""
     from blendsim.runner import RunConfig, run_simulation, write_run
-    from policies.base import policy_names
-    from workloads.recipes import synthesize
-    from workloads.trace import write_trace
+    from blendsim.policies.base import policy_names
+    from blendsim.workloads.recipes import synthesize
+    from blendsim.workloads.trace import write_trace
 
     out = Path(out)
     t0 = time.perf_counter()
@@ -27,7 +27,7 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
          f"compute density {m.get('density', float('nan')):.3f}, optimal prefix sharing "
          f"{100 * m.get('sharing', float('nan')):.1f}%  [{time.perf_counter() - t0:.1f} s]")
     from blendsim.runner import ENGINE_FIELDS
-    from policies.base import get_policy
+    from blendsim.policies.base import get_policy
 
     engine = {k: v for k, v in get_policy("blendserve").engine_defaults.items() if k in ENGINE_FIELDS}
     known = set(policy_names())
@@ -45,14 +45,14 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
         run_dirs.append(d)
         summaries[p] = res.summary
         echo(f"  simulated {p:<11s} [{time.perf_counter() - t1:.1f} s]")
-    from reports.render import write_report
+    from blendsim.reports.render import write_report
 
     report = write_report(run_dirs, out / "report")  # dfs is the default baseline when it ran
     return {"summaries": summaries, "report": report, "out": out}
 
 
 def print_table(summaries: dict, baseline: str = "dfs") -> None:
-    from reports.terminal import print_demo_table
+    from blendsim.reports.terminal import print_demo_table
 
     print_demo_table(summaries, baseline, setting="simulated: llama-3-8b on a100-80gb, roofline cost model, "
                                                   "overlap mode, BlendServe's engine settings for all")

@@ -112,8 +112,8 @@ def simulate_cmd(
     import sys
 
     from blendsim.runner import RunConfig, check_run_dir, run_simulation, write_run
-    from sim.rundir import file_sha256
-    from workloads.trace import read_trace
+    from blendsim.sim.rundir import file_sha256
+    from blendsim.workloads.trace import read_trace
 
     check_seed(seed)
     t = read_trace(trace)
@@ -131,7 +131,7 @@ def simulate_cmd(
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     if as_json:
-        from sim.rundir import json_safe
+        from blendsim.sim.rundir import json_safe
 
         typer.echo(json.dumps(json_safe(result.summary), indent=2, sort_keys=True, allow_nan=False))
     else:
@@ -140,14 +140,14 @@ def simulate_cmd(
 
 def check_seed(seed: int) -> None:
     """Seeds are non-negative (numpy's generators take no negative seed)."""
-    from sim.errors import UserError
+    from blendsim.sim.errors import UserError
 
     if seed < 0:
         raise UserError(f"--seed must be >= 0, got {seed}")
 
 
 def parse_opts(opts: list[str] | None) -> dict:
-    from sim.errors import UserError
+    from blendsim.sim.errors import UserError
 
     out = {}
     for o in opts or []:
@@ -170,14 +170,14 @@ def _with_progress(fn, total: int, show: bool):
 
 
 def print_summary(s: dict, out: Path | None = None) -> None:
-    from reports.terminal import print_run_summary
+    from blendsim.reports.terminal import print_run_summary
 
     print_run_summary(s, out)
 
 
 def policies_cmd(name: str = typer.Argument(None, help="A policy: show its options, defaults and their sources.")) -> None:
     """List the scheduling policies; with NAME, that policy's options."""
-    from reports.terminal import print_policies
+    from blendsim.reports.terminal import print_policies
 
     print_policies(name)
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.errors import UserError
-from sim.rundir import RunResult, check_run_dir, schedule_table, write_run
-from sim.seq import EngineConfig, RequestRecords
+from blendsim.sim.errors import UserError
+from blendsim.sim.rundir import RunResult, check_run_dir, schedule_table, write_run
+from blendsim.sim.seq import EngineConfig, RequestRecords
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
                  "prefix_retain", "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio")
@@ -62,7 +62,7 @@ class RunConfig:
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
     """EngineConfig defaults < the policy's < the engine profile's (``--engine NAME``, sim.engines: the
     engine's own scheduler knobs; the policy keeps its ordering) < the options given explicitly."""
-    from sim.engines import PROFILES
+    from blendsim.sim.engines import PROFILES
 
     base = {f.name: getattr(EngineConfig(), f.name) for f in dataclasses.fields(EngineConfig)}
     base.update(policy_cls.engine_defaults)
@@ -78,7 +78,7 @@ def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
 @dataclass
 class Prepared:
     """A run wired up to the point where replicas are built: what the simulator and the live device
-    run (``real_backend.live``) share."""
+    run (``blendsim.real_backend.live``) share."""
 
     trace: object  # the trace as run (offline: every arrival at 0)
     engine: EngineConfig
@@ -95,13 +95,13 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
 
     ``deployment`` (a Deployment) and ``cost_model`` (deployment -> CostModel) replace the ones built from
     ``cfg``'s names (``blendsim fidelity``: a row's precision and fitted parameters)."""
-    from policies.base import resolve_policy
-    from sim.cost import build_cost_model
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.models import get_model
-    from sim.policy import PolicyContext
-    from sim.prefix_tree import PrefixTree
+    from blendsim.policies.base import resolve_policy
+    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
+    from blendsim.sim.policy import PolicyContext
+    from blendsim.sim.prefix_tree import PrefixTree
 
     if cfg.offline:
         trace = trace.offline()
@@ -156,10 +156,10 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
-    from sim.density import Rates, bounds
-    from sim.engine import Cluster, Replica, SimExecutor
-    from sim.kv import KVCache
-    from sim.metrics import per_request_table, summarize
+    from blendsim.sim.density import Rates, bounds
+    from blendsim.sim.engine import Cluster, Replica, SimExecutor
+    from blendsim.sim.kv import KVCache
+    from blendsim.sim.metrics import per_request_table, summarize
 
     run = prepare_run(trace, cfg)
     trace, eng, dep, cm, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.cost_model, run.tree,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from real_backend import results
-from real_backend.results import ValidationStopped
-from sim.errors import UserError
+from blendsim.real_backend import results
+from blendsim.real_backend.results import ValidationStopped
+from blendsim.sim.errors import UserError
 
 GIB = 2**30
 
@@ -93,10 +93,10 @@ def guess_hardware(dev) -> str:
 def simulate(trace, cfg: ValidateConfig, policy: str, hardware: str):
     """The recorded simulation of one policy and its cost model."""
     from blendsim.runner import RunConfig, run_simulation
-    from sim.cost import build_cost_model
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.models import get_model
+    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
 
     rc = RunConfig(policy=policy, model=cfg.model, hardware=hardware, replicas=cfg.replicas, mode=cfg.mode,
                    engine=cfg.engine, profile=cfg.profile, dtype=cfg.dtype, token_budget=cfg.token_budget,
@@ -122,9 +122,9 @@ def need_bytes(spec, peak_blocks: int, block_size: int, max_tokens: int, max_log
 
 def run_validation(trace_path, cfg: ValidateConfig, out, progress=None) -> dict:
     """Validate and write ``out``; returns the summary. ``progress(text)`` reports as steps run."""
-    from real_backend.replay import load_schedule, peak_blocks
-    from sim.prefix_tree import PrefixTree
-    from workloads.trace import read_trace
+    from blendsim.real_backend.replay import load_schedule, peak_blocks
+    from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.workloads.trace import read_trace
 
     results.check_val_dir(out)
     dev = resolve_device(cfg.device)
@@ -152,14 +152,14 @@ def run_validation(trace_path, cfg: ValidateConfig, out, progress=None) -> dict:
     if ctx > spec.max_position_embeddings:
         raise UserError(f"{trace_path}: a request reaches {ctx} tokens, past {spec.name}'s "
                         f"{spec.max_position_embeddings} positions")
-    from real_backend.hwmon import free_memory_bytes
+    from blendsim.real_backend.hwmon import free_memory_bytes
 
     have = cfg.device_memory_bytes or free_memory_bytes(dev)
     if need > have:
         raise UserError(f"the schedule needs {_size(need)} on {dev} at its peak ({worst[0]} KV blocks = "
                         f"{_size(worst[1])}, weights {_size(spec.weight_bytes)}, activations) but {_size(have)} "
                         f"are free; use --gpu-memory-utilization, a smaller --max-seqs or a smaller trace")
-    from real_backend.session import Session
+    from blendsim.real_backend.session import Session
 
     sess = Session(cfg, dev, spec, trace, tree, sims, plans, hardware, out, progress)
     return sess.run()

@@ -1,4 +1,4 @@
-"""Calibration: profile a model's kernels on a device, fit them, and save a ``sim.profile.Profile``.
+"""Calibration: profile a model's kernels on a device, fit them, and save a ``blendsim.sim.profile.Profile``.
 
 * ``run``       — one calibration run (:class:`~calibrate.run.Calibrator`): plan, measure, fit, assemble.
 * ``grids``     — where each operator is measured (token, prefill and decode grids; quick variants).

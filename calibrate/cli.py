@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 OUT_HELP = "Profile JSON to write (atomically; an existing file is replaced only by a complete profile)."
 
@@ -48,8 +48,8 @@ def calibrate_cmd(
     _check_out(out)
     from rich.console import Console
 
-    from calibrate.report import fit_table
-    from calibrate.run import CalibrationConfig, Calibrator
+    from blendsim.calibrate.report import fit_table
+    from blendsim.calibrate.run import CalibrationConfig, Calibrator
 
     cfg = CalibrationConfig(model=model, device=device, dtype=dtype, tp=tp, quick=quick, threads=threads,
                             seed=seed, holdout=holdout, command=_command(ctx))
@@ -73,9 +73,9 @@ def show_cmd(
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="... and this KV-cache dtype (bf16, fp16, fp8)."),
 ) -> None:
     """Print a profile's device, fit errors and coverage (operators and grid ranges)."""
-    from calibrate.report import print_profile
-    from sim.models import KV_DTYPES, WEIGHT_PRECISIONS
-    from sim.profile import load_profile
+    from blendsim.calibrate.report import print_profile
+    from blendsim.sim.models import KV_DTYPES, WEIGHT_PRECISIONS
+    from blendsim.sim.profile import load_profile
 
     if weights is not None and weights not in WEIGHT_PRECISIONS:
         raise UserError(f"--weights {weights}: use one of {', '.join(WEIGHT_PRECISIONS)}")
@@ -104,8 +104,8 @@ def import_vidur_cmd(
     """Turn Vidur-format profiling CSVs into a blendsim profile."""
     from rich.console import Console
 
-    from calibrate.report import fit_table
-    from calibrate.vidur import import_vidur
+    from blendsim.calibrate.report import fit_table
+    from blendsim.calibrate.vidur import import_vidur
 
     _check_out(out)
     profile = import_vidur(folder, model, tp, dtype, command=_command(ctx))

@@ -2,8 +2,8 @@
 
 The peaks (a large device-to-device copy for memory bandwidth, a large square matmul in the run's
 dtype for matmul throughput) go in ``profile.hardware`` under HardwareSpec's field names, so a user
-with an unlisted GPU can fill a :class:`sim.hardware.HardwareSpec` from them
-(:func:`calibrate.report.hardware_fields`, printed by ``blendsim calibrate show``).
+with an unlisted GPU can fill a :class:`blendsim.sim.hardware.HardwareSpec` from them
+(:func:`blendsim.calibrate.report.hardware_fields`, printed by ``blendsim calibrate show``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import platform
 
 import torch
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 
 def resolve_device(device: str) -> str:
@@ -44,7 +44,7 @@ def software(device: str) -> dict:
     import numpy
     import scipy
 
-    from sim import __version__
+    from blendsim.sim import __version__
 
     d = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
          "numpy": numpy.__version__, "scipy": scipy.__version__, "blendsim": __version__}

@@ -21,7 +21,7 @@ does. ``OpFit`` evaluates such a term as it is (``x`` is clamped to the domain, 
 
 Selection: the grid's corner points always stay in training (held-out error then measures
 interpolation, which is how the cost model uses a fit; beyond the domain it scales linearly, see
-``sim.profile.OpFit.predict``); the other points are split into k interleaved folds. A form's score is
+``blendsim.sim.profile.OpFit.predict``); the other points are split into k interleaved folds. A form's score is
 the (density-weighted) mean relative error over the folds' held-out points and the corners' in-sample
 errors, each capped at 100%: a mean, so that a form missing a whole region counts (the one-token
 matrix-vector GEMM is a corner, 2x faster than two tokens on CPUs), and capped, so that one disturbed
@@ -38,7 +38,7 @@ from dataclasses import replace
 import numpy as np
 from scipy.optimize import least_squares
 
-from sim.profile import OP_VARS, OpFit, Profile
+from blendsim.sim.profile import OP_VARS, OpFit, Profile
 
 MAX_DEGREE = 3
 FOLDS = 5

@@ -3,10 +3,10 @@
 A kernel timed alone in a loop runs with its weights, inputs and code hot in the caches. In a forward
 pass it does not: every layer streams different weights, and on a CPU each small operator's dispatch
 and memory traffic starts cold, which costs several times its hot-loop time. So calibration times
-every operator inside forwards of the replay's own model (``real_backend.model.LlamaModel``) and
-attention backend (``real_backend.attention.select_backend``: plan, then forward over a paged KV cache
-with block tables), with the replay's per-operator timer (``real_backend.timing``). Each grid point is a
-synthetic step whose features are the cost model's for that point (``calibrate.validate.features``):
+every operator inside forwards of the replay's own model (``blendsim.real_backend.model.LlamaModel``) and
+attention backend (``blendsim.real_backend.attention.select_backend``: plan, then forward over a paged KV cache
+with block tables), with the replay's per-operator timer (``blendsim.real_backend.timing``). Each grid point is a
+synthetic step whose features are the cost model's for that point (``blendsim.calibrate.validate.features``):
 
 * token operators at ``t`` tokens (``n`` sampling rows for ``lm_head``): ``t`` decode tokens, each
   writing its own slot of the cache and reading one cached token (attention negligible);
@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from calibrate.kernels import TOKEN_OPS
+from blendsim.calibrate.kernels import TOKEN_OPS
 
 BLOCK_SIZE = 16  # KV page size: the engines' default (``policies``), so the replay pages alike
 LAYER_BUDGET_BYTES = 1 << 30
@@ -57,9 +57,9 @@ class ForwardProbe:
 
     def __init__(self, model, tp: int, device: str, seed: int = 0, max_position: int = 0,
                  prefer_backend: str | None = None, block_size: int = BLOCK_SIZE):
-        from real_backend.attention import select_backend
-        from real_backend.model import LlamaModel
-        from real_backend.timing import Clock
+        from blendsim.real_backend.attention import select_backend
+        from blendsim.real_backend.model import LlamaModel
+        from blendsim.real_backend.timing import Clock
 
         self.layers = probe_layers(model, tp)
         self.spec = shard_spec(model, tp, self.layers, max_position)
@@ -108,7 +108,7 @@ class ForwardProbe:
 
     def decode_kernel(self, b: int, ctx: int):
         """A callable running one layer's decode attention alone (``b`` tokens after ``ctx`` each)."""
-        from real_backend.timing import NULL_OPS
+        from blendsim.real_backend.timing import NULL_OPS
 
         self.decode(b, ctx)  # allocates the blocks and builds the inputs
         self.attn.plan(self.last_inputs)
@@ -128,7 +128,7 @@ class ForwardProbe:
         return self.rng.permutation(self.kv.num_blocks)[:n].astype(np.int64)
 
     def _ensure(self, blocks: int) -> None:
-        from real_backend.paged_kv import PagedKVCache
+        from blendsim.real_backend.paged_kv import PagedKVCache
 
         if self.kv is None or self.kv.num_blocks < blocks:
             s = self.spec
@@ -137,7 +137,7 @@ class ForwardProbe:
                                    self.model.dtype, self.device)
 
     def _step(self, t, pos, slots, logits, q_start, kv_len, tables, prefills, blocks, keep):
-        from real_backend.sequences import StepInputs
+        from blendsim.real_backend.sequences import StepInputs
 
         self._ensure(blocks)
         ids = self.rng.integers(0, self.spec.vocab_size, t)
@@ -179,7 +179,7 @@ def measure_plan(probe: ForwardProbe, clock, plan: dict, passes: int = 1, skippe
     Token operators share one sweep over the union of their points (one forward times them all);
     attention operators get a sweep each. ``tick(label)`` is called once per point and pass.
     """
-    from calibrate.measure import measure_steps
+    from blendsim.calibrate.measure import measure_steps
 
     tick = tick or (lambda label: None)
     out: dict = {}

@@ -1,11 +1,11 @@
 """The per-token operators of one decoder layer (and the model's ends), as standalone timeable callables.
 
-A profile's operator times come from forwards of the real backend's model (``calibrate.forward``):
+A profile's operator times come from forwards of the real backend's model (``blendsim.calibrate.forward``):
 a kernel looped alone runs with its data and code hot in the caches, which a forward pass never
 does. These standalone callables serve where one kernel must run on its own: the two-stream overlap
-measurement (``calibrate.overlap``) co-runs a GEMM from here with decode attention.
+measurement (``blendsim.calibrate.overlap``) co-runs a GEMM from here with decode attention.
 
-Shapes are exactly those the cost model accounts for (``sim.ops.Shapes``: the per-GPU shard under
+Shapes are exactly those the cost model accounts for (``blendsim.sim.ops.Shapes``: the per-GPU shard under
 tensor parallelism), so a profile's times and the roofline's FLOP/byte counts describe the same work:
 
 * GEMMs ``x @ W.T`` (``F.linear``, the layout real engines use): ``qkv_proj`` (hidden -> q + 2 kv, with
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sim.ops import Shapes
+from blendsim.sim.ops import Shapes
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "norm", "rope", "act", "kv_write",

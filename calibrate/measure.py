@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from calibrate.timing import Clock, is_oom, summarize
+from blendsim.calibrate.timing import Clock, is_oom, summarize
 
 
 @dataclass(slots=True)
@@ -40,7 +40,7 @@ def measure_op(clock: Clock, op: str, points, build, passes: int = 1, skipped: l
 
 def measure_steps(clock: Clock, points, build, ops_at, passes: int = 1, skipped: list | None = None,
                   on_point=None, release=None) -> dict[str, OpData]:
-    """:func:`measure_op` for callables that time their own operators (``calibrate.forward``).
+    """:func:`measure_op` for callables that time their own operators (``blendsim.calibrate.forward``).
 
     ``build(point)()`` runs one step and returns ``{op: seconds}``; every call is one sample of each
     operator in it. ``ops_at(point)`` names the operators measured at ``point`` (an out-of-memory

@@ -1,7 +1,7 @@
 """Operator overlap: a GEMM and a decode attention on two CUDA streams, together versus alone.
 
 The cost model's ``overlap`` mode prices co-running compute- and memory-bound work as
-``t_together = max(t_a, t_b) + kappa * min(t_a, t_b)`` (``sim.cost.CostModel._combine``): kappa = 0 is
+``t_together = max(t_a, t_b) + kappa * min(t_a, t_b)`` (``blendsim.sim.cost.CostModel._combine``): kappa = 0 is
 perfect overlap, kappa = 1 no overlap at all. Here both kernels are timed alone and launched together
 on two streams over a grid of sizes, and kappa is fitted to the measured ``t_together``. CPUs have no
 streams: the caller records the skip and leaves the interference null (the hardware default applies).
@@ -58,7 +58,7 @@ def measure_overlap(clock, gemm_build, decode_build, grid, skipped: list, on_poi
 
     Returns the profile's ``overlap`` record (points and fit), or None when no point could be measured.
     """
-    from calibrate.timing import is_oom
+    from blendsim.calibrate.timing import is_oom
 
     points = []
     for t, b, c in grid:

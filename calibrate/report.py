@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from sim.ops import OPS
-from sim.profile import OP_VARS, Profile
+from blendsim.sim.ops import OPS
+from blendsim.sim.profile import OP_VARS, Profile
 
 
 def _pct(v) -> str:
@@ -85,7 +85,7 @@ def print_profile(profile: Profile, console: Console | None = None) -> None:
 
 
 def hardware_fields(profile: Profile) -> dict:
-    """:class:`sim.hardware.HardwareSpec` keyword arguments measured by a profile, for an unlisted device.
+    """:class:`blendsim.sim.hardware.HardwareSpec` keyword arguments measured by a profile, for an unlisted device.
 
     ``mem_bandwidth`` is the measured copy bandwidth (bytes read + written per second); the matmul peak
     fills ``peak_flops_fp32`` for an fp32 profile, else ``peak_flops``; the efficiencies stay the preset

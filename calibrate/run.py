@@ -1,13 +1,13 @@
 """One calibration run: measure every operator of a model shard on a device, fit, and build a Profile.
 
 Operators are timed inside forwards of the real backend's model and attention backend
-(``calibrate.forward``), so the profile prices what ``blendsim validate`` replays.
+(``blendsim.calibrate.forward``), so the profile prices what ``blendsim validate`` replays.
 
     cal = Calibrator(CalibrationConfig(model="tiny", device="cpu", quick=True))
     profile = cal.run(advance=lambda label: ...)   # cal.total_steps() calls of advance
     profile.save("p.json")
 
-Shapes come from ``sim.ops.Shapes`` of the deployment (model, dtype, tp), so the profiled GEMMs are
+Shapes come from ``blendsim.sim.ops.Shapes`` of the deployment (model, dtype, tp), so the profiled GEMMs are
 exactly the per-GPU GEMMs the cost model accounts for. Out-of-memory points are skipped and listed
 in ``profile.skipped``; an operator left with fewer than three points is left out (the cost model
 falls back to the roofline for it and says so).
@@ -20,21 +20,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from calibrate import grids
-from calibrate.device import identity, measure_peaks, resolve_device, software
-from calibrate.fit import attach_holdout, fit_op
-from calibrate.forward import ForwardProbe, backend_info, longest_position, measure_plan, plan_steps
-from calibrate.kernels import TOKEN_OPS, TORCH_DTYPES, TokenKernels
-from calibrate.measure import OpData
-from calibrate.overlap import GEMM_OP, measure_overlap
-from calibrate.timing import Clock, is_oom, keep_freed_memory, pin_threads
-from calibrate.validate import heldout_points
-from sim.deployment import Deployment
-from sim.errors import UserError
-from sim.hardware import HardwareSpec
-from sim.models import get_model
-from sim.ops import Shapes
-from sim.profile import Profile, model_shape
+from blendsim.calibrate import grids
+from blendsim.calibrate.device import identity, measure_peaks, resolve_device, software
+from blendsim.calibrate.fit import attach_holdout, fit_op
+from blendsim.calibrate.forward import ForwardProbe, backend_info, longest_position, measure_plan, plan_steps
+from blendsim.calibrate.kernels import TOKEN_OPS, TORCH_DTYPES, TokenKernels
+from blendsim.calibrate.measure import OpData
+from blendsim.calibrate.overlap import GEMM_OP, measure_overlap
+from blendsim.calibrate.timing import Clock, is_oom, keep_freed_memory, pin_threads
+from blendsim.calibrate.validate import heldout_points
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.hardware import HardwareSpec
+from blendsim.sim.models import get_model
+from blendsim.sim.ops import Shapes
+from blendsim.sim.profile import Profile, model_shape
 
 CPU_PASSES = 3  # interleaved sweeps over each grid on CPU (see calibrate.measure)
 
@@ -104,7 +104,7 @@ class Calibrator:
         """Measure, fit and return the profile; ``advance(label)`` is called once per step.
 
         The process's torch thread count is restored afterwards; on CPU the glibc allocator keeps
-        freed memory from then on (see :func:`calibrate.timing.keep_freed_memory`).
+        freed memory from then on (see :func:`blendsim.calibrate.timing.keep_freed_memory`).
         """
         tick = (lambda label: advance(label)) if advance else (lambda label: None)
         torch.manual_seed(self.cfg.seed)

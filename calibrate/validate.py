@@ -2,7 +2,7 @@
 
 Points are drawn (seeded) inside each operator's measured domain but off its grid: log-spaced token
 counts nudged off grid values, and log-uniform (tokens, context) / (batch, context) pairs for
-attention. Predictions go through :class:`sim.profile.ProfileTimer` (the cost model's path, with
+attention. Predictions go through :class:`blendsim.sim.profile.ProfileTimer` (the cost model's path, with
 features built as the engine builds them), not through the fit directly, so the check covers the chain.
 
 Two ways to time them: :func:`validate` measures them now, on this device (a later check of a
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.batch import BatchFeatures
-from sim.profile import Profile, ProfileTimer
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.profile import Profile, ProfileTimer
 
 
 def heldout_points(op: str, grid, n: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
@@ -62,7 +62,7 @@ def features(op: str, p) -> BatchFeatures:
 
 def predict(timer: ProfileTimer, op: str, p) -> float:
     """Seconds the cost model gives ``op`` at ``p``."""
-    from sim.ops import op_counts
+    from blendsim.sim.ops import op_counts
 
     f = features(op, p)
     flops, nbytes, kernels = op_counts(timer.shapes, f)[op]
@@ -74,8 +74,8 @@ def validate(profile: Profile, model, device: str, n_points: int = 8, seed: int 
     """Measure held-out points of every fitted operator; ``{op: {points, measured_s, predicted_s, rel_err}}``."""
     import torch
 
-    from calibrate.run import shard_deployment
-    from calibrate.timing import keep_freed_memory, pin_threads
+    from blendsim.calibrate.run import shard_deployment
+    from blendsim.calibrate.timing import keep_freed_memory, pin_threads
 
     timer = ProfileTimer(profile, shard_deployment(model, profile.tp))
     threads_before = torch.get_num_threads()
@@ -92,8 +92,8 @@ def validate(profile: Profile, model, device: str, n_points: int = 8, seed: int 
 def _validate(profile, model, device, timer, n_points, seed, passes, ops) -> dict:
     import torch
 
-    from calibrate.forward import ForwardProbe, longest_position, measure_plan
-    from calibrate.timing import Clock
+    from blendsim.calibrate.forward import ForwardProbe, longest_position, measure_plan
+    from blendsim.calibrate.timing import Clock
 
     rng = np.random.default_rng(seed)
     clock = Clock(device, budget_s=0.06, min_reps=6, max_reps=60)
@@ -119,7 +119,7 @@ def holdout_errors(profile: Profile, model) -> dict:
 
     Same shape as :func:`validate`'s result; operators without stored held-out points are left out.
     """
-    from calibrate.run import shard_deployment
+    from blendsim.calibrate.run import shard_deployment
 
     timer = ProfileTimer(profile, shard_deployment(model, profile.tp))
     out = {}

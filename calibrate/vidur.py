@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.fit import fit_op
-from calibrate.run import shard_deployment
-from sim.errors import UserError
-from sim.models import PRESETS, get_model
-from sim.profile import Profile, model_shape
+from blendsim.calibrate.fit import fit_op
+from blendsim.calibrate.run import shard_deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.models import PRESETS, get_model
+from blendsim.sim.profile import Profile, model_shape
 
 MLP_MAP = {"attn_pre_proj": "qkv_proj", "attn_post_proj": "o_proj", "mlp_up_proj": "gate_up_proj",
            "mlp_down_proj": "down_proj", "attn_rope": "rope", "mlp_act": "act", "emb": "embedding"}
@@ -88,7 +88,7 @@ def import_vidur(folder: str | Path, model: str | None = None, tp: int = 1, dtyp
             skipped.append({"op": op, "point": [], "reason": f"only {len(med)} usable points: not fitted"})
             continue
         ops[op] = fit_op(op, grid, med)
-    from sim import __version__
+    from blendsim.sim import __version__
 
     vocab = int(mlp["vocab_size"].iloc[0]) if "vocab_size" in mlp and pd.notna(mlp["vocab_size"].iloc[0]) else None
     return Profile(model=spec.name, model_shape=model_shape(spec), dtype=spec.dtype, tp=dep.tp, ops=ops,

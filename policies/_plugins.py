@@ -16,7 +16,7 @@ import traceback
 import types
 from pathlib import Path
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 GROUP = "blendsim.policies"
 

@@ -6,7 +6,7 @@ A policy is one file: a subclass of :class:`Policy` decorated with ``@register("
 * give every request a priority (:meth:`Policy.rank`, lower first): the waiting-queue order of the
   default scheduler and the order requests are handed to the router;
 * supply its router (:meth:`Policy.make_router`, round-robin by default) and its per-replica
-  scheduler (:meth:`Policy.make_scheduler`, ``sim.scheduler.Scheduler`` with a rank queue by default);
+  scheduler (:meth:`Policy.make_scheduler`, ``blendsim.sim.scheduler.Scheduler`` with a rank queue by default);
 * set engine defaults (token budget, sequence cap, block size, ...) and its engine-overhead style.
 
 Policy files in this package are discovered automatically: adding a policy touches one file.
@@ -30,11 +30,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from policies import _plugins
-from sim.errors import UserError
-from sim.policy import PolicyContext
-from sim.scheduler import Scheduler
-from sim.seq import WaitQueue
+from blendsim.policies import _plugins
+from blendsim.sim.errors import UserError
+from blendsim.sim.policy import PolicyContext
+from blendsim.sim.scheduler import Scheduler
+from blendsim.sim.seq import WaitQueue
 
 _REGISTRY: dict[str, type] = {}
 _ROUTERS: dict[str, type] = {}
@@ -61,11 +61,11 @@ def register_router(name: str):
 
 
 def _discover() -> None:
-    import policies
+    from blendsim import policies
 
     for m in pkgutil.iter_modules(policies.__path__):
         if not m.name.startswith("_") and m.name != "base":
-            importlib.import_module(f"policies.{m.name}")
+            importlib.import_module(f"blendsim.policies.{m.name}")
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def _class_source(cls: type) -> tuple[str, str | None]:
     if not f.is_file():
         return f"{cls.__module__}.{cls.__qualname__}", None
     root = Path(__file__).resolve().parent
-    if cls.__module__.split(".")[0] == "policies" and f.resolve().is_relative_to(root):
+    if cls.__module__.startswith("blendsim.policies.") and f.resolve().is_relative_to(root):
         return f.resolve().relative_to(root.parent).as_posix(), None
     return str(f.resolve()), hashlib.sha256(f.read_bytes()).hexdigest()
 

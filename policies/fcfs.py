@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from policies.base import Policy, register
+from blendsim.policies.base import Policy, register
 
 
 @register("fcfs")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import Policy, register
+from blendsim.policies.base import Policy, register
 
 
 @register("random")

@@ -7,7 +7,7 @@ Engine overhead: ``vllm`` (Sarathi-Serve is built on vLLM).
 
 from __future__ import annotations
 
-from policies.base import Policy, register
+from blendsim.policies.base import Policy, register
 
 
 @register("sarathi")

@@ -9,7 +9,7 @@ the newest running request is preempted and recomputed later. Engine overhead: `
 
 from __future__ import annotations
 
-from policies.base import Policy, register
+from blendsim.policies.base import Policy, register
 
 
 @register("vllm")

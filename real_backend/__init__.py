@@ -1,6 +1,6 @@
 """The real backend: a Llama-shaped PyTorch model with paged KV that executes the simulator's schedule.
 
-* ``model`` — the decoder (random seeded weights), operator for operator what ``sim.ops`` prices;
+* ``model`` — the decoder (random seeded weights), operator for operator what ``blendsim.sim.ops`` prices;
 * ``paged_kv`` — block manager (tables, reference counts, the prefix-cache block map driven by the
   simulator's insert/evict events) and the paged K/V tensors;
 * ``attention`` — paged attention backends (FlashAttention, FlashInfer, PyTorch SDPA);

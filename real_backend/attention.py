@@ -4,7 +4,7 @@ Every backend has the same two calls: ``plan(inputs)`` once per step (host work,
 forward: block tables and index tensors, as FlashInfer's ``plan`` and vLLM's metadata builders do) and
 ``forward(layer, q, kv, ops)`` once per layer, after the layer's new K/V are written (so a request that
 reuses blocks another request of the same step just computed reads them). Semantics are the cost
-model's (``sim.ops``): a chunk of n new tokens after c cached ones attends causally to c + n keys with
+model's (``blendsim.sim.ops``): a chunk of n new tokens after c cached ones attends causally to c + n keys with
 the diagonal at the *end*; a decode token reads its whole context plus itself. GQA heads are never
 expanded where the kernel supports GQA.
 
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from real_backend.sequences import StepInputs
+from blendsim.real_backend.sequences import StepInputs
 
 BACKENDS = ("flash_attn", "flashinfer", "torch_sdpa")
 DECODE_PAD = 0.75  # a decode group holds sequences at least this fraction of its longest one
@@ -243,8 +243,8 @@ def select_backend(device, q_heads: int, kv_heads: int, head_dim: int, dtype, bl
 
 def _smoke(backend, device, hq: int, hk: int, d: int, dtype, B: int) -> None:
     """One tiny step (a 3-token chunk after 2 cached tokens and a decode over 5) through ``backend``."""
-    from real_backend.paged_kv import PagedKVCache
-    from real_backend.timing import NULL_OPS
+    from blendsim.real_backend.paged_kv import PagedKVCache
+    from blendsim.real_backend.timing import NULL_OPS
 
     kv = PagedKVCache(1, 2 * (-(-6 // B)), B, hk, d, dtype, device)
     nb = -(-6 // B)

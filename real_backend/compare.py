@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.ops import GEMM_OPS, OPS
+from blendsim.sim.ops import GEMM_OPS, OPS
 
 CLASSES = ("gemm", "attention", "other")
 PREFILL_HEAVY = 0.9  # a step is prefill-heavy when this share of its tokens are prefill tokens
@@ -106,8 +106,8 @@ def speedup(base: dict, other: dict) -> dict:
 
 
 def work(shapes, layers: int, feats) -> tuple[np.ndarray, np.ndarray]:
-    """FLOPs and bytes of each step from the cost model's accounting (``sim.ops.op_counts``)."""
-    from sim.ops import op_counts
+    """FLOPs and bytes of each step from the cost model's accounting (``blendsim.sim.ops.op_counts``)."""
+    from blendsim.sim.ops import op_counts
 
     flops = bytes_ = 0.0
     for name, (f, b, _k) in op_counts(shapes, feats).items():

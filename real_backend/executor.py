@@ -1,4 +1,4 @@
-"""TorchExecutor: runs one engine step on a device and measures it — a drop-in for ``sim.engine.SimExecutor``.
+"""TorchExecutor: runs one engine step on a device and measures it — a drop-in for ``blendsim.sim.engine.SimExecutor``.
 
 ``run(batch) -> seconds`` is the Executor protocol of the engine (``Replica.run_until``); ``.last`` is
 the step's (compute, memory) seconds when per-operator timing ran on it, else (0, 0). The executor owns
@@ -8,7 +8,7 @@ schedule's events reach it two ways:
 * *live*: give it the scheduler's ``events`` list (``Scheduler(record=True)``); each ``run`` first
   applies the events appended since the last one — the previous step's finishes, then this step's
   preemptions, evictions, chunk allocations, cache inserts and decodes, in the scheduler's order;
-* *replay*: ``real_backend.replay`` calls :meth:`apply` for each recorded event and :meth:`execute` per step.
+* *replay*: ``blendsim.real_backend.replay`` calls :meth:`apply` for each recorded event and :meth:`execute` per step.
 
 A :class:`DeviceRuntime` (model weights, clock) is shared by every executor of a validation run.
 """
@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from real_backend.attention import select_backend
-from real_backend.model import LlamaModel
-from real_backend.paged_kv import BlockManager, PagedKVCache
-from real_backend.sequences import SequenceBook, StepInputs
-from real_backend.timing import NULL_OPS, Clock
-from sim.ops import OPS
+from blendsim.real_backend.attention import select_backend
+from blendsim.real_backend.model import LlamaModel
+from blendsim.real_backend.paged_kv import BlockManager, PagedKVCache
+from blendsim.real_backend.sequences import SequenceBook, StepInputs
+from blendsim.real_backend.timing import NULL_OPS, Clock
+from blendsim.sim.ops import OPS
 
 
 class DeviceRuntime:
@@ -53,7 +53,7 @@ class DeviceRuntime:
     def warmup(self, trace, tree, block_size: int, steps: int = 3) -> None:
         """Run a few throw-away steps (first-call allocations, kernel selection) on a scratch cache: a
         prefill chunk of the longest prompt (at most 256 tokens), the shortest prompt whole, its decodes."""
-        from sim.batch import Batch
+        from blendsim.sim.batch import Batch
 
         lo, hi = int(np.argmin(trace.input_len)), int(np.argmax(trace.input_len))
         p, n = int(trace.input_len[lo]), min(int(trace.input_len[hi]), 256)

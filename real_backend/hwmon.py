@@ -27,7 +27,7 @@ def device_info(device: torch.device) -> dict:
     else:
         import platform
 
-        from calibrate.device import cpu_model
+        from blendsim.calibrate.device import cpu_model
 
         info.update(name=cpu_model() or platform.processor() or platform.machine(),
                     threads=torch.get_num_threads(), cpus=os.cpu_count())
@@ -52,7 +52,7 @@ def _best(clock, fn, reps: int) -> float:
 
 def measure_peaks(clock, dtype: torch.dtype) -> dict:
     """Measured copy bandwidth (bytes/s, read + write) and matmul rate (FLOP/s) of ``clock``'s device
-    (a :class:`real_backend.timing.Clock`, so CPU peaks use the same clock as the steps)."""
+    (a :class:`blendsim.real_backend.timing.Clock`, so CPU peaks use the same clock as the steps)."""
     device = clock.device
     cuda = device.type == "cuda"
     nbytes = (2 << 30) if cuda else (256 << 20)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from real_backend.executor import DeviceRuntime, TorchExecutor
+from blendsim.real_backend.executor import DeviceRuntime, TorchExecutor
 
 
 @dataclass
@@ -30,10 +30,10 @@ def run_live(run, num_replicas: int, runtime: DeviceRuntime, *, repeats: int = 1
 
     ``on_step(replica, batch, t_end)`` is called after every step (e.g. to check invariants).
     """
-    from sim.engine import Cluster, Replica
-    from sim.errors import UserError
-    from sim.kv import KVCache
-    from sim.seq import RequestRecords
+    from blendsim.sim.engine import Cluster, Replica
+    from blendsim.sim.errors import UserError
+    from blendsim.sim.kv import KVCache
+    from blendsim.sim.seq import RequestRecords
 
     trace, eng, dep, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.tree, run.num_blocks,
                                              run.policy)

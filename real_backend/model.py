@@ -1,12 +1,12 @@
-"""A Llama-architecture decoder in PyTorch, built from a ``sim.models.ModelSpec`` with seeded random weights.
+"""A Llama-architecture decoder in PyTorch, built from a ``blendsim.sim.models.ModelSpec`` with seeded random weights.
 
-Its operators are exactly those ``sim.ops`` prices, with the same shapes; calibration times them inside
-this model's own forward (``calibrate.forward``), so a profile describes this model:
+Its operators are exactly those ``blendsim.sim.ops`` prices, with the same shapes; calibration times them inside
+this model's own forward (``blendsim.calibrate.forward``), so a profile describes this model:
 
 * ``embedding`` token lookup (plus learned positions when the spec has no rotary);
 * per layer: ``norm`` (residual add + RMSNorm, twice), ``qkv_proj`` (fused, bias for Qwen2), ``rope``
   (neox-style on q and k), ``kv_write`` (scatter into the paged cache), ``attn_prefill`` /
-  ``attn_decode`` (see ``real_backend.attention``), ``o_proj``, ``gate_up_proj`` (fused gate and up;
+  ``attn_decode`` (see ``blendsim.real_backend.attention``), ``o_proj``, ``gate_up_proj`` (fused gate and up;
   one matrix when the MLP is not gated), ``act`` (SiLU-and-mul, or ReLU), ``down_proj``;
 * ``lm_head``: the last residual add and the final RMSNorm for the rows that sample only, the LM-head
   GEMM and float32 logits.

@@ -3,8 +3,8 @@
 :class:`BlockManager` owns physical block ids. Every running sequence has a *block table* (its logical
 blocks -> physical blocks) and holds one reference on each block in it. The *block map*, keyed by
 ``(static prefix-tree node, block index within the node)``, is the prefix cache: it mirrors
-``sim.kv.KVCache`` exactly because it changes only through the simulator's own ``insert`` / ``evict``
-events (``sim.scheduler.Scheduler.events``). A sequence admitted with ``h`` cached tokens points its first
+``blendsim.sim.kv.KVCache`` exactly because it changes only through the simulator's own ``insert`` / ``evict``
+events (``blendsim.sim.scheduler.Scheduler.events``). A sequence admitted with ``h`` cached tokens points its first
 ``h / block_size`` table entries at the mapped blocks, so sequences sharing a prefix share physical KV.
 A block returns to the free list when no table references it and the map does not hold it.
 

@@ -1,9 +1,9 @@
 """Replay a recorded schedule on a device, step by step, exactly as the simulator formed it.
 
 A schedule (``RunResult.schedule``, or ``RUN_DIR/schedule.parquet`` from ``blendsim simulate
---record-schedule``) lists every replica's events in order (``sim.scheduler.Scheduler.events``). For each
+--record-schedule``) lists every replica's events in order (``blendsim.sim.scheduler.Scheduler.events``). For each
 step the replay applies that step's events — preemptions, evictions, chunk allocations, cache inserts,
-decodes — rebuilds the step's :class:`sim.batch.Batch` from its ``chunk`` and ``decode`` events, executes
+decodes — rebuilds the step's :class:`blendsim.sim.batch.Batch` from its ``chunk`` and ``decode`` events, executes
 it, then applies the step's ``finish`` events. The replayed Batches are the simulator's Batches (tested).
 
 :func:`peak_blocks` runs the same events through a device-free block manager to find the most KV blocks
@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from real_backend.paged_kv import BlockManager, KVExhausted
-from real_backend.sequences import SequenceBook
-from sim.batch import Batch
-from sim.errors import UserError
-from sim.io import read_parquet
+from blendsim.real_backend.paged_kv import BlockManager, KVExhausted
+from blendsim.real_backend.sequences import SequenceBook
+from blendsim.sim.batch import Batch
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import read_parquet
 
 META_KEYS = ("block_size", "kv_capacity_blocks", "model", "policy", "dtype", "tp")
 
@@ -55,7 +55,7 @@ def load_schedule(src) -> Schedule:
 
 def _read_parquet(path: Path):
 
-    from sim import columns as col
+    from blendsim.sim import columns as col
 
     if path.is_dir():
         path = path / "schedule.parquet"

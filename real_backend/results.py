@@ -4,7 +4,7 @@
 replayed step: the Batch's counts, predicted and measured seconds, cost-model FLOPs and bytes),
 ``ops.parquet`` (per operator, on the steps whose operators were timed), ``nvml.parquet`` (GPU samples)
 and ``sim/<policy>/`` (each policy's simulated run, ``schedule.parquet`` included, for later replays;
-the folder name made file-safe by ``sim.rundir.run_dir_name``).
+the folder name made file-safe by ``blendsim.sim.rundir.run_dir_name``).
 Everything is written into a temporary folder beside ``VAL_DIR`` that replaces it only once complete,
 so an interrupted write never leaves half a folder; a run stopped by a fault writes what it measured.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 KIND = "blendsim.validation"
 STEP_COLUMNS = ("policy", "replica", "step", "kind", "num_tokens", "num_prefill_tokens", "num_prefill_seqs",
@@ -51,7 +51,7 @@ class ValidationStopped(UserError):
 
 def check_val_dir(out: str | Path) -> Path:
     """Refuse to overwrite a folder that holds something other than an earlier validation."""
-    from sim.io import read_json
+    from blendsim.sim.io import read_json
 
     d = Path(out)
     if d.exists() and (not d.is_dir() or any(d.iterdir())):
@@ -63,12 +63,12 @@ def check_val_dir(out: str | Path) -> Path:
 
 def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> Path:
     """Write the folder atomically; ``tables`` maps a name to a :class:`Rows`, ``sims`` a policy to its
-    ``sim.rundir.RunResult``."""
+    ``blendsim.sim.rundir.RunResult``."""
     import pyarrow.parquet as pq
 
-    from sim import columns as col
-    from sim.io import atomic_dir, write_json
-    from sim.rundir import run_dir_name, write_run
+    from blendsim.sim import columns as col
+    from blendsim.sim.io import atomic_dir, write_json
+    from blendsim.sim.rundir import run_dir_name, write_run
 
     d = check_val_dir(out)
     with atomic_dir(d) as tmp:

@@ -1,9 +1,9 @@
 """Per-request state of a replay and the ragged inputs of one step.
 
 :class:`SequenceBook` applies the simulator's schedule events (``chunk``, ``decode``, ``insert``,
-``evict``, ``preempt``, ``finish``; see ``sim.scheduler.Scheduler.events``) to a :class:`BlockManager`,
+``evict``, ``preempt``, ``finish``; see ``blendsim.sim.scheduler.Scheduler.events``) to a :class:`BlockManager`,
 checking each against the state it implies (a chunk continues where the sequence's KV ends, a decode
-reads exactly its context), and turns a :class:`sim.batch.Batch` into :class:`StepInputs`: token ids,
+reads exactly its context), and turns a :class:`blendsim.sim.batch.Batch` into :class:`StepInputs`: token ids,
 positions, KV slots and the per-sequence attention layout, prefill chunks first, then decodes.
 
 Token ids are deterministic and need no tokenizer: a prompt of token ids keeps them (modulo the
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from real_backend.paged_kv import BlockManager, ScheduleMismatch
-from workloads.trace import SEGMENT_BASE
+from blendsim.real_backend.paged_kv import BlockManager, ScheduleMismatch
+from blendsim.workloads.trace import SEGMENT_BASE
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -98,7 +98,7 @@ class SequenceBook:
 
     # ---- events ---------------------------------------------------------------------------
     def apply(self, kind: str, req: int, a: int, b: int, c: int) -> None:
-        """Apply one schedule event (``sim.scheduler.Scheduler.events`` without the step column)."""
+        """Apply one schedule event (``blendsim.sim.scheduler.Scheduler.events`` without the step column)."""
         bm = self.blocks
         if kind == "chunk":
             n, ctx, cached = a, b, c

@@ -2,7 +2,7 @@
 
 Built by ``blendsim.validate.run_validation`` once the simulations are done and the memory plan
 fits. Rows are collected as steps run; a fault (out of memory, a schedule contradicting itself, Ctrl-C)
-ends the replay and the rows so far are written with ``status: stopped`` (see ``real_backend.results``).
+ends the replay and the rows so far are written with ``status: stopped`` (see ``blendsim.real_backend.results``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from real_backend import compare, results
-from real_backend.paged_kv import KVExhausted, ScheduleMismatch
+from blendsim.real_backend import compare, results
+from blendsim.real_backend.paged_kv import KVExhausted, ScheduleMismatch
 
 SCHEMA_VERSION = 1
 
@@ -79,10 +79,10 @@ class Session:
         """Put the device in the calibration's conditions, load the model, measure peaks, warm up."""
         import torch
 
-        from real_backend.executor import DeviceRuntime
-        from real_backend.hwmon import device_info, measure_peaks
-        from real_backend.timing import pin_threads, steady_cpu
-        from sim.profile import load_profile
+        from blendsim.real_backend.executor import DeviceRuntime
+        from blendsim.real_backend.hwmon import device_info, measure_peaks
+        from blendsim.real_backend.timing import pin_threads, steady_cpu
+        from blendsim.sim.profile import load_profile
 
         cfg = self.cfg
         prof = load_profile(cfg.profile) if cfg.profile else None
@@ -103,15 +103,15 @@ class Session:
         return rt, repeats
 
     def _sampler(self):
-        from real_backend.hwmon import start_sampler
+        from blendsim.real_backend.hwmon import start_sampler
 
         sampler, why = start_sampler(self.dev)
         self.info["nvml"] = why or "sampling"
         return sampler
 
     def _replay(self, rt, policy, rep, events, block_size, peak, repeats) -> None:
-        from real_backend.executor import TorchExecutor
-        from real_backend.replay import replay
+        from blendsim.real_backend.executor import TorchExecutor
+        from blendsim.real_backend.replay import replay
 
         res, cm, dep = self.sims[policy]
         st = res.steps[rep]

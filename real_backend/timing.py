@@ -5,7 +5,7 @@ to the last, host launch gaps included when the host falls behind — as an engi
 experiences them); the host's enqueue time is kept beside it so launch-bound steps can be recognised.
 On CPU torch operators run synchronously, so a clock read around the forward is exact. With one torch
 thread the forward runs on the calling thread and the clock is that thread's CPU time
-(``time.thread_time``), as the calibration's (``calibrate.timing``): on a dedicated core it equals wall
+(``time.thread_time``), as the calibration's (``blendsim.calibrate.timing``): on a dedicated core it equals wall
 time, and on a shared host it leaves out the slices the OS gives other processes. With several threads
 it is wall time (``perf_counter``).
 
@@ -123,7 +123,7 @@ class Clock:
 
 
 def steady_cpu() -> bool:
-    """Put the CPU process in the state calibration measures in (``calibrate.timing``): freed heap memory
+    """Put the CPU process in the state calibration measures in (``blendsim.calibrate.timing``): freed heap memory
     is kept (glibc ``mallopt``, as a caching allocator would) and denormals flush to zero. True when the
     allocator setting applied.
 

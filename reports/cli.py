@@ -7,6 +7,6 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add ``report`` (compares runs) to ``app``."""
-    from reports.report_cli import report_cmd
+    from blendsim.reports.report_cli import report_cmd
 
     app.command("report")(report_cmd)

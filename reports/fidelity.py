@@ -1,7 +1,7 @@
 """The fidelity report: predicted vs published throughput (``blendsim fidelity -o DIR``).
 
 Writes DIR/index.html (self-contained), report.md, fidelity.csv and figures/ (a predicted-vs-measured
-scatter on log axes, |error| by engine and by hardware) with the report machinery of ``reports.render``.
+scatter on log axes, |error| by engine and by hardware) with the report machinery of ``blendsim.reports.render``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports import figures as F
-from reports import tables as T
-from reports.render import _page
-from sim.io import atomic_dir
+from blendsim.reports import figures as F
+from blendsim.reports import tables as T
+from blendsim.reports.render import _page
+from blendsim.sim.io import atomic_dir
 
 SPEC = [("id", "id", "s"), ("engine", "engine", "s"), ("model", "model", "s"), ("hardware", "hardware", "s"),
         ("predicted", "predicted", ",.0f"), ("measured", "measured", ",.0f"), ("error_pct", "error %", "+.1f"),

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 VALIDATION_COLUMNS = ("predicted_s", "measured_s")
 
@@ -102,7 +102,7 @@ def validation_file(d: Path) -> Path | None:
 
 
 def _sweep_rows(d: Path) -> pd.DataFrame:
-    from reports.sweep_results import RESULTS, collect_rows
+    from blendsim.reports.sweep_results import RESULTS, collect_rows
 
     table = d / RESULTS
     runs = d / "runs"

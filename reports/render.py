@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from reports import figures as F
-from reports import steps as S
-from reports import tables as T
-from reports import validation as V
-from reports.inputs import load_inputs
-from sim.errors import UserError
-from sim.io import atomic_dir
+from blendsim.reports import figures as F
+from blendsim.reports import steps as S
+from blendsim.reports import tables as T
+from blendsim.reports import validation as V
+from blendsim.reports.inputs import load_inputs
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import atomic_dir
 
 MARKER = "index.html"
 
@@ -60,8 +60,8 @@ def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict
     commands with their own comparisons (e.g. a fidelity check).
 
     ``items`` holds, in page order, ``(heading, DataFrame, spec)`` tables (``spec``: ``(column, header,
-    format)`` triples as in :mod:`reports.tables`; an abbreviated header found in ``tables.LEGEND`` is
-    explained under the table) and :class:`reports.figures.Figure` records; ``csvs`` maps file names
+    format)`` triples as in :mod:`blendsim.reports.tables`; an abbreviated header found in ``tables.LEGEND`` is
+    explained under the table) and :class:`blendsim.reports.figures.Figure` records; ``csvs`` maps file names
     to tables written beside the page. ``intro`` is plain text. Returns the path of index.html."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
@@ -142,7 +142,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
 
 def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:
     """(html, markdown) warning about runs whose makespan their critical path dominates, or ("", "")."""
-    from reports.terminal import critical_path_lines
+    from blendsim.reports.terminal import critical_path_lines
 
     w = critical_path_lines([(f"{r['label']} on {r['group']}", r.to_dict()) for _, r in df.iterrows()])
     if not w:

@@ -29,9 +29,9 @@ def report_cmd(
     grid, prefix sharing vs optimal, per-step compute vs memory time, and predicted vs measured step
     time for validation directories. Runs whose makespan one long request dominates are flagged.
     """
-    from reports.render import write_report
-    from sim.clikit import parse_names
-    from sim.io import check_writable
+    from blendsim.reports.render import write_report
+    from blendsim.sim.clikit import parse_names
+    from blendsim.sim.io import check_writable
 
     if out is None:
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")

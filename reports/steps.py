@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reports.figures import Figure, colors, plt
-from sim.errors import UserError
+from blendsim.reports.figures import Figure, colors, plt
+from blendsim.sim.errors import UserError
 
 BINS = 400
 
@@ -51,7 +51,7 @@ def binned(values: np.ndarray, bins: int = BINS) -> tuple[np.ndarray, np.ndarray
 def read_steps(run_path: str, columns=("replica", "compute_s", "memory_s")) -> dict[str, np.ndarray]:
     import pyarrow.parquet as pq
 
-    from sim import columns as col
+    from blendsim.sim import columns as col
 
     path = f"{run_path}/steps.parquet"
     try:

@@ -41,7 +41,7 @@ def assemble_results(sweep_dir: str | Path) -> Path:
     """Write ``sweep_dir/results.parquet`` (atomically) from the finished cells; return its path."""
     import pyarrow.parquet as pq
 
-    from sim.io import atomic_path
+    from blendsim.sim.io import atomic_path
 
     d = Path(sweep_dir)
     table = results_table(collect_rows(d))
@@ -56,7 +56,7 @@ def assemble_results(sweep_dir: str | Path) -> Path:
 
 def results_table(rows: list[dict]):
     """An Arrow table of ``rows``: identity columns first, then the other keys sorted."""
-    from sim import columns as col
+    from blendsim.sim import columns as col
 
     keys = list(ID_COLUMNS) + sorted({k for r in rows for k in r} - set(ID_COLUMNS))
     return col.table({k: _column([r.get(k) for r in rows]) for k in keys})
@@ -64,7 +64,7 @@ def results_table(rows: list[dict]):
 
 def _column(values: list):
     """One column as an Arrow array; missing values are nulls; non-scalars become JSON text."""
-    from sim import columns as col
+    from blendsim.sim import columns as col
 
     missing = np.array([v is None for v in values], dtype=bool)
     present = [v for v in values if v is not None]

@@ -14,7 +14,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 # (column, header, format) of the side-by-side table; short headers, explained by LEGEND.
 SIDE_BY_SIDE = [

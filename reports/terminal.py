@@ -24,7 +24,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from sim.metrics import critical_path_warning
+from blendsim.sim.metrics import critical_path_warning
 
 
 def console(width: int | None = None) -> Console:
@@ -135,7 +135,7 @@ def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None
 
 def print_policies(name: str | None = None, c: Console | None = None) -> None:
     """``blendsim policies``: every policy in one line each; with ``name``, that policy's options."""
-    from policies.base import get_policy, policy_names
+    from blendsim.policies.base import get_policy, policy_names
 
     c = c or console()
     if name is None:
@@ -144,8 +144,8 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
         say(c, "Options of one policy, their defaults and sources: blendsim policies NAME. Set one with "
                "--opt key=value (simulate, sweep, validate).", 0)
         return
-    from reports.policy_help import PAPERS, option_source
-    from sim.errors import UserError
+    from blendsim.reports.policy_help import PAPERS, option_source
+    from blendsim.sim.errors import UserError
 
     if name not in policy_names():
         raise UserError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
@@ -261,7 +261,7 @@ def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
 
 def sweep_warnings(sweep_dir: str | Path) -> list[str]:
     """The warning lines about the sweep's finished cells (none when no critical path dominates)."""
-    from reports.sweep_results import collect_rows
+    from blendsim.reports.sweep_results import collect_rows
 
     rows = collect_rows(sweep_dir)
     w = critical_path_lines([(f"{r.get('workload', '?')}/{r.get('policy', '?')}", r) for r in rows])

@@ -3,7 +3,7 @@
 The directory's ``summary.json`` has ``"kind": "blendsim.validation"``; its per-step table
 (``steps.parquet``) has ``step``, ``predicted_s`` and ``measured_s`` (the cost model's time and the
 device's, seconds) and, when several policies were replayed, ``policy``. Error is
-``predicted / measured - 1`` (positive: the simulator is pessimistic), as ``real_backend.compare``
+``predicted / measured - 1`` (positive: the simulator is pessimistic), as ``blendsim.real_backend.compare``
 defines it; the statistics here are recomputed from the steps drawn, so figure and table agree.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports.figures import Figure, colors, plt
-from sim.errors import UserError
+from blendsim.reports.figures import Figure, colors, plt
+from blendsim.sim.errors import UserError
 
 # (column, header, format) of the validation table
 TABLE = [("validation_dir", "validation directory", "s"), ("policy", "policy", "s"), ("steps", "steps", ",.0f"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from typer.core import TyperGroup
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 
 class UserErrorGroup(TyperGroup):

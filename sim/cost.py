@@ -2,7 +2,7 @@
 
 Operator times come from an *op timer*: :class:`RooflineTimer` (FLOPs and bytes against the device's
 peaks times measured efficiencies, GEMM rows padded to the kernel tile, plus a launch overhead per
-kernel) or ``sim.profile.ProfileTimer`` (polynomials fitted to kernels profiled on a real device, with
+kernel) or ``blendsim.sim.profile.ProfileTimer`` (polynomials fitted to kernels profiled on a real device, with
 the roofline for anything the profile lacks). The execution mode combines them:
 
 * ``sequential`` — compute + memory + other + communication, as vLLM and SGLang run a step;
@@ -21,11 +21,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.batch import BatchFeatures
-from sim.deployment import Deployment
-from sim.engines import graph_size
-from sim.errors import UserError
-from sim.ops import (
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import graph_size
+from blendsim.sim.errors import UserError
+from blendsim.sim.ops import (
     ALL_GEMM_OPS,
     FEATURE_OPS,
     LOWP_GEMMS,
@@ -364,7 +364,7 @@ class CostModel:
         """HOOK (sim.engines): a decode-only step's rows at its CUDA-graph size, as :meth:`step` prices it."""
         if not self.graph_cap:
             return f
-        from sim.engines import graph_pad
+        from blendsim.sim.engines import graph_pad
 
         dec = np.asarray(f.num_prefill_seqs) == 0
         pad = np.where(dec, graph_pad(np.asarray(f.num_decode), self.graph_cap), np.asarray(f.num_tokens))
@@ -444,15 +444,15 @@ def features_arrays(**arrays) -> _Feat:
 
 def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str = "ideal", profile=None) -> CostModel:
     """The roofline model, or the calibrated one when a profile (path or Profile) is given."""
-    from sim.engines import is_profile
+    from blendsim.sim.engines import is_profile
 
     if isinstance(engine, str) and is_profile(engine):  # HOOK (sim.efficiency): an engine profile
-        from sim.efficiency import profile_cost_model
+        from blendsim.sim.efficiency import profile_cost_model
 
         return profile_cost_model(dep, mode, engine, profile)
     if profile is None:
         return CostModel(dep, mode, engine)
-    from sim.profile import ProfileTimer, load_profile
+    from blendsim.sim.profile import ProfileTimer, load_profile
 
     prof = load_profile(profile) if not hasattr(profile, "ops") else profile
     m = dep.model

@@ -11,7 +11,7 @@ For a request with prompt p and output d on a deployment:
 * rho(R) = (1 - s) sum Comp / sum Mem for a request set R with sharing ratio s.
 * T_o = max((1 - s_o) T_comp, T_mem); ``t_opt_overlap_s`` adds the overlap model's interference share
   of the shorter side. (Run summaries report a tighter practical optimum, the work priced as perfectly
-  blended steps by the run's own cost model: ``sim.metrics.blended_optimum``.)
+  blended steps by the run's own cost model: ``blendsim.sim.metrics.blended_optimum``.)
 
 Differences from the paper, deliberately: P_gemm counts the weights a token really multiplies (layer
 GEMMs, plus the LM head per sampled row) instead of all parameters (the embedding lookup is no GEMM);
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.deployment import Deployment
+from blendsim.sim.deployment import Deployment
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ def bounds(input_len, output_len, sharing: float, rates: Rates, quadratic: bool 
 
 def trace_bounds(trace, dep: Deployment, tree=None, quadratic: bool = True) -> Bounds:
     """Bounds of a whole trace (builds its prefix tree unless given)."""
-    from sim.prefix_tree import PrefixTree
+    from blendsim.sim.prefix_tree import PrefixTree
 
     tree = tree or PrefixTree(trace)
     return bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep), quadratic)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.errors import UserError
-from sim.hardware import GiB, HardwareSpec
-from sim.models import ModelSpec
+from blendsim.sim.errors import UserError
+from blendsim.sim.hardware import GiB, HardwareSpec
+from blendsim.sim.models import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +132,8 @@ class Deployment:
 def make_deployment(model: str, hardware: str, tp: int = 1, dtype: str | None = None, weights: str | None = None,
                     kv_dtype: str | None = None, **kw) -> Deployment:
     """A deployment from a model preset or config.json path and a hardware preset name."""
-    from sim.hardware import get_hardware
-    from sim.models import get_model
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
 
     return Deployment(get_model(model, dtype, weights, kv_dtype), get_hardware(hardware), tp, **kw)
 

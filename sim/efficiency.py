@@ -1,7 +1,7 @@
 """Kernel-efficiency refinements fitted to published end-to-end measurements (``blendsim fidelity``).
 
 The roofline timer prices operators at the hardware preset's efficiencies. An engine profile
-(``sim.engines``) selects a *regime* whose efficiencies were fitted by least squares on the fidelity
+(``blendsim.sim.engines``) selects a *regime* whose efficiencies were fitted by least squares on the fidelity
 catalogue; this module holds those named, bounded parameters and a timer that applies them:
 
 * ``gemm_eff``     fraction of the precision's dense peak a large GEMM reaches (also MoE expert GEMMs);
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from sim.cost import RooflineTimer
+from blendsim.sim.cost import RooflineTimer
 
 MOE_GEMMS = ("moe_gate_up", "moe_down")  # sim.ops' routed-expert GEMMs
 
@@ -105,7 +105,7 @@ class EfficiencyTimer(RooflineTimer):
         return super().op_time(op, flops, nbytes, kernels, f)
 
     def attn_scalars(self):
-        from sim.ops import attn_coefs
+        from blendsim.sim.ops import attn_coefs
 
         prefill, _ = super().attn_scalars()
         _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self.shapes)
@@ -124,17 +124,17 @@ __all__ = ["BOUNDS", "Efficiency", "EfficiencyTimer"]
 
 
 def profile_cost_model(dep, mode: str, engine: str, calibration=None, params: dict | None = None):
-    """The cost model of engine profile ``engine`` (``sim.engines``): its overhead, CUDA-graph padding and
+    """The cost model of engine profile ``engine`` (``blendsim.sim.engines``): its overhead, CUDA-graph padding and
     the fitted efficiencies of its regime on ``dep``'s hardware (a calibration profile's measured kernels
     replace the fitted efficiencies)."""
-    from sim.cost import CostModel, EngineOverhead
-    from sim.engines import get_profile, load_params
+    from blendsim.sim.cost import CostModel, EngineOverhead
+    from blendsim.sim.engines import get_profile, load_params
 
     params = load_params() if params is None else params
     prof = get_profile(engine, params)
     ovh = EngineOverhead(prof.name, prof.fixed_s, prof.per_seq_s, prof.per_token_s, source=prof.source)
     if calibration is not None:
-        from sim.profile import ProfileTimer, load_profile
+        from blendsim.sim.profile import ProfileTimer, load_profile
 
         cal = load_profile(calibration) if not hasattr(calibration, "ops") else calibration
         cm = CostModel(dep, mode, ovh, timer=ProfileTimer(cal, dep), interference=cal.interference)

@@ -15,8 +15,8 @@ import math
 import numpy as np
 import simpy
 
-from sim.batch import Batch
-from sim.errors import UserError
+from blendsim.sim.batch import Batch
+from blendsim.sim.errors import UserError
 
 
 class SimExecutor:

@@ -4,7 +4,7 @@ A profile holds an engine's scheduler defaults (token budget, sequence cap, chun
 prefill-first, KV memory fraction, block size, prefix cache, admission), its per-step overhead (CPU
 scheduling, sampling and launches the GPU waits for), its CUDA-graph capture sizes (a pure-decode step
 runs at the next captured batch size: padded rows cost GEMM time), its execution mode (operator overlap
-only where the engine overlaps) and the name of its kernel-efficiency regime (``sim.efficiency``).
+only where the engine overlaps) and the name of its kernel-efficiency regime (``blendsim.sim.efficiency``).
 
 ``--engine NAME`` selects one everywhere; a policy keeps its own ordering on any engine. The fixed numbers
 are cited below; the few fitted ones (the trtllm overhead, the hardware efficiencies) are read from
@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 PARAMS_FILE = Path(__file__).with_name("engine_params.json")
 

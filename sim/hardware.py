@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 GiB = 1 << 30
 

@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 
 def umask() -> int:

@@ -2,7 +2,7 @@
 
 Memory is counted in blocks of ``block_size`` tokens. Prefix sharing is by whole blocks (vLLM's rule):
 block j of a prompt (tokens [jB, (j+1)B)) can be shared by every request whose prompt agrees on its
-first (j+1)B tokens. In the static prefix tree (``sim.prefix_tree``) that block belongs to the node
+first (j+1)B tokens. In the static prefix tree (``blendsim.sim.prefix_tree``) that block belongs to the node
 containing token (j+1)B - 1, so the cache keeps, per tree node, how many of the node's own full blocks
 are cached (always a prefix of them). ``block_size=1`` gives token-granular sharing (SGLang's default).
 
@@ -22,7 +22,7 @@ import heapq
 
 import numpy as np
 
-from sim.prefix_tree import PrefixTree, node_path
+from blendsim.sim.prefix_tree import PrefixTree, node_path
 
 
 class KVCache:

@@ -84,7 +84,7 @@ def critical_path(trace, cost_model, top: int = 8) -> float:
     A request's d - 1 decode steps are sequential whatever the schedule; with a few very long outputs
     (OpenVid's 16K-token videos in a small trace) this, not T_o, bounds the makespan.
     """
-    from sim.batch import BatchFeatures
+    from blendsim.sim.batch import BatchFeatures
 
     d = trace.output_len
     p = trace.input_len
@@ -139,8 +139,8 @@ def blended_optimum(trace, sharing: float, cost_model, token_budget: int, kv_tok
     their mean context (``kv_tokens``) or the sequence cap allows; when that binds, the decodes need
     more, smaller steps. An estimate, not a bound (T_o is the bound).
     """
-    from sim.batch import BatchFeatures
-    from sim.cost import CostModel
+    from blendsim.sim.batch import BatchFeatures
+    from blendsim.sim.cost import CostModel
 
     p = trace.input_len.astype(np.float64)
     d = trace.output_len.astype(np.float64)

@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 # activation / compute dtypes (fp8 kept for the older ``--dtype fp8``: everything in one byte)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.deployment import Deployment
+from blendsim.sim.deployment import Deployment
 
 # operator -> (class, scope). class decides how the execution mode combines times; scope "layer"
 # ops run once per decoder layer they belong to (see Shapes.layers_of), "model" ops once per step.
@@ -230,7 +230,7 @@ def attn_coefs(s: Shapes) -> tuple:
 def op_counts(s: Shapes, f) -> dict[str, tuple]:
     """``{op: (flops, bytes, kernels)}`` for one layer (layer ops) or the whole model (model ops).
 
-    ``f`` has the fields of :class:`sim.batch.BatchFeatures`, as numbers or arrays. Only the operators
+    ``f`` has the fields of :class:`blendsim.sim.batch.BatchFeatures`, as numbers or arrays. Only the operators
     the model has are listed.
     """
     b = s.dtype_bytes

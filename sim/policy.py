@@ -2,11 +2,11 @@
 no policy package.
 
 A policy is found by the application layer (``blendsim.runner`` asks the registry in
-``policies.base``, which also loads policies from users' files and installed packages) and reaches
+``blendsim.policies.base``, which also loads policies from users' files and installed packages) and reaches
 the core only through these shapes: it is built with a :class:`PolicyContext`, gives every request
-a rank, and supplies one scheduler per replica (a ``sim.scheduler.Scheduler``) and a router that the
-cluster (``sim.engine.Cluster``) calls as requests arrive. :class:`PolicyLike` and
-:class:`RouterLike` state that structurally; ``policies.base.Policy`` and ``policies.base.Router``
+a rank, and supplies one scheduler per replica (a ``blendsim.sim.scheduler.Scheduler``) and a router that the
+cluster (``blendsim.sim.engine.Cluster``) calls as requests arrive. :class:`PolicyLike` and
+:class:`RouterLike` state that structurally; ``blendsim.policies.base.Policy`` and ``blendsim.policies.base.Router``
 are the base classes that implement it.
 """
 
@@ -33,7 +33,7 @@ class PolicyContext:
 
 @runtime_checkable
 class RouterLike(Protocol):
-    """Chooses the replica of each arriving request (``sim.engine.Cluster`` calls it)."""
+    """Chooses the replica of each arriving request (``blendsim.sim.engine.Cluster`` calls it)."""
 
     def route(self, req: int, now: float) -> int: ...
 
@@ -43,7 +43,7 @@ class PolicyLike(Protocol):
     """A prepared policy as the runner drives it.
 
     Class attributes the runner also reads: ``name``, ``default_engine`` (engine-overhead style),
-    ``engine_defaults`` (``sim.seq.EngineConfig`` fields) and ``options`` (name -> (default, help)).
+    ``engine_defaults`` (``blendsim.sim.seq.EngineConfig`` fields) and ``options`` (name -> (default, help)).
     """
 
     ctx: PolicyContext

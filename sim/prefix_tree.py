@@ -4,7 +4,7 @@ It gives the optimal prefix sharing ratio s_o (every shared token computed once)
 order, and per-subtree aggregates (requests, p and d totals, sharing ratio, compute density) that the
 offline policies sort and split on.
 
-Construction is level-wise over prompt *units* (tokens or segments, see ``workloads.trace``) with numpy:
+Construction is level-wise over prompt *units* (tokens or segments, see ``blendsim.workloads.trace``) with numpy:
 at unit depth k, requests are grouped by (node at depth k-1, k-th unit); a group of one request ends
 the request's path in a leaf holding its whole remaining prompt. Chains of single-child nodes are then
 merged, giving a compressed radix tree. Node ids are ordered so a parent's id is below its children's.

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.deployment import Deployment
-from sim.errors import UserError
-from sim.io import read_json, write_json
-from sim.models import DTYPE_BYTES
-from sim.profile_check import check_profile
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import read_json, write_json
+from blendsim.sim.models import DTYPE_BYTES
+from blendsim.sim.profile_check import check_profile
 
 SCHEMA = "blendsim.profile"
 SCHEMA_VERSION = 1
@@ -163,7 +163,7 @@ def model_shape(m) -> dict:
 
 
 def load_profile(path: str | Path) -> Profile:
-    """Read and check a profile (every field: :func:`sim.profile_check.check_profile`); a corrupt or foreign
+    """Read and check a profile (every field: :func:`blendsim.sim.profile_check.check_profile`); a corrupt or foreign
     file is one clear error."""
     path = Path(path)
     d = read_json(path, "profile")
@@ -195,7 +195,7 @@ class ProfileTimer:
     name = "profile"
 
     def __init__(self, profile: Profile, dep: Deployment):
-        from sim.cost import RooflineTimer
+        from blendsim.sim.cost import RooflineTimer
 
         profile.check_matches(dep)
         self.profile = profile

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 # No single operator call (one layer's GEMM or attention kernel) takes an hour; a polynomial that
 # reaches it inside the range it was measured over is corrupt.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import UserError
-from sim.io import atomic_dir, check_writable
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import atomic_dir, check_writable
 
 
 @dataclass
@@ -92,7 +92,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     temporary folder that replaces ``run_dir`` only once everything is written."""
     import pyarrow.parquet as pq
 
-    from sim.io import write_json
+    from blendsim.sim.io import write_json
 
     d = check_run_dir(run_dir)
     with atomic_dir(d) as tmp:
@@ -106,7 +106,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
 
 def steps_table(result: RunResult):
     """steps.parquet's Arrow table: one row per step of every replica (``replica``, ``step`` first)."""
-    from sim import columns as col
+    from blendsim.sim import columns as col
 
     cols = {"replica": [], "step": []}
     for rep, c in enumerate(result.steps):
@@ -120,14 +120,14 @@ def steps_table(result: RunResult):
 
 def requests_table(result: RunResult):
     """requests.parquet's Arrow table: one row per request, in trace order."""
-    from sim import columns as col
+    from blendsim.sim import columns as col
 
     return col.table({k: np.asarray(v) for k, v in result.requests.items()})
 
 
 def schedule_arrow(result: RunResult):
     """schedule.parquet's Arrow table (its ``_meta`` as schema metadata), or None when not recorded."""
-    from sim import columns as col
+    from blendsim.sim import columns as col
 
     if result.schedule is None:
         return None

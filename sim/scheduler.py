@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import heapq
 
-from sim.batch import Batch
-from sim.kv import KVCache
-from sim.seq import EngineConfig, RequestRecords, Seq, WaitQueue
+from blendsim.sim.batch import Batch
+from blendsim.sim.kv import KVCache
+from blendsim.sim.seq import EngineConfig, RequestRecords, Seq, WaitQueue
 
 DEFAULT_EST_OUTPUT = 256  # expected output tokens before 16 requests have finished on a replica
 UNLIMITED = 1 << 62

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 MIX_MODES = ("decode-first", "prefill-first")
 ADMISSION = ("reserve", "greedy")

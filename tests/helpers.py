@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.trace import from_columns
+from blendsim.workloads.trace import from_columns
 
 
 def random_trace(rng: np.random.Generator, n: int | None = None, arrivals: bool = False, slos: bool = False,

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 import blendsim
 from blendsim.cli import get_app
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 from tests.helpers import random_trace
-from workloads.trace import write_trace
+from blendsim.workloads.trace import write_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"model": "tiny", "hardware": "cpu"}
@@ -68,7 +68,7 @@ def test_simulate_matches_the_command_byte_for_byte(trace_file, tmp_path):
 
 
 def test_simulate_takes_a_trace_object_and_its_defaults_are_the_issue_s(trace_file):
-    from workloads.trace import read_trace
+    from blendsim.workloads.trace import read_trace
 
     a = blendsim.simulate(read_trace(trace_file), policy="fcfs", **TINY)
     b = blendsim.simulate(str(trace_file), policy="fcfs", **TINY)

@@ -12,11 +12,11 @@ import torch
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from calibrate.fit import refit
-from calibrate.run import CalibrationConfig, Calibrator, shard_deployment
-from calibrate.validate import holdout_errors, predict, summary, validate
-from sim.models import get_model
-from sim.profile import ProfileTimer, load_profile
+from blendsim.calibrate.fit import refit
+from blendsim.calibrate.run import CalibrationConfig, Calibrator, shard_deployment
+from blendsim.calibrate.validate import holdout_errors, predict, summary, validate
+from blendsim.sim.models import get_model
+from blendsim.sim.profile import ProfileTimer, load_profile
 from tests.helpers import one_line_error
 
 QUICK_BUDGET_S = 120.0  # the CI path must finish within two minutes on a 2-core machine
@@ -115,8 +115,8 @@ def test_show_prints_device_fit_errors_and_coverage(quick):
 
 
 def test_measured_peaks_fill_a_hardware_spec(quick):
-    from calibrate.report import hardware_fields
-    from sim.hardware import HardwareSpec
+    from blendsim.calibrate.report import hardware_fields
+    from blendsim.sim.hardware import HardwareSpec
 
     p = load_profile(quick[0])
     fields = hardware_fields(p)
@@ -197,7 +197,7 @@ def test_output_that_is_a_folder_is_refused_before_any_work(tmp_path):
 
 def test_oom_point_during_a_run_is_skipped_and_recorded(monkeypatch, tmp_path):
     """A grid point that runs out of memory is listed in ``skipped``; the run and the fit go on."""
-    from calibrate import forward
+    from blendsim.calibrate import forward
 
     cal = Calibrator(CalibrationConfig(model="tiny", device="cpu", quick=True))
     cal.plan = {"o_proj": [(t,) for t in (1, 4, 16, 64, 256, 1024)], "attn_decode": [(1, 16), (4, 64), (12, 256)]}

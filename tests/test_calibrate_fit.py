@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from calibrate import grids
-from calibrate.fit import fit_op, forms, monomials, refit
-from calibrate.measure import measure_op
-from calibrate.overlap import fit_interference
-from calibrate.timing import Clock, Timing, is_oom, summarize
-from calibrate.validate import heldout_points
-from sim.profile import OpFit, Profile, load_profile
+from blendsim.calibrate import grids
+from blendsim.calibrate.fit import fit_op, forms, monomials, refit
+from blendsim.calibrate.measure import measure_op
+from blendsim.calibrate.overlap import fit_interference
+from blendsim.calibrate.timing import Clock, Timing, is_oom, summarize
+from blendsim.calibrate.validate import heldout_points
+from blendsim.sim.profile import OpFit, Profile, load_profile
 
 TOKENS = grids.token_grid("cpu", quick=True)
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from calibrate.forward import backend_info
-from calibrate.kernels import TOKEN_OPS, TokenKernels
-from calibrate.run import CalibrationConfig, Calibrator, shard_deployment
-from sim.batch import BatchFeatures
-from sim.models import get_model
-from sim.ops import Shapes, op_counts
+from blendsim.calibrate.forward import backend_info
+from blendsim.calibrate.kernels import TOKEN_OPS, TokenKernels
+from blendsim.calibrate.run import CalibrationConfig, Calibrator, shard_deployment
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.models import get_model
+from blendsim.sim.ops import Shapes, op_counts
 
 
 def _kernels(model: str, tp: int) -> tuple[TokenKernels, Shapes]:
@@ -56,7 +56,7 @@ def test_plain_mlp_and_learned_positions_follow_the_model():
 # ---- the forward probe: what calibration times ------------------------------------------
 @pytest.fixture(scope="module")
 def probe():
-    from calibrate.forward import ForwardProbe
+    from blendsim.calibrate.forward import ForwardProbe
 
     return ForwardProbe(get_model("tiny"), 1, "cpu", seed=1, max_position=64)
 
@@ -73,7 +73,7 @@ def _features(inp) -> BatchFeatures:
                                        ("attn_prefill", (5, 19)), ("attn_decode", (3, 21)), ("attn_decode", (1, 16))])
 def test_probe_steps_have_the_cost_models_features(probe, op, point):
     """Each grid point is timed on a step whose features are the ones the cost model prices it with."""
-    from calibrate.validate import features
+    from blendsim.calibrate.validate import features
 
     if op == "attn_prefill":
         probe.prefill(*point)
@@ -91,7 +91,7 @@ def test_probe_steps_have_the_cost_models_features(probe, op, point):
 
 
 def test_probe_times_every_operator_through_the_real_backend(probe):
-    from real_backend.attention import TorchSDPA
+    from blendsim.real_backend.attention import TorchSDPA
 
     assert isinstance(probe.attn, TorchSDPA) and probe.layers == get_model("tiny").num_layers
     with torch.inference_mode():
@@ -109,7 +109,7 @@ def test_probe_times_every_operator_through_the_real_backend(probe):
 
 
 def test_probe_shards_heads_mlp_and_vocabulary():
-    from calibrate.forward import probe_layers, shard_spec
+    from blendsim.calibrate.forward import probe_layers, shard_spec
 
     m = get_model("llama-3-8b")
     s = shard_spec(m, 4, 2, max_position=200_000)
@@ -122,7 +122,7 @@ def test_probe_shards_heads_mlp_and_vocabulary():
 
 def test_standalone_kernels_time_past_their_first_tables():
     """Tables sized at the first point grow for later, larger points (GPU grids reach 16K tokens)."""
-    from sim.models import ModelSpec
+    from blendsim.sim.models import ModelSpec
 
     k, s = _kernels("tiny", 1)
     opt = ModelSpec("opt-mini", 64, 2, 4, 4, 128, 500, rope=False, gated_mlp=False, dtype="fp32",

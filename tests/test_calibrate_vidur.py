@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from sim.profile import load_profile
+from blendsim.sim.profile import load_profile
 
 STATS = ("min", "max", "mean", "median", "std")
 MLP_OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",

@@ -8,12 +8,12 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from sim.batch import BatchFeatures
-from sim.cost import build_cost_model
-from sim.deployment import Deployment
-from sim.hardware import get_hardware
-from sim.models import get_model
-from sim.profile import OpFit, Profile, model_shape
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.cost import build_cost_model
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import get_model
+from blendsim.sim.profile import OpFit, Profile, model_shape
 
 LAYER_OPS = ["qkv_proj", "rope", "kv_write", "attn_prefill", "attn_decode", "o_proj", "norm", "gate_up_proj", "act",
              "down_proj"]

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.batch import Batch, BatchFeatures
-from sim.cost import ENGINES, CostModel, RooflineTimer, build_cost_model, features_arrays, get_engine
-from sim.deployment import Deployment
-from sim.errors import UserError
-from sim.hardware import get_hardware
-from sim.models import ModelSpec, get_model
-from sim.profile import OpFit, Profile, ProfileTimer, load_profile, model_shape
+from blendsim.sim.batch import Batch, BatchFeatures
+from blendsim.sim.cost import ENGINES, CostModel, RooflineTimer, build_cost_model, features_arrays, get_engine
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import ModelSpec, get_model
+from blendsim.sim.profile import OpFit, Profile, ProfileTimer, load_profile, model_shape
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -429,7 +429,7 @@ def vidur_errors():
         f = features_arrays(num_tokens=T, num_prefill_tokens=T, num_prefill_seqs=np.ones_like(T),
                             attn_pairs=0 * T, prefill_kv_tokens=0 * T, num_decode=0 * T, decode_ctx_sum=0 * T,
                             num_logits=0 * T)
-        from sim.ops import op_counts
+        from blendsim.sim.ops import op_counts
 
         counts = op_counts(timer.shapes, f)
         for op, cols in VIDUR_OPS.items():
@@ -607,7 +607,7 @@ def test_profile_timer_predictions_equal_fits(tmp_path):
             x = float(fits["attn_decode"].predict(f.num_decode, f.decode_ctx_sum / f.num_decode))
             assert t["attn_decode"] == pytest.approx(x, rel=1e-12)
         # a missing operator is priced by the roofline
-        from sim.ops import Shapes, op_counts
+        from blendsim.sim.ops import Shapes, op_counts
 
         fl, nb, k = op_counts(Shapes.of(dep()), f)["o_proj"]
         assert t["o_proj"] == pytest.approx(float(roof.op_time("o_proj", fl, nb, k, f)), rel=1e-12)

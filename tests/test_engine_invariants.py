@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.base import policy_names
-from sim import engine
+from blendsim.policies.base import policy_names
+from blendsim.sim import engine
 from tests.helpers import random_trace, tiny_capacity_bytes
 
 
@@ -93,7 +93,7 @@ def test_same_seed_same_summary(policy, tmp_path):
 def test_every_request_gets_its_output_length(monkeypatch):
     """Counted by the scheduler itself, under heavy preemption."""
     from blendsim import runner
-    from sim import seq
+    from blendsim.sim import seq
 
     seen = {}
 
@@ -103,7 +103,7 @@ def test_every_request_gets_its_output_length(monkeypatch):
             seen["rec"] = self
 
     monkeypatch.setattr(runner, "RequestRecords", Records)
-    from workloads.trace import from_columns
+    from blendsim.workloads.trace import from_columns
 
     trace = from_columns(input_len=[50] * 30, output_len=list(range(1, 31)),
                          prompts=[[(1, 30), (100 + i, 20)] for i in range(30)])

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from blendsim.runner import RunConfig, run_simulation
-from sim.batch import BatchFeatures
-from sim.cost import CostModel
-from sim.deployment import Deployment
-from sim.hardware import get_hardware
-from sim.models import get_model
-from workloads.trace import from_columns
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.cost import CostModel
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import get_model
+from blendsim.workloads.trace import from_columns
 
 
 def _cm(mode="sequential", engine="ideal"):
@@ -115,7 +115,7 @@ def test_replicas_split_the_work():
 
 
 def test_request_too_big_for_a_replica_is_refused():
-    from sim.errors import UserError
+    from blendsim.sim.errors import UserError
 
     trace = from_columns(input_len=[3000], output_len=[10])
     with pytest.raises(UserError, match="more than a replica holds"):
@@ -123,7 +123,7 @@ def test_request_too_big_for_a_replica_is_refused():
 
 
 def test_request_beyond_the_model_context_is_refused():
-    from sim.errors import UserError
+    from blendsim.sim.errors import UserError
 
     trace = from_columns(input_len=[100, 4000], output_len=[10, 200])  # tiny has a 4,096-token context
     with pytest.raises(UserError, match=r"row 2\) needs a context of 4200 tokens"):
@@ -147,7 +147,7 @@ def test_practical_optimum_is_a_perfectly_blended_schedule():
 
 
 def test_practical_optimum_respects_the_kv_capacity_and_the_sequence_cap():
-    from sim.metrics import blended_optimum
+    from blendsim.sim.metrics import blended_optimum
 
     trace = from_columns(input_len=[2000] * 64, output_len=[500] * 64)
     cm = _cm("overlap")

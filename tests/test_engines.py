@@ -9,13 +9,13 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from blendsim.runner import RunConfig, engine_config, run_simulation
-from policies.base import get_policy
-from sim.batch import BatchFeatures
-from sim.cost import build_cost_model
-from sim.deployment import make_deployment
-from sim.efficiency import Efficiency, EfficiencyTimer
-from sim.engines import PROFILES, get_profile, graph_pad, graph_size
-from workloads.trace import from_columns
+from blendsim.policies.base import get_policy
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.cost import build_cost_model
+from blendsim.sim.deployment import make_deployment
+from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
+from blendsim.sim.engines import PROFILES, get_profile, graph_pad, graph_size
+from blendsim.workloads.trace import from_columns
 
 
 @pytest.mark.parametrize("n, cap, size", [(1, 512, 1), (2, 512, 2), (3, 512, 4), (5, 512, 8), (9, 512, 16),

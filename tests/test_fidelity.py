@@ -14,8 +14,8 @@ from blendsim.fidelity.fit import fit, predict
 from blendsim.fidelity.price import RowPricer
 from blendsim.fidelity.runner import simulate_row
 from blendsim.fidelity.suite import load_suite, predictions, prepare_row
-from sim.engines import load_params
-from sim.errors import UserError
+from blendsim.sim.engines import load_params
+from blendsim.sim.errors import UserError
 
 
 def _row(**kw) -> dict:

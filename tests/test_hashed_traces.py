@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from sim.errors import UserError
-from sim.prefix_tree import PrefixTree
-from workloads.hashed import direct_sharing, limit_context, load_hashed, output_lengths
-from workloads.loaders import load
-from workloads.trace import from_columns, read_trace
+from blendsim.sim.errors import UserError
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.hashed import direct_sharing, limit_context, load_hashed, output_lengths
+from blendsim.workloads.loaders import load
+from blendsim.workloads.trace import from_columns, read_trace
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 MOONCAKE = DATA / "mooncake_conversation_trace.jsonl"
@@ -147,7 +147,7 @@ def _bad_csv(tmp_path: Path) -> str:
 
 
 def test_output_from_a_blendsim_trace(small16, tmp_path):
-    from workloads.trace import write_trace
+    from blendsim.workloads.trace import write_trace
 
     src = write_trace(from_columns(input_len=[5, 5], output_len=[42, 42]), tmp_path / "src.parquet")
     t = load_hashed(small16, block_size=16, output_from=str(src))
@@ -257,7 +257,7 @@ def test_liberal_in_ids_and_extra_fields(tmp_path):
 
 
 def test_cli_load_and_the_name_in_reports(small16, tmp_path):
-    from reports.inputs import load_inputs
+    from blendsim.reports.inputs import load_inputs
 
     app = get_app()
     out = tmp_path / "t.parquet"

@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.errors import UserError
-from workloads.loaders import load
-from workloads.trace import read_trace, write_trace
+from blendsim.sim.errors import UserError
+from blendsim.workloads.loaders import load
+from blendsim.workloads.trace import read_trace, write_trace
 
 SETTINGS = settings(max_examples=80, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -230,9 +230,9 @@ def test_parquet_reader(table):
 # ---- profiles ----------------------------------------------------------------------------------------
 @functools.cache
 def _valid_profile() -> str:
-    from calibrate.fit import fit_op
-    from sim.models import get_model
-    from sim.profile import Profile, model_shape
+    from blendsim.calibrate.fit import fit_op
+    from blendsim.sim.models import get_model
+    from blendsim.sim.profile import Profile, model_shape
 
     tokens = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     ops = {"qkv_proj": fit_op("qkv_proj", [[x] for x in tokens], [2e-5 + 1e-8 * x for x in tokens])}
@@ -273,8 +273,8 @@ def mutated_profiles(draw):
 def test_profile_loader(d):
     from rich.console import Console
 
-    from calibrate.report import print_profile
-    from sim.profile import load_profile
+    from blendsim.calibrate.report import print_profile
+    from blendsim.sim.profile import load_profile
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "p.json"

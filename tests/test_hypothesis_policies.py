@@ -4,7 +4,7 @@ every run makes progress.
 Traces mix what broke policies before: prefixes shared by several requests, one-token outputs (no
 KV read, infinite compute density), prompts far longer than the token budget and close to the KV
 capacity, arrivals, and TTFT/TBT SLOs down to ones no step can meet. A run must finish within a step
-cap relative to the trace's tokens (``sim.engine.Replica.max_steps``), so a livelock fails here
+cap relative to the trace's tokens (``blendsim.sim.engine.Replica.max_steps``), so a livelock fails here
 instead of hanging CI; a per-example alarm catches a loop that never completes a step.
 """
 
@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.base import policy_names
-from sim import engine
-from sim.models import get_model
+from blendsim.policies.base import policy_names
+from blendsim.sim import engine
+from blendsim.sim.models import get_model
 from tests.test_engine_invariants import check_invariants, check_kv_every_step
-from workloads.trace import from_columns
+from blendsim.workloads.trace import from_columns
 
 MODELS = ("tiny", "mistral-7b")  # 6H of 3,072 and of 24,576 tokens (accelgen's Eq. 4 budgets differ)
 STEP_CAP_PER_TOKEN = 8  # steps per prompt + output token of the trace, plus a constant
@@ -103,7 +103,7 @@ def test_every_policy_keeps_the_invariants_and_progresses(policy, case):
 def test_the_step_cap_stops_a_livelock(monkeypatch):
     """The engine's cap itself: a scheduler that preempts and re-admits its only request forever."""
     from blendsim import runner
-    from sim.scheduler import Scheduler
+    from blendsim.sim.scheduler import Scheduler
 
     class Livelock(Scheduler):
         def update(self, batch, now):

@@ -43,14 +43,25 @@ def imported_packages(source: str, own: str) -> list[tuple[str, int]]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             names = [own] if node.level else [node.module or ""]
+            if node.module == "blendsim":  # from blendsim import sim, api: the names are modules of blendsim
+                names = [f"blendsim.{a.name}" for a in node.names]
         elif isinstance(node, ast.Call) and node.args and _callee(node.func) in IMPORTERS:
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
                 names = [arg.value]
             elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
-                names = [str(arg.values[0].value)]  # f"policies.{name}": its literal start
-        out.extend((n.split(".")[0], node.lineno) for n in names if n)
+                names = [str(arg.values[0].value)]  # f"blendsim.policies.{name}": its literal start
+        out.extend((top_package(n), node.lineno) for n in names if n)
     return out
+
+
+def top_package(module: str) -> str:
+    """The repository folder a module lives in: ``blendsim.sim.cost`` -> ``sim`` (the folders install under the
+    ``blendsim`` namespace), ``blendsim.api`` -> ``blendsim``, ``numpy.linalg`` -> ``numpy``."""
+    parts = module.split(".")
+    if parts[0] == "blendsim" and len(parts) > 1 and parts[1] in PACKAGES:
+        return parts[1]
+    return parts[0]
 
 
 def _callee(func) -> str:
@@ -75,12 +86,12 @@ def test_the_scanner_sees_function_level_relative_and_dynamic_imports():
         import numpy as np
         from . import sibling
         def f():
-            from policies.base import get_policy
-            import workloads.trace
+            from blendsim.policies.base import get_policy
+            import blendsim.workloads.trace
         def g(name):
             import importlib
-            importlib.import_module(f"reports.{name}")
-            return __import__("calibrate.fit")
+            importlib.import_module(f"blendsim.reports.{name}")
+            return __import__("blendsim.calibrate.fit")
     """)
     found = {top for top, _ in imported_packages(src, "sim")}
     assert found == {"numpy", "sim", "policies", "workloads", "importlib", "reports", "calibrate"}
@@ -103,16 +114,18 @@ def test_every_top_level_package_has_a_row():
     found = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests", "benchmarks", "docs"}
     assert found == set(PACKAGES), f"add the new package's allowed imports to ALLOWED: {found ^ set(PACKAGES)}"
     text = (ROOT / "pyproject.toml").read_text()
-    assert all(f'"{p}*"' in text for p in PACKAGES)  # all of them installed
+    assert all(f'"blendsim.{p}"' in text for p in PACKAGES if p != "blendsim")  # all of them installed
 
 
 def test_importing_every_core_module_loads_no_package_above_it():
     code = textwrap.dedent(f"""
         import importlib, pkgutil, sys
-        import sim
-        for m in pkgutil.walk_packages(sim.__path__, "sim."):
+        from blendsim import sim
+        for m in pkgutil.walk_packages(sim.__path__, "blendsim.sim."):
             importlib.import_module(m.name)
-        loaded = sorted({{n.split(".")[0] for n in sys.modules}} & set({ABOVE_THE_CORE!r}))
+        tops = {{n.split(".")[1] if n.split(".")[1] in {PACKAGES!r} else "blendsim"
+                for n in sys.modules if n.startswith("blendsim.")}}
+        loaded = sorted(tops & set({ABOVE_THE_CORE!r}))
         print(",".join(loaded))
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -121,8 +134,8 @@ def test_importing_every_core_module_loads_no_package_above_it():
 
 
 def test_policies_implement_the_contract_the_core_defines():
-    from policies.base import Policy, RoundRobin, get_policy, policy_names
-    from sim.policy import PolicyContext, PolicyLike, RouterLike
+    from blendsim.policies.base import Policy, RoundRobin, get_policy, policy_names
+    from blendsim.sim.policy import PolicyContext, PolicyLike, RouterLike
 
     ctx = PolicyContext(trace=None, tree=None, deployment=None, cost_model=None, engine=None)
     assert isinstance(Policy(ctx), PolicyLike)
@@ -132,3 +145,12 @@ def test_policies_implement_the_contract_the_core_defines():
     for name in policy_names():
         cls = get_policy(name)
         assert issubclass(cls, Policy) and all(callable(getattr(cls, h, None)) for h in hooks), name
+
+
+def test_every_package_folder_is_installed():
+    """pyproject's explicit package list (the folders map into the blendsim namespace) names every folder."""
+    text = (ROOT / "pyproject.toml").read_text()
+    for init in (i for pkg in PACKAGES for i in (ROOT / pkg).rglob("__init__.py")):
+        rel = init.parent.relative_to(ROOT)
+        name = ".".join(rel.parts) if rel.parts[0] == "blendsim" else "blendsim." + ".".join(rel.parts)
+        assert f'"{name}"' in text, f"{name} ({rel}) is missing from [tool.setuptools] packages in pyproject.toml"

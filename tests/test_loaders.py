@@ -11,10 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from sim.errors import UserError
-from sim.prefix_tree import PrefixTree
-from workloads.loaders import load
-from workloads.trace import read_trace, write_trace
+from blendsim.sim.errors import UserError
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.loaders import load
+from blendsim.workloads.trace import read_trace, write_trace
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real trace samples not found at {DATA}")

@@ -14,13 +14,13 @@ from functools import cache
 import numpy as np
 import pytest
 
-from sim.batch import BatchFeatures
-from sim.cost import CostModel, features_arrays
-from sim.deployment import Deployment
-from sim.errors import UserError
-from sim.hardware import get_hardware
-from sim.models import PRESETS, get_model, load_hf_config
-from sim.ops import Shapes, expert_pick_probabilities
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.cost import CostModel, features_arrays
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import PRESETS, get_model, load_hf_config
+from blendsim.sim.ops import Shapes, expert_pick_probabilities
 
 ONE = BatchFeatures.decode_only(1, 0)  # one token, no context
 BIG = BatchFeatures.prefill_only(4096)  # 4,096 new tokens
@@ -286,7 +286,7 @@ def test_moe_config_errors_name_the_file(tmp_path):
 
 def _trace(tmp_path):
     from tests.helpers import random_trace
-    from workloads.trace import write_trace
+    from blendsim.workloads.trace import write_trace
 
     t = random_trace(np.random.default_rng(7), n=30, max_out=40)
     p = tmp_path / "t.parquet"
@@ -296,7 +296,7 @@ def _trace(tmp_path):
 
 def test_every_policy_runs_on_moe_and_mla(tmp_path):
     from blendsim.runner import RunConfig, run_simulation
-    from policies.base import policy_names
+    from blendsim.policies.base import policy_names
 
     trace, _ = _trace(tmp_path)
     for model, hw, tp, ep, w in [("qwen3-30b-a3b", "h100-80gb", 1, 1, None), ("deepseek-v3", "h200", 8, 8, "fp8")]:
@@ -409,8 +409,8 @@ def test_deepseek_v2_lite_config_without_q_lora(tmp_path):
 
 
 def test_a_dense_profile_on_a_moe_model_says_what_it_does_not_cover(tmp_path):
-    from sim.cost import build_cost_model
-    from sim.profile import OpFit, Profile, model_shape
+    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.profile import OpFit, Profile, model_shape
 
     # Mixtral's attention has Mistral-7B's shapes, so a Mistral profile prices it; its experts are roofline
     fit = OpFit(op="qkv_proj", vars=("tokens",), terms=[[0], [1]], coef=[1e-5, 1e-7], scale=[1.0],
@@ -442,8 +442,8 @@ def test_api_cost_equals_the_command_for_moe():
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 def test_engine_profile_cost_models_price_moe_and_mla_consistently(engine):
     """The engine profiles' cost models (fitted efficiencies, CUDA-graph padding) keep step == cost."""
-    from sim.efficiency import profile_cost_model
-    from sim.engines import PROFILES
+    from blendsim.sim.efficiency import profile_cost_model
+    from blendsim.sim.engines import PROFILES
 
     if engine not in PROFILES:
         pytest.skip(f"no engine profile {engine}")

@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.accelgen.batching import chunk_len, kv_fit, nearest, new_blocks
-from policies.accelgen.budget import eq4_budget, eq4_chunk, eq4_work, eq6_budget, pivot_forward_size
-from policies.accelgen.params import MinBag, Params
-from policies.accelgen.queue import SlackQueue
-from policies.accelgen.scheduler import AccelGenScheduler
-from policies.accelgen.slack import Slack, SloBook, StepStats
-from sim.kv import KVCache
-from sim.prefix_tree import PrefixTree
-from sim.seq import EngineConfig, RequestRecords
+from blendsim.policies.accelgen.batching import chunk_len, kv_fit, nearest, new_blocks
+from blendsim.policies.accelgen.budget import eq4_budget, eq4_chunk, eq4_work, eq6_budget, pivot_forward_size
+from blendsim.policies.accelgen.params import MinBag, Params
+from blendsim.policies.accelgen.queue import SlackQueue
+from blendsim.policies.accelgen.scheduler import AccelGenScheduler
+from blendsim.policies.accelgen.slack import Slack, SloBook, StepStats
+from blendsim.sim.kv import KVCache
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.sim.seq import EngineConfig, RequestRecords
 from tests.helpers import random_trace, tiny_capacity_bytes
-from workloads.trace import from_columns
+from blendsim.workloads.trace import from_columns
 
 INF = math.inf
 
@@ -41,10 +41,10 @@ def test_pivot_on_a_hand_worked_sweep():
 
 
 def test_pivot_of_opt13b_on_a100_near_the_papers_768():
-    from sim.cost import build_cost_model
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.models import get_model
+    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
 
     cm = build_cost_model(Deployment(get_model("opt-13b"), get_hardware("a100-80gb")), engine="vllm")
     # sec. 3.1 measured 768 on this pair; the roofline saturates within 1% at 640 (7,653 of 7,730 tok/s)
@@ -63,11 +63,11 @@ def test_eq6_ignores_the_context_that_budget_model_cost_prices():
     # (H = 4096) a chunk with no prior context meets the 0.1875 s SLO within a few percent, but at 6H
     # tokens of context (attention = the linear layers) the same chunk takes about twice the SLO;
     # budget_model=cost's chunk there (largest_fit on the cost model) fits.
-    from policies.accelgen.budget import largest_fit, prefill_step_time
-    from sim.cost import build_cost_model
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.models import get_model
+    from blendsim.policies.accelgen.budget import largest_fit, prefill_step_time
+    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
 
     cm = build_cost_model(Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb")), engine="vllm")
     s_pf, t_pf = pivot_forward_size(cm, tol=0.01)
@@ -362,7 +362,7 @@ def test_option_variants_run_every_request(opts):
 
 
 def test_bad_options_are_one_line_errors():
-    from sim.errors import UserError
+    from blendsim.sim.errors import UserError
 
     trace = random_trace(np.random.default_rng(1), n=3)
     for opts in ({"era": "sometimes"}, {"gamma": "-1"}, {"max_window": "0"}):
@@ -387,7 +387,7 @@ def test_a_prompt_that_fills_the_kv_cache_gets_its_last_chunk():
 def test_the_livelock_reproducer_finishes(monkeypatch):
     # issue 14: a 3,359-token prompt (output 1) and a 5-token prompt (output 2) on mistral-7b / cpu with
     # --token-budget 8..17 hit 470K preemptions and never ended
-    from sim import engine
+    from blendsim.sim import engine
 
     monkeypatch.setattr(engine.Replica, "max_steps", 20_000)  # a livelock fails instead of hanging
     trace = from_columns(input_len=[3359, 5], output_len=[1, 2])
@@ -457,7 +457,7 @@ def test_partial_prefills_that_overfill_the_kv_do_not_preempt_one_another_in_tur
                          ttft_slo_s=[0.05, 5.0, 0.001, 5.0, 5.0], tbt_slo_s=[0.02, 0.3, 0.001, 2.0, 2.0])
     cfg = dict(model="mistral-7b", hardware="cpu", block_size=4, kv_capacity_override=612 * 131072,
                token_budget=8, max_seqs=3)
-    from sim import engine
+    from blendsim.sim import engine
 
     monkeypatch.setattr(engine.Replica, "max_steps", 20_000)  # a livelock fails instead of hanging
     r = run_simulation(trace, RunConfig(policy="accelgen", **cfg))

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.base import PolicyContext, get_policy
-from policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
-from sim.errors import UserError
-from sim.prefix_tree import PrefixTree
-from sim.seq import EngineConfig
-from workloads.trace import from_columns
+from blendsim.policies.base import PolicyContext, get_policy
+from blendsim.policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
+from blendsim.sim.errors import UserError
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.sim.seq import EngineConfig
+from blendsim.workloads.trace import from_columns
 
 # Fig. 4 as sec. 4.2 describes it (the text gives the shape, not every node's size; the sizes are ours
 # and fit it): root -> 'a' (prompt 1) and 'b' (1 token, prompts 2-6); b -> c (1 token; prompts 2-5)
@@ -238,8 +238,8 @@ def test_tight_memory_finishes_and_shared_attention_only_changes_cost():
 
 
 def test_prefix_is_pinned_while_members_wait():
-    from sim.kv import KVCache
-    from sim.seq import RequestRecords
+    from blendsim.sim.kv import KVCache
+    from blendsim.sim.seq import RequestRecords
 
     # one group: 32-token prefix (2 blocks) + 16 distinct; the leader makes one token and is done
     trace = _trace([[(1, 32), (10, 16)], [(1, 32), (11, 16)], [(1, 32), (12, 16)]], out=[1, 4, 4])

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.blendserve.estimate import estimate_from_known, sample_requests
-from policies.blendserve.merge import scan_units
-from policies.blendserve.partition import dp_partition, dual_scan_budgets, left_fraction, occupancy_time
-from policies.blendserve.restree import ResourceTree
-from policies.blendserve.split import sort_and_split
-from sim.density import Rates, comp_time
-from sim.prefix_tree import PrefixTree
-from workloads.trace import from_columns, from_segment_arrays
+from blendsim.policies.blendserve.estimate import estimate_from_known, sample_requests
+from blendsim.policies.blendserve.merge import scan_units
+from blendsim.policies.blendserve.partition import dp_partition, dual_scan_budgets, left_fraction, occupancy_time
+from blendsim.policies.blendserve.restree import ResourceTree
+from blendsim.policies.blendserve.split import sort_and_split
+from blendsim.sim.density import Rates, comp_time
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.trace import from_columns, from_segment_arrays
 
 GB = 1e9
 # comp = p + d and mem = sum_{j<d} (p + j): easy to work by hand
@@ -264,7 +264,7 @@ def test_data_parallel_replicas_share_the_work():
 
 
 def test_bad_options():
-    from sim.errors import UserError
+    from blendsim.sim.errors import UserError
 
     trace = _blend_like(50)
     for opt in ({"warmup": "later"}, {"sample": 2}, {"footprint": "max"}):

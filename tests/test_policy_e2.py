@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 from blendsim.runner import RunConfig, run_simulation
-from policies.base import PolicyContext
-from policies.e2.local import ADMIT, EVICT, FINISH, E2Scheduler, PriorityGroups
-from policies.e2.router import EXPLOIT, EXPLORE, OPTIONS, PD, E2Router
-from sim.cost import build_cost_model
-from sim.deployment import Deployment
-from sim.hardware import get_hardware
-from sim.kv import KVCache
-from sim.models import get_model
-from sim.prefix_tree import PrefixTree
-from sim.seq import EngineConfig, RequestRecords
+from blendsim.policies.base import PolicyContext
+from blendsim.policies.e2.local import ADMIT, EVICT, FINISH, E2Scheduler, PriorityGroups
+from blendsim.policies.e2.router import EXPLOIT, EXPLORE, OPTIONS, PD, E2Router
+from blendsim.sim.cost import build_cost_model
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.kv import KVCache
+from blendsim.sim.models import get_model
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.sim.seq import EngineConfig, RequestRecords
 from tests.helpers import random_trace, tiny_capacity_bytes
-from workloads.trace import from_columns
+from blendsim.workloads.trace import from_columns
 
 DEP = Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb"), 1, kv_capacity_override=10**12)
 CM = build_cost_model(DEP, "sequential", "sglang")
@@ -293,7 +293,7 @@ def test_group_quota_and_pointer():
 
 
 def test_groups_rematched_every_step_equal_a_full_rematch(monkeypatch):
-    from sim import scheduler as sch
+    from blendsim.sim import scheduler as sch
 
     seen = {"checks": 0}
     orig = sch.Scheduler.update
@@ -314,7 +314,7 @@ def test_groups_rematched_every_step_equal_a_full_rematch(monkeypatch):
 
 
 def test_e2_keeps_more_prefix_sharing_than_round_robin():
-    from workloads.recipes import synthesize
+    from blendsim.workloads.recipes import synthesize
 
     trace = synthesize("preble", kind="toolbench", requests=600, rate=20.0, prefixes=50)
     out = {}

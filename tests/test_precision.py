@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from sim.batch import BatchFeatures
-from sim.cost import CostModel
-from sim.deployment import Deployment
-from sim.errors import UserError
-from sim.hardware import PRESETS as HW
-from sim.hardware import get_hardware
-from sim.models import PRESETS, SUPPORTED_TYPES, get_model, load_hf_config
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.cost import CostModel
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.hardware import PRESETS as HW
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import PRESETS, SUPPORTED_TYPES, get_model, load_hf_config
 
 L8 = "llama-3.1-8b"
 
@@ -249,7 +249,7 @@ def test_models_json_has_every_derived_field():
 
 
 def _profile(tmp_path):
-    from sim.profile import OpFit, Profile, model_shape
+    from blendsim.sim.profile import OpFit, Profile, model_shape
 
     fit = OpFit(op="attn_decode", vars=("batch", "context"), terms=[[0, 0], [1, 0]], coef=[5e-6, 2e-6],
                 scale=[64.0, 4096.0], domain=[[1, 1024], [16, 32768]])

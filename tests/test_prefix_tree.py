@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.kv import KVCache
-from sim.prefix_tree import PrefixTree
-from workloads.trace import from_columns
+from blendsim.sim.kv import KVCache
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.trace import from_columns
 
 
 def brute_force_sharing(prompts: list[list[int]]) -> float:

@@ -1,14 +1,14 @@
 """The real backend's block manager: exact block ids, prefix sharing, reference counts, and a live mirror
-of the simulator's KV cache (``sim.kv.KVCache``) step by step."""
+of the simulator's KV cache (``blendsim.sim.kv.KVCache``) step by step."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from real_backend.paged_kv import BlockManager, KVExhausted, ScheduleMismatch
-from sim.prefix_tree import PrefixTree
-from workloads.trace import from_columns
+from blendsim.real_backend.paged_kv import BlockManager, KVExhausted, ScheduleMismatch
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.trace import from_columns
 
 
 def _tree():
@@ -82,8 +82,8 @@ def make_micro(tmp_path_factory):
     """A 2-layer Llama small enough that bookkeeping tests run many steps quickly: (config path, runtime)."""
     import json
 
-    from real_backend.executor import DeviceRuntime
-    from sim.models import get_model
+    from blendsim.real_backend.executor import DeviceRuntime
+    from blendsim.sim.models import get_model
 
     path = tmp_path_factory.mktemp("micro") / "config.json"
     path.write_text(json.dumps(MICRO))
@@ -115,7 +115,7 @@ def _check_mirror(rep, batch, t_end):
                                                            (3, 1, 32, "vllm")])
 def test_live_run_mirrors_the_simulated_cache(micro, seed, block_size, budget, policy):
     from blendsim.runner import RunConfig, prepare_run
-    from real_backend.live import run_live
+    from blendsim.real_backend.live import run_live
     from tests.helpers import random_trace
 
     model, runtime = micro
@@ -135,10 +135,10 @@ def test_peak_blocks_is_the_simulators_peak(micro, monkeypatch):
     """After each step is formed, the executor holds exactly the simulator's blocks; the dry run's peak
     is the largest of those counts."""
     from blendsim.runner import RunConfig, prepare_run
-    from real_backend.executor import TorchExecutor
-    from real_backend.live import run_live
-    from real_backend.replay import peak_blocks
-    from sim.scheduler import Scheduler
+    from blendsim.real_backend.executor import TorchExecutor
+    from blendsim.real_backend.live import run_live
+    from blendsim.real_backend.replay import peak_blocks
+    from blendsim.sim.scheduler import Scheduler
     from tests.helpers import random_trace
 
     model, runtime = micro

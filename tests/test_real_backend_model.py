@@ -4,10 +4,10 @@ FLOPs are counted on the executed forward: each operator runs inside ``ops(name)
 ``torch.utils.flop_counter.FlopCounterMode`` (GEMMs) and a dispatch mode that counts the (query, key)
 pairs every ``scaled_dot_product_attention`` call leaves unmasked (attention).
 
-Convention: ``sim.ops`` prices attention by the pairs a token must see (prefill: n*c + n(n+1)/2 per
+Convention: ``blendsim.sim.ops`` prices attention by the pairs a token must see (prefill: n*c + n(n+1)/2 per
 chunk; decode: context + 1), 4 * head_dim FLOPs per pair and query head. The CPU kernels are handed more
 than that — the whole n x (c + n) rectangle under a mask for a chunk after context, and decodes padded
-to their length group's longest (``real_backend.attention.DECODE_PAD``) — but the extra pairs are
+to their length group's longest (``blendsim.real_backend.attention.DECODE_PAD``) — but the extra pairs are
 masked out; the unmasked pairs counted here are the cost model's pairs exactly. FlashAttention and
 FlashInfer skip masked tiles, so on GPU the work is those pairs up to tile rounding.
 """
@@ -23,14 +23,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from real_backend.executor import DeviceRuntime, TorchExecutor
-from sim.batch import Batch
-from sim.deployment import Deployment
-from sim.hardware import get_hardware
-from sim.models import get_model
-from sim.ops import GEMM_OPS, OPS, Shapes, op_counts
-from sim.prefix_tree import PrefixTree
-from workloads.trace import from_columns
+from blendsim.real_backend.executor import DeviceRuntime, TorchExecutor
+from blendsim.sim.batch import Batch
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import get_model
+from blendsim.sim.ops import GEMM_OPS, OPS, Shapes, op_counts
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.trace import from_columns
 
 
 class _PairCount(TorchDispatchMode):

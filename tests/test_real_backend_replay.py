@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from blendsim.runner import RunConfig, run_simulation, write_run
-from real_backend.executor import TorchExecutor
-from real_backend.paged_kv import ScheduleMismatch
-from real_backend.replay import load_schedule, peak_blocks, replay
-from sim import engine
-from sim.prefix_tree import PrefixTree
+from blendsim.real_backend.executor import TorchExecutor
+from blendsim.real_backend.paged_kv import ScheduleMismatch
+from blendsim.real_backend.replay import load_schedule, peak_blocks, replay
+from blendsim.sim import engine
+from blendsim.sim.prefix_tree import PrefixTree
 from tests.helpers import random_trace, tiny_capacity_bytes
 from tests.test_real_backend_kv import _capacity, _check_mirror, make_micro
 
@@ -106,7 +106,7 @@ def test_replay_with_preemption_and_eviction(micro, sim_batches, monkeypatch):
 
 def test_live_run_with_preemption_mirrors_the_simulated_cache(micro):
     from blendsim.runner import prepare_run
-    from real_backend.live import run_live
+    from blendsim.real_backend.live import run_live
 
     model, runtime = micro
     trace = random_trace(np.random.default_rng(24), n=14, max_out=40)
@@ -149,7 +149,7 @@ def test_schedule_parquet_round_trip_and_corruption(tmp_path):
 
 
 def _policies():
-    from policies.base import policy_names
+    from blendsim.policies.base import policy_names
 
     return policy_names()
 

@@ -20,12 +20,12 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from sim.errors import UserError
-from sim.io import atomic_path, write_json
-from sim.profile import load_profile
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import atomic_path, write_json
+from blendsim.sim.profile import load_profile
 from tests.helpers import one_line_error
-from workloads.loaders import load
-from workloads.trace import MAX_TOKENS, from_columns, read_trace, write_trace
+from blendsim.workloads.loaders import load
+from blendsim.workloads.trace import MAX_TOKENS, from_columns, read_trace, write_trace
 
 BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -272,9 +272,9 @@ def test_atomic_writes_honour_the_umask(tmp_path, mask):
 @pytest.fixture(scope="module")
 def profile_dict():
     """A small real-shaped profile: fits from calibrate.fit on smooth synthetic times (with grids)."""
-    from calibrate.fit import fit_op
-    from sim.models import get_model
-    from sim.profile import Profile, model_shape
+    from blendsim.calibrate.fit import fit_op
+    from blendsim.sim.models import get_model
+    from blendsim.sim.profile import Profile, model_shape
 
     tokens = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
     ops = {op: fit_op(op, [[x] for x in tokens], [2e-5 + k * 1e-8 * x for x in tokens])

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app, main
 from blendsim.runner import RunConfig, run_simulation, write_run
-from policies.base import policy_names
-from sim.errors import UserError
+from blendsim.policies.base import policy_names
+from blendsim.sim.errors import UserError
 from tests.helpers import random_trace
-from workloads.trace import from_columns, write_trace
+from blendsim.workloads.trace import from_columns, write_trace
 
 
 def invoke(*args):

@@ -1,4 +1,4 @@
-"""``blendsim report`` / ``reports.render.write_report``: every figure type from real fixture runs and
+"""``blendsim report`` / ``blendsim.reports.render.write_report``: every figure type from real fixture runs and
 a validation directory in ``blendsim validate``'s format, table numbers equal to the runs', the
 per-step downsampling, latency columns, and user errors (one line, exit 2)."""
 
@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from blendsim.cli import get_app
 from blendsim.sweep import check_spec, make_backend, run_sweep
 from blendsim.sweep.grid import SweepSpec
-from reports.render import write_report
-from reports.steps import binned
+from blendsim.reports.render import write_report
+from blendsim.reports.steps import binned
 
 POLICIES = ("dfs", "fcfs", "random")
 
@@ -258,7 +258,7 @@ def test_online_workloads_are_compared_by_latency(tmp_path):
 
 
 def side_group(page: Path) -> str:
-    from reports.figures import _slug
+    from blendsim.reports.figures import _slug
 
     return _slug(pd.read_csv(page.parent / "policies.csv")["group"].iloc[0])
 
@@ -345,7 +345,7 @@ ALL_POLICIES = ["dfs", "accelgen", "batchllm", "blendserve", "e2", "fcfs", "rand
 
 
 def _fake_runs(n_work: int, n_pol: int, tmp: Path) -> pd.DataFrame:
-    from reports.tables import with_speedup
+    from blendsim.reports.tables import with_speedup
 
     rows = []
     for w in range(n_work):
@@ -368,8 +368,8 @@ def _fake_runs(n_work: int, n_pol: int, tmp: Path) -> pd.DataFrame:
 @pytest.mark.parametrize("n_work, n_pol", [(1, 1), (4, 9), (10, 3)])
 def test_figures_have_no_clipped_or_overlapping_text(tmp_path, n_work, n_pol):
     """The manual check ran every size from 1 to 10 workloads x 1 to 9 policies; CI keeps three corners."""
-    from reports import figures as F
-    from reports import steps as S
+    from blendsim.reports import figures as F
+    from blendsim.reports import steps as S
 
     df = _fake_runs(n_work, n_pol, tmp_path)
     order = list(dict.fromkeys(df["label"]))
@@ -384,7 +384,7 @@ def test_figures_have_no_clipped_or_overlapping_text(tmp_path, n_work, n_pol):
 
 
 def test_heatmap_centres_on_one_and_marks_ties():
-    from reports.figures import NOISE, _heatmap
+    from blendsim.reports.figures import NOISE, _heatmap
 
     m = pd.DataFrame([[1.004, 1.2], [0.9, np.nan]], index=[0.9, 1.1], columns=[0.15, 0.35])
     f = _heatmap(m, "p", "dfs", "dep")
@@ -398,8 +398,8 @@ def test_heatmap_centres_on_one_and_marks_ties():
 
 def test_simple_report_from_a_table_and_a_figure(tmp_path):
     """The entry point for other commands (a fidelity check): one table, one figure, a CSV."""
-    from reports.figures import Figure, plt
-    from reports.render import write_simple_report
+    from blendsim.reports.figures import Figure, plt
+    from blendsim.reports.render import write_simple_report
 
     t = pd.DataFrame({"label": ["a", "b"], "throughput_tok_s": [1234.5, 2345.6], "speedup": [1.0, 1.9]})
     fig, ax = plt.subplots()

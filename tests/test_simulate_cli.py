@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from tests.helpers import random_trace
-from workloads.trace import write_trace
+from blendsim.workloads.trace import write_trace
 
 REQUIRED = ("policy", "model", "hardware", "mode", "n_requests", "input_tokens", "output_tokens", "makespan_s",
             "throughput_tok_s", "prefix_sharing_ratio", "optimal_sharing_ratio", "compute_density", "t_opt_s",
@@ -57,7 +57,7 @@ def test_cache_flags_reach_the_engine_and_the_summary(trace_file, tmp_path):
 
 
 def test_offline_runs_have_no_latency_keys(trace_file, tmp_path):
-    from workloads.trace import from_columns
+    from blendsim.workloads.trace import from_columns
 
     f = write_trace(from_columns(input_len=[10, 20], output_len=[3, 4]), tmp_path / "o.parquet")
     r = invoke("simulate", f, "--model", "tiny", "--hardware", "cpu", "-o", tmp_path / "r", "--json")

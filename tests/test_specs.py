@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-from sim.deployment import Deployment
-from sim.errors import UserError
-from sim.hardware import GiB, HardwareSpec, get_hardware
-from sim.models import PRESETS, ModelSpec, get_model, load_hf_config
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.hardware import GiB, HardwareSpec, get_hardware
+from blendsim.sim.models import PRESETS, ModelSpec, get_model, load_hf_config
 
 # ---- parameter counts ------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from blendsim.cli import get_app
 from blendsim.sweep import assemble_results, check_spec, make_backend, parse_values, run_sweep
 from blendsim.sweep.grid import SweepSpec
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 GRID = ["--recipe", "blendserve", "--densities", "0.9,1.2", "--sharing", "0.15:0.35:0.2", "--policies", "dfs,random",
         "--requests", "400", "--seed", "3"]
@@ -176,7 +176,7 @@ def test_unreachable_grid_point_fails_its_cells_only(tmp_path):
 
 
 def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
-    from policies.base import get_policy
+    from blendsim.policies.base import get_policy
 
     eng = get_policy("blendserve").engine_defaults
     d = tmp_path / "s"

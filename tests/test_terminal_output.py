@@ -13,8 +13,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from reports import terminal as TT
-from sim.metrics import CRITICAL_SHARE, critical_path_warning
+from blendsim.reports import terminal as TT
+from blendsim.sim.metrics import CRITICAL_SHARE, critical_path_warning
 from tests.helpers import random_trace
 
 WIDTHS = (80, 120)
@@ -78,7 +78,7 @@ def test_run_summary_wraps_between_words(summaries, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_policy_list_and_every_policy_fit(width):
-    from policies.base import get_policy, policy_names
+    from blendsim.policies.base import get_policy, policy_names
 
     out = render(TT.print_policies, width)
     fits(out, width)
@@ -92,8 +92,8 @@ def test_policy_list_and_every_policy_fit(width):
 
 
 def test_every_option_has_a_source():
-    from policies.base import get_policy, policy_names
-    from reports.policy_help import SOURCES
+    from blendsim.policies.base import get_policy, policy_names
+    from blendsim.reports.policy_help import SOURCES
 
     for n in policy_names():
         assert set(SOURCES.get(n, {})) == set(get_policy(n).options), n
@@ -146,7 +146,7 @@ def test_critical_path_warning():
 
 
 def test_simulate_warns_when_one_request_dominates(tmp_path):
-    from workloads.trace import from_columns, write_trace
+    from blendsim.workloads.trace import from_columns, write_trace
 
     f = write_trace(from_columns(input_len=[8] * 20 + [8], output_len=[2] * 20 + [400]), tmp_path / "t.parquet")
     r = CliRunner().invoke(get_app(), ["simulate", str(f), "--model", "tiny", "--hardware", "cpu", "-o",

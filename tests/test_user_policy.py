@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import blendsim
 from blendsim.cli import get_app
 from tests.helpers import random_trace
-from workloads.trace import write_trace
+from blendsim.workloads.trace import write_trace
 
 REVERSE = '''
 import numpy as np
@@ -174,7 +174,7 @@ def test_simulate_takes_a_policy_class(workdir):
 # ---- validate ------------------------------------------------------------------------------------------
 def test_validate_replays_a_file_policy(workdir):
     pytest.importorskip("torch")
-    from workloads.trace import from_columns
+    from blendsim.workloads.trace import from_columns
 
     t = from_columns(input_len=[40, 24, 40], output_len=[3, 2, 3], prompts=[[(1, 32), (2, 8)], [(3, 24)], [(1, 32), (4, 8)]])
     write_trace(t, workdir / "small.parquet")
@@ -221,7 +221,7 @@ PLUGIN = '''
 
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
-    import policies.base as base
+    import blendsim.policies.base as base
 
     monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # registrations end with the test
     site = tmp_path / "site"
@@ -266,12 +266,12 @@ def test_a_bad_entry_point_is_one_line(bad_plugin, workdir):
 
 
 def test_an_entry_point_module_may_register_its_policy(tmp_path, monkeypatch, workdir):
-    import policies.base as base
+    import blendsim.policies.base as base
 
     monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
     site = tmp_path / "site2"
     mod = install_package(site, {"via-module": "{mod}"}, '''
-        from policies.base import Policy, register
+        from blendsim.policies.base import Policy, register
 
 
         @register("via-module")

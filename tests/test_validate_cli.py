@@ -12,8 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sim.clikit import UserErrorGroup as _Group
-from workloads.trace import from_columns, write_trace
+from blendsim.sim.clikit import UserErrorGroup as _Group
+from blendsim.workloads.trace import from_columns, write_trace
 
 
 def _app(*registers) -> typer.Typer:
@@ -112,10 +112,10 @@ def test_the_memory_plan_is_the_peak_of_the_schedule(small_trace, tmp_path):
     """Exactly the schedule's peak KV (plus weights and the largest step) is asked for: one byte less is
     refused before anything runs, that much is enough."""
     from blendsim.validate import ValidateConfig, need_bytes, run_validation, simulate
-    from real_backend.replay import load_schedule, peak_blocks
-    from sim.errors import UserError
-    from sim.prefix_tree import PrefixTree
-    from workloads.trace import read_trace
+    from blendsim.real_backend.replay import load_schedule, peak_blocks
+    from blendsim.sim.errors import UserError
+    from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.workloads.trace import read_trace
 
     trace = read_trace(small_trace)
     cfg = ValidateConfig(max_steps=3, repeats=1)
@@ -144,8 +144,8 @@ def test_validate_without_a_gpu(small_trace, tmp_path):
 @pytest.mark.parametrize("field,value,msg", [("model_shape", {"hidden_size": 4096}, "fitted for model"),
                                             ("dtype", "bf16", "fitted for dtype")])
 def test_validate_refuses_a_profile_of_another_model(small_trace, tmp_path, field, value, msg):
-    from sim.models import get_model
-    from sim.profile import SCHEMA, SCHEMA_VERSION, model_shape
+    from blendsim.sim.models import get_model
+    from blendsim.sim.profile import SCHEMA, SCHEMA_VERSION, model_shape
 
     prof = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "model": "tiny",
             "model_shape": model_shape(get_model("tiny")), "dtype": "fp32", "tp": 1, "ops": {}}
@@ -161,7 +161,7 @@ def test_validate_refuses_a_profile_of_another_model(small_trace, tmp_path, fiel
 
 def _fail_at(monkeypatch, step: int, exc: BaseException) -> None:
     """The replay (not the warm-up) raises ``exc`` when its executor reaches ``step`` executed steps."""
-    import real_backend.replay as rp
+    import blendsim.real_backend.replay as rp
 
     replay = rp.replay
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from workloads.recipes import get_recipe, recipe_names
-from workloads.trace import read_trace
+from blendsim.workloads.recipes import get_recipe, recipe_names
+from blendsim.workloads.trace import read_trace
 
 
 def invoke(*args):

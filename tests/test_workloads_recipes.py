@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.density import trace_bounds
-from sim.deployment import make_deployment
-from sim.errors import UserError
-from sim.prefix_tree import PrefixTree
-from workloads.recipes import get_recipe, paths, recipe_names, synthesize
-from workloads.sources import AZURE_CODE, AZURE_CONV, BURSTGPT, MMLU, OPENVID, SHAREGPT, WILDCHAT, get_source
-from workloads.trace import from_segment_arrays, write_trace
+from blendsim.sim.density import trace_bounds
+from blendsim.sim.deployment import make_deployment
+from blendsim.sim.errors import UserError
+from blendsim.sim.prefix_tree import PrefixTree
+from blendsim.workloads.recipes import get_recipe, paths, recipe_names, synthesize
+from blendsim.workloads.sources import AZURE_CODE, AZURE_CONV, BURSTGPT, MMLU, OPENVID, SHAREGPT, WILDCHAT, get_source
+from blendsim.workloads.trace import from_segment_arrays, write_trace
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real trace samples not found at {DATA}")
@@ -266,7 +266,7 @@ def test_preble_videoqa_and_loogle_match_their_samples():
 
 # ---- accelgen ---------------------------------------------------------------------------------
 def test_accelgen_mix_and_slos():
-    from workloads.recipes.accelgen import prefill_time
+    from blendsim.workloads.recipes.accelgen import prefill_time
 
     t = synthesize("accelgen", requests=20_000)
     src = t.source

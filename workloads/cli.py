@@ -10,19 +10,19 @@ from pathlib import Path
 
 import typer
 
-from sim.clikit import UserErrorGroup
+from blendsim.sim.clikit import UserErrorGroup
 
 
 class _SynthGroup(UserErrorGroup):
     """``synth``: one subcommand per recipe, built on demand (recipe modules load numpy)."""
 
     def list_commands(self, ctx):
-        from workloads.recipes import recipe_names
+        from blendsim.workloads.recipes import recipe_names
 
         return recipe_names()
 
     def get_command(self, ctx, name):
-        from workloads.recipes import recipe_names
+        from blendsim.workloads.recipes import recipe_names
 
         if name not in recipe_names():
             return None
@@ -55,10 +55,10 @@ def stats_cmd(
     """
     import numpy as np
 
-    from sim.density import trace_bounds
-    from sim.deployment import make_deployment
-    from sim.prefix_tree import PrefixTree
-    from workloads.trace import read_trace
+    from blendsim.sim.density import trace_bounds
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.workloads.trace import read_trace
 
     t = read_trace(trace, allow_empty=True)
     dep = make_deployment(model, hardware, tp)
@@ -76,7 +76,7 @@ def stats_cmd(
     if as_json:
         typer.echo(json.dumps(out, indent=2, sort_keys=True, default=str, allow_nan=False))
         return
-    from reports.terminal import print_trace_stats
+    from blendsim.reports.terminal import print_trace_stats
 
     print_trace_stats(out, str(trace))
 
@@ -115,10 +115,10 @@ def load_cmd(
     blocks their ids share. BurstGPT rows with 0 response tokens are failed requests: they are skipped
     and counted. The trace keeps the file's stem as its name.
     """
-    from sim.io import check_output_file
-    from workloads.hashed import context_option, summary_rows
-    from workloads.loaders import load
-    from workloads.trace import write_trace
+    from blendsim.sim.io import check_output_file
+    from blendsim.workloads.hashed import context_option, summary_rows
+    from blendsim.workloads.loaders import load
+    from blendsim.workloads.trace import write_trace
 
     check_output_file(output)
     opts = {"block_size": block_size, "time_unit": time_unit, "output_len": output_len,
@@ -133,7 +133,7 @@ def load_cmd(
 
 def _synth_command(name: str):
     """A typer command for recipe ``name``, its options taken from the recipe's options dataclass."""
-    from workloads.recipes import get_recipe
+    from blendsim.workloads.recipes import get_recipe
 
     recipe = get_recipe(name)
     hints = typing.get_type_hints(recipe.options)
@@ -146,8 +146,8 @@ def _synth_command(name: str):
                                     default=typer.Option(..., "--output", "-o", help=OUTPUT_HELP)))
 
     def command(**kwargs) -> None:
-        from sim.io import check_output_file
-        from workloads.trace import write_trace
+        from blendsim.sim.io import check_output_file
+        from blendsim.workloads.trace import write_trace
 
         output = check_output_file(kwargs.pop("output"))
         trace = recipe.make(**kwargs)

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import UserError
-from workloads.loaders import jsonl_lines
+from blendsim.sim.errors import UserError
+from blendsim.workloads.loaders import jsonl_lines
 
 FORMATS = ("mooncake", "hashed")
 MOONCAKE_BLOCK = 512
@@ -52,7 +52,7 @@ def load_hashed(path, fmt: str = "hashed", *, block_size: int | None = None, tim
                 output_len: int | None = None, output_from: str | None = None, seed: int = 0,
                 limit: int | None = None):
     """Load a block-hash JSONL trace (``fmt``: ``mooncake`` or ``hashed``); see the module docstring."""
-    from workloads.trace import from_segment_arrays
+    from blendsim.workloads.trace import from_segment_arrays
 
     path = Path(path)
     if fmt not in FORMATS:
@@ -255,7 +255,7 @@ def output_lengths(spec: str) -> tuple[np.ndarray, str]:
         raise UserError(f"--output-from {spec}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        from workloads.trace import read_trace
+        from blendsim.workloads.trace import read_trace
 
         vals = read_trace(path).output_len.astype(np.float64)
         col = "output_len"
@@ -330,7 +330,7 @@ def parse_max_context(value: str) -> tuple[int, str]:
         if n < 2:
             raise UserError(f"--max-context must be at least 2 tokens, got {n}")
         return n, f"{n} tokens"
-    from sim.models import get_model
+    from blendsim.sim.models import get_model
 
     spec = get_model(text)
     return int(spec.max_position_embeddings), f"{spec.name}'s context ({spec.max_position_embeddings} tokens)"
@@ -372,7 +372,7 @@ def limit_context(trace, max_context: int, long: str | None, where: str = "trace
 
 
 def _truncate(trace, N: int):
-    from workloads.trace import SEGMENT_BASE, Trace
+    from blendsim.workloads.trace import SEGMENT_BASE, Trace
 
     d = np.minimum(trace.output_len, N - 1)
     p = np.minimum(trace.input_len, N - d)

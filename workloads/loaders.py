@@ -17,22 +17,22 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import UserError
-from workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
+from blendsim.sim.errors import UserError
+from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
 FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed")
 
 
 def load(path: str | Path, fmt: str, limit: int | None = None, **hashed_options):
     """Load ``path`` in format ``fmt`` (one of :data:`FORMATS`); the trace's ``meta["name"]`` is the file's
-    stem. ``mooncake`` and ``hashed`` (block-hash JSONL) take :func:`workloads.hashed.load_hashed`'s options."""
+    stem. ``mooncake`` and ``hashed`` (block-hash JSONL) take :func:`blendsim.workloads.hashed.load_hashed`'s options."""
     loaders = {"burstgpt": load_burstgpt, "azure": load_azure, "vidur": load_vidur, "jsonl": load_jsonl}
     if fmt not in loaders and fmt not in ("mooncake", "hashed"):
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
     if fmt in ("mooncake", "hashed"):
-        from workloads.hashed import load_hashed
+        from blendsim.workloads.hashed import load_hashed
 
         trace = load_hashed(path, fmt, limit=limit, **hashed_options)
     else:
@@ -228,7 +228,7 @@ def _first_line(e: Exception) -> str:
 
 
 def _trace(p, d, arrival, rows, source, meta):
-    from workloads.trace import unique_prompts
+    from blendsim.workloads.trace import unique_prompts
 
     t = unique_prompts(p, d, ids=(np.asarray(rows) + 1).astype(str).astype(object),
                        arrival_s=arrival, source=source)
@@ -247,7 +247,7 @@ def load_jsonl(path, limit: int | None = None):
     ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s``, ``source``. Blank lines are skipped and a UTF-8 byte-order
     mark is allowed (as for CSVs); errors name the file's line number.
     """
-    from workloads.trace import MAX_TOKEN_ID, Trace
+    from blendsim.workloads.trace import MAX_TOKEN_ID, Trace
 
     path = Path(path)
     tokens, cols, ids = [], {k: [] for k in ("output_len", "output_len_hint", *_OPTIONAL_FLOATS, "source")}, []

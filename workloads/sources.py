@@ -17,7 +17,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 
 @dataclass(frozen=True, slots=True)

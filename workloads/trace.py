@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import UserError
-from sim.io import read_parquet
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import read_parquet
 
 SCHEMA_VERSION = 1
 SEGMENT_BASE = 1 << 40  # unit symbols at or above this are segments, below are token ids
@@ -329,8 +329,8 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from sim import columns as col
-    from sim.io import atomic_path
+    from blendsim.sim import columns as col
+    from blendsim.sim.io import atomic_path
 
     path = Path(path)
     n = trace.n
@@ -438,7 +438,7 @@ class _TraceColumns:
         return self._bounded(name, c, fill, low, high)
 
     def _bounded(self, name, c, fill, low, high, rows=None) -> np.ndarray:
-        from sim import columns as col
+        from blendsim.sim import columns as col
 
         valid = col.valid_mask(c)
         if fill is None and not valid.all():
@@ -455,7 +455,7 @@ class _TraceColumns:
     def floats(self, name: str, default: float) -> np.ndarray:
         import pyarrow as pa
 
-        from sim import columns as col
+        from blendsim.sim import columns as col
 
         if name not in self.cols:
             return np.full(self.n, default, dtype=np.float64)
@@ -469,7 +469,7 @@ class _TraceColumns:
     def strings(self, name: str, default, ints_ok: bool, allow_null: bool) -> np.ndarray:
         import pyarrow as pa
 
-        from sim import columns as col
+        from blendsim.sim import columns as col
 
         if name not in self.cols:
             return default
@@ -491,7 +491,7 @@ class _TraceColumns:
         """(valid, lengths, flat values, owner row of each value) of a list column."""
         import pyarrow as pa
 
-        from sim import columns as col
+        from blendsim.sim import columns as col
 
         c = self.column(name)
         if pa.types.is_null(c.type):
@@ -504,7 +504,7 @@ class _TraceColumns:
     def trace(self, meta: dict) -> Trace:
         import pyarrow as pa
 
-        from sim import columns as col
+        from blendsim.sim import columns as col
 
         n, cols = self.n, self.cols
         input_len, output_len = self.ints("input_len"), self.ints("output_len")

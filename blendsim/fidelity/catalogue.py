@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl
 
 import numpy as np
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 COLUMNS = ("id", "source", "model", "hardware", "gpus", "tp", "pp", "ep", "weights", "kv_dtype", "engine",
            "engine_version", "policy", "workload", "requests", "metric", "scope", "value", "note")
@@ -158,7 +158,7 @@ def _bad(row: Row, what: str) -> UserError:
 
 
 def _const(row: Row, spec: str):
-    from workloads.trace import unique_prompts
+    from blendsim.workloads.trace import unique_prompts
 
     try:
         isl, osl = (int(x) for x in spec.split("/"))
@@ -194,7 +194,7 @@ def _file(row: Row, spec: str):
         except ValueError:
             raise _bad(row, f"option {k}={v!r} is not an integer") from None
     if path.suffix == ".parquet":
-        from workloads.trace import read_trace
+        from blendsim.workloads.trace import read_trace
 
         t = read_trace(path)
         p, d = t.input_len, t.output_len
@@ -204,7 +204,7 @@ def _file(row: Row, spec: str):
             raise _bad(row, f"{path} has {len(idx)} usable requests, fewer than requests={row.requests}")
         return t.take(idx).offline()
     if path.suffix == ".jsonl":
-        from workloads.loaders import load
+        from blendsim.workloads.loaders import load
 
         t = load(path, "jsonl")
         idx = np.flatnonzero(_keep(t.input_len, t.output_len, lim))[:row.requests]
@@ -227,7 +227,7 @@ def _file(row: Row, spec: str):
     idx = np.flatnonzero(ok)[:row.requests]
     if len(idx) < row.requests:
         raise _bad(row, f"{path} has {len(idx)} usable rows, fewer than requests={row.requests}")
-    from workloads.trace import unique_prompts
+    from blendsim.workloads.trace import unique_prompts
 
     return unique_prompts(p[idx].astype(np.int64), d[idx].astype(np.int64))
 
@@ -244,7 +244,7 @@ def _keep(p, d, lim: dict):
 
 
 def _synth(row: Row, spec: str):
-    from workloads.recipes import get_recipe
+    from blendsim.workloads.recipes import get_recipe
 
     name, opts = _query(row, spec)
     recipe = get_recipe(name)

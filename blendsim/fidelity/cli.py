@@ -29,8 +29,8 @@ def fidelity_cmd(
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
     import sys
 
-    from sim.engines import PARAMS_FILE, load_params
-    from sim.errors import UserError
+    from blendsim.sim.engines import PARAMS_FILE, load_params
+    from blendsim.sim.errors import UserError
 
     from .suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
     from .suite import refit as do_refit
@@ -68,7 +68,7 @@ def fidelity_cmd(
                         "leave_one_hardware_out": cv_summary(suite, "hardware")}
     bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
     if out:
-        from reports.fidelity import write_fidelity_report
+        from blendsim.reports.fidelity import write_fidelity_report
 
         rep = write_fidelity_report(result, suite.rows, bounds, out)
         typer.echo(f"wrote {rep}", err=True)
@@ -79,7 +79,7 @@ def fidelity_cmd(
 
 
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
-    from sim.engines import PROFILES
+    from blendsim.sim.engines import PROFILES
 
     bounds = params.get("bounds", {})
     rows = [(n, v, bounds.get(n)) for n, v in flatten(params)]

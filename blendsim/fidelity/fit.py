@@ -2,11 +2,11 @@
 
 Free parameters (``sim/engine_params.json`` layout):
 
-* per hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff`` (``sim.efficiency``);
+* per hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff`` (``blendsim.sim.efficiency``);
 * global: ``attn_eff``, ``link_eff`` (only when a row uses tensor parallelism), ``moe_eff`` (only with
   MoE rows) and ``a2a_eff`` (only with expert-parallel rows);
 * per overlapping regime: ``kappa`` (interference);
-* per engine whose profile lists them as fitted (``sim.engines``): ``fixed_s``, ``per_seq_s``.
+* per engine whose profile lists them as fitted (``blendsim.sim.engines``): ``fixed_s``, ``per_seq_s``.
 
 Residual of a row: ``log(predicted / measured)``; a weak prior (``PRIOR`` x log-distance from the preset's
 value) keeps a parameter the rows barely see near its physical default. A parameter of a group no
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.efficiency import BOUNDS
-from sim.engines import PROFILES
+from blendsim.sim.efficiency import BOUNDS
+from blendsim.sim.engines import PROFILES
 
 PRIOR = 0.1
 HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff")

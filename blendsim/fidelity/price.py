@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost import _Feat, combine_times
-from sim.efficiency import Efficiency, EfficiencyTimer
-from sim.engines import graph_pad
-from sim.ops import OPS, Shapes, op_counts
+from blendsim.sim.cost import _Feat, combine_times
+from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
+from blendsim.sim.engines import graph_pad
+from blendsim.sim.ops import OPS, Shapes, op_counts
 
 from .runner import FIELDS
 

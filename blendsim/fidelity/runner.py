@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 COST_AWARE = ("blendserve", "accelgen", "e2")
 GROUPS = 8
@@ -70,9 +70,9 @@ class RowSchedule:
 
 def deployment_for(row, profile):
     """The row's Deployment: model and hardware presets (or config.json), precision, TP, KV fraction."""
-    from sim.deployment import Deployment
-    from sim.hardware import get_hardware
-    from sim.models import get_model
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
 
     model = row.model
     if not _is_preset(model) and (row.folder / model).exists():
@@ -88,7 +88,7 @@ def deployment_for(row, profile):
 
 
 def _is_preset(name: str) -> bool:
-    from sim.models import PRESETS
+    from blendsim.sim.models import PRESETS
 
     return name in PRESETS
 
@@ -104,11 +104,11 @@ def apply_precision(spec, hw, weights: str, kv_dtype: str):
 def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     """Simulate ``row`` on ``trace`` under its engine profile and record every step's features."""
     from blendsim.runner import RunConfig, prepare_run
-    from sim.efficiency import profile_cost_model
-    from sim.engine import Cluster, Replica
-    from sim.engines import get_profile, trtllm_bench_settings
-    from sim.kv import KVCache
-    from sim.seq import RequestRecords
+    from blendsim.sim.efficiency import profile_cost_model
+    from blendsim.sim.engine import Cluster, Replica
+    from blendsim.sim.engines import get_profile, trtllm_bench_settings
+    from blendsim.sim.kv import KVCache
+    from blendsim.sim.seq import RequestRecords
 
     prof = get_profile(row.engine, params)
     dep = deployment_for(row, prof)

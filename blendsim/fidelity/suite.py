@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 from .catalogue import Row, build_workload, read_catalogue
 from .fit import cross_validate, fit, predict
@@ -67,7 +67,7 @@ def load_suite(paths, params: dict, progress=None, only: list[str] | None = None
 
 def prepare_row(row: Row, params: dict) -> RowPricer:
     """Simulate ``row`` once; Skip (with the reason) when the simulator cannot run it."""
-    from sim.engines import PROFILES, get_profile
+    from blendsim.sim.engines import PROFILES, get_profile
 
     if row.engine not in PROFILES:
         raise Skip(f"unknown engine {row.engine!r} (profiles: {', '.join(PROFILES)})")
@@ -88,7 +88,7 @@ def _key(pr: RowPricer, params: dict) -> str:
     """What of ``params`` the row's cost model reads (a cost-aware plan changes only when this does)."""
     import json
 
-    from sim.efficiency import Efficiency
+    from blendsim.sim.efficiency import Efficiency
 
     eff = Efficiency.lookup(params, pr.profile.regime, pr.dep.hardware.name).to_dict()
     return json.dumps([eff, params.get("engine", {}).get(pr.profile.name, {})], sort_keys=True)

@@ -19,7 +19,7 @@ from blendsim.sweep.backends import make_backend
 from blendsim.sweep.driver import SweepOutcome, run_sweep
 from blendsim.sweep.grid import Cell, SweepSpec, Workload, parse_values
 from blendsim.sweep.spec_check import check_spec
-from reports.sweep_results import assemble_results, collect_rows
+from blendsim.reports.sweep_results import assemble_results, collect_rows
 
 __all__ = ["Cell", "SweepOutcome", "SweepSpec", "Workload", "assemble_results", "check_spec", "collect_rows",
            "make_backend", "parse_values", "run_sweep"]

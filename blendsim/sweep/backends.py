@@ -12,7 +12,7 @@ import os
 from collections import deque
 from pathlib import Path
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 
 class InlineBackend:
@@ -60,7 +60,7 @@ class LocalBackend:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(method)
         if method == "forkserver":
-            ctx.set_forkserver_preload(["blendsim.sweep.tasks", "blendsim.runner", "policies.base", "workloads.recipes"])
+            ctx.set_forkserver_preload(["blendsim.sweep.tasks", "blendsim.runner", "blendsim.policies.base", "blendsim.workloads.recipes"])
         self.capacity = jobs
         self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=warm_up,
                                          initargs=(os.getpid(),))
@@ -174,12 +174,12 @@ class RayBackend:
 
 
 def _project_modules() -> list:
-    import calibrate
-    import policies
-    import real_backend
-    import reports
-    import sim
-    import workloads
+    from blendsim import calibrate
+    from blendsim import policies
+    from blendsim import real_backend
+    from blendsim import reports
+    from blendsim import sim
+    from blendsim import workloads
 
     return [sim, policies, workloads, calibrate, real_backend, reports]
 

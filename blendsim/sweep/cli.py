@@ -59,8 +59,8 @@ def sweep_cmd(
     from blendsim.sweep.grid import SweepSpec, parse_values
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
-    from sim.clikit import parse_names
-    from sim.errors import UserError
+    from blendsim.sim.clikit import parse_names
+    from blendsim.sim.errors import UserError
 
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
@@ -92,7 +92,7 @@ def sweep_cmd(
             raise UserError(failure_line(outcome))
         typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)
         raise typer.Exit(1)
-    from reports.terminal import sweep_warnings
+    from blendsim.reports.terminal import sweep_warnings
 
     for line in sweep_warnings(out):
         typer.echo(f"warning: {line}", err=True)
@@ -100,7 +100,7 @@ def sweep_cmd(
 
 
 def _default_policies() -> tuple[str, ...]:
-    from policies.base import policy_names
+    from blendsim.policies.base import policy_names
 
     known = set(policy_names())
     return tuple(p for p in DEFAULT_POLICIES if p in known)

@@ -18,8 +18,8 @@ from pathlib import Path
 from blendsim.sweep import store
 from blendsim.sweep.grid import Cell, SweepSpec
 from blendsim.sweep.tasks import cell_task, synth_task
-from reports.sweep_results import assemble_results
-from sim.errors import UserError
+from blendsim.reports.sweep_results import assemble_results
+from blendsim.sim.errors import UserError
 
 
 @dataclass
@@ -140,7 +140,7 @@ def _synth_done(d: Path, backend, handle, w, res: dict, cells: list[Cell], ready
         return
     path = d / w.trace_relpath()
     if backend.ships:
-        from sim.io import atomic_path
+        from blendsim.sim.io import atomic_path
 
         with atomic_path(path) as tmp:
             tmp.write_bytes(res["value"])
@@ -168,7 +168,7 @@ def _write_failures(d: Path, failures: list) -> None:
     if not failures:
         path.unlink(missing_ok=True)
         return
-    from sim.io import write_json
+    from blendsim.sim.io import write_json
 
     write_json(path, {"failures": sorted(failures, key=lambda f: f["cell"])})
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 MAX_VALUES = 10_000  # more grid values than this is a typo, not a sweep
 
@@ -141,7 +141,7 @@ class SweepSpec:
         out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}
         if self.engine_of:
             from blendsim.runner import ENGINE_FIELDS
-            from policies.base import get_policy
+            from blendsim.policies.base import get_policy
 
             pol = get_policy(self.engine_of)
             out.update({k: v for k, v in pol.engine_defaults.items() if k in ENGINE_FIELDS})
@@ -159,7 +159,7 @@ class SweepSpec:
 
     def recipe_kwargs(self, w: Workload) -> dict:
         """Options for ``get_recipe(recipe).make(**...)`` for workload ``w``."""
-        from workloads.recipes import get_recipe
+        from blendsim.workloads.recipes import get_recipe
 
         names = {f.name for f in dataclasses.fields(get_recipe(self.recipe).options)}
         kw = {"density": w.density, "sharing": w.sharing}

@@ -10,7 +10,7 @@ import dataclasses
 import math
 
 from blendsim.sweep.grid import SweepSpec
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 # Recipe options the sweep sets itself (from its own flags), so --recipe-opt may not.
 SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--requests", "model": "--models",
@@ -19,11 +19,11 @@ SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--re
 
 def check_spec(spec: SweepSpec) -> SweepSpec:
     """``spec`` validated, with recipe options coerced to their types and model names resolved."""
-    from policies.base import get_policy
-    from sim.cost import MODES, get_engine
-    from sim.hardware import get_hardware
-    from sim.models import get_model
-    from workloads.recipes import get_recipe
+    from blendsim.policies.base import get_policy
+    from blendsim.sim.cost import MODES, get_engine
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
+    from blendsim.workloads.recipes import get_recipe
 
     recipe = get_recipe(spec.recipe)
     fields = {f.name: f for f in dataclasses.fields(recipe.options)}
@@ -52,7 +52,7 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         get_hardware(h)
     if spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
-    from sim.engines import is_profile
+    from blendsim.sim.engines import is_profile
 
     if spec.engine is not None and not is_profile(spec.engine):  # a profile (sim.engines) or an overhead style
         get_engine(spec.engine)

@@ -12,9 +12,9 @@ import json
 import shutil
 from pathlib import Path
 
-from sim.errors import UserError
-from sim.io import read_json, write_json
-from sim.io import staging_dir as io_staging_dir
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import read_json, write_json
+from blendsim.sim.io import staging_dir as io_staging_dir
 
 MARKER = "sweep.json"
 SCHEMA = 1

@@ -34,10 +34,10 @@ def warm_up(driver_pid: int | None = None) -> None:
     if driver_pid is not None:
         threading.Thread(target=_watch, args=(driver_pid,), daemon=True, name="driver-watch").start()
     import blendsim.runner  # noqa: F401
-    import policies.base  # noqa: F401
-    import workloads.recipes  # noqa: F401
-    import workloads.trace  # noqa: F401
-    from policies.base import policy_names
+    import blendsim.policies.base  # noqa: F401
+    import blendsim.workloads.recipes  # noqa: F401
+    import blendsim.workloads.trace  # noqa: F401
+    from blendsim.policies.base import policy_names
 
     policy_names()  # imports every policy module once
 
@@ -69,8 +69,8 @@ def cell_task(spec, cell, trace, sweep_dir: str | None) -> dict:
 
 
 def _synth(spec, workload, sweep_dir):
-    from workloads.recipes import get_recipe
-    from workloads.trace import write_trace
+    from blendsim.workloads.recipes import get_recipe
+    from blendsim.workloads.trace import write_trace
 
     trace = get_recipe(spec.recipe).make(**spec.recipe_kwargs(workload))
     if sweep_dir is not None:
@@ -82,7 +82,7 @@ def _synth(spec, workload, sweep_dir):
 def _cell(spec, cell, trace, sweep_dir):
     from blendsim.runner import RunConfig, run_simulation, write_run
     from blendsim.sweep import store
-    from workloads.trace import read_trace
+    from blendsim.workloads.trace import read_trace
 
     if isinstance(trace, dict):
         trace = trace["value"]
@@ -107,7 +107,7 @@ def _cell(spec, cell, trace, sweep_dir):
 
 
 def _guarded(fn, *args) -> dict:
-    from sim.errors import UserError
+    from blendsim.sim.errors import UserError
 
     t0, c0 = time.perf_counter(), time.process_time()
     try:

@@ -75,12 +75,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from policies.accelgen.budget import pivot_forward_size, prefill_step_time
-from policies.accelgen.queue import SlackQueue
-from policies.accelgen.scheduler import AccelGenScheduler, Params
-from policies.accelgen.slack import SloBook
-from policies.base import Policy, register
-from sim.errors import UserError
+from blendsim.policies.accelgen.budget import pivot_forward_size, prefill_step_time
+from blendsim.policies.accelgen.queue import SlackQueue
+from blendsim.policies.accelgen.scheduler import AccelGenScheduler, Params
+from blendsim.policies.accelgen.slack import SloBook
+from blendsim.policies.base import Policy, register
+from blendsim.sim.errors import UserError
 
 _CHOICES = {"era": ("prefill", "request", "off"), "budget_model": ("eq4", "eq6", "cost"),
             "distance": ("tokens", "normalized"), "jct_output": ("hint", "oracle"),

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 
-from sim.cost import largest_fit  # re-exported: the chunk that fits a step time
+from blendsim.sim.cost import largest_fit  # re-exported: the chunk that fits a step time
 
 PIVOT_GRID = 16  # forward sizes probed: multiples of this
 PIVOT_MAX = 16384  # largest forward size probed

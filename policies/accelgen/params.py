@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from policies.accelgen.slack import INF
+from blendsim.policies.accelgen.slack import INF
 
 
 @dataclass(frozen=True, slots=True)

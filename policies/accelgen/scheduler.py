@@ -30,13 +30,13 @@ no static order exists.
 
 from __future__ import annotations
 
-from policies.accelgen.batching import chunk_len, new_blocks
-from policies.accelgen.budget import clamp_budget, eq4_budget, eq4_chunk, eq6_budget, largest_fit
-from policies.accelgen.params import MinBag, Params
-from policies.accelgen.select import SelectMixin
-from policies.accelgen.slack import INF, Slack, SloBook, StepStats
-from sim.batch import Batch
-from sim.scheduler import Scheduler
+from blendsim.policies.accelgen.batching import chunk_len, new_blocks
+from blendsim.policies.accelgen.budget import clamp_budget, eq4_budget, eq4_chunk, eq6_budget, largest_fit
+from blendsim.policies.accelgen.params import MinBag, Params
+from blendsim.policies.accelgen.select import SelectMixin
+from blendsim.policies.accelgen.slack import INF, Slack, SloBook, StepStats
+from blendsim.sim.batch import Batch
+from blendsim.sim.scheduler import Scheduler
 
 
 class AccelGenScheduler(SelectMixin, Scheduler):

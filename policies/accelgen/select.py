@@ -14,7 +14,7 @@ and KV allow.
 
 from __future__ import annotations
 
-from policies.accelgen.batching import chunk_len, nearest, new_blocks
+from blendsim.policies.accelgen.batching import chunk_len, nearest, new_blocks
 
 
 class SelectMixin:

@@ -1,6 +1,6 @@
 """BatchLLM's explicit prefix identification (sec. 4.2): first-level prefix enlargement and groups.
 
-The compact prefix tree (``sim.prefix_tree.PrefixTree``) has many levels of sharing; BatchLLM keeps
+The compact prefix tree (``blendsim.sim.prefix_tree.PrefixTree``) has many levels of sharing; BatchLLM keeps
 one: every request belongs to one *prefix-sharing group* whose common prefix is computed once, and
 everything after it is the request's distinct part. Using the root's children as the groups wastes
 sharing deeper down, so Alg. 1 rewrites the tree bottom-up: for a node D, a child c and a grandchild

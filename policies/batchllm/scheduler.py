@@ -28,7 +28,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from sim.scheduler import Scheduler
+from blendsim.sim.scheduler import Scheduler
 
 IDLE, PENDING, OPEN = 0, 1, 2  # a group's session on a replica
 

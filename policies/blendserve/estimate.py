@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.blendserve.restree import level_groups
+from blendsim.policies.blendserve.restree import level_groups
 
 
 @dataclass(frozen=True)

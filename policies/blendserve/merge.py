@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.blendserve.restree import ResourceTree
+from blendsim.policies.blendserve.restree import ResourceTree
 
 
 def scan_units(rt: ResourceTree, footprint: np.ndarray, cap: float) -> np.ndarray:

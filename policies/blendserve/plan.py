@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from policies.blendserve.estimate import estimate_output
-from policies.blendserve.merge import scan_units, unit_stats
-from policies.blendserve.partition import dp_partition, occupancy_time
-from policies.blendserve.restree import ResourceTree
-from policies.blendserve.split import sort_and_split
-from sim.density import Rates, comp_time
+from blendsim.policies.blendserve.estimate import estimate_output
+from blendsim.policies.blendserve.merge import scan_units, unit_stats
+from blendsim.policies.blendserve.partition import dp_partition, occupancy_time
+from blendsim.policies.blendserve.restree import ResourceTree
+from blendsim.policies.blendserve.split import sort_and_split
+from blendsim.sim.density import Rates, comp_time
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """BlendServe's resource-aware prefix tree (sec. 5.1-5.2): densities and the layer-wise sort.
 
-Built on top of the static ``sim.prefix_tree.PrefixTree`` (never rebuilt): every request becomes a leaf
+Built on top of the static ``blendsim.sim.prefix_tree.PrefixTree`` (never rebuilt): every request becomes a leaf
 hanging under the node where its prompt ends (node id ``m + r`` for request r, after the ``m`` static
 nodes), so requests and shared-prefix subtrees are sorted together, as in the paper's tree where leaves
 are requests. A split (``split.py``) detaches a request leaf (``moved[r]``) or a whole static node with
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.density import comp_time, density, mem_time
+from blendsim.sim.density import comp_time, density, mem_time
 
 
 def level_groups(level: np.ndarray) -> list[np.ndarray]:

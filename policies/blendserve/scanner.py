@@ -39,11 +39,11 @@ import heapq
 
 import numpy as np
 
-from policies.blendserve.adjust import LEFT, RIGHT, WARM, OnlineAdjust
-from policies.blendserve.memguard import FluidPeak
-from policies.blendserve.partition import dual_scan_budgets
-from sim.cost import largest_fit
-from sim.scheduler import Scheduler
+from blendsim.policies.blendserve.adjust import LEFT, RIGHT, WARM, OnlineAdjust
+from blendsim.policies.blendserve.memguard import FluidPeak
+from blendsim.policies.blendserve.partition import dual_scan_budgets
+from blendsim.sim.cost import largest_fit
+from blendsim.sim.scheduler import Scheduler
 
 
 class _Waiting:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.blendserve.restree import ResourceTree
+from blendsim.policies.blendserve.restree import ResourceTree
 
 SPLIT_MODES = ("subtree", "leaf")
 

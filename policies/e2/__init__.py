@@ -54,9 +54,9 @@ is taken on the trace's static tree (see ``tree``).
 
 from __future__ import annotations
 
-from policies.base import Policy, register
-from policies.e2.local import E2Scheduler, PriorityGroups
-from policies.e2.router import OPTIONS, E2Router
+from blendsim.policies.base import Policy, register
+from blendsim.policies.e2.local import E2Scheduler, PriorityGroups
+from blendsim.policies.e2.router import OPTIONS, E2Router
 
 
 @register("e2")

@@ -14,7 +14,7 @@ per-node decode length is the request's ``max_new_tokens``, unknown here: the re
 
 from __future__ import annotations
 
-from policies.e2.load import PaperLoad
+from blendsim.policies.e2.load import PaperLoad
 
 
 class CodeLoad(PaperLoad):

@@ -1,7 +1,7 @@
 """Which cached nodes a replica would evict next — read from its prefix cache without changing it.
 
 E2's eviction cost M (Preble Alg. 2) needs the tree nodes that replica i would evict to make room
-for a new request. The replica's cache (``sim.kv.KVCache``) evicts unreferenced leaves, least recently
+for a new request. The replica's cache (``blendsim.sim.kv.KVCache``) evicts unreferenced leaves, least recently
 used first, a node's blocks from its tail, and a parent becomes a candidate once its last cached child
 is gone. This walks the same order lazily: a best-first search over the cache's heap array (whose
 entries may be stale, exactly as the cache treats them) plus the parents that would become leaves, so

@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from sim.scheduler import Scheduler
+from blendsim.sim.scheduler import Scheduler
 
 ADMIT, FINISH, EVICT = 0, 1, 2  # feedback kinds
 

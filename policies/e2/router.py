@@ -11,7 +11,7 @@ P the new request's own prefill on it. Then post-assignment rebalancing and pref
 
 What the router reads of a replica — the feedback Preble's global scheduler gets from its local
 schedulers: the ``feedback`` stream of admissions, finishes and evictions (``local.E2Scheduler``), only
-entries stamped no later than the arrival being routed; and its prefix cache (``sim.kv.KVCache``:
+entries stamped no later than the arrival being routed; and its prefix cache (``blendsim.sim.kv.KVCache``:
 cached blocks per node, free blocks, the LRU heap) for the tokens a replica holds of a prompt and for
 M — the state the global tree mirrors through eviction messages. Never the output lengths of
 unfinished requests, nor anything about requests not yet arrived.
@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from collections import deque
 
-from policies.base import Router, _coerce, register_router
-from policies.e2.balance import Balancer, OverloadDetector
-from policies.e2.codeload import CodeLoad
-from policies.e2.evict import lru_victims
-from policies.e2.load import OutputStats, PaperLoad
-from policies.e2.local import ADMIT, EVICT, FINISH
-from policies.e2.timing import TimeModel
-from policies.e2.tree import GlobalTree
-from sim.errors import UserError
+from blendsim.policies.base import Router, _coerce, register_router
+from blendsim.policies.e2.balance import Balancer, OverloadDetector
+from blendsim.policies.e2.codeload import CodeLoad
+from blendsim.policies.e2.evict import lru_victims
+from blendsim.policies.e2.load import OutputStats, PaperLoad
+from blendsim.policies.e2.local import ADMIT, EVICT, FINISH
+from blendsim.policies.e2.timing import TimeModel
+from blendsim.policies.e2.tree import GlobalTree
+from blendsim.sim.errors import UserError
 
 HIT_WINDOW_S = 30.0  # prefill/decode balancing's hit-ratio window (Preble's code)
 

@@ -21,7 +21,7 @@ this (every seen request through a chain's head passes the whole chain), and the
 
 from __future__ import annotations
 
-from sim.prefix_tree import node_path
+from blendsim.sim.prefix_tree import node_path
 
 
 class GlobalTree:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.errors import UserError
+from blendsim.sim.errors import UserError
 
 _MODULES = ("blendserve", "batchllm", "preble", "accelgen")  # each defines RECIPE
 
@@ -53,7 +53,7 @@ def recipe_names() -> list[str]:
 def get_recipe(name: str) -> Recipe:
     """The recipe called ``name`` (UserError listing the choices otherwise)."""
     if name in _MODULES:
-        return importlib.import_module(f"workloads.recipes.{name}").RECIPE
+        return importlib.import_module(f"blendsim.workloads.recipes.{name}").RECIPE
     raise UserError(f"unknown recipe {name!r}; choose one of {', '.join(recipe_names())}")
 
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.errors import UserError
-from workloads.recipes import Recipe, poisson_arrivals, require_positive, rngs
-from workloads.sources import ALPACA, BOOKCORPUS, SHAREGPT_2K
+from blendsim.sim.errors import UserError
+from blendsim.workloads.recipes import Recipe, poisson_arrivals, require_positive, rngs
+from blendsim.workloads.sources import ALPACA, BOOKCORPUS, SHAREGPT_2K
 
 READING_TBT_S = 0.1875  # AccelGen sec. 4.3: normal reading speed, s per token
 GROUP_TOKENS = 512  # sec. 3.1: prompts grouped in 512-token ranges for the TTFT base
@@ -69,7 +69,7 @@ def prefill_time(p: np.ndarray, dep, engine: str = "ideal") -> np.ndarray:
     """Seconds to process each prompt alone in one step: the cost model's full step (every operator,
     launches included; roofline), like the isolated runs the paper measured; ``engine`` adds that
     engine's per-step overhead (the recipe prices without: ``ideal``)."""
-    from sim.cost import CostModel, features_arrays
+    from blendsim.sim.cost import CostModel, features_arrays
 
     p = np.asarray(p, dtype=np.int64)
     one = np.ones_like(p)
@@ -79,8 +79,8 @@ def prefill_time(p: np.ndarray, dep, engine: str = "ideal") -> np.ndarray:
 
 
 def build(opts: AccelGenOptions):
-    from sim.deployment import make_deployment
-    from workloads.trace import unique_prompts
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.workloads.trace import unique_prompts
 
     dep = make_deployment(opts.model, opts.hardware, opts.tp)
     n = opts.requests

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.errors import UserError
-from workloads.recipes import Recipe, paths, require_positive
+from blendsim.sim.errors import UserError
+from blendsim.workloads.recipes import Recipe, paths, require_positive
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,7 @@ class BatchLLMOptions:
 
 
 def build(opts: BatchLLMOptions):
-    from workloads.trace import from_segment_arrays
+    from blendsim.workloads.trace import from_segment_arrays
 
     n, k = opts.requests, opts.share_degree
     group = np.arange(n) // k

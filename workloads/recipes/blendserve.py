@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.errors import UserError
-from workloads.recipes import Recipe, paths, rngs
-from workloads.sources import COMPUTE_SOURCES, MMLU, OPENVID, get_source
+from blendsim.sim.errors import UserError
+from blendsim.workloads.recipes import Recipe, paths, rngs
+from blendsim.workloads.sources import COMPUTE_SOURCES, MMLU, OPENVID, get_source
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class _Pool:
 
     @staticmethod
     def of(p, d, own, new, sys, rates) -> _Pool:
-        from sim.density import comp_time, mem_time
+        from blendsim.sim.density import comp_time, mem_time
 
         comp, mem = comp_time(p, d, rates), mem_time(p, d, rates)
         cum = {k: np.concatenate([[0.0], np.cumsum(v, dtype=np.float64)])
@@ -196,10 +196,10 @@ def _pools(opts: BlendServeOptions, rates):
 
 def build(opts: BlendServeOptions):
     """The trace of ``opts`` (UserError when the target cannot be reached)."""
-    from sim.density import Rates, trace_bounds
-    from sim.deployment import make_deployment
-    from sim.prefix_tree import PrefixTree
-    from workloads.trace import from_segment_arrays
+    from blendsim.sim.density import Rates, trace_bounds
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.workloads.trace import from_segment_arrays
 
     dep = make_deployment(opts.model, opts.hardware, opts.tp)
     src, pools, subj, sid = _pools(opts, Rates.of(dep))

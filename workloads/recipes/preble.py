@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.errors import UserError
-from workloads.recipes import Recipe, lengths_with_mean_sd, paths, poisson_arrivals, popularity, rngs
+from blendsim.sim.errors import UserError
+from blendsim.workloads.recipes import Recipe, lengths_with_mean_sd, paths, poisson_arrivals, popularity, rngs
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ class PrebleOptions:
 
 
 def build(opts: PrebleOptions):
-    from workloads.trace import from_segment_arrays
+    from blendsim.workloads.trace import from_segment_arrays
 
     kind = KINDS[opts.kind]
     n = opts.requests or kind.requests
