@@ -12,7 +12,11 @@ Workloads:
   a file ``workloads load`` reads (format by its columns), or a plain CSV of prompt/output lengths
   (columns like prompt_tokens/output_tokens, num_prefill_tokens/num_decode_tokens,
   ContextTokens/GeneratedTokens, input_len/output_len); the first ``requests`` rows after the optional
-  filter ``min_len`` (both lengths at least this), ``max_prompt``, ``max_total`` (prompt + output);
+  filter ``min_len`` (both lengths at least this), ``max_prompt``, ``max_total`` (prompt + output); with
+  ``mean_prompt`` / ``mean_output`` each length column of that selection is scaled (and rounded, at least 1)
+  so its mean is the given one -- for a published run whose sample is not available but whose token totals
+  are. A relative PATH not found next to the catalogue is looked up in each folder of ``$BLENDSIM_DATA``
+  (``:``-separated): third-party length files that may not be copied into the package stay outside it;
 * ``synth:RECIPE?key=value&...`` -- ``blendsim workloads synth RECIPE`` with those options (seeded),
   ``requests`` is passed as the recipe's ``requests`` unless given.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,18 +186,24 @@ def _query(row: Row, spec: str) -> tuple[str, dict]:
 
 def _file(row: Row, spec: str):
     rel, opts = _query(row, spec)
-    path = (row.folder / rel) if not Path(rel).is_absolute() else Path(rel)
-    if not path.exists():
-        raise _bad(row, f"file {path} does not exist")
-    unknown = set(opts) - {"min_len", "max_prompt", "max_total"}
+    path = data_path(row.folder, rel)
+    if path is None:
+        raise _bad(row, f"file {row.folder / rel} does not exist (nor in $BLENDSIM_DATA: "
+                        f"{os.environ.get('BLENDSIM_DATA') or 'unset'})")
+    unknown = set(opts) - {"min_len", "max_prompt", "max_total", "mean_prompt", "mean_output"}
     if unknown:
-        raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use min_len, max_prompt, max_total")
+        raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use min_len, max_prompt, max_total, "
+                        f"mean_prompt, mean_output")
     lim = {}
     for k, v in opts.items():
         try:
             lim[k] = int(v)
         except ValueError:
             raise _bad(row, f"option {k}={v!r} is not an integer") from None
+        if k.startswith("mean_") and lim[k] < 1:
+            raise _bad(row, f"option {k}={v!r} must be >= 1")
+    if path.suffix in (".parquet", ".jsonl") and ("mean_prompt" in lim or "mean_output" in lim):
+        raise _bad(row, "mean_prompt/mean_output apply to length CSVs only")
     if path.suffix == ".parquet":
         from blendsim.workloads.trace import read_trace
 
@@ -229,7 +240,26 @@ def _file(row: Row, spec: str):
         raise _bad(row, f"{path} has {len(idx)} usable rows, fewer than requests={row.requests}")
     from blendsim.workloads.trace import unique_prompts
 
-    return unique_prompts(p[idx].astype(np.int64), d[idx].astype(np.int64))
+    return unique_prompts(_to_mean(p[idx], lim.get("mean_prompt")), _to_mean(d[idx], lim.get("mean_output")))
+
+
+def _to_mean(x: np.ndarray, mean: int | None) -> np.ndarray:
+    """Lengths ``x`` scaled so their mean is ``mean`` (rounded, at least 1); unchanged without one."""
+    x = np.asarray(x, dtype=np.float64)
+    if mean is not None:
+        x = np.maximum(np.rint(x * (mean / x.mean())), 1.0)
+    return x.astype(np.int64)
+
+
+def data_path(folder: Path, rel: str) -> Path | None:
+    """``rel`` next to the catalogue, else in a ``$BLENDSIM_DATA`` folder; None when in neither."""
+    path = Path(rel)
+    if path.is_absolute():
+        return path if path.exists() else None
+    for base in [folder, *(Path(d) for d in os.environ.get("BLENDSIM_DATA", "").split(os.pathsep) if d)]:
+        if (base / rel).exists():
+            return base / rel
+    return None
 
 
 def _keep(p, d, lim: dict):

@@ -9,7 +9,7 @@ import typer
 
 
 def fidelity_cmd(
-    catalogue: list[Path] = typer.Argument(None, help="Catalogue CSV(s) (default: the shipped, cited catalogue); "
+    catalogue: list[Path] = typer.Argument(None, help="Catalogue CSV(s) (default: the shipped, cited catalogue and training rows); "
                                                       "several are read as one (ids must stay unique)."),
     out: Path = typer.Option(None, "-o", "--out", help="Write a report (table, scatter, error by engine) here."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: rows, median/p90 |error|, counts."),
@@ -23,8 +23,9 @@ def fidelity_cmd(
                                                                  "(default: the shipped sim/engine_params.json)."),
     only: list[str] = typer.Option(None, "--only", help="Only the rows whose id matches this shell pattern "
                                                         "(repeatable), e.g. 'blendserve-t3-*-dp1'."),
-    cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-model-out and "
-                                                       "leave-one-hardware-out errors (refits per group)."),
+    cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-source-out, "
+                                                       "-engine-version-, -model- and -hardware-out errors "
+                                                       "(refits per group)."),
 ) -> None:
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
     import sys
@@ -32,7 +33,7 @@ def fidelity_cmd(
     from blendsim.sim.engines import PARAMS_FILE, load_params
     from blendsim.sim.errors import UserError
 
-    from .suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
+    from .suite import SHIPPED_CATALOGUES, cv_summary, load_suite, predictions, summarise
     from .suite import refit as do_refit
 
     params = load_params(params_file) if params_file else load_params()
@@ -43,7 +44,7 @@ def fidelity_cmd(
         return
     if save and not refit:
         raise UserError("--save needs --refit")
-    paths = list(catalogue or [SHIPPED_CATALOGUE])
+    paths = list(catalogue or SHIPPED_CATALOGUES)
     for path in paths:
         if not Path(path).exists():
             raise UserError(f"catalogue {path} does not exist")
@@ -64,8 +65,7 @@ def fidelity_cmd(
     pred = predictions(suite, params)
     result = summarise(suite, pred)
     if cv:
-        result["cv"] = {"leave_one_model_out": cv_summary(suite, "model"),
-                        "leave_one_hardware_out": cv_summary(suite, "hardware")}
+        result["cv"] = {f"leave_one_{k}_out": cv_summary(suite, k) for k in CV_ORDER}
     bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
     if out:
         from blendsim.reports.fidelity import write_fidelity_report
@@ -78,22 +78,38 @@ def fidelity_cmd(
     _print_table(result, suite, bounds, refit)
 
 
+# cross-validations, headline first: a source no fit has seen is what a user's own setup is
+CV_ORDER = ("source", "engine_version", "model", "hardware")
+
+
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
     from blendsim.sim.engines import PROFILES
 
     bounds = params.get("bounds", {})
-    rows = [(n, v, bounds.get(n)) for n, v in flatten(params)]
+    rows = [(n, v, bounds.get(n), at_bound(v, bounds.get(n))) for n, v in flatten(params)]
     if as_json:
-        typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b}
-                                                              for n, v, b in rows]}, indent=1))
+        typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b, "at_bound": a}
+                                                              for n, v, b, a in rows],
+                               "at_bound": [n for n, _v, _b, a in rows if a]}, indent=1))
         return
     typer.echo(f"fitted parameters ({path}; {params.get('fitted_on', {}).get('rows', '?')} rows):")
-    for n, v, b in rows:
+    for n, v, b, a in rows:
         bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
-        typer.echo(f"  {n:42s} {v:12.6g}  bounds {bs}")
+        typer.echo((f"  {n:42s} {v:12.6g}  bounds {bs:18s}" + (f"  AT {a.upper()} BOUND" if a else "")).rstrip())
+    hits = [n for n, _v, _b, a in rows if a]
+    typer.echo(f"{len(hits)} of {len(rows)} parameters at a bound" + (f": {', '.join(hits)}" if hits else ""))
     typer.echo("engine constants (cited, not fitted): " + "; ".join(
         f"{p.name}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
         f"{p.mode}" for p in PROFILES.values() if not p.fitted))
+
+
+def at_bound(value: float, bounds, rel: float = 1e-3) -> str | None:
+    """``"lower"`` / ``"upper"`` when ``value`` sits within ``rel`` of its bounds' span of one end, else None."""
+    if not bounds:
+        return None
+    lo, hi = bounds
+    tol = rel * max(hi - lo, 1e-12)
+    return "lower" if value <= lo + tol else "upper" if value >= hi - tol else None
 
 
 def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
@@ -133,20 +149,21 @@ def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
             t.add_row(x["id"], r.engine, "skipped", f"{x['measured']:.0f}", "", x["reason"][:80])
     con.print(t)
     cvs = res.get("cv", {})
+    heads = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), ("LOHO", "hardware"))
     for key, groups in res["by"].items():
         g = Table(title=f"|error| by {key}")
-        for c in ("group", "n", "median", "p90", "LOMO median", "LOHO median"):
+        for c in ("group", "n", "median", "p90", *(f"{h} median" for h, _ in heads)):
             g.add_column(c, justify="left" if c == "group" else "right")
         for name, s in groups.items():
-            lomo = cvs.get("leave_one_model_out", {}).get("by", {}).get(key, {}).get(name, {})
-            loho = cvs.get("leave_one_hardware_out", {}).get("by", {}).get(key, {}).get(name, {})
-            g.add_row(str(name)[:60], str(s["n"]), _pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
-                      _pct(lomo.get("median_abs_error")), _pct(loho.get("median_abs_error")))
+            cv_cells = [_pct(cvs.get(f"leave_one_{k}_out", {}).get("by", {}).get(key, {}).get(name, {})
+                             .get("median_abs_error")) for _, k in heads]
+            g.add_row(str(name)[:60], str(s["n"]), _pct(s["median_abs_error"]), _pct(s["p90_abs_error"]), *cv_cells)
         con.print(g)
     what = "in-sample (refitted here)" if refit else "with the shipped parameters"
     con.print(f"{res['n_ok']} rows predicted, {res['n_skipped']} skipped; {what}: median |error| "
               f"{_pct(res['median_abs_error'])}, p90 {_pct(res['p90_abs_error'])}")
-    for k, label in (("leave_one_model_out", "leave-one-model-out"), ("leave_one_hardware_out", "leave-one-hardware-out")):
+    for key in CV_ORDER:
+        k, label = f"leave_one_{key}_out", f"leave-one-{key.replace('_', '-')}-out"
         if k in cvs:
             c = cvs[k]
             con.print(f"{label}: median |error| {_pct(c['median_abs_error'])}, p90 {_pct(c['p90_abs_error'])} "

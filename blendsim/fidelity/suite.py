@@ -16,6 +16,9 @@ from .price import RowPricer
 from .runner import COST_AWARE, Skip, simulate_row
 
 SHIPPED_CATALOGUE = Path(__file__).with_name("catalogue.csv")
+# the published TensorRT-LLM ~v1.0 table and SGLang/vLLM ShareGPT rows the shipped parameters were fitted on
+SHIPPED_TRAINING = Path(__file__).with_name("training.csv")
+SHIPPED_CATALOGUES = (SHIPPED_CATALOGUE, SHIPPED_TRAINING)
 GROUP_KEYS = ("source", "engine", "model", "hardware")
 
 
@@ -142,9 +145,23 @@ def _q(a: np.ndarray, q: float):
     return float(np.percentile(a, q)) if len(a) else None
 
 
+def engine_version_key(row: Row) -> str:
+    """``engine@MAJOR.MINOR`` from the row's engine and the first version number in its ``engine_version``
+    text (``vLLM v0.6.0, --num-scheduler-steps 10`` -> ``vllm@0.6``); the engine alone when none is stated."""
+    import re
+
+    m = re.search(r"(?<![\w.])v?(\d+)\.(\d+)", row.engine_version or "")
+    return f"{row.engine}@{m.group(1)}.{m.group(2)}" if m else row.engine
+
+
+CV_KEYS = {"model": lambda r: r.model, "hardware": lambda r: r.hardware,
+           "source": lambda r: _group(r, "source"), "engine_version": engine_version_key}
+
+
 def cv_summary(suite: Suite, key: str) -> dict:
-    """Leave-one-``key``-out errors (fits start from the presets, never from shipped parameters)."""
-    pred = cross_validate(suite.ok, lambda r: getattr(r, key), base={})
+    """Leave-one-``key``-out errors (fits start from the presets, never from shipped parameters); ``key`` is
+    ``model``, ``hardware``, ``source`` (a source = its document) or ``engine_version``."""
+    pred = cross_validate(suite.ok, CV_KEYS[key], base={})
     s = summarise(Suite(suite.rows, suite.pricers, suite.reasons), pred)
     return {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"], "n": s["n_ok"],
             "by": s["by"], "rows": {x["id"]: x["error"] for x in s["rows"] if x["status"] == "ok"}}
@@ -157,5 +174,5 @@ def refit(suite: Suite) -> dict:
     return prm
 
 
-__all__ = ["GROUP_KEYS", "SHIPPED_CATALOGUE", "Suite", "cv_summary", "load_suite", "predictions", "refit",
+__all__ = ["CV_KEYS", "GROUP_KEYS", "engine_version_key", "SHIPPED_CATALOGUE", "SHIPPED_CATALOGUES", "SHIPPED_TRAINING", "Suite", "cv_summary", "load_suite", "predictions", "refit",
            "summarise"]
