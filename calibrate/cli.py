@@ -42,7 +42,7 @@ def calibrate_cmd(
     if ctx.invoked_subcommand is not None:
         return
     if model is None or out is None:
-        raise UserError("calibrate: give --model and -o/--out (or a subcommand: show, import-vidur)")
+        raise UserError("calibrate: give --model and -o/--out (or a subcommand: show, import-vidur, engine)")
     if holdout < 0:
         raise UserError(f"--holdout must be >= 0, got {holdout}")
     _check_out(out)
@@ -117,7 +117,11 @@ def import_vidur_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Mount ``calibrate`` (with ``show`` and ``import-vidur``) on the ``blendsim`` app."""
+    """Mount ``calibrate`` (with ``show``, ``import-vidur`` and ``engine``) on the ``blendsim`` app."""
+    from blendsim.fidelity.engine_calibration import engine_cmd
+
+    if not any(c.name == "engine" for c in cal_app.registered_commands):
+        cal_app.command("engine")(engine_cmd)
     app.add_typer(cal_app, name="calibrate")
 
 

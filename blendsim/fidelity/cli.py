@@ -116,7 +116,7 @@ def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
     """``(dotted name, value)`` of every parameter in a params dict (bookkeeping keys left out)."""
     out = []
     for k, v in sorted(params.items()):
-        if not prefix and k in ("bounds", "fitted_on"):
+        if not prefix and k in ("bounds", "fitted_on", "profile"):
             continue
         if isinstance(v, dict):
             out += flatten(v, prefix + (k,))

@@ -97,13 +97,14 @@ def _scale(p: Param) -> float:
     return max(p.hi - p.lo, 1e-12)
 
 
-def fit(rows: list, base: dict | None = None) -> dict:
-    """Fitted parameters (a params dict) for (row, pricer) pairs, starting from ``base``."""
+def fit(rows: list, base: dict | None = None, select=None) -> dict:
+    """Fitted parameters (a params dict) for (row, pricer) pairs, starting from ``base``; with ``select`` (a
+    predicate on :class:`Param`) only the parameters it keeps are free, the rest stay at ``base``."""
     from scipy.optimize import least_squares
 
     base = copy.deepcopy(base or {})
     rows = [(r, pr.compressed()) for r, pr in rows]
-    ps = free_params(rows)
+    ps = [p for p in free_params(rows) if select is None or select(p)]
     if not ps:
         return base
     measured = np.array([r.value for r, _ in rows])

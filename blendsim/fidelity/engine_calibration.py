@@ -1,0 +1,319 @@
+"""``blendsim calibrate engine``: fit one engine's free parameters to your own benchmark runs.
+
+Results it reads (one measurement per run; the format is told by the file's content):
+
+* vLLM ``bench throughput --output-json`` (``elapsed_time``, ``num_requests``, ``total_num_tokens``, ...): the JSON
+  does not record how the tokens split into prompt and output, so ``--workload const:ISL/OSL`` (the
+  ``--input-len``/``--output-len`` of the run) is required; its total is checked against ``total_num_tokens``;
+* SGLang ``bench_offline_throughput --result-filename`` JSONL (``successful_requests``, ``total_latency``,
+  ``total_input_tokens``, ``total_output_tokens``, ...): one run per line, workload = the mean lengths unless
+  ``--workload`` is given;
+* ``trtllm-bench throughput --report_json`` (``request_info``: ``num_requests``, ``avg_input_length``,
+  ``avg_output_length``; ``performance``: ``system_output_throughput_tok_s``; ``world_info``: ``tp_size``):
+  workload = the mean lengths;
+* a fidelity catalogue CSV: its rows of ``--engine`` (and ``--hardware``).
+
+The fit is :func:`blendsim.fidelity.fit.fit` -- the same least squares, bounds and prior as ``fidelity
+--refit`` -- restricted to the parameters this engine on this GPU owns: its per-step overhead (``fixed_s``,
+``per_seq_s``), the GPU's efficiencies (``gemm_eff``, ``mem_eff``, ``attn_mem_eff``) and, for an overlapping
+engine, its interference ``kappa``; every other parameter stays at the shipped value. The output is a complete
+parameters file (the shipped one with the fitted values in place) plus a ``profile`` header, so
+``fidelity --params-file`` and ``--engine FILE.json`` read it as they read ``sim/engine_params.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import typer
+
+from blendsim.sim.errors import UserError
+
+from .catalogue import Row, read_catalogue
+
+PROFILE_KIND = "blendsim-engine-profile"
+OVERHEAD = ("fixed_s", "per_seq_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What the result files do not say: the engine, GPU, model and precision of the runs."""
+
+    engine: str
+    version: str
+    hardware: str
+    model: str | None
+    tp: int
+    weights: str
+    kv_dtype: str
+    workload: str | None
+
+
+def split_engine(spec: str) -> tuple[str, str]:
+    """``NAME[@VERSION]`` -> (name, version)."""
+    name, _, version = spec.partition("@")
+    if not name:
+        raise UserError(f"--engine {spec!r}: expected NAME or NAME@VERSION")
+    return name, version
+
+
+def read_results(paths: list[Path], setup: Setup) -> list[Row]:
+    """Every measurement in ``paths`` as a catalogue Row (UserError naming the file for anything unreadable)."""
+    rows: list[Row] = []
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            raise UserError(f"{path}: no such results file")
+        if path.suffix == ".csv":
+            got = [r for r in read_catalogue(path) if r.engine == setup.engine
+                   and (not setup.hardware or r.hardware == setup.hardware)]
+            if not got:
+                raise UserError(f"{path}: no catalogue row of engine {setup.engine!r} on {setup.hardware!r}")
+            rows += got
+            continue
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"{path}: cannot read: {e}") from None
+        if path.suffix == ".jsonl":
+            for i, line in enumerate(text.splitlines()):
+                if line.strip():
+                    rows.append(_sglang(path, i + 1, _json(path, line, i + 1), setup))
+            continue
+        obj = _json(path, text, None)
+        if isinstance(obj, dict) and "performance" in obj and "request_info" in obj:
+            rows.append(_trtllm(path, obj, setup))
+        elif isinstance(obj, dict) and "elapsed_time" in obj and "num_requests" in obj:
+            rows.append(_vllm(path, obj, setup))
+        elif isinstance(obj, dict) and "successful_requests" in obj:
+            rows.append(_sglang(path, 1, obj, setup))
+        else:
+            raise UserError(f"{path}: not a vLLM 'bench throughput' JSON, an SGLang bench_offline_throughput "
+                            f"result or a trtllm-bench report (no elapsed_time/num_requests, successful_requests "
+                            f"or performance/request_info keys)")
+    if not rows:
+        raise UserError("no measurements in the given results")
+    ids = [r.id for r in rows]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise UserError(f"measurement id(s) {', '.join(dup[:5])} appear twice")
+    return rows
+
+
+def _json(path: Path, text: str, line: int | None):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        where = f"{path}: line {line}" if line else str(path)
+        raise UserError(f"{where}: not JSON: {e.msg}") from None
+
+
+def _num(path: Path, obj: dict, *keys: str, where: str = "") -> float:
+    for k in keys:
+        v = obj.get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0:
+            return float(v)
+    raise UserError(f"{path}{where}: field {keys[0]!r} missing or not a positive number")
+
+
+def _row(path: Path, n: int, setup: Setup, rid: str, workload: str, requests: int, metric: str, value: float,
+         tp: int | None = None, note: str = "") -> Row:
+    if not setup.model:
+        raise UserError(f"{path}: give --model (a preset or a config.json) for benchmark result files")
+    tp = tp or setup.tp
+    return Row(id=rid, source=str(path), model=setup.model, hardware=setup.hardware, gpus=tp, tp=tp, pp=1, ep=1,
+               weights=setup.weights, kv_dtype=setup.kv_dtype, engine=setup.engine, engine_version=setup.version,
+               policy="", workload=workload, requests=requests, metric=metric, scope="system", value=value,
+               note=note, folder=Path.cwd(), line=n)
+
+
+def _const(path: Path, setup: Setup, isl: float, osl: float) -> str:
+    if setup.workload:
+        return setup.workload
+    return f"const:{max(1, round(isl))}/{max(1, round(osl))}"
+
+
+def _vllm(path: Path, obj: dict, setup: Setup) -> Row:
+    n = int(_num(path, obj, "num_requests"))
+    elapsed = _num(path, obj, "elapsed_time")
+    total = _num(path, obj, "total_num_tokens")
+    if not setup.workload:
+        raise UserError(f"{path}: vLLM's bench throughput JSON does not record the prompt/output split; give "
+                        f"--workload const:ISL/OSL (the --input-len/--output-len of that run)")
+    if setup.workload.startswith("const:"):
+        try:
+            isl, osl = (int(x) for x in setup.workload[6:].split("/"))
+        except ValueError:
+            raise UserError(f"--workload {setup.workload!r}: expected const:ISL/OSL") from None
+        if abs(n * (isl + osl) / total - 1) > 0.05:
+            raise UserError(f"{path}: --workload {setup.workload} gives {n * (isl + osl)} tokens for {n} requests, "
+                            f"the JSON's total_num_tokens is {total:.0f} (more than 5% apart)")
+    return _row(path, 1, setup, path.stem, setup.workload, n, "total_tok_s", total / elapsed,
+                note="vLLM bench throughput: total (prompt + output) tokens / elapsed_time")
+
+
+def _sglang(path: Path, line: int, obj, setup: Setup) -> Row:
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}: line {line}: expected a JSON object")
+    where = f": line {line}"
+    n = int(_num(path, obj, "successful_requests", where=where))
+    lat = _num(path, obj, "total_latency", where=where)
+    inp = _num(path, obj, "total_input_tokens", where=where)
+    out = _num(path, obj, "total_output_tokens", where=where)
+    return _row(path, line, setup, f"{path.stem}-{line}", _const(path, setup, inp / n, out / n), n,
+                "output_tok_s", out / lat, note="SGLang bench_offline_throughput: total_output_tokens / total_latency")
+
+
+def _trtllm(path: Path, obj: dict, setup: Setup) -> Row:
+    info, perf = obj.get("request_info") or {}, obj.get("performance") or {}
+    world = obj.get("world_info") or {}
+    n = int(_num(path, info, "num_requests", where=" request_info"))
+    isl = _num(path, info, "avg_input_length", where=" request_info")
+    osl = _num(path, info, "avg_output_length", where=" request_info")
+    v = _num(path, perf, "system_output_throughput_tok_s", where=" performance")
+    tp = world.get("tp_size") if isinstance(world.get("tp_size"), int) and world.get("tp_size") > 0 else None
+    if world.get("pp_size", 1) not in (1, None):
+        raise UserError(f"{path}: pipeline parallelism (pp_size={world.get('pp_size')}) is not modelled")
+    return _row(path, 1, setup, path.stem, _const(path, setup, isl, osl), n, "output_tok_s", v, tp=tp,
+                note="trtllm-bench report: performance.system_output_throughput_tok_s")
+
+
+def owned(engine: str, hardware: str):
+    """The predicate of the parameters one engine on one GPU owns."""
+
+    def keep(p) -> bool:
+        kind = p.path[0]
+        if kind == "engine":
+            return p.path[1] == engine
+        if kind == "hardware":
+            return p.path[1] == hardware
+        return kind == "regime"  # an overlapping engine's interference (only its rows read it)
+
+    return keep
+
+
+def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=None) -> tuple[dict, list[dict]]:
+    """Fitted parameters (``base`` with this engine's and GPU's values refitted) and the per-row errors."""
+    from .fit import fit, predict
+    from .runner import Skip
+    from .suite import prepare_row
+
+    pairs, skipped = [], []
+    for i, r in enumerate(rows):
+        if progress:
+            progress(i, len(rows), r.id)
+        try:
+            pr = prepare_row(r, base)
+        except (Skip, UserError) as e:
+            skipped.append(f"{r.id}: {e}")
+            continue
+        # the engine's overhead is free here whether or not the shipped profile fits it
+        pr.profile = dataclasses.replace(pr.profile, fitted=tuple(dict.fromkeys((*pr.profile.fitted, *OVERHEAD))))
+        pairs.append((r, pr))
+    if not pairs:
+        raise UserError("no measurement could be simulated: " + "; ".join(skipped[:3]))
+    fitted = fit(pairs, base=copy.deepcopy(base), select=owned(engine, hardware))
+    new_bounds = fitted.pop("bounds", {})
+    fitted["bounds"] = {**base.get("bounds", {}), **new_bounds}
+    fitted["_fitted"] = sorted(new_bounds)
+    report = [{"id": r.id, "measured": r.value, "predicted": predict(r, pr, fitted),
+               "error": predict(r, pr, fitted) / r.value - 1} for r, pr in pairs]
+    report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
+    return fitted, report
+
+
+def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) -> None:
+    """The parameters file with a ``profile`` header (what was fitted, on what)."""
+    out = copy.deepcopy(params)
+    names = out.pop("_fitted", [])
+    errs = [abs(x["error"]) for x in report if "error" in x]
+    out["profile"] = {"kind": PROFILE_KIND, "engine": setup.engine, "version": setup.version,
+                      "hardware": setup.hardware, "fitted": names,
+                      "fitted_on": [{k: x[k] for k in ("id", "measured", "predicted", "error") if k in x}
+                                    for x in report if "error" in x],
+                      "median_abs_error": float(np.median(errs)) if errs else None}
+    out.pop("fitted_on", None)
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        raise UserError(f"-o {path}: folder {path.parent} does not exist")
+    path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
+def write_rows_csv(path: Path, rows: list[Row]) -> None:
+    """Rows as a catalogue CSV (for tests and for keeping what was fitted on)."""
+    from .catalogue import COLUMNS
+
+    with Path(path).open("w", newline="") as fh:
+        w = csv.DictWriter(fh, COLUMNS, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: getattr(r, c) for c in COLUMNS})
+
+
+
+
+
+def engine_cmd(
+    results: list[Path] = typer.Argument(..., help="Benchmark results: vLLM bench throughput JSON, SGLang "
+                                                   "bench_offline_throughput JSONL, trtllm-bench report JSON, or "
+                                                   "a catalogue CSV."),
+    engine: str = typer.Option(..., "--engine", help="NAME or NAME@VERSION of the engine that ran them."),
+    hardware: str = typer.Option(..., "--hardware", help="GPU preset the runs used."),
+    out: Path = typer.Option(..., "-o", "--out", help="Profile JSON to write (a parameters file with a "
+                                                     "'profile' header)."),
+    model: str = typer.Option(None, "--model", "-m", help="Model preset or config.json (result files)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the runs (a trtllm-bench report says)."),
+    weights: str = typer.Option("bf16", "--weights", help="Weight precision of the runs."),
+    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV-cache precision (default: the weights')."),
+    workload: str = typer.Option(None, "--workload", help="const:ISL/OSL, file:PATH or synth:RECIPE?... of the "
+                                                          "runs (required for vLLM JSON)."),
+    params_file: Path = typer.Option(None, "--params-file", help="Parameters to start from (default: shipped)."),
+) -> None:
+    """Fit ENGINE's step overhead and the GPU's efficiencies to your own benchmark runs; write a profile."""
+    import sys
+
+    from blendsim.sim.engines import is_profile, load_params, profile_names
+    from blendsim.sim.hardware import get_hardware
+
+    name, version = split_engine(engine)
+    if not is_profile(name):
+        raise UserError(f"--engine {engine!r}: unknown engine; profiles: {', '.join(profile_names())}")
+    get_hardware(hardware)
+    if tp < 1:
+        raise UserError(f"--tp must be >= 1, got {tp}")
+    if params_file and not Path(params_file).exists():
+        raise UserError(f"--params-file {params_file}: no such file")
+    if Path(out).exists() and Path(out).is_dir():
+        raise UserError(f"-o {out}: is a folder")
+    setup = Setup(name, version, hardware, model, tp, weights, kv_dtype, workload)
+    rows = read_results(list(results), setup)
+    base = load_params(params_file) if params_file else load_params()
+    tty = sys.stderr.isatty()
+
+    def progress(i, n, rid):
+        if tty:
+            typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
+
+    params, report = calibrate(rows, name, hardware, base, progress)
+    if tty:
+        typer.echo("", err=True)
+    write_profile(out, params, setup, report)
+    for x in report:
+        if "error" in x:
+            typer.echo(f"  {x['id'][:60]:60s} measured {x['measured']:10.1f}  predicted {x['predicted']:10.1f}  "
+                       f"{100 * x['error']:+6.1f}%")
+        else:
+            typer.echo(f"  skipped {x['skipped']}")
+    errs = [abs(x["error"]) for x in report if "error" in x]
+    typer.echo(f"fitted {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample "
+               f"median |error| {100 * float(np.median(errs)):.1f}%")
+    typer.echo(f"wrote {out}")
+
+
+__all__ = ["PROFILE_KIND", "Setup", "calibrate", "owned", "read_results", "split_engine", "write_profile",
+           "write_rows_csv", "engine_cmd"]

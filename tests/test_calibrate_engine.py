@@ -1,0 +1,116 @@
+"""blendsim calibrate engine: read benchmark outputs, fit one engine on half of its runs, predict the rest."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.fidelity.catalogue import read_catalogue
+from blendsim.fidelity.engine_calibration import Setup, read_results, write_rows_csv
+from blendsim.fidelity.fit import predict
+from blendsim.fidelity.suite import SHIPPED_CATALOGUE, load_suite
+from blendsim.sim.engines import load_params
+from tests.test_fidelity import _row, _write
+
+
+def _fidelity(cat, params_file):
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--params-file", str(params_file), "--json",
+                                         "--no-cv"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_fit_on_half_of_an_engines_catalogue_rows_predicts_the_other_half(tmp_path):
+    # the shipped catalogue's vLLM 0.6.0 A100 rows of constant lengths: fit on two, predict the other two
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    pre = "vllm-0.6.0-blog-llama-3-"
+    train = [rows[pre + "8b-a100-80gb-tp1-decode"], rows[pre + "70b-a100-80gb-tp4-prefill"]]
+    test = [rows[pre + "8b-a100-80gb-tp1-prefill"], rows[pre + "70b-a100-80gb-tp4-decode"]]
+    write_rows_csv(tmp_path / "train.csv", train)
+    write_rows_csv(tmp_path / "test.csv", test)
+    out = tmp_path / "my-vllm.json"
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "train.csv"), "--engine", "vllm@0.6",
+                                         "--hardware", "a100-80gb", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    prof = json.loads(out.read_text())
+    assert prof["profile"]["engine"] == "vllm" and prof["profile"]["version"] == "0.6"
+    assert "engine.vllm.fixed_s" in prof["profile"]["fitted"]
+    assert {x["id"] for x in prof["profile"]["fitted_on"]} == {r.id for r in train}
+    held = _fidelity(tmp_path / "test.csv", out)
+    assert held["n_ok"] == 2 and held["median_abs_error"] < 0.15
+    # parameters of other GPUs and engines are the shipped ones
+    shipped = load_params()
+    assert prof["hardware"]["h100-80gb"] == shipped["hardware"]["h100-80gb"]
+    assert prof["engine"]["trtllm"] == shipped["engine"]["trtllm"]
+
+
+def test_fit_recovers_an_engine_that_generated_half_of_the_runs(tmp_path):
+    # measurements made by known parameters (a slower engine, a less efficient GPU): a fit on half of them
+    # predicts the other half, which the shipped parameters miss
+    truth = load_params()
+    truth = json.loads(json.dumps(truth))
+    truth.setdefault("engine", {})["vllm"] = {"fixed_s": 2.5e-3, "per_seq_s": 12e-6}
+    truth["hardware"]["h100-80gb"] = {"gemm_eff": 0.5, "mem_eff": 0.6, "attn_mem_eff": 0.5}
+    shapes = [(128, 128, 400), (2048, 128, 120), (128, 1024, 200), (1000, 1000, 100), (3000, 200, 80),
+              (64, 2048, 200), (512, 512, 200), (256, 64, 400)]
+    rows = [_row(id=f"r{i}x{o}", engine="vllm", workload=f"const:{i}/{o}", requests=n) for i, o, n in shapes]
+    suite = load_suite(_write(tmp_path, rows), truth)
+    measured = [dataclasses.replace(r, value=predict(r, pr, truth)) for r, pr in suite.ok]
+    write_rows_csv(tmp_path / "train.csv", measured[::2])
+    write_rows_csv(tmp_path / "test.csv", measured[1::2])
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "train.csv"), "--engine", "vllm",
+                                         "--hardware", "h100-80gb", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    fitted = _fidelity(tmp_path / "test.csv", out)
+    base = CliRunner().invoke(get_app(), ["fidelity", str(tmp_path / "test.csv"), "--json", "--no-cv"])
+    base = json.loads(base.stdout)
+    assert base["median_abs_error"] > 0.10  # the shipped parameters do not know this engine
+    assert fitted["median_abs_error"] < 0.03
+
+
+def test_reads_each_engines_benchmark_output(tmp_path):
+    (tmp_path / "vllm.json").write_text(json.dumps({"elapsed_time": 10.0, "num_requests": 100,
+                                                    "total_num_tokens": 100 * 1152, "requests_per_second": 10.0,
+                                                    "tokens_per_second": 11520.0}))
+    (tmp_path / "sgl.jsonl").write_text("\n".join(json.dumps(
+        {"backend": "engine", "successful_requests": 50, "total_latency": 5.0, "total_input_tokens": 50 * 300,
+         "total_output_tokens": 50 * 90, "output_throughput": 900.0}) for _ in range(2)) + "\n")
+    (tmp_path / "trt.json").write_text(json.dumps({
+        "request_info": {"num_requests": 30, "avg_input_length": 128.0, "avg_output_length": 2048.0},
+        "performance": {"system_output_throughput_tok_s": 5000.0}, "world_info": {"tp_size": 2, "pp_size": 1}}))
+    s = Setup("vllm", "0.10", "h100-80gb", "llama-3.1-8b", 1, "bf16", "", "const:1024/128")
+    v = read_results([tmp_path / "vllm.json"], s)[0]
+    assert (v.workload, v.requests, v.metric, v.value) == ("const:1024/128", 100, "total_tok_s", 11520.0)
+    g = read_results([tmp_path / "sgl.jsonl"], dataclasses.replace(s, workload=None))
+    assert [x.workload for x in g] == ["const:300/90"] * 2 and g[0].value == pytest.approx(900.0)
+    t = read_results([tmp_path / "trt.json"], dataclasses.replace(s, workload=None))[0]
+    assert (t.workload, t.tp, t.gpus, t.metric, t.value) == ("const:128/2048", 2, 2, "output_tok_s", 5000.0)
+
+
+@pytest.mark.parametrize("content, args, message", [
+    ({"elapsed_time": 1.0, "num_requests": 10, "total_num_tokens": 1000}, [], "give --workload const:ISL/OSL"),
+    ({"elapsed_time": 1.0, "num_requests": 10, "total_num_tokens": 1000}, ["--workload", "const:500/500"],
+     "more than 5% apart"),
+    ({"elapsed_time": 1.0}, [], "not a vLLM 'bench throughput' JSON"),
+    ({"elapsed_time": -1.0, "num_requests": 10, "total_num_tokens": 1000}, ["--workload", "const:50/50"],
+     "field 'elapsed_time' missing or not a positive number"),
+])
+def test_bad_results_stop_with_one_line(tmp_path, content, args, message):
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(content))
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(f), "--engine", "vllm", "--hardware",
+                                         "h100-80gb", "--model", "llama-3.1-8b", "-o", str(tmp_path / "o.json"),
+                                         *args])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_unknown_engine_names_the_profiles(tmp_path):
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", "x.csv", "--engine", "tgi@2", "--hardware",
+                                         "h100-80gb", "-o", str(tmp_path / "o.json")])
+    assert res.exit_code == 2 and "unknown engine" in res.output and "vllm" in res.output
