@@ -1,0 +1,183 @@
+"""One command for a GPU day: kernel profile, replay of three traces under two policies, predicted vs measured.
+
+    python benchmarks/gpu_validation.py                       # on a lent GPU: llama-3-8b, bf16, cuda
+    python benchmarks/gpu_validation.py --device cpu --small  # the CPU path CI runs (tiny model, small sizes)
+
+Steps, each an ordinary ``blendsim`` command (printed before it runs, so any step can be re-run by hand):
+
+1. ``blendsim calibrate`` -- profile the model's operators on the device (``--quick`` with ``--small``);
+2. three traces made by seeded recipes: ``batchllm`` (groups sharing a long prefix), ``blendserve`` (a
+   compute/memory mix at a target density and sharing; ``preble --kind embodied`` with ``--small``, whose
+   tiny model's 4,096-token context the blendserve recipe's long outputs exceed) and ``preble --kind
+   toolbench`` (tool prompts; all requests at t=0);
+3. ``blendsim validate`` of each trace under two policies (``--policies fcfs,blendserve``) with that profile:
+   per-step predicted vs measured time, per-operator-class error, throughput error, speedup error;
+4. ``SUMMARY.md`` and ``summary.json`` in the output folder: one predicted-vs-measured table over the three
+   replays, and the commands that produced them.
+
+Everything is written under ``--out`` (default ``reports/validation/<device>-<model>``), which must not exist
+yet: this script never replaces an earlier day's results. The sizes are chosen to finish within about 30
+minutes on one H100 (``--max-steps`` bounds each replay); pass larger ones to spend more time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+POLICIES = "fcfs,blendserve"
+
+
+def traces(small: bool, model: str, hardware: str) -> dict[str, list[str]]:
+    """The three recipe commands (trace name -> ``blendsim workloads synth ...`` arguments)."""
+    if small:
+        return {
+            "batchllm": ["batchllm", "--prefix-len", "64", "--distinct-len", "32", "--share-degree", "4",
+                         "--requests", "16", "--output-len", "8"],
+            # the blendserve recipe's video outputs (up to 16K tokens) do not fit the tiny model's context
+            "embodied": ["preble", "--kind", "embodied", "--requests", "4", "--rate", "0"],
+            "toolbench": ["preble", "--kind", "toolbench", "--requests", "4", "--rate", "0"],
+        }
+    return {
+        "batchllm": ["batchllm", "--prefix-len", "1024", "--distinct-len", "256", "--share-degree", "16",
+                     "--requests", "512", "--output-len", "128"],
+        "blendserve": ["blendserve", "--requests", "600", "--model", model, "--hardware", hardware],
+        "toolbench": ["preble", "--kind", "toolbench", "--requests", "600", "--rate", "0"],
+    }
+
+
+def run(cmd: list[str], log) -> float:
+    """Run one command, echoing it to the log; stop the day on failure (its own one-line error is shown)."""
+    line = " ".join(shlex.quote(c) for c in cmd)
+    print(f"$ {line}", flush=True)
+    log.write(f"$ {line}\n")
+    log.flush()
+    t = time.perf_counter()
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log.write(res.stdout)
+    log.flush()
+    if res.returncode:
+        sys.stdout.write(res.stdout[-2000:])
+        raise SystemExit(f"gpu_validation: step failed (exit {res.returncode}): {line}")
+    return time.perf_counter() - t
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda", help="cuda (cuda:N) or cpu")
+    ap.add_argument("--model", default=None, help="model preset (default: llama-3-8b on cuda, tiny on cpu)")
+    ap.add_argument("--hardware", default=None, help="hardware preset for the simulation (default: guessed "
+                                                     "from the GPU's name by validate; cpu on cpu)")
+    ap.add_argument("--dtype", default=None, help="bf16, fp16 or fp32 (default: the model's)")
+    ap.add_argument("--small", action="store_true", help="tiny sizes: the CI path")
+    ap.add_argument("--max-steps", type=int, default=None, help="steps replayed per replica (default 400; "
+                                                                "12 with --small)")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (must not exist)")
+    ap.add_argument("--profile", type=Path, default=None, help="use this calibration profile instead of "
+                                                               "profiling (step 1 skipped)")
+    ap.add_argument("--blendsim", default=None, help="the blendsim executable (default: next to python)")
+    a = ap.parse_args(argv)
+    cpu = a.device == "cpu"
+    model = a.model or ("tiny" if cpu else "llama-3-8b")
+    out = a.out or Path("reports/validation") / f"{a.device.replace(':', '')}-{model}"
+    if a.profile and not a.profile.exists():
+        raise SystemExit(f"gpu_validation: --profile {a.profile} does not exist")
+    if out.exists():
+        raise SystemExit(f"gpu_validation: {out} exists; choose another --out (earlier results are kept)")
+    exe = a.blendsim or str(Path(sys.executable).with_name("blendsim"))
+    if not Path(exe).exists():
+        exe = "blendsim"
+    out.mkdir(parents=True)
+    steps = a.max_steps or (12 if a.small else 400)
+    sim_hw = a.hardware or ("cpu" if cpu else "h100-80gb")
+    timings, commands = {}, []
+    with (out / "commands.log").open("w") as log:
+        profile = a.profile or out / "profile.json"
+        if not a.profile:
+            cal = [exe, "calibrate", "--device", a.device, "--model", model, "-o", str(profile)]
+            cal += ["--quick", "--holdout", "0"] if a.small else []
+            cal += ["--dtype", a.dtype] if a.dtype else []
+            commands.append(cal)
+            timings["calibrate"] = run(cal, log)
+        replays = {}
+        for name, args in traces(a.small, model, sim_hw).items():
+            trace = out / f"{name}.parquet"
+            cmd = [exe, "workloads", "synth", *args, "-o", str(trace)]
+            commands.append(cmd)
+            timings[f"synth {name}"] = run(cmd, log)
+            val = out / name
+            cmd = [exe, "validate", str(trace), "--policies", POLICIES, "--model", model, "--device", a.device,
+                   "--profile", str(profile), "--max-steps", str(steps), "-o", str(val), "--json"]
+            cmd += ["--hardware", a.hardware] if a.hardware else []
+            cmd += ["--dtype", a.dtype] if a.dtype else []
+            commands.append(cmd)
+            timings[f"validate {name}"] = run(cmd, log)
+            replays[name] = json.loads((val / "summary.json").read_text())
+    summary = {"device": a.device, "model": model, "policies": POLICIES.split(","), "max_steps": steps,
+               "small": a.small, "timings_s": {k: round(v, 1) for k, v in timings.items()},
+               "commands": [" ".join(shlex.quote(c) for c in cmd) for cmd in commands],
+               "replays": {n: table_row(s) for n, s in replays.items()}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    (out / "SUMMARY.md").write_text(markdown(summary))
+    print(f"wrote {out / 'SUMMARY.md'}")
+    return 0
+
+
+def _get(d: dict, *path):
+    for k in path:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def table_row(s: dict) -> dict:
+    """The figures of one validation summary (``blendsim validate``'s summary.json) the day's table shows."""
+    rows = {}
+    for name, pol in (s.get("policies") or {}).items():
+        e2e, step = pol.get("end_to_end") or {}, pol.get("step_error") or {}
+        rows[name] = {"steps": step.get("steps"), "median_abs_step_error": step.get("median_abs_err"),
+                      "p90_abs_step_error": step.get("p90_abs_err"), "throughput_error": e2e.get("throughput_err"),
+                      "predicted_tok_s": e2e.get("throughput_pred_tok_s"),
+                      "measured_tok_s": e2e.get("throughput_meas_tok_s"), "complete": pol.get("complete"),
+                      "speedup_error": _get(s, "speedup", name, "speedup_err")}
+    return {"status": s.get("status"), "per_policy": rows, "speedup_base": s.get("speedup_base")}
+
+
+def _pct(x, sign: bool = True) -> str:
+    if not isinstance(x, (int, float)):
+        return "-"
+    return f"{100 * x:+.1f}%" if sign else f"{100 * x:.1f}%"
+
+
+def _num(x) -> str:
+    return "-" if not isinstance(x, (int, float)) else f"{x:,.0f}"
+
+
+def markdown(summary: dict) -> str:
+    lines = [f"# Validation on {summary['device']} ({summary['model']})", "",
+             "Produced by `python benchmarks/gpu_validation.py` "
+             f"({'--small, ' if summary['small'] else ''}{summary['max_steps']} steps per replay at most). "
+             "Predicted = the simulator with this day's kernel profile; measured = the replay of the same schedule "
+             "on the device.", "",
+             "| trace | policy | steps | median step error (p90) | predicted tok/s | measured tok/s | "
+             "throughput error | speedup error vs first policy |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in summary["replays"].items():
+        for pol, x in r["per_policy"].items():
+            lines.append(f"| {name} | {pol} | {x.get('steps') or '-'} | {_pct(x.get('median_abs_step_error'), False)} "
+                         f"({_pct(x.get('p90_abs_step_error'), False)}) | {_num(x.get('predicted_tok_s'))} | "
+                         f"{_num(x.get('measured_tok_s'))} | {_pct(x.get('throughput_error'))} | "
+                         f"{_pct(x.get('speedup_error'))} |")
+    lines += ["", "Seconds per command: " + ", ".join(f"{k} {v}" for k, v in summary["timings_s"].items()), "",
+              "Commands:", "", "```", *summary["commands"], "```", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
