@@ -24,7 +24,7 @@ def test_cpu_path_profiles_replays_three_traces_under_two_policies_and_tabulates
     for name, r in s["replays"].items():
         assert r["status"] == "complete", name
         assert set(r["per_policy"]) == {"fcfs", "blendserve"}
-        for pol, x in r["per_policy"].items():
+        for x in r["per_policy"].values():
             assert x["steps"] and x["steps"] > 0
             assert x["predicted_tok_s"] > 0 and x["measured_tok_s"] > 0
             assert x["throughput_error"] == pytest.approx(x["predicted_tok_s"] / x["measured_tok_s"] - 1, rel=1e-6)
