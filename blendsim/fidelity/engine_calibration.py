@@ -30,7 +30,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import typer
 
 from blendsim.sim.errors import UserError
 
@@ -258,62 +257,6 @@ def write_rows_csv(path: Path, rows: list[Row]) -> None:
 
 
 
-def engine_cmd(
-    results: list[Path] = typer.Argument(..., help="Benchmark results: vLLM bench throughput JSON, SGLang "
-                                                   "bench_offline_throughput JSONL, trtllm-bench report JSON, or "
-                                                   "a catalogue CSV."),
-    engine: str = typer.Option(..., "--engine", help="NAME or NAME@VERSION of the engine that ran them."),
-    hardware: str = typer.Option(..., "--hardware", help="GPU preset the runs used."),
-    out: Path = typer.Option(..., "-o", "--out", help="Profile JSON to write (a parameters file with a "
-                                                     "'profile' header)."),
-    model: str = typer.Option(None, "--model", "-m", help="Model preset or config.json (result files)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the runs (a trtllm-bench report says)."),
-    weights: str = typer.Option("bf16", "--weights", help="Weight precision of the runs."),
-    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV-cache precision (default: the weights')."),
-    workload: str = typer.Option(None, "--workload", help="const:ISL/OSL, file:PATH or synth:RECIPE?... of the "
-                                                          "runs (required for vLLM JSON)."),
-    params_file: Path = typer.Option(None, "--params-file", help="Parameters to start from (default: shipped)."),
-) -> None:
-    """Fit ENGINE's step overhead and the GPU's efficiencies to your own benchmark runs; write a profile."""
-    import sys
-
-    from blendsim.sim.engines import is_profile, load_params, profile_names
-    from blendsim.sim.hardware import get_hardware
-
-    name, version = split_engine(engine)
-    if not is_profile(name):
-        raise UserError(f"--engine {engine!r}: unknown engine; profiles: {', '.join(profile_names())}")
-    get_hardware(hardware)
-    if tp < 1:
-        raise UserError(f"--tp must be >= 1, got {tp}")
-    if params_file and not Path(params_file).exists():
-        raise UserError(f"--params-file {params_file}: no such file")
-    if Path(out).exists() and Path(out).is_dir():
-        raise UserError(f"-o {out}: is a folder")
-    setup = Setup(name, version, hardware, model, tp, weights, kv_dtype, workload)
-    rows = read_results(list(results), setup)
-    base = load_params(params_file) if params_file else load_params()
-    tty = sys.stderr.isatty()
-
-    def progress(i, n, rid):
-        if tty:
-            typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
-
-    params, report = calibrate(rows, name, hardware, base, progress)
-    if tty:
-        typer.echo("", err=True)
-    write_profile(out, params, setup, report)
-    for x in report:
-        if "error" in x:
-            typer.echo(f"  {x['id'][:60]:60s} measured {x['measured']:10.1f}  predicted {x['predicted']:10.1f}  "
-                       f"{100 * x['error']:+6.1f}%")
-        else:
-            typer.echo(f"  skipped {x['skipped']}")
-    errs = [abs(x["error"]) for x in report if "error" in x]
-    typer.echo(f"fitted {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample "
-               f"median |error| {100 * float(np.median(errs)):.1f}%")
-    typer.echo(f"wrote {out}")
-
 
 __all__ = ["PROFILE_KIND", "Setup", "calibrate", "owned", "read_results", "split_engine", "write_profile",
-           "write_rows_csv", "engine_cmd"]
+           "write_rows_csv"]
