@@ -6,16 +6,23 @@ scheduling, sampling and launches the GPU waits for), its CUDA-graph capture siz
 runs at the next captured batch size: padded rows cost GEMM time), its execution mode (operator overlap
 only where the engine overlaps) and the name of its kernel-efficiency regime (``blendsim.sim.efficiency``).
 
-``--engine NAME`` selects one everywhere; a policy keeps its own ordering on any engine. The fixed numbers
-are cited below; the few fitted ones (the trtllm overhead, the hardware efficiencies) are read from
-``sim/engine_params.json``, written by ``blendsim fidelity --refit``.
+This module is the only place an engine is defined (``ideal``, pure kernel time, is a profile too).
+``--engine KEY`` selects one everywhere, where KEY is ``NAME[@VERSION][:field=value,...]``
+(:func:`parse_key`): ``NAME`` alone is the newest registered version of that engine, and the fields after
+the colon (:data:`OVERRIDABLE`) override *that profile's* values and nothing else; ``field=value,...``
+with no name starts from ``ideal``. Profiles are registered under ``(name, version)`` (:func:`register`);
+today every engine has one, unversioned (``version`` ""). A policy keeps its own ordering on any engine.
+The fixed numbers are cited below; the few fitted ones (the trtllm overhead, the hardware efficiencies)
+are read from ``sim/engine_params.json``, written by ``blendsim fidelity --refit``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from blendsim.sim.errors import UserError
 
@@ -27,6 +34,7 @@ class EngineProfile:
     """One serving engine."""
 
     name: str
+    version: str = ""  # "" = unversioned; NAME@VERSION selects one, NAME the newest
     # scheduler defaults (sim.seq.EngineConfig fields; a policy's own defaults and the CLI override them)
     scheduler: dict = field(default_factory=dict)
     # per-step overhead: fixed + per sequence + per token (seconds); fitted values replace these
@@ -36,10 +44,23 @@ class EngineProfile:
     # largest CUDA-graph batch; decode-only steps up to it are padded to the next capture size; 0 = eager
     cuda_graph_max: int = 0
     mode: str = "sequential"  # sequential | overlap (NanoFlow-style operator overlap)
-    regime: str = "default"  # kernel-efficiency regime: the key of its fitted efficiencies
+    # kernel-efficiency regime: the key of its fitted efficiencies (sim.efficiency); None = the plain
+    # roofline at the hardware preset's efficiencies
+    regime: str | None = "default"
     fitted: tuple = ()  # overhead fields fitted from the catalogue (the rest are cited constants)
     tuned_by: str = ""  # "trtllm-bench": batch and token limits from the dataset (trtllm_bench_settings)
     source: str = ""
+    key: str = ""  # the key it was selected by when that adds a version or overrides (see label)
+
+    @property
+    def label(self) -> str:
+        """How runs and reports name it: the key that selected it when it named a version or overrides
+        (``vllm:fixed_s=0.002``, ``vllm-v0@0.5``), else the name."""
+        return self.key or self.name
+
+    def overhead(self, num_seqs, num_tokens):
+        """Per-step engine overhead, seconds (numbers or arrays): the one overhead rule of the cost model."""
+        return self.fixed_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
 
     def graph_size(self, n: int) -> int:
         """The captured batch size a decode-only step of ``n`` sequences runs at."""
@@ -48,6 +69,52 @@ class EngineProfile:
     def with_params(self, values: dict) -> EngineProfile:
         keep = {k: float(v) for k, v in values.items() if k in ("fixed_s", "per_seq_s", "per_token_s")}
         return replace(self, **keep)
+
+
+# fields ``--engine NAME:field=value`` may override: (type, meaning)
+OVERRIDABLE: dict[str, tuple[type, str]] = {
+    "fixed_s": (float, "per-step overhead, seconds"),
+    "per_seq_s": (float, "per-step overhead per sequence, seconds"),
+    "per_token_s": (float, "per-step overhead per token, seconds"),
+    "cuda_graph_max": (int, "largest CUDA-graph decode batch (0: eager)"),
+}
+
+
+class EngineKey(NamedTuple):
+    """A parsed ``--engine`` value: ``NAME[@VERSION][:field=value,...]``."""
+
+    name: str
+    version: str  # "" = the newest registered
+    overrides: dict
+
+
+def parse_key(text: str) -> EngineKey:
+    """Split ``NAME[@VERSION][:field=value,...]`` (or bare ``field=value,...``, from ``ideal``) and check the
+    overrides' names and values; unknown names are left to :func:`get_profile`."""
+    text = str(text).strip()
+    head, sep, spec = text.partition(":")
+    if not sep and "=" in head:  # fixed_s=...,per_seq_s=...: the user's own overhead, from ideal
+        head, spec = "", head
+    name, _, version = head.partition("@")
+    name = name.strip() or "ideal"
+    values: dict = {}
+    for part in (spec.split(",") if spec.strip() else []):
+        k, eq, val = part.partition("=")
+        k = k.strip()
+        if k not in OVERRIDABLE:
+            raise UserError(f"engine {text!r}: unknown field {k!r}; use {', '.join(OVERRIDABLE)}")
+        kind = OVERRIDABLE[k][0]
+        try:
+            v = kind(val.strip()) if eq else None
+        except ValueError:
+            v = None
+        if v is None:
+            what = "a number of seconds" if kind is float else "a whole number"
+            raise UserError(f"engine {text!r}: {k} must be {what}, got {val!r}")
+        if not (v >= 0 and math.isfinite(v)):
+            raise UserError(f"engine {text!r}: {k} must be a finite number >= 0, got {val!r}")
+        values[k] = v
+    return EngineKey(name, version.strip(), values)
 
 
 def graph_size(n: int, cap: int) -> int:
@@ -101,9 +168,10 @@ def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: fl
 _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V0 CPU overheads "
                "(microsoft/vidur data/profiling/a100/cpu_overheads.csv); vLLM PR #46112")
 
-PROFILES: dict[str, EngineProfile] = {
-    p.name: p
-    for p in [
+_BUILTIN = [
+        # No engine: pure kernel time at the hardware preset's efficiencies (the plain roofline), no per-step
+        # overhead, no CUDA-graph padding; the scheduler's own defaults (sim.seq.EngineConfig).
+        EngineProfile("ideal", regime=None, source="pure kernel time, no engine overhead"),
         # TensorRT-LLM as trtllm-bench runs it (perf-overview.md): inflight batching with context and
         # generation requests in one step under max_num_tokens, batch up to max_batch_size (8192 and 8192
         # by default; trtllm-bench sets both from the dataset: trtllm_bench_settings), CUDA graphs padded up
@@ -128,16 +196,31 @@ PROFILES: dict[str, EngineProfile] = {
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.8e-3, per_seq_s=6e-6, per_token_s=0.02e-6, cuda_graph_max=512,
                       regime="cuda-graph", source=_CITED_VLLM),
-        # vLLM V0 (<= 0.6): prefill-first steps (no chunked prefill by default), 256 sequences, overhead as
+        # vLLM V0 0.6: prefill-first steps (no chunked prefill by default), 256 sequences, overhead as
         # sim.cost's vllm-v0 (Vidur's A100 CPU profile); 0.6's multi-step scheduling (--num-scheduler-steps
         # 10) amortises the per-step CPU work over ten steps: the per-sequence share drops tenfold.
-        EngineProfile("vllm-v0", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
+        EngineProfile("vllm-v0", version="0.6", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
                                             "mix": "prefill-first", "prefix_caching": False,
                                             "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6,
                       cuda_graph_max=256, regime="cuda-graph",
                       source="microsoft/vidur cpu_overheads.csv (V0 on A100); vLLM 0.6 release blog "
                              "2024-09-05 (multi-step scheduling)"),
+        # vLLM V0 <= 0.5.x (the vLLM of mid-2024 baselines such as NanoFlow's): fully synchronous, so every
+        # CPU stage is exposed. Vidur measured it on A100 (microsoft/vidur data/profiling/a100/
+        # cpu_overheads.csv, Llama-2-7B TP1, medians at batch 8 -> 64): schedule 0.165 -> 0.952 ms,
+        # prepare_inputs 0.293 -> 1.163, sampler 0.888 -> 1.370, process_model_outputs 0.624 -> 4.108,
+        # ray_comm 0.156 -> 0.455; in sum 2.13 -> 8.05 ms = 1.28 ms + 106 us/seq (vLLM issue #6801
+        # independently reports ~20 ms between steps at batch 200: 1.28 + 21.1 = 22.4). The 2024-09-05 vLLM
+        # blog found the same regime on Llama-3-8B/H100 with v0.5.3: scheduling and input preparation 29% of
+        # the time against 38% of GPU execution. Prompt inputs were built with Python lists, three appends
+        # per token: ~0.1 us per token. Scheduler as 0.6 (prefill-first, 256 sequences, no prefix cache).
+        EngineProfile("vllm-v0", version="0.5", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
+                                                           "mix": "prefill-first", "prefix_caching": False,
+                                                           "gpu_memory_utilization": 0.90, "admission": "greedy"},
+                      fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
+                      source="microsoft/vidur data/profiling/a100/cpu_overheads.csv (Llama-2-7B TP1); "
+                             "vLLM blog 2024-09-05; vLLM issue #6801"),
         # SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
         # 8192 in 0.3), token-granular radix cache, reserve-style admission (new_token_ratio), CUDA graphs up
         # to 160 (0.3) -- larger decode batches run eagerly; overhead as sim.cost's sglang.
@@ -154,8 +237,31 @@ PROFILES: dict[str, EngineProfile] = {
                                              "gpu_memory_utilization": 0.90, "admission": "reserve"},
                       fixed_s=0.05e-3, per_seq_s=1e-6, mode="overlap", regime="nanoflow",
                       source="NanoFlow OSDI'25 sec. 4 and 4.2; BlendServe ASPLOS'26 App. A.2"),
-    ]
-}
+]
+
+# every registered profile by (name, version), and the newest version of each name
+VERSIONS: dict[tuple[str, str], EngineProfile] = {}
+PROFILES: dict[str, EngineProfile] = {}
+
+
+def _version_order(v: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in v.replace("-", ".").split(".")) if v else ()
+
+
+def register(profile: EngineProfile) -> EngineProfile:
+    """Add a profile under ``(name, version)``; ``NAME`` alone then means the newest version."""
+    key = (profile.name, profile.version)
+    if key in VERSIONS:
+        raise ValueError(f"engine {profile.label} is registered twice")
+    VERSIONS[key] = profile
+    cur = PROFILES.get(profile.name)
+    if cur is None or _version_order(profile.version) > _version_order(cur.version):
+        PROFILES[profile.name] = profile
+    return profile
+
+
+for _p in _BUILTIN:
+    register(_p)
 
 
 def profile_names() -> list[str]:
@@ -163,7 +269,14 @@ def profile_names() -> list[str]:
 
 
 def is_profile(name: str | None) -> bool:
-    return bool(name) and name in PROFILES
+    """Whether ``name`` selects a registered engine (a key with a version or overrides counts)."""
+    if not name:
+        return False
+    try:
+        k = parse_key(name)
+    except UserError:
+        return False
+    return (k.name, k.version) in VERSIONS if k.version else k.name in PROFILES
 
 
 def load_params(path: str | Path | None = None) -> dict:
@@ -177,16 +290,32 @@ def load_params(path: str | Path | None = None) -> dict:
         raise UserError(f"{p}: cannot read fitted engine parameters: {e}") from None
 
 
-def get_profile(name: str, params: dict | None = None) -> EngineProfile:
-    """Profile ``name`` with its fitted overhead applied (``params``: a loaded params file)."""
-    try:
-        prof = PROFILES[name]
-    except KeyError:
-        raise UserError(f"unknown engine {name!r}; profiles: {', '.join(PROFILES)}") from None
+def get_profile(key: str | EngineProfile | None = None, params: dict | None = None) -> EngineProfile:
+    """The engine ``key`` selects (``NAME[@VERSION][:field=value,...]``, :func:`parse_key`; None: ``ideal``)
+    with its fitted overhead applied (``params``: a loaded params file) and then the key's overrides. A
+    profile passes through unchanged."""
+    if isinstance(key, EngineProfile):
+        return key
+    text = "ideal" if key is None else str(key)
+    k = parse_key(text)
+    prof = VERSIONS.get((k.name, k.version)) if k.version else PROFILES.get(k.name)
+    if prof is None:
+        if k.name in PROFILES:
+            have = ", ".join(v or "(unversioned)" for n, v in VERSIONS if n == k.name)
+            raise UserError(f"engine {text!r}: no version {k.version!r} of {k.name}; registered: {have}")
+        raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (optionally "
+                        f"NAME:field=value,... with fields {', '.join(OVERRIDABLE)})")
     params = load_params() if params is None else params
-    fitted = params.get("engine", {}).get(name)
-    return prof.with_params(fitted) if fitted else prof
+    fitted = params.get("engine", {}).get(prof.name)
+    if fitted:
+        prof = prof.with_params(fitted)
+    if k.overrides or k.version:
+        prof = replace(prof, **k.overrides, key=text)
+        if k.overrides:
+            prof = replace(prof, source=f"{prof.source}; user-given {', '.join(f'{a}={b}' for a, b in k.overrides.items())}")
+    return prof
 
 
-__all__ = ["EngineProfile", "PARAMS_FILE", "PROFILES", "get_profile", "graph_pad", "is_profile", "load_params",
-           "profile_names", "trtllm_bench_settings"]
+__all__ = ["EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILES", "VERSIONS", "get_profile",
+           "graph_pad", "graph_size", "is_profile", "load_params", "parse_key", "profile_names", "register",
+           "trtllm_bench_settings"]
