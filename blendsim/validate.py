@@ -93,7 +93,7 @@ def guess_hardware(dev) -> str:
 def simulate(trace, cfg: ValidateConfig, policy: str, hardware: str):
     """The recorded simulation of one policy and its cost model."""
     from blendsim.runner import RunConfig, run_simulation
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model

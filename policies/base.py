@@ -186,7 +186,7 @@ class Policy:
 
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
-    default_engine: ClassVar[str] = "ideal"  # engine-overhead style (sim.cost.ENGINES)
+    default_engine: ClassVar[str] = "ideal"  # engine profile key (sim.engines)
     engine_defaults: ClassVar[dict] = {}  # EngineConfig fields this policy sets by default
     options: ClassVar[dict] = {}  # option name -> (default, help)
     scheduler_cls: ClassVar[type] = Scheduler

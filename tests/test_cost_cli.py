@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.cost import build_cost_model
+from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model

@@ -11,7 +11,7 @@ from blendsim.cli import get_app
 from blendsim.policies.base import get_policy
 from blendsim.runner import RunConfig, engine_config, run_simulation
 from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.cost import build_cost_model
+from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import make_deployment
 from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
 from blendsim.sim.engines import PROFILES, get_profile, graph_pad, graph_size

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from blendsim.sim.batch import FEATURE_FIELDS, prefill_sums
 from blendsim.sim.errors import UserError
 
 COST_AWARE = ("blendserve", "accelgen", "e2")
 GROUPS = 8
-FIELDS = ("num_tokens", "num_prefill_tokens", "num_prefill_seqs", "attn_pairs", "prefill_kv_tokens", "num_decode",
-          "decode_ctx_sum", "num_logits")
+FIELDS = FEATURE_FIELDS  # a recorded step: BatchFeatures' fields, in order
 
 
 class Skip(Exception):
@@ -38,11 +38,7 @@ class _Recorder:
         self.last = (0.0, 0.0)
 
     def run(self, b) -> float:
-        tp = pairs = pkv = 0
-        for _, n, c, _ in b.prefill:
-            tp += n
-            pairs += n * c + n * (n + 1) // 2
-            pkv += c + n
+        tp, pairs, pkv = prefill_sums(b.prefill)
         D = b.num_decode
         self.rows.append((1.0, tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits))
         t, comp, mem = self.cm.step(tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits,
@@ -104,7 +100,7 @@ def apply_precision(spec, hw, weights: str, kv_dtype: str):
 def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     """Simulate ``row`` on ``trace`` under its engine profile and record every step's features."""
     from blendsim.runner import RunConfig, prepare_run
-    from blendsim.sim.efficiency import profile_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.engine import Cluster, Replica
     from blendsim.sim.engines import get_profile, trtllm_bench_settings
     from blendsim.sim.kv import KVCache
@@ -125,7 +121,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
                     replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True, **limits)
     run = prepare_run(trace, cfg, deployment=dep,
-                      cost_model=lambda d: profile_cost_model(d, prof.mode, prof.name, params=params))
+                      cost_model=lambda d: build_cost_model(d, prof.mode, prof, params=params))
     rec = RequestRecords(run.trace.n)
     P, Dl = run.trace.input_len.tolist(), run.trace.output_len.tolist()
     hints = run.trace.output_len_hint.tolist()
