@@ -187,7 +187,7 @@ _BUILTIN = [
         # besides what the running ones will still need -- "reserve" admission with each request's
         # max_tokens as its output hint, never a preemption. Overhead: fitted (the rows are its only
         # measurements), bounded by 0..5 ms fixed and 0..20 us per sequence.
-        EngineProfile("trtllm", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
+        EngineProfile("trtllm", version="1.0", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
                                            "mix": "decode-first", "prefix_caching": False,
                                            "gpu_memory_utilization": 0.95, "admission": "reserve",
                                            "reserve_ratio": 1.0},
@@ -207,7 +207,7 @@ _BUILTIN = [
         # keeps GPU sampling launch, the host sync and the EngineCore-worker hop; V1's update_from_output
         # alone costs 0.29 ms at batch 256, ~1.1 us/seq, vLLM PR #46112). Input preparation is numpy over a
         # persistent batch: ~20 ns per token (ten passes at ~2 ns each).
-        EngineProfile("vllm", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
+        EngineProfile("vllm", version="0.8", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.8e-3, per_seq_s=6e-6, per_token_s=0.02e-6, cuda_graph_max=512,
@@ -245,7 +245,7 @@ _BUILTIN = [
         # throughput, i.e. the CPU share it removed was ~9% of a step; its Nsight trace of five decode
         # batches shows no GPU idle time). What stays on the critical path is GPU sampling (~1 us/seq, see
         # the NOTE above) and a small per-step synchronisation and attention-plan gap: 0.15 ms.
-        EngineProfile("sglang", scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1,
+        EngineProfile("sglang", version="0.4", scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1,
                                            "mix": "prefill-first", "prefix_caching": True,
                                            "gpu_memory_utilization": 0.88, "admission": "reserve",
                                            "reserve_ratio": 0.7},
@@ -263,6 +263,96 @@ _BUILTIN = [
                                              "gpu_memory_utilization": 0.90, "admission": "reserve"},
                       fixed_s=0.05e-3, per_seq_s=1e-6, mode="overlap", regime="nanoflow",
                       source="NanoFlow OSDI'25 sec. 4 and 4.2; BlendServe ASPLOS'26 App. A.2"),
+]
+
+# ---- versions of the same engines (issue 24): NAME@VERSION selects one; a release between two modelled ones
+# behaves like the older (resolve_version). Constants are cited to the engines' source at the release tag
+# (vllm@vX / sglang@vX: the PyPI sdists of that release), their docs and blogs; where no per-step figure is
+# published the analogy used is said.
+_V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "prefill-first",
+             "prefix_caching": False, "gpu_memory_utilization": 0.90, "admission": "greedy"}
+_VERSIONED = [
+        # vLLM 0.5.x (V0, synchronous): vllm@v0.5.3 vllm/engine/arg_utils.py EngineArgs (block_size 16,
+        # gpu_memory_utilization 0.90, max_num_seqs 256, enable_prefix_caching False); vllm/core/scheduler.py
+        # _schedule_default (prefill-first: no decode in a step with a prefill; recompute preemption);
+        # vllm/worker/model_runner.py _BATCH_SIZES_TO_CAPTURE (1, 2, 4, 8..256: decode-only graphs up to
+        # 256). max_num_batched_tokens is max(max_model_len, 2048) with chunked prefill off (vllm/config.py
+        # SchedulerConfig): 8192 here, Llama-3's context (longer-context models pack more prompt tokens per
+        # step in the real engine). Overhead: Vidur's A100 V0 CPU profile, as vllm-v0@0.5 above.
+        EngineProfile("vllm", version="0.5", scheduler=dict(_V0_SCHED),
+                      fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
+                      source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; microsoft/vidur "
+                             "data/profiling/a100/cpu_overheads.csv; vLLM blog 2024-09-05"),
+        # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
+        # (vllm@v0.6.0 config.py verify_async_output_proc) and --num-scheduler-steps 10 (multi-step: one
+        # schedule and input preparation per ten decode steps, vllm@v0.6.0 engine/arg_utils.py); scheduler as
+        # 0.5. Overhead as vllm-v0@0.6 above. Without multi-step (0.6's default num_scheduler_steps 1) only
+        # process_model_outputs (Vidur: 62 us/seq) is hidden: --engine 'vllm@0.6:fixed_s=1.15e-3,per_seq_s=44e-6'.
+        EngineProfile("vllm", version="0.6", scheduler=dict(_V0_SCHED),
+                      fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6,
+                      cuda_graph_max=256, regime="cuda-graph",
+                      source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
+                             "async output processing); microsoft/vidur cpu_overheads.csv"),
+        # SGLang 0.3.x: the scheduler loop is synchronous (sglang@v0.3.0 srt/managers/tp_worker.py: sampled ids
+        # copied to the CPU inside forward_decode_batch, scheduling between GPU steps); the overlap scheduler
+        # arrived as an option in 0.3.4 and became the default in 0.3.6 (sglang@v0.3.6 srt/server_args.py).
+        # Defaults (sglang@v0.3.0 server_args.py): chunked_prefill_size 8192, radix cache on, CUDA graphs for
+        # decode batches up to 160 (model_runner.py init_cuda_graphs), mem_fraction_static 0.88 at TP1 (0.85
+        # TP4, 0.83 TP8), prefill-first steps; admission reserves new_token_ratio (0.7 at start) of the
+        # running requests' remaining outputs (global_config.py). No per-step CPU figure is published: the
+        # exposed loop (schedule, batch tensors, token copy and bookkeeping, detokenization in its own
+        # process) is taken as vLLM V1's synchronous EngineCore loop, which has the same stages and the same
+        # process split: 0.8 ms + 6 us/seq (vllm@0.8 above); the SGLang v0.4 blog's +10% from hiding it is
+        # consistent with that at the blog's decode batches.
+        EngineProfile("sglang", version="0.3", scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1,
+                                                          "mix": "prefill-first", "prefix_caching": True,
+                                                          "gpu_memory_utilization": 0.88, "admission": "reserve",
+                                                          "reserve_ratio": 0.7},
+                      fixed_s=0.8e-3, per_seq_s=6e-6, cuda_graph_max=160, regime="cuda-graph",
+                      source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; "
+                             "SGLang v0.4 blog 2024-12-04"),
+        # TensorRT-LLM 0.13 as its perf-overview page ran it (trtllm-bench on a built TRT engine, in-flight
+        # batching under max_num_tokens / max_batch_size that trtllm-bench derives from the dataset,
+        # GUARANTEED_NO_EVICT): the mechanics of trtllm@1.0 above, whose fitted overhead it shares (the 0.13
+        # table's A100/H100/L40S rows are in the catalogue).
+        EngineProfile("trtllm", version="0.13", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
+                                                           "mix": "decode-first", "prefix_caching": False,
+                                                           "gpu_memory_utilization": 0.95, "admission": "reserve",
+                                                           "reserve_ratio": 1.0},
+                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
+                      fitted=("fixed_s", "per_seq_s"),
+                      source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
+                             "overhead fitted by blendsim fidelity"),
+        # TensorRT-LLM 0.8 (early 2024; NanoFlow's baseline): the C++ GptManager runtime, in-flight batching,
+        # KV fraction 0.9 of free memory (kvCacheConfig.freeGpuMemoryFraction), no block reuse, chunked context
+        # off and enableTrtOverlap off by default (docs/source/batch_manager.md of that era); whole prompts
+        # are batched with the generation requests under the engine's build-time max_num_tokens (modelled as
+        # the 8192-token budget; a prompt longer than it is chunked here, the real engine needs a larger
+        # build), no CUDA graphs (not verified from the 0.8 source), GUARANTEED_NO_EVICT admission. Loop in
+        # C++ with GPU sampling: the fitted trtllm overhead.
+        EngineProfile("trtllm", version="0.8", scheduler={"token_budget": 8192, "max_seqs": 2048, "block_size": 64,
+                                                          "mix": "decode-first", "prefix_caching": False,
+                                                          "gpu_memory_utilization": 0.90, "admission": "reserve",
+                                                          "reserve_ratio": 1.0},
+                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=0, regime="trtllm", fitted=("fixed_s", "per_seq_s"),
+                      source="NVIDIA/TensorRT-LLM docs/source/batch_manager.md (0.7-0.9 era); NanoFlow README "
+                             "(v0.8.0 baseline)"),
+        # DeepSpeed-FastGen (DeepSpeed-MII 0.1-0.2, inference v2): Dynamic SplitFuse -- decodes first, then
+        # prompt chunks filling a fixed budget of max_ragged_batch_size = 768 tokens per forward, at most
+        # max_ragged_sequence_count = 512 sequences (deepspeed/inference/v2/ragged/manager_configs.py;
+        # DeepSpeed-MII@v0.2.3 mii/batching/ragged_batching.py schedule_requests); a prompt is admitted only when
+        # the KV of the whole prompt can be reserved (greedy on the prompt, recompute of the last request when
+        # stuck); KV blocks of 64 tokens for head size 128 (blocked_flash.py get_kv_block_size); the KV takes
+        # all memory but 1 GB after the weights (MemoryConfig RESERVE 1e9: 0.98 of an 80 GB GPU); no CUDA
+        # graphs (RaggedInferenceEngineConfig has none); no prefix cache. The loop is synchronous Python with a
+        # blocking device-to-host copy each step (ragged_batching.py generate): no published per-step figure,
+        # taken as vLLM V0's measured synchronous loop (vllm@0.5).
+        EngineProfile("deepspeed-fastgen", version="0.1",
+                      scheduler={"token_budget": 768, "max_seqs": 512, "block_size": 64, "mix": "decode-first",
+                                 "prefix_caching": False, "gpu_memory_utilization": 0.98, "admission": "greedy"},
+                      fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=0, regime="cuda-graph",
+                      source="microsoft/DeepSpeed inference/v2 ragged/manager_configs.py, blocked_flash.py; "
+                             "DeepSpeed-MII v0.2.3 mii/batching/ragged_batching.py; DeepSpeed-FastGen blog 2023-11"),
 ]
 
 # every registered profile by (name, version), and the newest version of each name
@@ -286,8 +376,20 @@ def register(profile: EngineProfile) -> EngineProfile:
     return profile
 
 
-for _p in _BUILTIN:
+for _p in (*_BUILTIN, *_VERSIONED):
     register(_p)
+
+
+def resolve_version(name: str, version: str) -> EngineProfile | None:
+    """The profile of ``name`` that models ``version``: that version if registered, else the newest registered
+    one older than it (a release between two modelled ones behaves like the older until the newer's
+    change); None when ``version`` predates them all."""
+    exact = VERSIONS.get((name, version))
+    if exact is not None:
+        return exact
+    want = _version_order(version)
+    older = [(v, p) for (n, v), p in VERSIONS.items() if n == name and v and _version_order(v) <= want]
+    return max(older, key=lambda vp: _version_order(vp[0]))[1] if older else None
 
 
 def profile_names() -> list[str]:
@@ -302,7 +404,7 @@ def is_profile(name: str | None) -> bool:
         k = parse_key(name)
     except UserError:
         return False
-    return (k.name, k.version) in VERSIONS if k.version else k.name in PROFILES
+    return resolve_version(k.name, k.version) is not None if k.version else k.name in PROFILES
 
 
 def load_params(path: str | Path | None = None) -> dict:
@@ -324,11 +426,13 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
         return key
     text = "ideal" if key is None else str(key)
     k = parse_key(text)
-    prof = VERSIONS.get((k.name, k.version)) if k.version else PROFILES.get(k.name)
+    prof = resolve_version(k.name, k.version) if k.version else PROFILES.get(k.name)
     if prof is None:
         if k.name in PROFILES:
-            have = ", ".join(v or "(unversioned)" for n, v in VERSIONS if n == k.name)
-            raise UserError(f"engine {text!r}: no version {k.version!r} of {k.name}; registered: {have}")
+            have = ", ".join(f"{n}@{v}" for n, v in sorted(VERSIONS, key=lambda nv: _version_order(nv[1]))
+                             if n == k.name and v)
+            raise UserError(f"engine {text!r}: version {k.version} is older than every modelled version of "
+                            f"{k.name} ({have or k.name + ' (unversioned)'})")
         raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (optionally "
                         f"NAME:field=value,... with fields {', '.join(OVERRIDABLE)})")
     params = load_params() if params is None else params
@@ -344,4 +448,5 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 __all__ = ["EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILES", "VERSIONS", "get_profile",
            "graph_pad", "graph_size", "is_profile", "load_params", "parse_key", "profile_names", "register",
+           "resolve_version",
            "trtllm_bench_settings"]

@@ -28,7 +28,7 @@ def test_engine_version_key_reads_the_first_version_number(tmp_path):
 
 
 def test_cv_json_has_leave_one_source_and_engine_version_out(tmp_path):
-    rows = [_row(id=f"s{k}-{i}x{o}", source=f"doc {k}, table 1", engine_version=f"v0.{k}",
+    rows = [_row(id=f"s{k}-{i}x{o}", source=f"doc {k}, table 1", engine_version=f"v1.{k}",
                  workload=f"const:{i}/{o}", requests=60, value=v)
             for k, (i, o, v) in enumerate([(128, 128, 9000), (512, 64, 5000), (256, 256, 7000)])]
     cat = _write(tmp_path, rows)

@@ -106,7 +106,10 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.kv import KVCache
     from blendsim.sim.seq import RequestRecords
 
-    prof = get_profile(row.engine, params)
+    from .suite import engine_version_key
+
+    key = engine_version_key(row)  # the row's engine at its version (NAME alone: the newest modelled)
+    prof = get_profile(key, params)
     dep = deployment_for(row, prof)
     if not row.workload.startswith("synth:") and (trace.output_len_hint < 0).all():
         # benchmark clients pass each request's output length as its max_tokens (ignore_eos): an engine
@@ -119,7 +122,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
                                         row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
         limits = {"max_seqs": bs, "token_budget": tok}
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
-                    replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True, **limits)
+                    replicas=row.replicas, mode=prof.mode, engine=key, offline=True, **limits)
     run = prepare_run(trace, cfg, deployment=dep,
                       cost_model=lambda d: build_cost_model(d, prof.mode, prof, params=params))
     rec = RequestRecords(run.trace.n)

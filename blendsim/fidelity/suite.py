@@ -74,9 +74,13 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
 
     if row.engine not in PROFILES:
         raise Skip(f"unknown engine {row.engine!r} (profiles: {', '.join(PROFILES)})")
+    try:  # the engine's version selects its profile (a version older than every modelled one: skipped)
+        get_profile(engine_version_key(row), params)
+    except UserError as e:
+        raise Skip(str(e)) from None
     if row.pp > 1:
         raise Skip(f"pipeline parallelism (pp={row.pp}) is not modelled")
-    prof = get_profile(row.engine, params)
+    prof = get_profile(engine_version_key(row), params)
     from .runner import deployment_for
 
     dep = deployment_for(row, prof)  # Skip/UserError before building a possibly large trace

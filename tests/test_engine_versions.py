@@ -1,0 +1,86 @@
+"""Versioned engine profiles (issue 24): NAME@VERSION on simulate, sweep, cost and as catalogue rows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.fidelity.suite import load_suite
+from blendsim.sim.engines import PROFILES, VERSIONS, get_profile, resolve_version
+from blendsim.sim.errors import UserError
+from blendsim.workloads.trace import write_trace
+from tests.helpers import random_trace
+from tests.test_fidelity import _row, _write
+
+ISSUE_KEYS = ("vllm@0.5.3", "vllm@0.6", "vllm@0.10", "sglang@0.3", "sglang@0.4", "trtllm@0.8", "trtllm@1.0",
+              "deepspeed-fastgen", "nanoflow")
+
+
+def invoke(*args):
+    return CliRunner().invoke(get_app(), [str(a) for a in args])
+
+
+def test_name_alone_is_the_newest_and_a_version_between_two_takes_the_older():
+    assert get_profile("vllm").version == "0.8" and get_profile("vllm") is PROFILES["vllm"]
+    assert get_profile("sglang").version == "0.4" and get_profile("trtllm").version == "1.0"
+    assert resolve_version("vllm", "0.5.3") is VERSIONS[("vllm", "0.5")]
+    assert resolve_version("vllm", "0.7.3") is VERSIONS[("vllm", "0.6")]
+    assert resolve_version("vllm", "0.11.0") is VERSIONS[("vllm", "0.8")]
+    assert resolve_version("sglang", "0.5.5") is VERSIONS[("sglang", "0.4")]
+    assert resolve_version("trtllm", "0.9") is VERSIONS[("trtllm", "0.8")]
+    assert resolve_version("trtllm", "0.13.0") is VERSIONS[("trtllm", "0.13")]
+    # mechanisms differ by version: V0 is prefill-first and synchronous, V1 chunks and hides more CPU work
+    v05, v06, v1 = (get_profile(k) for k in ("vllm@0.5", "vllm@0.6", "vllm@0.8"))
+    assert v05.scheduler["mix"] == "prefill-first" and v1.scheduler["mix"] == "decode-first"
+    assert v05.overhead(256, 256) > v06.overhead(256, 256) and v05.overhead(256, 256) > v1.overhead(256, 256)
+    assert get_profile("sglang@0.3").overhead(128, 128) > get_profile("sglang@0.4").overhead(128, 128)
+    assert get_profile("deepspeed-fastgen").scheduler["token_budget"] == 768
+
+
+def test_an_unknown_version_names_the_modelled_ones_in_one_line(tmp_path):
+    with pytest.raises(UserError) as e:
+        get_profile("vllm@0.2.1")
+    msg = str(e.value)
+    assert "\n" not in msg and "vllm@0.5" in msg and "vllm@0.6" in msg and "vllm@0.8" in msg
+    t = write_trace(random_trace(np.random.default_rng(0), n=10), tmp_path / "t.parquet")
+    r = invoke("simulate", t, "--model", "tiny", "--hardware", "cpu", "--engine", "sglang@0.1", "-o",
+               tmp_path / "r")
+    assert r.exit_code == 2 and "sglang@0.3" in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("key", ISSUE_KEYS)
+def test_every_issue_version_runs_simulate_and_cost(key, tmp_path):
+    t = write_trace(random_trace(np.random.default_rng(1), n=24), tmp_path / "t.parquet")
+    r = invoke("simulate", t, "--model", "tiny", "--hardware", "cpu", "--engine", key, "-o", tmp_path / "r", "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["makespan_s"] > 0
+    c = invoke("cost", "--model", "llama-3-8b", "--hardware", "a100-80gb", "--engine", key, "--decode-seqs", "64",
+               "--context", "512", "--json")
+    assert c.exit_code == 0, c.output
+
+
+def test_versions_run_in_a_sweep(tmp_path):
+    for key in ("vllm@0.5.3", "sglang@0.3", "deepspeed-fastgen"):
+        d = tmp_path / key.replace("@", "_")
+        r = invoke("sweep", "--densities", "1.0", "--sharing", "0.25", "--policies", "fcfs", "--requests", "200",
+                   "--engine", key, "--jobs", "1", "-o", d)
+        assert r.exit_code == 0, r.output
+
+
+def test_catalogue_engine_version_selects_the_profile(tmp_path):
+    rows = [_row(id=f"v{v}", engine="vllm", engine_version=f"vLLM v{v}", workload="const:400/200", requests=300,
+                 hardware="a100-80gb") for v in ("0.5.3", "0.6.0", "0.11.0", "0.2.1")]
+    rows.append(_row(id="none", engine="vllm", workload="const:400/200", requests=300, hardware="a100-80gb"))
+    suite = load_suite(_write(tmp_path, rows), {})
+    got = {rid: (pr.profile.name, pr.profile.version) for rid, pr in suite.pricers.items()}
+    assert got == {"v0.5.3": ("vllm", "0.5"), "v0.6.0": ("vllm", "0.6"), "v0.11.0": ("vllm", "0.8"),
+                   "none": ("vllm", "0.8")}
+    assert "older than every modelled version" in suite.reasons["v0.2.1"]
+    # the synchronous V0 loop is slower than V1 on the same rows
+    ms = {rid: pr.makespan({}) for rid, pr in suite.pricers.items()}
+    assert ms["v0.5.3"] > ms["v0.6.0"] and ms["v0.5.3"] > ms["v0.11.0"]
