@@ -62,12 +62,12 @@ class RunConfig:
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
     """EngineConfig defaults < the policy's < the engine profile's (``--engine NAME``, sim.engines: the
     engine's own scheduler knobs; the policy keeps its ordering) < the options given explicitly."""
-    from blendsim.sim.engines import PROFILES
+    from blendsim.sim.engines import get_profile, is_profile
 
     base = {f.name: getattr(EngineConfig(), f.name) for f in dataclasses.fields(EngineConfig)}
     base.update(policy_cls.engine_defaults)
-    if cfg.engine in PROFILES:
-        base.update(PROFILES[cfg.engine].scheduler)
+    if cfg.engine and is_profile(cfg.engine):  # NAME, NAME@VERSION (that version's scheduler) or a profile file
+        base.update(get_profile(cfg.engine).scheduler)
     for k in ENGINE_FIELDS:
         v = getattr(cfg, k)
         if v is not None:

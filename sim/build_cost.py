@@ -24,8 +24,12 @@ def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str | En
     """The cost model of engine ``engine`` (a key, ``NAME[@VERSION][:field=value,...]``, or a profile) on
     ``dep`` under ``mode``. ``profile``: a calibration profile (path or Profile) whose measured kernels
     replace the roofline; ``params``: fitted parameters (default: ``sim/engine_params.json``)."""
-    params = load_params() if params is None else params
-    prof = get_profile(engine, params)
+    if params is None:  # a calibrated engine file brings its own fitted parameters
+        prof = get_profile(engine, load_params())
+        params = load_params(prof.params_file) if prof.params_file else load_params()
+        prof = get_profile(engine, params)
+    else:
+        prof = get_profile(engine, params)
     if profile is not None:
         cal = profile if isinstance(profile, Profile) else load_profile(profile)
         m = dep.model

@@ -51,6 +51,7 @@ class EngineProfile:
     tuned_by: str = ""  # "trtllm-bench": batch and token limits from the dataset (trtllm_bench_settings)
     source: str = ""
     key: str = ""  # the key it was selected by when that adds a version or overrides (see label)
+    params_file: str = ""  # a `blendsim calibrate engine` profile: its fitted parameters price this engine
 
     @property
     def label(self) -> str:
@@ -400,6 +401,8 @@ def is_profile(name: str | None) -> bool:
     """Whether ``name`` selects a registered engine (a key with a version or overrides counts)."""
     if not name:
         return False
+    if is_profile_file(name):
+        return Path(name).exists()
     try:
         k = parse_key(name)
     except UserError:
@@ -418,6 +421,31 @@ def load_params(path: str | Path | None = None) -> dict:
         raise UserError(f"{p}: cannot read fitted engine parameters: {e}") from None
 
 
+PROFILE_KIND = "blendsim-engine-profile"
+
+
+def is_profile_file(key) -> bool:
+    """Whether an ``--engine`` value names a profile file (``blendsim calibrate engine -o FILE.json``)."""
+    return isinstance(key, (str, Path)) and str(key).endswith(".json")
+
+
+def _from_file(path: str) -> EngineProfile:
+    """The engine a ``blendsim calibrate engine`` file was fitted for, with its fitted overhead; the file's
+    other parameters (the GPU's efficiencies) price it (``params_file``, read by the cost model)."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"--engine {path}: no such profile file")
+    params = load_params(p)
+    head = params.get("profile") if isinstance(params, dict) else None
+    if not isinstance(head, dict) or head.get("kind") != PROFILE_KIND or not isinstance(head.get("engine"), str):
+        raise UserError(f"--engine {path}: not an engine profile (no 'profile' header with kind {PROFILE_KIND!r}; "
+                        f"write one with blendsim calibrate engine)")
+    base = head["engine"] + (f"@{head['version']}" if head.get("version") else "")
+    prof = get_profile(base, params)
+    return replace(prof, key=str(path), params_file=str(p.resolve()),
+                   source=f"{prof.source}; fitted by blendsim calibrate engine ({path})")
+
+
 def get_profile(key: str | EngineProfile | None = None, params: dict | None = None) -> EngineProfile:
     """The engine ``key`` selects (``NAME[@VERSION][:field=value,...]``, :func:`parse_key`; None: ``ideal``)
     with its fitted overhead applied (``params``: a loaded params file) and then the key's overrides. A
@@ -425,6 +453,8 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     if isinstance(key, EngineProfile):
         return key
     text = "ideal" if key is None else str(key)
+    if is_profile_file(text):
+        return _from_file(text)
     k = parse_key(text)
     prof = resolve_version(k.name, k.version) if k.version else PROFILES.get(k.name)
     if prof is None:
@@ -447,6 +477,6 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 
 __all__ = ["EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILES", "VERSIONS", "get_profile",
-           "graph_pad", "graph_size", "is_profile", "load_params", "parse_key", "profile_names", "register",
+           "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params", "parse_key", "profile_names", "register",
            "resolve_version",
            "trtllm_bench_settings"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -114,3 +115,37 @@ def test_unknown_engine_names_the_profiles(tmp_path):
     res = CliRunner().invoke(get_app(), ["calibrate", "engine", "x.csv", "--engine", "tgi@2", "--hardware",
                                          "h100-80gb", "-o", str(tmp_path / "o.json")])
     assert res.exit_code == 2 and "unknown engine" in res.output and "vllm" in res.output
+
+
+def test_a_calibrated_profile_file_runs_as_an_engine(tmp_path):
+    from blendsim.sim.engines import get_profile
+    from blendsim.workloads.trace import write_trace
+    from tests.helpers import random_trace
+
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    train = [rows["vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-decode"], rows["vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-prefill"]]
+    write_rows_csv(tmp_path / "train.csv", train)
+    out = tmp_path / "mine.json"
+    r = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "train.csv"), "--engine", "vllm@0.6",
+                                       "--hardware", "a100-80gb", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    prof = get_profile(str(out))
+    assert (prof.name, prof.version, prof.label) == ("vllm", "0.6", str(out))
+    fitted = json.loads(out.read_text())
+    assert prof.fixed_s == pytest.approx(fitted["engine"]["vllm"]["fixed_s"])
+    t = write_trace(random_trace(np.random.default_rng(0), n=40), tmp_path / "t.parquet")
+    res = {}
+    for eng in (str(out), "vllm@0.6"):
+        run = CliRunner().invoke(get_app(), ["simulate", str(t), "--model", "llama-3-8b", "--hardware", "a100-80gb",
+                                             "--engine", eng, "-o", str(tmp_path / f"r{len(res)}"), "--json"])
+        assert run.exit_code == 0, run.output
+        res[eng] = json.loads(run.stdout)["makespan_s"]
+    assert res[str(out)] != res["vllm@0.6"]  # the file's fitted overhead and A100 efficiencies price it
+    cost = CliRunner().invoke(get_app(), ["cost", "--model", "llama-3-8b", "--hardware", "a100-80gb", "--engine",
+                                          str(out), "--decode-seqs", "64", "--json"])
+    assert cost.exit_code == 0, cost.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    r = CliRunner().invoke(get_app(), ["simulate", str(t), "--model", "tiny", "--hardware", "cpu", "--engine",
+                                       str(bad), "-o", str(tmp_path / "rb")])
+    assert r.exit_code == 2 and "not an engine profile" in r.output

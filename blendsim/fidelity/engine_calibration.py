@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from blendsim.sim.engines import PROFILE_KIND  # one name for the header kind
 from blendsim.sim.errors import UserError
 
 from .catalogue import Row, read_catalogue
 
-PROFILE_KIND = "blendsim-engine-profile"
 OVERHEAD = ("fixed_s", "per_seq_s")
 
 

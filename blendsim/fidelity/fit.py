@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from blendsim.sim.efficiency import BOUNDS
-from blendsim.sim.engines import PROFILES
+from blendsim.sim.engines import PROFILES, VERSIONS
 
 PRIOR = 0.1
 HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff")
@@ -72,7 +72,7 @@ def free_params(rows: list) -> list[Param]:
         if prof.mode == "overlap":
             add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
         for n in prof.fitted:
-            default = getattr(PROFILES[prof.name], n)
+            default = getattr(VERSIONS.get((prof.name, prof.version), PROFILES[prof.name]), n)
             out.setdefault(("engine", prof.name, n), Param(("engine", prof.name, n), *ENGINE_BOUNDS[n], default))
     return [out[k] for k in sorted(out)]
 
