@@ -186,8 +186,11 @@ class Policy:
 
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
-    default_engine: ClassVar[str] = "ideal"  # engine profile key (sim.engines)
-    engine_defaults: ClassVar[dict] = {}  # EngineConfig fields this policy sets by default
+    # EngineConfig fields the policy needs, applied over the engine profile's (and printed where they
+    # differ); the engine (--engine) prices every policy of a comparison alike: policies never choose pricing
+    engine_defaults: ClassVar[dict] = {}
+    needs_prefix_caching: ClassVar[bool] = False  # orders for prefix reuse: prefix caching is turned on for it
+    reads_cost_model: ClassVar[bool] = False  # its plan reads step prices (the fidelity runner re-simulates it)
     options: ClassVar[dict] = {}  # option name -> (default, help)
     scheduler_cls: ClassVar[type] = Scheduler
     router: ClassVar[str] = "round-robin"

@@ -16,6 +16,7 @@ from blendsim.policies.base import Policy, register
 @register("dfs")
 class DFS(Policy):
     description = "prefix-tree depth-first order (maximal prefix sharing)"
+    needs_prefix_caching = True
     options = {"heavier_first": (False, "visit children with more requests first (SGLang dfs-weight)")}
 
     def rank(self) -> np.ndarray:

@@ -154,7 +154,8 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
     if name in PAPERS:
         say(c, f"source: {PAPERS[name]}", 2)
     eng = ", ".join(f"{k}={v}" for k, v in cls.engine_defaults.items())
-    say(c, f"engine: {cls.default_engine} overhead" + (f"; {eng}" if eng else "; the engine's defaults")
+    say(c, "scheduler: " + (f"{eng} (over the engine's)" if eng else "the engine's defaults")
+        + ("; turns prefix caching on" if cls.needs_prefix_caching else "")
         + f"; router: {cls.router}", 2)
     if not cls.options:
         say(c, "options: none", 2)

@@ -265,6 +265,10 @@ _BUILTIN = [
                       source="NanoFlow OSDI'25 sec. 4 and 4.2; BlendServe ASPLOS'26 App. A.2"),
 ]
 
+# The engine every run is priced on when none is given (--engine): pure kernel time at the hardware
+# preset's efficiencies, no engine overhead. Every policy of a comparison runs on one engine.
+DEFAULT_ENGINE = "ideal"
+
 # every registered profile by (name, version), and the newest version of each name
 VERSIONS: dict[tuple[str, str], EngineProfile] = {}
 PROFILES: dict[str, EngineProfile] = {}
@@ -342,6 +346,6 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILES", "VERSIONS", "get_profile",
+__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILES", "VERSIONS", "get_profile",
            "graph_pad", "graph_size", "is_profile", "load_params", "parse_key", "profile_names", "register",
            "trtllm_bench_settings"]

@@ -80,6 +80,7 @@ from blendsim.policies.accelgen.queue import SlackQueue
 from blendsim.policies.accelgen.scheduler import AccelGenScheduler, Params
 from blendsim.policies.accelgen.slack import SloBook
 from blendsim.policies.base import Policy, register
+from blendsim.sim.engines import PROFILES
 from blendsim.sim.errors import UserError
 
 _CHOICES = {"era": ("prefill", "request", "off"), "budget_model": ("eq4", "eq6", "cost"),
@@ -92,9 +93,8 @@ _INTS = ("long_prompt", "max_window", "tmax_window", "preempt_limit")
 class AccelGen(Policy):
     description = ("AccelGen: Eq. 6 SLO budgets in Eq. 4 operations, T_r order, ERA, dynamic chunks, "
                    "Euclidean compute/KV batching")
-    default_engine = "vllm"
-    engine_defaults = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "prefix_caching": True,
-                       "mix": "decode-first", "admission": "greedy"}
+    engine_defaults = dict(PROFILES["vllm"].scheduler)  # AccelGen is built on vLLM's scheduler
+    reads_cost_model = True
     options = {
         "pivot_tol": (0.01, "pivot forward size: throughput within this fraction of the best"),
         "default_tbt": (0.1875, "TBT SLO (s) of online requests that give none (the paper's reading speed)"),

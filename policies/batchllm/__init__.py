@@ -83,7 +83,7 @@ class Plan:
 @register("batchllm")
 class BatchLLM(Policy):
     description = "BatchLLM: enlarged first-level prefix groups, R_group order, KV-threshold batching"
-    default_engine = "vllm"
+    needs_prefix_caching = True
     engine_defaults = {"token_budget": 2048, "max_seqs": 0, "block_size": 16, "prefix_caching": True,
                        "mix": "decode-first", "admission": "greedy"}
     options = {

@@ -61,7 +61,8 @@ class PartitionRouter(Router):
 @register("blendserve")
 class BlendServe(Policy):
     description = "BlendServe: density-sorted prefix tree, dual scanner blending compute/memory-bound requests"
-    default_engine = "ideal"
+    needs_prefix_caching = True
+    reads_cost_model = True
     engine_defaults = {"token_budget": 1024, "round_tokens": 128, "block_size": 1}
     router = "blendserve-dp"
     options = {
