@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from blendsim.policies.option import Option
 from blendsim.policies.base import Policy, register
 
 
 @register("dfs")
 class DFS(Policy):
     description = "prefix-tree depth-first order (maximal prefix sharing)"
+    paper = "SGLang's dfs-weight schedule"
     needs_prefix_caching = True
-    options = {"heavier_first": (False, "visit children with more requests first (SGLang dfs-weight)")}
+    options = {"heavier_first": Option(False, "visit children with more requests first (SGLang dfs-weight)", source='SGLang code (dfs-weight); off = plain DFS')}
 
     def rank(self) -> np.ndarray:
         tree = self.ctx.tree

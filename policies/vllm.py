@@ -18,4 +18,5 @@ from blendsim.sim.engines import PROFILES
 @register("vllm")
 class VLLM(Policy):
     description = "vLLM v1 defaults: FCFS, 256 seqs, 8192-token chunked prefill, block prefix cache"
+    paper = 'vLLM v1 scheduler defaults'
     engine_defaults = dict(PROFILES["vllm"].scheduler)
