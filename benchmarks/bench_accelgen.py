@@ -134,7 +134,7 @@ def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
 def run_one(trace, policy: str, model: str, hardware: str, options: dict, budget: int | None = None) -> dict:
     t0 = time.perf_counter()
     r = run_simulation(trace, RunConfig(policy=policy, model=model, hardware=hardware, options=options,
-                                        token_budget=budget))
+                                        token_budget=budget, engine="vllm"))  # every policy on vLLM
     wall = time.perf_counter() - t0
     s, rq = r.summary, r.requests
     ttft, tbt, jct = kind_attainment(trace, rq)

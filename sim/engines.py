@@ -356,6 +356,10 @@ _VERSIONED = [
                              "DeepSpeed-MII v0.2.3 mii/batching/ragged_batching.py; DeepSpeed-FastGen blog 2023-11"),
 ]
 
+# The engine every run is priced on when none is given (--engine): pure kernel time at the hardware
+# preset's efficiencies, no engine overhead. Every policy of a comparison runs on one engine.
+DEFAULT_ENGINE = "ideal"
+
 # every registered profile by (name, version), and the newest version of each name
 VERSIONS: dict[tuple[str, str], EngineProfile] = {}
 PROFILES: dict[str, EngineProfile] = {}
@@ -476,7 +480,6 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILES", "VERSIONS", "get_profile",
-           "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params", "parse_key", "profile_names", "register",
-           "resolve_version",
-           "trtllm_bench_settings"]
+__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILE_KIND", "PROFILES",
+           "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
+           "parse_key", "profile_names", "register", "resolve_version", "trtllm_bench_settings"]

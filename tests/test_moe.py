@@ -14,11 +14,10 @@ from functools import cache
 import numpy as np
 import pytest
 
-from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.batch import features_arrays
+from blendsim.sim.batch import BatchFeatures, features_arrays
 from blendsim.sim.cost import CostModel
-from blendsim.sim.engines import get_profile
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
 from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import PRESETS, get_model, load_hf_config

@@ -147,6 +147,16 @@ def _row(path: Path, line: int, r: dict) -> Row:
                scope=scope, value=value, note=text("note", False), folder=path.resolve().parent, line=line)
 
 
+def engine_version_key(row: Row) -> str:
+    """``engine@MAJOR.MINOR`` from the row's engine and the first version number in its ``engine_version``
+    text (``vLLM v0.6.0, --num-scheduler-steps 10`` -> ``vllm@0.6``); the engine alone when none is stated."""
+    import re
+
+    m = re.search(r"(?<![\w.])v?(\d+)\.(\d+)", row.engine_version or "")
+    return f"{row.engine}@{m.group(1)}.{m.group(2)}" if m else row.engine
+
+
+
 # ---- workloads ----------------------------------------------------------------------------
 def build_workload(row: Row):
     """The row's Trace (every request at t=0). UserError for a workload that cannot be built."""
@@ -294,4 +304,4 @@ def _synth(row: Row, spec: str):
     return recipe.make(**kw).offline()
 
 
-__all__ = ["COLUMNS", "METRICS", "Row", "SCOPES", "build_workload", "read_catalogue"]
+__all__ = ["COLUMNS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key", "read_catalogue"]

@@ -4,7 +4,7 @@ Offline rows release every request at t=0. With a scheduler that does not read t
 model (the engines' own FCFS schedulers), which Batch runs at each step depends only on the queue and
 KV state, not on how long steps take -- so a row's schedule is simulated once and its makespan under
 parameters theta is ``max over replicas of sum(step_time(features; theta))``, vectorised (tested in
-tests/test_fidelity.py). Policies whose plan reads the cost model (``COST_AWARE``) are re-simulated
+tests/test_fidelity.py). Policies whose plan reads the cost model (``Policy.reads_cost_model``: :func:`reads_cost_model`) are re-simulated
 with the final parameters.
 
 Runs of pure-decode steps (the engine's fast-forward) are kept as up to ``GROUPS`` weighted groups
@@ -20,7 +20,14 @@ import numpy as np
 from blendsim.sim.batch import FEATURE_FIELDS, prefill_sums
 from blendsim.sim.errors import UserError
 
-COST_AWARE = ("blendserve", "accelgen", "e2")
+
+def reads_cost_model(policy: str) -> bool:
+    """Whether ``policy``'s plan reads step prices (its class says so): its schedule then depends on the
+    parameters and is re-simulated with the final ones."""
+    from blendsim.policies.base import resolve_policy
+
+    return bool(resolve_policy(policy or "fcfs").cls.reads_cost_model)
+
 GROUPS = 8
 FIELDS = FEATURE_FIELDS  # a recorded step: BatchFeatures' fields, in order
 
@@ -106,7 +113,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.kv import KVCache
     from blendsim.sim.seq import RequestRecords
 
-    from .suite import engine_version_key
+    from .catalogue import engine_version_key
 
     key = engine_version_key(row)  # the row's engine at its version (NAME alone: the newest modelled)
     prof = get_profile(key, params)
@@ -147,4 +154,4 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
                        float(makespan), cfg.policy)
 
 
-__all__ = ["COST_AWARE", "FIELDS", "RowSchedule", "Skip", "apply_precision", "deployment_for", "simulate_row"]
+__all__ = ["reads_cost_model", "FIELDS", "RowSchedule", "Skip", "apply_precision", "deployment_for", "simulate_row"]

@@ -10,10 +10,10 @@ import numpy as np
 
 from blendsim.sim.errors import UserError
 
-from .catalogue import Row, build_workload, read_catalogue
+from .catalogue import Row, build_workload, engine_version_key, read_catalogue
 from .fit import cross_validate, fit, predict
 from .price import RowPricer
-from .runner import COST_AWARE, Skip, simulate_row
+from .runner import Skip, reads_cost_model, simulate_row
 
 SHIPPED_CATALOGUE = Path(__file__).with_name("catalogue.csv")
 # the published TensorRT-LLM ~v1.0 table and SGLang/vLLM ShareGPT rows the shipped parameters were fitted on
@@ -105,7 +105,7 @@ def predictions(suite: Suite, params: dict) -> dict:
     """``{row id: predicted}``; rows whose policy reads the cost model are re-simulated under ``params``."""
     out = {}
     for row, pr in suite.ok:
-        if (row.policy or "fcfs") in COST_AWARE and _key(pr, params) != pr.sim_key:
+        if reads_cost_model(row.policy) and _key(pr, params) != pr.sim_key:
             pr = prepare_row(row, params)
             suite.pricers[row.id] = pr
         out[row.id] = predict(row, pr, params)
@@ -147,15 +147,6 @@ def _group(row: Row, key: str) -> str:
 
 def _q(a: np.ndarray, q: float):
     return float(np.percentile(a, q)) if len(a) else None
-
-
-def engine_version_key(row: Row) -> str:
-    """``engine@MAJOR.MINOR`` from the row's engine and the first version number in its ``engine_version``
-    text (``vLLM v0.6.0, --num-scheduler-steps 10`` -> ``vllm@0.6``); the engine alone when none is stated."""
-    import re
-
-    m = re.search(r"(?<![\w.])v?(\d+)\.(\d+)", row.engine_version or "")
-    return f"{row.engine}@{m.group(1)}.{m.group(2)}" if m else row.engine
 
 
 CV_KEYS = {"model": lambda r: r.model, "hardware": lambda r: r.hardware,
