@@ -396,7 +396,8 @@ def test_users_own_engine_overhead_replaces_the_defaults():
     assert c.cost(BatchFeatures.decode_only(8, 1000)).overhead_s == pytest.approx(0.01)
     for bad, msg in (("fixed_s=abc", "must be a number"), ("speed=1", "unknown field"),
                      ("fixed_s=-1", ">= 0"), ("trt:fixed_s=1", "unknown engine 'trt'"),
-                     ("vllm:cuda_graph_max=1.5", "whole number"), ("vllm@9.9", "no version '9.9'")):
+                     ("vllm:cuda_graph_max=1.5", "whole number"),
+                     ("vllm@0.1", "older than every modelled version of vllm")):
         with pytest.raises(UserError, match=msg):
             get_profile(bad)
 
