@@ -25,9 +25,9 @@ def fidelity_cmd(
                                                         "(repeatable), e.g. 'blendserve-t3-*-dp1'."),
     cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-model-out and "
                                                        "leave-one-hardware-out errors (refits per group)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
-    import sys
 
     from blendsim.sim.engines import PARAMS_FILE, load_params
     from blendsim.sim.errors import UserError
@@ -47,25 +47,22 @@ def fidelity_cmd(
     for path in paths:
         if not Path(path).exists():
             raise UserError(f"catalogue {path} does not exist")
-    tty = sys.stderr.isatty() and not as_json
+    from blendsim.progress import Progress
 
-    def progress(i, n, rid):
-        if tty:
-            typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
-
-    suite = load_suite(paths, params, progress, only)
-    if tty:
-        typer.echo("", err=True)
-    if refit:
-        params = do_refit(suite)
-        if save:
-            Path(save).write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
-            typer.echo(f"wrote {save}", err=True)
-    pred = predictions(suite, params)
-    result = summarise(suite, pred)
-    if cv:
-        result["cv"] = {"leave_one_model_out": cv_summary(suite, "model"),
-                        "leave_one_hardware_out": cv_summary(suite, "hardware")}
+    with Progress("fidelity", unit="rows", quiet=quiet) as bar:
+        suite = load_suite(paths, params, lambda i, n, rid: bar.update(i + 1, n, rid), only)
+        if refit:
+            bar.update(bar.done, detail="refitting the parameters")
+            params = do_refit(suite)
+            if save:
+                Path(save).write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
+                typer.echo(f"wrote {save}", err=True)
+        pred = predictions(suite, params)
+        result = summarise(suite, pred)
+        if cv:
+            bar.update(bar.done, detail="cross-validating (a refit per model and per hardware)")
+            result["cv"] = {"leave_one_model_out": cv_summary(suite, "model"),
+                            "leave_one_hardware_out": cv_summary(suite, "hardware")}
     bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
     if out:
         from blendsim.reports.fidelity import write_fidelity_report

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -47,12 +46,14 @@ def sweep_cmd(
                                                                 "or auto; default: a local Ray for this run)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep finished cells of an earlier run "
                                                                   "of this sweep (--no-resume starts over)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every policy on a density x sharing grid of synthetic workloads; write OUT/results.parquet.
 
     Each cell (workload x policy x model x hardware) is a run directory under OUT/runs/; an
     interrupted sweep resumes where it stopped. Compare the policies with `blendsim report OUT`.
     """
+    from blendsim.progress import Progress
     from blendsim.run_cli import parse_opts
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import describe, failure_line, run_sweep
@@ -77,8 +78,8 @@ def sweep_cmd(
     typer.echo(f"sweep: {len(spec.workloads())} workload(s) x {len(spec.policies)} polic{'y' if len(spec.policies) == 1 else 'ies'}"
                f" = {n} cells, {spec.requests} requests each, {backend} backend, {be.capacity} in parallel")
     try:
-        with _Bar(sys.stderr.isatty()) as bar:
-            outcome = run_sweep(spec, out, be, resume=resume, progress=bar.update)
+        with Progress("sweep", unit="cells", quiet=quiet) as bar:
+            outcome = run_sweep(spec, out, be, resume=resume, progress=lambda done, total: bar.update(done, total))
     except KeyboardInterrupt:
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
@@ -104,51 +105,6 @@ def _default_policies() -> tuple[str, ...]:
 
     known = set(policy_names())
     return tuple(p for p in DEFAULT_POLICIES if p in known)
-
-
-class _Bar:
-    """A rich progress bar of cells: done/total, cells per second, elapsed time and ETA."""
-
-    def __init__(self, show: bool):
-        self.show = show
-        self._task = None
-
-    def __enter__(self):
-        if self.show:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                ProgressColumn,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-            from rich.text import Text
-
-            class Rate(ProgressColumn):
-                def render(self, task):
-                    return Text(f"{task.speed:.2f} cells/s" if task.speed else "- cells/s")
-
-            self._bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
-                                 Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                 console=Console(stderr=True), transient=False)
-            self._bar.__enter__()
-        return self
-
-    def update(self, done: int, total: int) -> None:
-        if not self.show:
-            return
-        if self._task is None:  # cells finished by an earlier run do not count towards the rate
-            self._task = self._bar.add_task("sweep", total=total, completed=done)
-        else:
-            self._bar.update(self._task, completed=done)
-
-    def __exit__(self, *exc):
-        if self.show:
-            self._bar.__exit__(*exc)
-        return False
 
 
 __all__ = ["sweep_cmd"]
