@@ -24,7 +24,7 @@ def report_cmd(
     Online workloads (requests with arrival times) are compared by latency (mean, p50, p99, TTFT, TBT;
     SLO attainment and goodput when the traces have SLOs). Offline workloads are compared by
     throughput: speedup over the baseline (averaged only over the workloads each policy shares with
-    it), prefix sharing and its fraction of optimal, fraction of T_o and of the practical optimum.
+    it), prefix sharing and its fraction of optimal, fraction of T_o (each run's own lower bound) and of its blended reference (an estimate).
     Plots: latency per policy, throughput with the optimal bound, speedup heatmaps over a sweep's
     grid, prefix sharing vs optimal, per-step compute vs memory time, and predicted vs measured step
     time for validation directories. Runs whose makespan one long request dominates are flagged.

@@ -358,7 +358,7 @@ def _fake_runs(n_work: int, n_pol: int, tmp: Path) -> pd.DataFrame:
                                      "memory_s": 0.02 + 0.01 * np.cos(k)}), run / "steps.parquet")
             rows.append(dict(group=f"d{d}-s{s}", label=p, policy=p, deployment="llama-3-8b/a100-80gb/overlap",
                              grid_density=d, grid_sharing=s, throughput_tok_s=4000.0 + 90 * j + 10 * w,
-                             input_tokens=1e6, output_tokens=3e5, t_opt_s=80.0, t_opt_practical_s=110.0,
+                             input_tokens=1e6, output_tokens=3e5, t_opt_s=80.0 + j, t_reference_s=110.0,
                              prefix_sharing_ratio=s - 0.01 * j, optimal_sharing_ratio=s, makespan_s=300.0 + j,
                              latency_p50_s=4.0 + j, latency_mean_s=5.0 + j, latency_p99_s=12.0 + j,
                              ttft_mean_s=0.1 * (j + 1), ttft_p99_s=0.5 * (j + 1), run_path=str(run)))
@@ -384,16 +384,31 @@ def test_figures_have_no_clipped_or_overlapping_text(tmp_path, n_work, n_pol):
 
 
 def test_heatmap_centres_on_one_and_marks_ties():
-    from blendsim.reports.figures import NOISE, _heatmap
+    from blendsim.reports.figures import _heatmap
 
     m = pd.DataFrame([[1.004, 1.2], [0.9, np.nan]], index=[0.9, 1.1], columns=[0.15, 0.35])
-    f = _heatmap(m, "p", "dfs", "dep")
+    f = _heatmap(m, "p", "dfs", "dep", 0.2)
     norm = f.fig.axes[0].images[0].norm
     assert norm.vcenter == 1.0 and norm.vmin == pytest.approx(0.8) and norm.vmax == pytest.approx(1.2)
     assert "hatched cells (1 of 3)" in f.caption
-    flat = _heatmap(pd.DataFrame([[1.001, 0.999]], index=[1.0], columns=[0.1, 0.2]), "p", "dfs", "dep")
-    assert flat.fig.axes[0].images[0].norm.vmax == pytest.approx(1 + 3 * NOISE)  # near-ties stay pale
-    assert "hatched cells (2 of 2)" in flat.caption
+
+
+def test_every_heatmap_of_a_report_shares_one_colour_scale(tmp_path):
+    """Issue 28 item 8: a report's heatmaps had ±17/19/25% scales; equal colours now mean equal speedups,
+    and a grid of near-ties stays pale (at least ±3 x NOISE)."""
+    from blendsim.reports import figures as F
+
+    df = _fake_runs(4, 4, tmp_path)
+    order = list(dict.fromkeys(df["label"]))
+    heat = F.speedup_heatmaps(df, "dfs", order)
+    assert len(heat) == 3
+    spans = {(f.fig.axes[0].images[0].norm.vmin, f.fig.axes[0].images[0].norm.vmax) for f in heat}
+    assert len(spans) == 1
+    lo, hi = spans.pop()
+    shown = df[df["label"] != "dfs"]["speedup"]
+    assert hi - 1 == pytest.approx(max(abs(shown - 1).max(), 3 * F.NOISE)) and 1 - lo == pytest.approx(hi - 1)
+    for f in heat:
+        F.plt.close(f.fig)
 
 
 def test_simple_report_from_a_table_and_a_figure(tmp_path):
