@@ -70,6 +70,7 @@ import numpy as np
 
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 
 def iteration_attainment(trace, rq: dict, steps: list) -> float:
@@ -158,6 +159,7 @@ def main() -> None:
                     help="also run sarathi with the token budget of this system-wide TBT SLO (s); 0 = off")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ttft-scale", type=float, default=1.0, help="multiply the TTFT SLOs (diagnostic)")
+    add_data_option(ap)
     a = ap.parse_args()
     runs = [(p, {}, None) for p in a.policies.split(",")]
     if a.sarathi_slo > 0:

@@ -20,6 +20,7 @@ from blendsim.calibrate.report import fit_table
 from blendsim.calibrate.run import CalibrationConfig, Calibrator
 from blendsim.calibrate.validate import holdout_errors, summary, validate
 from blendsim.sim.models import get_model
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 BUDGET_S = 120.0  # the quick CPU calibration of the tiny model must finish within this on 2 cores
 
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--holdout", type=int, default=8)
     ap.add_argument("--fresh", type=int, default=6, help="fresh points per operator timed after the run")
     ap.add_argument("-o", "--out", default=None)
+    add_data_option(ap)
     a = ap.parse_args(argv)
     from rich.console import Console
 

@@ -24,6 +24,7 @@ from blendsim.sim.cost import CostModel, features_arrays
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 BUDGET_S = 5.0  # cost_many must price 1M steps within this on a laptop-class CPU
 
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hardware", default="a100-80gb")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    add_data_option(ap)
     args = ap.parse_args(argv)
 
     dep = Deployment(get_model(args.model), get_hardware(args.hardware), args.tp)
