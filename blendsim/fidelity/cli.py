@@ -22,7 +22,7 @@ def fidelity_cmd(
     params_file: Path = typer.Option(None, "--params-file", help="Parameters JSON to predict with "
                                                                  "(default: the shipped sim/engine_params.json)."),
     only: list[str] = typer.Option(None, "--only", help="Only the rows whose id matches this shell pattern "
-                                                        "(repeatable), e.g. 'blendserve-t3-*-dp1'."),
+                                                        "(repeatable), e.g. 'trtllm-*' or 'nanoflow-blendserve-t3-*-dp1'."),
     cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-model-out and "
                                                        "leave-one-hardware-out errors (refits per group)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
