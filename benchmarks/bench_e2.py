@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.e2.router import E2Router
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
 from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
