@@ -67,10 +67,10 @@ import argparse
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
-from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 
 def iteration_attainment(trace, rq: dict, steps: list) -> float:

@@ -28,11 +28,11 @@ import argparse
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
 from blendsim.workloads.trace import Trace
-from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 SETTINGS = [(2000, 200), (1000, 1000), (200, 2000)]
 DEGREES = (4, 16)

@@ -15,12 +15,12 @@ import sys
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.calibrate.report import fit_table
 from blendsim.calibrate.run import CalibrationConfig, Calibrator
 from blendsim.calibrate.validate import holdout_errors, summary, validate
 from blendsim.sim.models import get_model
-from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 BUDGET_S = 120.0  # the quick CPU calibration of the tiny model must finish within this on 2 cores
 

@@ -19,12 +19,12 @@ import sys
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.sim.cost import CostModel, features_arrays
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
-from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 BUDGET_S = 5.0  # cost_many must price 1M steps within this on a laptop-class CPU
 

@@ -30,11 +30,11 @@ import argparse
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.policies.e2.router import E2Router
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
-from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 # engine="sglang" prices steps with the fitted SGLang profile (sim.engines); its scheduler knobs are pinned
 # here to the setting above (decode-first 512-token chunks, no sequence cap), the same for every policy

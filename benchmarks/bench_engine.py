@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
 from _data import add_data_option, data_file  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 VIDUR_S = 20.1

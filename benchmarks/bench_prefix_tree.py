@@ -14,11 +14,11 @@ import statistics
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.sim.prefix_tree import PrefixTree
 from blendsim.workloads.recipes import synthesize
 from blendsim.workloads.trace import from_columns
-from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 
 def timeit(fn, repeat: int) -> tuple[float, float, float]:

@@ -38,6 +38,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+from _data import add_data_option, data_file  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.policies.base import policy_names
 from blendsim.runner import RunConfig, run_simulation
@@ -46,7 +47,6 @@ from blendsim.sim.deployment import make_deployment
 from blendsim.sim.errors import UserError
 from blendsim.sim.models import PRESETS
 from blendsim.workloads.loaders import load
-from _data import add_data_option, data_file  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 TRACES = {
     "mooncake": ("mooncake_conversation_trace.jsonl", "mooncake"),

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+
 from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 
