@@ -201,6 +201,20 @@ def _cell_label(r: Path) -> dict:
     return {k: c[k] for k in keys if k in c} if isinstance(c, dict) else {}
 
 
+def _deployment_detail(df: pd.DataFrame) -> pd.Series:
+    """TP, PP, EP, replicas, weight and KV precision of each run ("tp2 pp1 ep1 x1 w:fp8 kv:bf16"), so a
+    configuration change is a different deployment, never a policy speedup."""
+    def col(name, default):
+        v = df[name] if name in df else pd.Series(default, index=df.index)
+        return v.where(v.notna(), default)
+
+    def ints(name):
+        return col(name, 1).map(lambda v: str(int(float(v))) if str(v) not in ("", "None") else "1")
+
+    return ("tp" + ints("tp") + " pp" + ints("pp") + " ep" + ints("ep") + " x" + ints("replicas")
+            + " w:" + col("weights", col("dtype", "?")).astype(str) + " kv:" + col("kv_dtype", col("dtype", "?")).astype(str))
+
+
 def _label(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``workload`` (runs of one trace share it), ``group`` (workload x deployment x mode: the
     runs compared side by side) and ``label`` (the policy, made unique within its group)."""
@@ -224,7 +238,8 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
                 taken = sum(1 for v in names.values() if v.split("#")[0] == base)
                 names[key] = base if not taken else f"{base}#{taken + 1}"
         df.loc[loose, "workload"] = [names[k] for k in fp]
-    deploy = df["model"].astype(str) + "/" + df["hardware"].astype(str) + "/" + df["mode"].astype(str)
+    deploy = df["model"].astype(str) + "/" + df["hardware"].astype(str) + "/" + df["mode"].astype(str) + " " \
+        + _deployment_detail(df)
     many = deploy.nunique() > 1
     df["deployment"] = deploy
     df["group"] = (df["workload"] + " · " + deploy) if many else df["workload"]

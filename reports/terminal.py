@@ -102,11 +102,13 @@ def run_summary_lines(s: dict) -> list[str]:
                      + f", goodput {s['goodput_tok_s']:,.0f} tok/s")
     if online:
         arr = f" (the last request arrives at {s['last_arrival_s']:,.2f} s)" if "last_arrival_s" in s else ""
-        lines.append(f"makespan {s['makespan_s']:,.2f} s{arr}, throughput {s['throughput_tok_s']:,.0f} tok/s")
+        lines.append(f"makespan {s['makespan_s']:,.2f} s{arr}, throughput {s['throughput_tok_s']:,.0f} tok/s"
+                     + _per_gpu(s))
         lines.append(f"offline bounds, for reference only (they assume every request is there at t=0): T_o "
                      f"{s['t_opt_s']:,.2f} s, blended reference {_ref(s):,.2f} s")
     else:
-        lines.append(f"makespan {s['makespan_s']:,.2f} s, throughput {s['throughput_tok_s']:,.0f} tok/s, "
+        lines.append(f"makespan {s['makespan_s']:,.2f} s, throughput {s['throughput_tok_s']:,.0f} tok/s"
+                     + _per_gpu(s) + ", "
                      f"{pct(s['frac_of_opt'])} of T_o, the lower bound ({pct(_ref(s) / s['makespan_s'] if s['makespan_s'] else 0.0)} "
                      f"of the blended reference, an estimate that runs may beat)")
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
@@ -116,6 +118,14 @@ def run_summary_lines(s: dict) -> list[str]:
         lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
     return lines
+
+
+def _per_gpu(s: dict) -> str:
+    """Output tokens/s and throughput per GPU: the figures engines' benchmarks publish."""
+    if "output_tok_s" not in s:
+        return ""
+    return (f" (output {s['output_tok_s']:,.0f} tok/s; per GPU of {s['gpus']}: {s['throughput_tok_s_per_gpu']:,.0f} "
+            f"tok/s, output {s['output_tok_s_per_gpu']:,.0f} tok/s)")
 
 
 def _ref(s: dict) -> float:

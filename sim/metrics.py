@@ -225,6 +225,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     cached = int(rec.cached_tokens.sum())
     s = 1.0 - (computed - recomputed) / p_tot if p_tot else 0.0
     n_gpu = cfg.replicas
+    gpus = int(cost_model.dep.tp * getattr(cost_model.dep, "pp", 1) * cfg.replicas)  # every GPU the run holds
     from blendsim.sim.bounds import lower_bound, trace_work
 
     max_t = max((max(c["num_tokens"]) for c in steps_by_replica if len(c["num_tokens"])), default=0)
@@ -269,6 +270,11 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "output_tokens": d_tot,
         "makespan_s": makespan,
         "throughput_tok_s": (p_tot + d_tot) / makespan if makespan > 0 else 0.0,
+        # what engines' benchmarks and the fidelity catalogue report: output tokens, per GPU
+        "gpus": gpus,
+        "output_tok_s": d_tot / makespan if makespan > 0 else 0.0,
+        "throughput_tok_s_per_gpu": (p_tot + d_tot) / makespan / gpus if makespan > 0 else 0.0,
+        "output_tok_s_per_gpu": d_tot / makespan / gpus if makespan > 0 else 0.0,
         "prefix_sharing_ratio": s,
         "optimal_sharing_ratio": bounds.sharing,
         "sharing_frac_of_opt": s / bounds.sharing if bounds.sharing > 0 else 1.0,

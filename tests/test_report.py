@@ -69,7 +69,7 @@ def test_every_figure_type_is_rendered_and_embedded(report):
     d = report.parent
     assert report.name == "index.html"
     figs = sorted(p.stem for p in (d / "figures").glob("*.png"))
-    dep = "llama-3-8b_a100-80gb_overlap"
+    dep = "llama-3-8b_a100-80gb_overlap_tp1_pp1_ep1_x1_w_bf16_kv_bf16"  # the full deployment (issue 28)
     assert figs == sorted([f"throughput-{dep}-0", f"sharing-{dep}-0", f"heatmap-fcfs-vs-dfs-{dep}",
                            f"heatmap-random-vs-dfs-{dep}", "steps", "validation-0"])
     page = report.read_text()
@@ -115,7 +115,7 @@ def test_baseline_choice_changes_speedups(sweep_dir, tmp_path):
     side = pd.read_csv(page.parent / "policies.csv")
     assert (side[side["label"] == "random"]["speedup"] == 1.0).all()
     assert sorted(p.stem for p in (page.parent / "figures").glob("heatmap-*")) == [
-        "heatmap-dfs-vs-random-llama-3-8b_a100-80gb_overlap", "heatmap-fcfs-vs-random-llama-3-8b_a100-80gb_overlap"]
+        f"heatmap-{p}-vs-random-llama-3-8b_a100-80gb_overlap_tp1_pp1_ep1_x1_w_bf16_kv_bf16" for p in ("dfs", "fcfs")]
 
 
 def test_binned_downsampling():
@@ -235,7 +235,7 @@ def test_averages_pair_each_policy_with_the_baseline(sweep_dir, tmp_path):
     assert "fcfs also ran on 3 workload(s) without a dfs run, left out of its row" in md
     runs2 = _copy_runs(sweep_dir, tmp_path / "runs2", lambda w, p: w in (one, "d1.2-s0.35") and (p != "random" or w == one))
     summ2 = pd.read_csv(write_report([runs2], tmp_path / "r2").parent / "policy_summary.csv").set_index("policy")
-    assert list(summ2["n"]) == [2, 2, 1] and "throughput_tok_s" not in summ2  # unlike rows: no mean throughput
+    assert list(summ2.loc[["dfs", "fcfs", "random"], "n"]) == [2, 2, 1] and "throughput_tok_s" not in summ2  # unlike rows: no mean throughput
 
 
 def test_online_workloads_are_compared_by_latency(tmp_path):
