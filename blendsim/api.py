@@ -201,7 +201,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
           policies=None, models="llama-3-8b", hardware="a100-80gb", requests: int = 40_000,
           mode: str = "sequential", engine: str | None = None, engine_of: str | None = None,
           recipe_options: dict | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
-          ray_address: str | None = None, resume: bool = True, progress=None) -> SweepResult:
+          ray_address: str | None = None, resume: bool = True, progress=None,
+          fixed_trace: bool | None = None) -> SweepResult:
     """`blendsim sweep -o OUT`: every policy on a density x sharing grid of synthetic workloads.
 
     ``densities`` and ``sharing`` take a ``"start:stop:step"`` string, a comma list or numbers;
@@ -210,6 +211,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     (``"path/to/file.py:ClassName"``; a class given directly must come from a file). Failed cells
     raise BlendsimError (all of them user mistakes) or RuntimeError, after the finished ones are
     kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
+    ``fixed_trace``: one trace per grid point, synthesised for the first model and hardware, run on
+    every one (None: so when several models or hardware are given).
     """
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import failure_line, run_sweep
@@ -224,7 +227,7 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
         requests=int(requests), mode=mode, engine=engine, engine_of=engine_of, seed=int(seed),
-        recipe_options=dict(recipe_options or {})))
+        recipe_options=dict(recipe_options or {}), fixed_trace=fixed_trace))
     check_sweep_dir(Path(out), spec, resume)
     outcome = run_sweep(spec, Path(out), make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
     if outcome.failures:

@@ -197,13 +197,28 @@ def _provenance(inputs, markdown: bool) -> str:
         text += (f" {len(r)} simulated run(s), {r['group'].nunique()} workload(s); {'; '.join(how)}; engine "
                  f"overhead: {', '.join(sorted(set(r['engine'].astype(str))))}. Run directories are listed at "
                  "the end.")
-    design = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
-    where = "docs/DESIGN.md in the blendsim repository"
+        text += _trace_note(r)
+    # the repository's own file, named, not linked: a file:// link breaks as soon as the report moves
+    where = "docs/DESIGN.md (sections Metrics and Bounds that bound) in the blendsim repository"
     if markdown:
-        return f"{text} Metric definitions: [{where}]({design.as_uri()})." if design.exists() else \
-            f"{text} Metric definitions: {where}."
-    link = f'<a href="{html.escape(design.as_uri())}">{html.escape(where)}</a>' if design.exists() else html.escape(where)
-    return f"{html.escape(text)} Metric definitions: {link}."
+        return f"{text} Metric definitions: {where}."
+    return f"{html.escape(text)} Metric definitions: {html.escape(where)}."
+
+
+def _trace_note(r: pd.DataFrame) -> str:
+    """Whether models and hardware ran one trace per workload (sweep --fixed-trace) or each its own."""
+    if "trace_for" not in r or r["trace_for"].isna().all():
+        return ""
+    deps = r["model"].astype(str) + "/" + r["hardware"].astype(str)
+    if deps.nunique() < 2:
+        return ""
+    per = r.groupby("workload")["trace_for"].nunique()
+    if (per == 1).all():
+        src = ", ".join(sorted(set(r["trace_for"].dropna().astype(str))))
+        return (f" Every model and hardware ran the same trace per workload (synthesised for {src}: "
+                "sweep --fixed-trace), so a model comparison compares one job.")
+    return (" Each model and hardware ran its own trace per workload (sweep --trace-per-model: synthesised to "
+            "hit the grid's density on each), so the jobs differ between models.")
 
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}

@@ -261,3 +261,28 @@ def test_sweep_dir_that_is_something_else(tmp_path):
 def test_resuming_with_other_settings_is_refused(reference):
     r = sweep(*[a if a != "3" else "4" for a in GRID], "--jobs", "1", "-o", str(reference))
     assert r.exit_code == 2 and "other settings (seed=3)" in r.stderr and "--no-resume" in r.stderr
+
+
+def test_a_multi_model_sweep_runs_one_trace_everywhere_by_default(tmp_path):
+    """Issue 28 item 2: a model comparison compares one job. Several models: each grid point is synthesised
+    once (for the first model and hardware) and every model runs it; --trace-per-model gives each its own."""
+    import pandas as pd
+
+    from blendsim.reports.render import write_report
+
+    grid = ["--recipe", "blendserve", "--densities", "1.0", "--sharing", "0.2", "--policies", "dfs",
+            "--requests", "300", "--models", "llama-3-8b,qwen3-8b", "--jobs", "1", "--quiet"]
+    r = sweep(*grid, "-o", str(tmp_path / "fixed"))
+    assert r.exit_code == 0, r.output
+    assert "one trace per grid point, synthesised for llama-3-8b/a100-80gb" in r.output
+    assert len(list((tmp_path / "fixed" / "traces").rglob("*.parquet"))) == 1
+    res = pd.read_parquet(tmp_path / "fixed" / "results.parquet")
+    assert res["input_tokens"].nunique() == 1 and res["output_tokens"].nunique() == 1 and len(res) == 2
+    assert set(res["trace_for"]) == {"llama-3-8b/a100-80gb"}
+    page = write_report([tmp_path / "fixed"], tmp_path / "rep").read_text()
+    assert "ran the same trace per workload" in page and "tp1 pp1 ep1 x1 w:bf16 kv:bf16" in page
+    r = sweep(*grid, "--trace-per-model", "-o", str(tmp_path / "own"))
+    assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "own" / "traces").rglob("*.parquet"))) == 2
+    page = write_report([tmp_path / "own"], tmp_path / "rep2").read_text()
+    assert "ran its own trace per workload" in page

@@ -46,6 +46,12 @@ def sweep_cmd(
                                                                 "or auto; default: a local Ray for this run)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep finished cells of an earlier run "
                                                                   "of this sweep (--no-resume starts over)."),
+    fixed_trace: bool = typer.Option(None, "--fixed-trace/--trace-per-model",
+                                     help="Synthesise each grid point once, for the first model and hardware, and "
+                                          "run that one trace everywhere, so models and hardware are compared on "
+                                          "the same job (default: on when --models or --hardware lists more than "
+                                          "one), or a trace per model and hardware that hits the grid's density "
+                                          "on each."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every policy on a density x sharing grid of synthetic workloads; write OUT/results.parquet.
@@ -70,10 +76,13 @@ def sweep_cmd(
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
         precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep))
-                   if v is not None and not (k == "ep" and v == 1)}))
+                   if v is not None and not (k == "ep" and v == 1)}, fixed_trace=fixed_trace))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)
     n = len(spec.cells())
+    if spec.fixed and len(spec.models) * len(spec.hardware) > 1:
+        typer.echo(f"sweep: one trace per grid point, synthesised for {spec.settings()['fixed_trace']} and run on "
+                   f"every model and hardware (--trace-per-model for a trace of each's own density)")
     typer.echo(f"sweep: {len(spec.workloads())} workload(s) x {len(spec.policies)} polic{'y' if len(spec.policies) == 1 else 'ies'}"
                f" = {n} cells, {spec.requests} requests each, {backend} backend, {be.capacity} in parallel")
     try:

@@ -82,6 +82,19 @@ class Workload:
     model: str  # model argument as given (preset name or config.json path)
     model_name: str  # resolved model name (the ModelSpec's)
     hardware: str  # hardware preset
+    # --fixed-trace: the model and hardware the trace is synthesised for (every model runs that one trace);
+    # empty: this workload's own
+    trace_model: str = ""
+    trace_model_name: str = ""
+    trace_hardware: str = ""
+
+    @property
+    def synth_model(self) -> str:
+        return self.trace_model or self.model
+
+    @property
+    def synth_hardware(self) -> str:
+        return self.trace_hardware or self.hardware
 
     @property
     def name(self) -> str:
@@ -92,7 +105,7 @@ class Workload:
         return (self.model_name, self.hardware, self.density, self.sharing)
 
     def trace_relpath(self) -> str:
-        return f"traces/{slug(self.model_name)}/{slug(self.hardware)}/{self.name}.parquet"
+        return f"traces/{slug(self.trace_model_name or self.model_name)}/{slug(self.synth_hardware)}/{self.name}.parquet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +127,8 @@ class Cell:
         """The cell's identity columns in results.parquet (also its cell.json)."""
         w = self.workload
         return {"workload": w.name, "model": w.model_name, "hardware": w.hardware, "grid_density": w.density,
-                "grid_sharing": w.sharing, "policy": self.policy, "run_dir": self.run_relpath()}
+                "grid_sharing": w.sharing, "policy": self.policy, "run_dir": self.run_relpath(),
+                "trace_for": f"{w.trace_model_name or w.model_name}/{w.synth_hardware}"}
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,14 @@ class SweepSpec:
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
     precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
+    # one trace for every model and hardware, synthesised for the first of each (None: so when there are
+    # several models or hardware, else each workload its own)
+    fixed_trace: bool | None = None
+
+    @property
+    def fixed(self) -> bool:
+        return bool(self.fixed_trace) if self.fixed_trace is not None else (
+            len(self.models) > 1 or len(self.hardware) > 1)
 
     def settings(self) -> dict:
         """The settings that define every cell besides its grid point, policy, model and hardware."""
@@ -142,6 +164,8 @@ class SweepSpec:
                "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
         if self.precision:  # only when given, so sweeps made before these options still resume
             out["precision"] = dict(sorted(self.precision.items()))
+        if self.fixed:  # likewise: only when on
+            out["fixed_trace"] = f"{self.model_names.get(self.models[0], self.models[0])}/{self.hardware[0]}"
         return out
 
     def run_settings(self) -> dict:
@@ -159,7 +183,9 @@ class SweepSpec:
 
     def workloads(self) -> list[Workload]:
         """Every workload, in a fixed order (model, hardware, density, sharing)."""
-        return [Workload(d, s, m, self.model_names.get(m, m), h)
+        ref = (self.models[0], self.model_names.get(self.models[0], self.models[0]), self.hardware[0]) if self.fixed \
+            else ("", "", "")
+        return [Workload(d, s, m, self.model_names.get(m, m), h, *ref)
                 for m in self.models for h in self.hardware for d in self.densities for s in self.sharing]
 
     def cells(self) -> list[Cell]:
@@ -172,7 +198,7 @@ class SweepSpec:
 
         names = {f.name for f in dataclasses.fields(get_recipe(self.recipe).options)}
         kw = {"density": w.density, "sharing": w.sharing}
-        for k, v in (("requests", self.requests), ("model", w.model), ("hardware", w.hardware),
+        for k, v in (("requests", self.requests), ("model", w.synth_model), ("hardware", w.synth_hardware),
                      ("seed", self.seed)):
             if k in names:
                 kw[k] = v
