@@ -202,7 +202,7 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
           mode: str = "sequential", engine: str | None = None, engine_of: str | None = None,
           recipe_options: dict | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
           ray_address: str | None = None, resume: bool = True, progress=None,
-          fixed_trace: bool | None = None) -> SweepResult:
+          fixed_trace: bool | None = None, seeds: int = 1) -> SweepResult:
     """`blendsim sweep -o OUT`: every policy on a density x sharing grid of synthetic workloads.
 
     ``densities`` and ``sharing`` take a ``"start:stop:step"`` string, a comma list or numbers;
@@ -212,7 +212,7 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     raise BlendsimError (all of them user mistakes) or RuntimeError, after the finished ones are
     kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
     ``fixed_trace``: one trace per grid point, synthesised for the first model and hardware, run on
-    every one (None: so when several models or hardware are given).
+    every one (None: so when several models or hardware are given). ``seeds``: replicates per grid point.
     """
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import failure_line, run_sweep
@@ -222,12 +222,14 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
 
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
+    if int(seeds) < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
     pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
         requests=int(requests), mode=mode, engine=engine, engine_of=engine_of, seed=int(seed),
-        recipe_options=dict(recipe_options or {}), fixed_trace=fixed_trace))
+        recipe_options=dict(recipe_options or {}), fixed_trace=fixed_trace, seeds=int(seeds)))
     check_sweep_dir(Path(out), spec, resume)
     outcome = run_sweep(spec, Path(out), make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
     if outcome.failures:

@@ -122,7 +122,16 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         sections.append(("Policies side by side", f"<p class=legend>{html.escape(T.legend(side_spec))} Run "
                          "directories are listed at the end.</p>", [T.to_html(off, side_spec)]))
         md_tables["Policies side by side"] = (off, side_spec, T.legend(side_spec) + "\n")
-        sections.append(("Throughput and the optimal bound", "", F.throughput_bars(off, order)))
+        spread = T.seed_spread(off)
+        if len(spread):
+            sspec2 = T.present(spread, T.SEEDS)
+            note = (f"Each grid point ran {int(spread['seeds'].max())} seeds (sweep --seeds): a different trace "
+                    "and policy seed each. The interval says how far a different seed could move the figure.")
+            sections.append(("Seed spread: 95% confidence intervals", f"<p>{html.escape(note)}</p><p class=legend>"
+                             f"{html.escape(T.legend(sspec2))}</p>", [T.to_html(spread, sspec2)]))
+            md_tables["Seed spread: 95% confidence intervals"] = (spread, sspec2, f"{note}\n\n{T.legend(sspec2)}\n")
+            csvs["seed_spread.csv"] = spread
+        sections.append(("Throughput and the lower bound T_o", "", F.throughput_bars(off, order)))
         heat = F.speedup_heatmaps(off, base, order)
         if heat:
             sections.append(("Speedup over the density × sharing grid", "", heat))

@@ -32,7 +32,7 @@ def collect_rows(sweep_dir: str | Path) -> list[dict]:
             continue  # not a finished cell
         if not isinstance(summary, dict) or not isinstance(label, dict) or "throughput_tok_s" not in summary:
             continue
-        rows.append({**summary, **{k: label[k] for k in (*ID_COLUMNS, "trace_for") if k in label}})
+        rows.append({**summary, **{k: label[k] for k in (*ID_COLUMNS, "trace_for", "grid_point", "grid_seed") if k in label}})
     rows.sort(key=lambda r: (r["model"], r["hardware"], r["grid_density"], r["grid_sharing"], r["policy"]))
     return rows
 

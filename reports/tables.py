@@ -51,6 +51,9 @@ LEGEND = {
     "n": "workloads the row averages over (those where the policy and the baseline both ran)",
     "geo. mean": "geometric mean speedup over those workloads", "lowest": "lowest speedup", "highest": "highest speedup",
     "mean tok/s": "mean throughput over those workloads",
+    "± 95% CI": "half-width of the 95% confidence interval of the mean throughput over the seeds (Student t)",
+    "CI low": "95% confidence interval of the geometric-mean speedup over the seeds (t on log speedups)",
+    "seeds": "seed replicates (sweep --seeds)",
     "mean of T_o": "mean of T_o / makespan", "mean of ref.": "mean of blended reference / makespan (not a bound)",
     "mean of s_o": "mean sharing / s_o",
 }
@@ -146,6 +149,36 @@ def policy_summary(side: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, lis
         notes.append("the rows cover different workloads (column n), so no mean throughput is shown; "
                      "speedups are paired per workload")
     return out, notes
+
+
+def seed_spread(side: pd.DataFrame) -> pd.DataFrame:
+    """Per grid point, deployment and policy over the seed replicates of a sweep --seeds N: the mean
+    throughput with its 95% confidence interval (Student t over the seeds) and the geometric-mean speedup
+    with its interval (t on the log speedups). Empty without replicates."""
+    from scipy import stats
+
+    if "grid_seed" not in side or side["grid_seed"].isna().all():
+        return pd.DataFrame()
+    rows = []
+    keys = ["grid_point", "deployment", "label"]
+    for (pt, dep, lab), g in side.dropna(subset=["grid_seed"]).groupby(keys, sort=False):
+        n = len(g)
+        tput = g["throughput_tok_s"].to_numpy(float)
+        t = float(stats.t.ppf(0.975, n - 1)) if n > 1 else float("nan")
+        half = t * tput.std(ddof=1) / np.sqrt(n) if n > 1 else float("nan")
+        sp = np.log(g["speedup"].to_numpy(float))
+        sp = sp[np.isfinite(sp)]
+        m = sp.mean() if len(sp) else float("nan")
+        h = t * sp.std(ddof=1) / np.sqrt(len(sp)) if len(sp) > 1 else float("nan")
+        rows.append({"grid_point": pt, "deployment": dep, "label": lab, "seeds": n, "throughput_tok_s": tput.mean(),
+                     "throughput_ci": half, "speedup": float(np.exp(m)), "speedup_lo": float(np.exp(m - h)),
+                     "speedup_hi": float(np.exp(m + h))})
+    return pd.DataFrame(rows)
+
+
+SEEDS = [("grid_point", "grid point", "s"), ("deployment", "deployment", "s"), ("label", "policy", "s"),
+         ("seeds", "seeds", ",.0f"), ("throughput_tok_s", "mean tok/s", ",.0f"), ("throughput_ci", "± 95% CI", ",.0f"),
+         ("speedup", "speedup", ".3f×"), ("speedup_lo", "CI low", ".3f×"), ("speedup_hi", "CI high", ".3f×")]
 
 
 SUMMARY = [("policy", "policy", "s"), ("n", "n", ",.0f"),

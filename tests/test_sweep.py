@@ -286,3 +286,23 @@ def test_a_multi_model_sweep_runs_one_trace_everywhere_by_default(tmp_path):
     assert len(list((tmp_path / "own" / "traces").rglob("*.parquet"))) == 2
     page = write_report([tmp_path / "own"], tmp_path / "rep2").read_text()
     assert "ran its own trace per workload" in page
+
+
+def test_seed_replicates_give_a_confidence_interval(tmp_path):
+    """Issue 28 item 5: --seeds N runs N seeds per grid point; the report shows a 95% CI per policy."""
+    import pandas as pd
+
+    from blendsim.reports.render import write_report
+
+    r = sweep("--recipe", "blendserve", "--densities", "1.0", "--sharing", "0.2", "--policies", "dfs,fcfs",
+              "--requests", "300", "--seeds", "3", "--jobs", "1", "--quiet", "-o", str(tmp_path / "s"))
+    assert r.exit_code == 0, r.output
+    res = pd.read_parquet(tmp_path / "s" / "results.parquet")
+    assert sorted(res["grid_seed"].unique()) == [0, 1, 2] and len(res) == 6
+    assert res.groupby("policy")["seed"].nunique().eq(3).all()  # the policies' seed follows the replicate
+    assert res.groupby("grid_seed")["input_tokens"].nunique().eq(1).all() and res["input_tokens"].nunique() == 3
+    page = write_report([tmp_path / "s"], tmp_path / "rep")
+    spread = pd.read_csv(page.parent / "seed_spread.csv")
+    assert set(spread["seeds"]) == {3} and spread["throughput_ci"].gt(0).all()
+    assert (spread["speedup_lo"] <= spread["speedup"]).all() and (spread["speedup"] <= spread["speedup_hi"]).all()
+    assert "95% confidence intervals" in page.read_text()

@@ -52,6 +52,9 @@ def sweep_cmd(
                                           "the same job (default: on when --models or --hardware lists more than "
                                           "one), or a trace per model and hardware that hits the grid's density "
                                           "on each."),
+    seeds: int = typer.Option(1, "--seeds", help="Replicates per grid point (seeds --seed, --seed + 1, ...: "
+                                                 "trace and policies); the report shows a 95% confidence "
+                                                 "interval of each policy's throughput and speedup."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every policy on a density x sharing grid of synthetic workloads; write OUT/results.parquet.
@@ -68,6 +71,8 @@ def sweep_cmd(
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
+    if seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
     spec = check_spec(SweepSpec(
@@ -76,7 +81,7 @@ def sweep_cmd(
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
         precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep))
-                   if v is not None and not (k == "ep" and v == 1)}, fixed_trace=fixed_trace))
+                   if v is not None and not (k == "ep" and v == 1)}, fixed_trace=fixed_trace, seeds=seeds))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)
     n = len(spec.cells())

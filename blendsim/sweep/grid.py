@@ -87,6 +87,7 @@ class Workload:
     trace_model: str = ""
     trace_model_name: str = ""
     trace_hardware: str = ""
+    seed: int = -1  # --seeds: this replicate's seed (trace and policies); -1: the sweep's --seed
 
     @property
     def synth_model(self) -> str:
@@ -98,11 +99,11 @@ class Workload:
 
     @property
     def name(self) -> str:
-        return workload_name(self.density, self.sharing)
+        return workload_name(self.density, self.sharing) + (f"-seed{self.seed}" if self.seed >= 0 else "")
 
     @property
     def key(self) -> tuple:
-        return (self.model_name, self.hardware, self.density, self.sharing)
+        return (self.model_name, self.hardware, self.density, self.sharing, self.seed)
 
     def trace_relpath(self) -> str:
         return f"traces/{slug(self.trace_model_name or self.model_name)}/{slug(self.synth_hardware)}/{self.name}.parquet"
@@ -128,7 +129,8 @@ class Cell:
         w = self.workload
         return {"workload": w.name, "model": w.model_name, "hardware": w.hardware, "grid_density": w.density,
                 "grid_sharing": w.sharing, "policy": self.policy, "run_dir": self.run_relpath(),
-                "trace_for": f"{w.trace_model_name or w.model_name}/{w.synth_hardware}"}
+                "trace_for": f"{w.trace_model_name or w.model_name}/{w.synth_hardware}",
+                **({"grid_point": workload_name(w.density, w.sharing), "grid_seed": w.seed} if w.seed >= 0 else {})}
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ class SweepSpec:
     # one trace for every model and hardware, synthesised for the first of each (None: so when there are
     # several models or hardware, else each workload its own)
     fixed_trace: bool | None = None
+    seeds: int = 1  # replicates per grid point, seeds seed, seed + 1, ... (trace and policies)
 
     @property
     def fixed(self) -> bool:
@@ -164,6 +167,8 @@ class SweepSpec:
                "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
         if self.precision:  # only when given, so sweeps made before these options still resume
             out["precision"] = dict(sorted(self.precision.items()))
+        if self.seeds > 1:  # likewise
+            out["seeds"] = self.seeds
         if self.fixed:  # likewise: only when on
             out["fixed_trace"] = f"{self.model_names.get(self.models[0], self.models[0])}/{self.hardware[0]}"
         return out
@@ -171,7 +176,7 @@ class SweepSpec:
     def run_settings(self) -> dict:
         """RunConfig fields every cell shares: mode, engine and, with ``engine_of``, that policy's
         engine settings (token budget, block size, ...) and engine-overhead style."""
-        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}
+        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}  # cells: their own seed
         if self.engine_of:
             from blendsim.policies.base import get_policy
             from blendsim.runner import ENGINE_FIELDS
@@ -185,8 +190,10 @@ class SweepSpec:
         """Every workload, in a fixed order (model, hardware, density, sharing)."""
         ref = (self.models[0], self.model_names.get(self.models[0], self.models[0]), self.hardware[0]) if self.fixed \
             else ("", "", "")
-        return [Workload(d, s, m, self.model_names.get(m, m), h, *ref)
-                for m in self.models for h in self.hardware for d in self.densities for s in self.sharing]
+        seeds = [self.seed + i for i in range(self.seeds)] if self.seeds > 1 else [-1]
+        return [Workload(d, s, m, self.model_names.get(m, m), h, *ref, seed=k)
+                for m in self.models for h in self.hardware for d in self.densities for s in self.sharing
+                for k in seeds]
 
     def cells(self) -> list[Cell]:
         """Every cell, grouped by workload; policies in the order given."""
@@ -199,7 +206,7 @@ class SweepSpec:
         names = {f.name for f in dataclasses.fields(get_recipe(self.recipe).options)}
         kw = {"density": w.density, "sharing": w.sharing}
         for k, v in (("requests", self.requests), ("model", w.synth_model), ("hardware", w.synth_hardware),
-                     ("seed", self.seed)):
+                     ("seed", w.seed if w.seed >= 0 else self.seed)):
             if k in names:
                 kw[k] = v
         kw.update(self.recipe_options)
