@@ -55,6 +55,60 @@ def table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str
     return out
 
 
+def records(width: int, columns: list[tuple[str, str]], rows: list[tuple[str, list[str], str]],
+            name_head: str = "") -> list[str]:
+    """Lines of a table whose first column is a long name (an id, a source) that must stay whole.
+
+    ``columns`` are the figure columns ((header, "left"|"right")), ``rows`` (name, figures, note). When
+    names and figures fit ``width`` side by side, one line per row; otherwise the name gets a line of
+    its own and the figures go on the next, indented. A note (a skip reason) goes under its row, wrapped
+    on words. Nothing is cut: no "…" anywhere."""
+    import textwrap
+
+    w = [max([len(h)] + [len(r[1][i]) for r in rows]) for i, (h, _) in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(k) if j == "right" else c.ljust(k)
+                         for c, k, (_, j) in zip(cells, w, columns, strict=True)).rstrip()
+
+    figs = sum(w) + 2 * (len(w) - 1)
+    nw = max([len(name_head)] + [len(r[0]) for r in rows])
+    wide = nw + 2 + figs <= width
+    out = [(name_head.ljust(nw) + "  " if wide else "  ") + line([h for h, _ in columns])]
+    out.append("-" * min(width, (nw + 2 if wide else 2) + figs))
+    wrap = textwrap.TextWrapper(width=max(width, 20), initial_indent="    ", subsequent_indent="    ",
+                                break_long_words=False, break_on_hyphens=False)
+    for name, cells, note in rows:
+        if wide:
+            out.append((name.ljust(nw) + "  " + line(cells)).rstrip())
+        else:
+            out.extend(textwrap.wrap(name, width=max(width, 20), break_long_words=False, break_on_hyphens=True)
+                       or [""])
+            out.append("  " + line(cells))
+        if note:
+            out.extend(wrap.wrap(note))
+    return out
+
+
+def path_lines(path, width: int, indent: int = 2) -> list[str]:
+    """A file path on lines of at most ``width`` columns, broken after a "/" (whole folder names stay on
+    one line; only a single name longer than the line is split)."""
+    text, pad = str(path), " " * indent
+    parts = [p + "/" for p in text.split("/")[:-1]] + [text.split("/")[-1]]
+    lines, cur = [], ""
+    room = max(width - indent, 10)
+    for part in parts:
+        if cur and len(cur) + len(part) > room:
+            lines.append(cur)
+            cur = ""
+        while len(part) > room:  # one name longer than the line
+            lines.append(part[:room])
+            part = part[room:]
+        cur += part
+    lines.append(cur)
+    return [pad + x for x in lines if x]
+
+
 def show(c: Console, items: list) -> None:
     for it in items:
         c.print(it)
