@@ -164,7 +164,20 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     run = run_simulation(trace, cfg, progress)
     if digest is not None:
         run.summary["trace_sha256"] = digest
+    _warn_critical(run)
     return Result(run)
+
+
+def _warn_critical(run) -> None:
+    """The CLI's critical-path warning, for the API too: in ``Result.notes`` and as a Python warning."""
+    import warnings
+
+    from blendsim.sim.metrics import critical_path_warning
+
+    w = critical_path_warning(run.summary)
+    if w:
+        run.notes.append(w)
+        warnings.warn(w, UserWarning, stacklevel=3)
 
 
 def _as_trace(trace):
@@ -191,6 +204,13 @@ class SweepResult:
         import pandas as pd
 
         return pd.read_parquet(self.outcome.results)
+
+    @property
+    def notes(self) -> list[str]:
+        """The warnings `blendsim sweep` prints about its cells (a critical path dominating makespans)."""
+        from blendsim.reports.terminal import sweep_warnings
+
+        return sweep_warnings(self.dir)
 
     def __repr__(self) -> str:
         o = self.outcome
@@ -234,7 +254,12 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     outcome = run_sweep(spec, Path(out), make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
     if outcome.failures:
         raise (UserError if all(f["user_error"] for f in outcome.failures) else RuntimeError)(failure_line(outcome))
-    return SweepResult(Path(out), outcome)
+    result = SweepResult(Path(out), outcome)
+    import warnings
+
+    for w in result.notes:
+        warnings.warn(w, UserWarning, stacklevel=2)
+    return result
 
 
 def _values(v, flag: str) -> tuple[float, ...]:

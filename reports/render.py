@@ -232,7 +232,8 @@ def _trace_note(r: pd.DataFrame) -> str:
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;
-white-space:nowrap}td.t,th{text-align:left}th{background:#f3f3f3;position:sticky;top:0}
+white-space:nowrap}td.t,th{text-align:left}td.t{white-space:normal;overflow-wrap:break-word}
+th{white-space:normal}tr.reason td{text-align:left;white-space:normal;color:#555;border-top:none}th{background:#f3f3f3;position:sticky;top:0}
 .scroll{max-height:520px;overflow:auto;margin-bottom:1em;max-width:100%}figure{margin:1em 0}img{max-width:100%}
 figcaption{font-size:13px;color:#444}.legend{font-size:12px;color:#555}.warn{background:#fff4e0;padding:4px 8px;
 border-left:4px solid #e69a00}ul.dirs{font-size:12px}code{font-size:12px}"""
