@@ -25,7 +25,7 @@ MARKER = "index.html"
 
 
 def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload: str | None = None,
-                 steps_policies: list[str] | None = None) -> Path:
+                 steps_policies: list[str] | None = None, steps_x: str = "step") -> Path:
     """Compare the runs in ``run_dirs`` (sweep, run or validation directories, or folders of runs) and
     write the report to ``out_dir``. ``baseline`` is the policy speedups are over (default dfs when
     present). Returns the path of the HTML page."""
@@ -37,7 +37,7 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
     md_tables: dict[str, tuple] = {}  # title -> (table, spec, markdown text under it)
     csvs: dict[str, pd.DataFrame] = {}
     if len(inputs.runs):
-        _run_sections(inputs.runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs)
+        _run_sections(inputs.runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs, steps_x)
     vrows, vfigs = [], []
     for k, (vdir, vfile) in enumerate(inputs.validations):
         t, rows = V.read_validation(vdir, vfile)
@@ -79,7 +79,8 @@ def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict
     return _write(out, sections, md_tables, dict(csvs or {}), intro, html.escape(intro), title)
 
 
-def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs) -> None:
+def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs,
+                  steps_x: str = "step") -> None:
     """The simulated runs' sections: the baseline, online workloads by latency, offline ones by
     throughput (tables, then figures), critical-path warnings, run directories."""
     base = T.choose_baseline(runs, baseline)
@@ -143,7 +144,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
                          "(optimal sharing 0), so there is no sharing to compare.</p>", []))
     group = S.pick_workload(df, steps_workload)
     if all(Path(p, "steps.parquet").exists() for p in df.loc[df["group"] == group, "run_path"]):
-        sections.append(("Compute vs memory time per step", "", S.step_figures(df, group, steps_policies, order)))
+        sections.append(("Compute vs memory time per step", "", S.step_figures(df, group, steps_policies, order, steps_x)))
     sections.append(("Run directories", "", [_run_dirs(df)]))
     md_tables["Run directories"] = (df, [("group", "workload", "s"), ("label", "policy", "s"),
                                          *T.present(df, T.PROVENANCE)], "")

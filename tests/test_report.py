@@ -428,3 +428,22 @@ def test_simple_report_from_a_table_and_a_figure(tmp_path):
     md = (d / "report.md").read_text()
     assert md.startswith("# fidelity") and "| a | 1,234 | 1.000× |" in md and "tok/s: throughput" in md
     assert "<title>fidelity</title>" in page.read_text() and "Two things compared." in page.read_text()
+
+
+def test_step_plots_can_use_time(tmp_path):
+    """Issue 28 item 8: per-step plots against the step's end time as well as its index."""
+    from blendsim.reports import steps as S
+    from blendsim.reports.inputs import load_inputs
+    from tests.helpers import random_trace
+
+    trace = random_trace(np.random.default_rng(3), n=40)
+    runs = [_simulate(trace, p, tmp_path / "runs" / p) for p in ("fcfs", "dfs")]
+
+    df = load_inputs(runs).runs
+    for axis, label in (("step", "step"), ("time", "time (s, end of step)")):
+        (f,) = S.step_figures(df, df["group"].iloc[0], None, ["fcfs", "dfs"], axis)
+        assert any(a.get_xlabel() == label for a in f.fig.axes)
+        if axis == "time":
+            xs = f.fig.axes[0].lines[0].get_xdata()
+            assert xs[-1] <= df["makespan_s"].max() + 1e-9 and xs[-1] > xs[0]
+        S.plt.close(f.fig)

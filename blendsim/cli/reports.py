@@ -18,6 +18,8 @@ def report_cmd(
                                                                       "time is drawn (default: the middle one)."),
     steps_policies: str = typer.Option(None, "--steps-policies", help="Comma list of policies drawn per step "
                                                                       "(default: all)."),
+    steps_x: str = typer.Option("step", "--steps-x", help="x axis of the per-step plots: step (index) or time "
+                                                          "(the step's end, seconds)."),
 ) -> None:
     """Write REPORT_DIR/index.html (self-contained: tables and plots), report.md and CSV tables.
 
@@ -37,7 +39,12 @@ def report_cmd(
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")
     check_writable(out)
     pols = list(parse_names(steps_policies, "--steps-policies")) if steps_policies else None
-    page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols)
+    if steps_x not in ("step", "time"):
+        from blendsim.sim.errors import UserError
+
+        raise UserError(f"--steps-x must be step or time, got {steps_x!r}")
+    page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols,
+                        steps_x=steps_x)
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")
 
 
