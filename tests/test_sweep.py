@@ -238,6 +238,7 @@ def _not_a_sweep(tmp_path) -> str:
     (["--recipe-opt", "source=nope"], "--source must be one of"),
     (["--recipe-opt", "colour=red"], "no such option"),
     (["--recipe-opt", "requests=5"], "set it with --requests"),
+    (["--recipe-opt", "novalue"], "--recipe-opt 'novalue': expected key=value"),
     (["--jobs", "0"], "--jobs must be >= 1"),
     (["--backend", "slurm"], "--backend 'slurm'"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),
