@@ -20,6 +20,9 @@ def report_cmd(
                                                                       "(default: all)."),
     steps_x: str = typer.Option("step", "--steps-x", help="x axis of the per-step plots: step (index) or time "
                                                           "(the step's end, seconds)."),
+    mixed: bool = typer.Option(False, "--mixed", help="Rank runs priced by different engines or cost models "
+                                                      "together, naming the engine in every row (refused "
+                                                      "otherwise)."),
 ) -> None:
     """Write REPORT_DIR/index.html (self-contained: tables and plots), report.md and CSV tables.
 
@@ -44,7 +47,7 @@ def report_cmd(
 
         raise UserError(f"--steps-x must be step or time, got {steps_x!r}")
     page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols,
-                        steps_x=steps_x)
+                        steps_x=steps_x, mixed=mixed)
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")
 
 
