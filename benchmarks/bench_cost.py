@@ -22,8 +22,8 @@ import numpy as np
 
 from blendsim.sim.batch import features_arrays
 from blendsim.sim.cost import CostModel
-from blendsim.sim.engines import get_profile
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from blendsim.policies.option import Option
 from blendsim.policies.base import Policy, register
+from blendsim.policies.option import Option
 
 
 @register("dfs")

@@ -18,12 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blendsim.sim.batch import Batch, BatchFeatures
-from blendsim.sim.batch import features_arrays
+from blendsim.sim.batch import Batch, BatchFeatures, features_arrays
 from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.cost import CostModel
-from blendsim.sim.engines import PROFILES, get_profile
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import PROFILES, get_profile
 from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import ModelSpec, get_model

@@ -8,8 +8,8 @@ import pytest
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.batch import BatchFeatures
 from blendsim.sim.cost import CostModel
-from blendsim.sim.engines import get_profile
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
 from blendsim.workloads.trace import from_columns

@@ -21,7 +21,6 @@ from blendsim.sim.batch import FEATURE_FIELDS, prefill_sums
 from blendsim.sim.errors import UserError
 
 
-
 def reads_cost_model(policy: str) -> bool:
     """Whether ``policy``'s plan reads step prices (its class says so): its schedule then depends on the
     parameters and is re-simulated with the final ones."""

@@ -75,12 +75,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from blendsim.policies.option import EXT, OURS, Option
 from blendsim.policies.accelgen.budget import pivot_forward_size, prefill_step_time
 from blendsim.policies.accelgen.queue import SlackQueue
 from blendsim.policies.accelgen.scheduler import AccelGenScheduler, Params
 from blendsim.policies.accelgen.slack import SloBook
 from blendsim.policies.base import Policy, register
+from blendsim.policies.option import EXT, OURS, Option
 from blendsim.sim.engines import PROFILES
 from blendsim.sim.errors import UserError
 

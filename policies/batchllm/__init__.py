@@ -54,10 +54,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blendsim.policies.option import Option
 from blendsim.policies.base import Policy, Router, register
 from blendsim.policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
 from blendsim.policies.batchllm.scheduler import BatchLLMScheduler
+from blendsim.policies.option import Option
 
 ORDERS = ("r_group", "r_group_hint", "tree")
 BATCHING = ("memory", "count")

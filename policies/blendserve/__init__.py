@@ -33,11 +33,11 @@ Choices the paper leaves open (each is also noted where it is made):
 
 from __future__ import annotations
 
-from blendsim.policies.option import EXT, OURS, Option
 from blendsim.policies.base import Policy, Router, register, register_router
 from blendsim.policies.blendserve.plan import Plan, build_plan
 from blendsim.policies.blendserve.scanner import DualScanScheduler
 from blendsim.policies.blendserve.split import SPLIT_MODES
+from blendsim.policies.option import EXT, OURS, Option
 
 WARMUP_MODES = ("barrier", "none")
 

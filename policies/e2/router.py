@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections import deque
 
-from blendsim.policies.option import Option
 from blendsim.policies.base import Router, register_router
 from blendsim.policies.e2.balance import Balancer, OverloadDetector
 from blendsim.policies.e2.codeload import CodeLoad
@@ -30,6 +29,7 @@ from blendsim.policies.e2.load import OutputStats, PaperLoad
 from blendsim.policies.e2.local import ADMIT, EVICT, FINISH
 from blendsim.policies.e2.timing import TimeModel
 from blendsim.policies.e2.tree import GlobalTree
+from blendsim.policies.option import Option
 from blendsim.sim.errors import UserError
 
 HIT_WINDOW_S = 30.0  # prefill/decode balancing's hit-ratio window (Preble's code)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.workloads.recipes import Recipe, poisson_arrivals, require_positive, rngs
+from blendsim.workloads.recipes.base import Recipe, poisson_arrivals, require_positive, rngs
 from blendsim.workloads.sources import ALPACA, BOOKCORPUS, SHAREGPT_2K
 
 READING_TBT_S = 0.1875  # AccelGen sec. 4.3: normal reading speed, s per token
