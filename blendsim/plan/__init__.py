@@ -49,10 +49,10 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     simulator models pipelining). ``out`` writes the HTML report there and makes the search resumable.
     ``progress(simulated, deployment)`` is called as simulations finish."""
     from blendsim.api import _as_trace
-    from blendsim.sim.clikit import parse_names
+    from blendsim.options import parse_names
     from blendsim.sim.models import get_model
     from blendsim.sweep.backends import make_backend
-    from blendsim.sweep.cli import _default_policies
+    from blendsim.sweep.grid import default_policies
 
     from .prices import read_prices
     from .report import build_answer, write_report
@@ -86,7 +86,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     for e in eng:
         if e not in PROFILES:
             raise UserError(f"--engines {e!r}: not an engine profile ({', '.join(PROFILES)})")
-    pols = names(policies, "--policies") or _default_policies()
+    pols = names(policies, "--policies") or default_policies()
     for p in pols:
         resolve_policy(p)
     get_model(model)

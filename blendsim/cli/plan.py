@@ -1,4 +1,4 @@
-"""The `blendsim plan` command (its body; the command line mounts it)."""
+"""``blendsim plan``: the cheapest deployment that finishes a batch job by its deadline (blendsim.plan)."""
 
 from __future__ import annotations
 
