@@ -133,10 +133,12 @@ def notes(answer: dict) -> list[str]:
 
 
 def print_answer(answer: dict) -> None:
+    import sys
+
     from rich.console import Console
     from rich.table import Table, box
 
-    c = Console()
+    c = Console() if sys.stdout.isatty() else Console(width=200)  # piped: the whole table, not a cut one
     r = rows(answer)
     if r:
         t = Table(title="Pareto front (makespan vs cost); * recommended", box=box.SIMPLE_HEAD, pad_edge=False)

@@ -27,8 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-from blendsim.sim.errors import UserError
-
 from .prices import job_cost
 from .space import Candidate, shape_bounds, shapes, work_bound
 
