@@ -173,3 +173,10 @@ def test_deadline(text, seconds):
 def test_bad_deadline(text):
     with pytest.raises(UserError, match="--deadline"):
         parse_deadline(text)
+
+
+def test_budget_nothing_fits_gives_the_fastest(trace, exhaustive):
+    out = run_search(trace, SPACE, 1e9, read_prices(), budget=1e-9)
+    assert not out.meets_any
+    fastest = min(exhaustive.points.values(), key=lambda p: (p.makespan_s, p.cost_usd, p.cand.key))
+    assert recommend(out, 1e9, 1e-9).cand == fastest.cand
