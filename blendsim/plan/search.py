@@ -34,7 +34,6 @@ ROUND = 8
 DEADLINE = "cannot meet the deadline (lower bound)"
 BUDGET = "over the budget (lower bound)"
 DOMINATED = "dominated (lower bounds)"
-SLOWER = "slower than the fastest (lower bound)"
 
 
 @dataclass
