@@ -76,7 +76,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     table = read_prices(prices)
     hw = names(hardware, "--hardware") or tuple(h for h in table.prices)
     from blendsim.policies.base import resolve_policy
-    from blendsim.sim.engines import PROFILES
+    from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
 
     for h in hw:
@@ -84,8 +84,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
         table.price_of(h)
     eng = names(engines, "--engines") or DEFAULT_ENGINES
     for e in eng:
-        if e not in PROFILES:
-            raise UserError(f"--engines {e!r}: not an engine profile ({', '.join(PROFILES)})")
+        get_profile(e)  # an unknown engine or version is one line
     pols = names(policies, "--policies") or default_policies()
     for p in pols:
         resolve_policy(p)

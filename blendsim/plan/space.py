@@ -172,19 +172,19 @@ def work_bound(trace, dep, sharing: float) -> float:
 def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> ShapeBounds:
     """The bounds of ``dep`` run by ``engine`` (an engine profile name: its per-step overhead, which the cost
     model adds to every step's kernel time, joins the tail bound)."""
-    from blendsim.sim.cost import build_cost_model
-    from blendsim.sim.engines import PROFILES
+    from blendsim.sim.build_cost import build_cost_model
+    from blendsim.sim.engines import get_profile
     from blendsim.sim.models import WEIGHT_BYTES
 
     m = dep.model
     weights = m.gemm_params_active * WEIGHT_BYTES[m.weights] / (dep.tp * dep.hardware.mem_bandwidth)
     step = weights
     if engine is not None:
-        mode = PROFILES[engine].mode if engine in PROFILES else "sequential"
+        mode = get_profile(engine).mode
         cm = build_cost_model(dep, mode, engine)
         # NOTE: sequential mode adds the operator classes' times, overlap mode takes at least the larger of
         # the compute and memory groups, so at least half of their sum; the engine overhead is added to both
-        step = (weights if mode == "sequential" else weights / 2) + float(cm.engine(1, 1))
+        step = (weights if mode == "sequential" else weights / 2) + float(cm.engine.overhead(1, 1))
     d_max = int(trace.output_len.max())
     return ShapeBounds(work_bound(trace, dep, sharing), max(d_max - 1, 0) * step)
 
