@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass
 from blendsim.sim.ops import MOE_GEMMS
 from blendsim.sim.timers import RooflineTimer
 
-
 # name -> (lower, upper) bound of every fittable efficiency
 BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_eff": (0.25, 0.95),

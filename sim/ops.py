@@ -26,6 +26,7 @@ import numpy as np
 
 from blendsim.sim.deployment import Deployment
 
+
 class Op(NamedTuple):
     """One operator of a step: every fact the cost model, the timers and calibration need about its name."""
 

@@ -115,7 +115,7 @@ def test_simulate_cli_takes_an_engine_profile(tmp_path):
 
 
 def test_hardware_presets_name_the_devices_they_match():
-    from blendsim.sim.hardware import GiB, PRESETS, preset_for_device
+    from blendsim.sim.hardware import PRESETS, GiB, preset_for_device
 
     assert preset_for_device("NVIDIA A100-SXM4-80GB", 80 * GiB) == "a100-80gb"
     assert preset_for_device("NVIDIA A100-SXM4-40GB", 40 * GiB) == "a100-40gb"  # same name, memory decides
