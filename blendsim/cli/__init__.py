@@ -45,6 +45,9 @@ def _mount() -> None:
     app.command("sweep")(sweep_cmd)
     register_reports(app)
     register_fidelity(app)
+    from blendsim.cli.plan import register as register_plan
+
+    register_plan(app)
 
 
 @app.command("models")

@@ -31,11 +31,11 @@ def sweep_cmd(
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
                                                       "scheduler defaults, overheads, CUDA graphs, fitted kernel "
-                                                      "efficiencies; policies keep their ordering) or ideal "
-                                                      "(default: each policy's own)."),
-    engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's engine settings "
-                                                            "(token budget, block size, rounding, overhead style), "
-                                                            "so only the scheduling differs (default: each its own)."),
+                                                      "efficiencies; policies keep their ordering) or ideal: one "
+                                                      "engine for every policy (default: ideal)."),
+    engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's declared scheduler "
+                                                            "settings (token budget, block size, rounding), so only "
+                                                            "the scheduling differs (default: each its own)."),
     recipe_opt: list[str] = typer.Option(None, "--recipe-opt", help="Further recipe option key=value "
                                                                     "(e.g. source=azure; repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workloads and the policies."),
