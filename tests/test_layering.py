@@ -42,11 +42,7 @@ IMPORTERS = ("import_module", "__import__")
 
 # Import circles that stand today, each with the branch that removes it; any other circle fails the test,
 # and so does an entry here once its circle is gone (delete it then).
-ALLOWED_CYCLES = {
-    # wt/refactor-engine (issue 23 item 3) splits sim/cost.py so that the cost model's modules stop importing
-    # each other; the lead deletes this entry when merging that branch.
-    frozenset({"blendsim.sim.cost", "blendsim.sim.efficiency", "blendsim.sim.profile"}): "wt/refactor-engine",
-}
+ALLOWED_CYCLES: dict[frozenset, str] = {}  # none: a circle allowed here needs its reason and its owner
 # Modules whose computed-name imports (a registry loading its plugins) are left out of the module graph.
 DISCOVERY = {
     # The policy registry (resolve_policy, policy_names) sits in policies/base.py beside Policy and register,
