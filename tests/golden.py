@@ -44,7 +44,7 @@ def cases():
         out.append((f"{pol}-alone", "alone", {"policy": pol, "offline": True}))
         out.append((f"{pol}-timed-2rep", "timed", {"policy": pol, "replicas": 2}))
         out.append((f"{pol}-shared-small-kv", "shared", {"policy": pol, "kv_capacity_override": 400 * 131072}))
-    out.append(("dfs-shared-noprefix", "shared", {"policy": "dfs", "prefix_caching": False}))
+    out.append(("fcfs-shared-noprefix", "shared", {"policy": "fcfs", "prefix_caching": False}))
     out.append(("sarathi-alone-noprefix", "alone", {"policy": "sarathi", "prefix_caching": False}))
     out.append(("vllm-shared-schedule", "shared", {"policy": "vllm", "record_schedule": True}))
     out.append(("fcfs-timed-schedule", "timed", {"policy": "fcfs", "record_schedule": True}))
