@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import golden
+import pytest
 
 STORED = json.loads(golden.STORE.read_text())
 TRACES = golden.traces()
