@@ -12,7 +12,9 @@ Two workloads, both on llama-3-8b / a100-80gb, every request at t=0:
 Each trace is written to a Parquet file first (synthesis is not timed), then every (workload, size, policy) runs
 as a whole ``blendsim simulate`` process: start-up, reading the trace, simulating and writing the run directory.
 Wall is the process's wall time (median of ``--repeat``), peak is its maximum resident set (``ru_maxrss`` of the
-child, as ``/usr/bin/time`` reports it). ``x10`` is the growth from the previous size, scaled to a factor of 10.
+child, as ``/usr/bin/time`` reports it), cpu its user + system CPU seconds: on a machine shared with other jobs
+wall time swings several-fold with their load, CPU time far less, so compare versions on cpu there.
+``x10`` is the growth from the previous size, scaled to a factor of 10.
 Sizes default to 100,000 so a plain run is short; the issue's targets are 1M within 20 s and 10M (blendserve,
 dfs) within 5 minutes and 8 GB.
 
@@ -88,8 +90,8 @@ def make_trace(kind: str, n: int, data: Path, out: Path) -> Path:
     return out
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one process."""
+def timed(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MB) and CPU seconds (user + system) of one process."""
     t0 = time.perf_counter()
     pid = os.fork()
     if pid == 0:
@@ -100,7 +102,7 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     wall = time.perf_counter() - t0
     if status != 0:
         sys.exit(f"command failed ({status}): {' '.join(cmd)}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> int:
@@ -127,7 +129,7 @@ def main(argv=None) -> int:
     store.mkdir(parents=True, exist_ok=True)
     versions = [("new", exe)] + ([("base", a.base)] if a.base else [])
     print(f"{'workload':10s} {'requests':>10s} {'policy':8s} {'version':7s} {'wall s':>8s} {'x10':>6s} "
-          f"{'peak MB':>8s} {'x10':>6s}", flush=True)
+          f"{'cpu s':>8s} {'peak MB':>8s} {'x10':>6s}", flush=True)
     try:
         for kind in kinds:
             prev: dict = {}
@@ -142,22 +144,23 @@ def main(argv=None) -> int:
                             runs[v].append(timed([x, "simulate", str(path), "--policy", pol, "--model", "llama-3-8b",
                                                   "--hardware", "a100-80gb", "-o", str(tmp / f"run-{v}")]))
                             shutil.rmtree(tmp / f"run-{v}", ignore_errors=True)
-                    walls = {}
+                    walls, cpus = {}, {}
                     for v, _ in versions:
-                        wall = statistics.median(w for w, _ in runs[v])
-                        peak = max(m for _, m in runs[v])
-                        walls[v] = wall
+                        wall = statistics.median(w for w, _, _ in runs[v])
+                        cpu = statistics.median(c for _, _, c in runs[v])
+                        peak = max(m for _, m, _ in runs[v])
+                        walls[v], cpus[v] = wall, cpu
                         gw = gm = ""
                         if (pol, v) in prev:  # growth per 10x: (ratio) ** (1 / log10(size ratio))
                             n0, w0, m0 = prev[(pol, v)]
                             e = 1 / math.log10(n / n0)
                             gw, gm = f"{(wall / w0) ** e:.2f}", f"{(peak / m0) ** e:.2f}"
                         prev[(pol, v)] = (n, wall, peak)
-                        print(f"{kind:10s} {n:10,d} {pol:8s} {v:7s} {wall:8.2f} {gw:>6s} {peak:8.0f} {gm:>6s}",
-                              flush=True)
+                        print(f"{kind:10s} {n:10,d} {pol:8s} {v:7s} {wall:8.2f} {gw:>6s} {cpu:8.2f} {peak:8.0f} "
+                              f"{gm:>6s}", flush=True)
                     if a.base:
-                        print(f"{'':10s} {'':10s} {pol:8s} base/new wall {walls['base'] / walls['new']:.2f}x",
-                              flush=True)
+                        print(f"{'':10s} {'':10s} {pol:8s} base/new: wall {walls['base'] / walls['new']:.2f}x, "
+                              f"cpu {cpus['base'] / cpus['new']:.2f}x", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
