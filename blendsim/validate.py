@@ -80,13 +80,12 @@ def guess_hardware(dev) -> str:
         return "cpu"
     import torch
 
-    name = torch.cuda.get_device_name(dev).lower()
-    for key, preset in (("h200", "h200"), ("h100", "h100-80gb"), ("a100", "a100-80gb"), ("l40s", "l40s"),
-                        ("a6000", "a6000")):
-        if key in name:
-            if preset == "a100-80gb" and torch.cuda.get_device_properties(dev).total_memory < 60 * GIB:
-                return "a100-40gb"
-            return preset
+    from blendsim.sim.hardware import preset_for_device
+
+    name = torch.cuda.get_device_name(dev)
+    preset = preset_for_device(name, torch.cuda.get_device_properties(dev).total_memory)
+    if preset is not None:
+        return preset
     raise UserError(f"no hardware preset for {name!r}; pass --hardware (see `blendsim hardware`)")
 
 

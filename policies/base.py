@@ -7,7 +7,8 @@ A policy is one file: a subclass of :class:`Policy` decorated with ``@register("
   default scheduler and the order requests are handed to the router;
 * supply its router (:meth:`Policy.make_router`, round-robin by default) and its per-replica
   scheduler (:meth:`Policy.make_scheduler`, ``blendsim.sim.scheduler.Scheduler`` with a rank queue by default);
-* set engine defaults (token budget, sequence cap, block size, ...) and its engine-overhead style.
+* declare the scheduler settings it needs (token budget, sequence cap, block size, ...), applied over the
+  engine's and printed; the engine (``--engine``) prices every policy alike.
 
 Policy files in this package are discovered automatically: adding a policy touches one file.
 

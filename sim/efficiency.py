@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from blendsim.sim.ops import MOE_GEMMS
 from blendsim.sim.timers import RooflineTimer
-
-MOE_GEMMS = ("moe_gate_up", "moe_down")  # sim.ops' routed-expert GEMMs
 
 # name -> (lower, upper) bound of every fittable efficiency
 BOUNDS: dict[str, tuple[float, float]] = {

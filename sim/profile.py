@@ -39,7 +39,7 @@ from blendsim.sim.deployment import Deployment
 from blendsim.sim.errors import UserError
 from blendsim.sim.io import read_json, write_json
 from blendsim.sim.models import DTYPE_BYTES
-from blendsim.sim.ops import MOE_OPS, OPS
+from blendsim.sim.ops import MLA_OPS, MOE_OPS, OPS, PROFILED_OPS
 from blendsim.sim.profile_check import check_profile
 from blendsim.sim.timers import RooflineTimer
 
@@ -47,13 +47,7 @@ SCHEMA = "blendsim.profile"
 SCHEMA_VERSION = 1
 SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size",
               "head_dim")
-# which features feed each operator's polynomial
-OP_VARS = {
-    "qkv_proj": ("tokens",), "o_proj": ("tokens",), "gate_up_proj": ("tokens",), "down_proj": ("tokens",),
-    "lm_head": ("tokens",), "norm": ("tokens",), "rope": ("tokens",), "act": ("tokens",),
-    "kv_write": ("tokens",), "embedding": ("tokens",), "allreduce": ("tokens",),
-    "attn_prefill": ("tokens", "context"), "attn_decode": ("batch", "context"),
-}
+OP_VARS = PROFILED_OPS  # which features feed each operator's polynomial (sim.ops.OP_TABLE)
 
 
 @dataclass
@@ -212,7 +206,7 @@ class ProfileTimer:
                        f"using the roofline for {'it' if len(self._missing) == 1 else 'them'}")
         s = self.shapes
         own = [op for op in OPS if s.applies(op) and op not in self.profile.ops
-               and (op in ("kv_up_proj", "attn_absorb") or op in MOE_OPS)]
+               and (op in MLA_OPS or op in MOE_OPS)]
         if own:
             out.append(f"profile {self.profile.path or ''} has no MoE/MLA operators: using the roofline for "
                        f"{', '.join(own)}")

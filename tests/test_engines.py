@@ -112,3 +112,28 @@ def test_simulate_cli_takes_an_engine_profile(tmp_path):
     assert res.exit_code == 0, res.output
     s = json.loads(res.stdout)
     assert s["engine"] == "trtllm" and s["cost_model"] == "roofline+fitted"
+
+
+def test_hardware_presets_name_the_devices_they_match():
+    from blendsim.sim.hardware import PRESETS, GiB, preset_for_device
+
+    assert preset_for_device("NVIDIA A100-SXM4-80GB", 80 * GiB) == "a100-80gb"
+    assert preset_for_device("NVIDIA A100-SXM4-40GB", 40 * GiB) == "a100-40gb"  # same name, memory decides
+    assert preset_for_device("NVIDIA H100 PCIe", 80 * GiB) == "h100-pcie"  # the longer name wins
+    assert preset_for_device("NVIDIA H100 80GB HBM3", 80 * GiB) == "h100-80gb"
+    assert preset_for_device("NVIDIA H200", 141 * GiB) == "h200" and preset_for_device("NVIDIA H20") == "h20"
+    assert preset_for_device("Tesla T4", 16 * GiB) is None
+    for h in PRESETS.values():
+        for d in h.device_names:
+            assert d == d.lower() and preset_for_device(f"NVIDIA {d.upper()}", h.memory_bytes) == h.name
+
+
+def test_operator_lists_derive_from_one_table():
+    from blendsim.sim import ops
+    from blendsim.sim.profile import OP_VARS
+
+    t = ops.OP_TABLE
+    assert set(ops.OPS) == set(t) and set(OP_VARS) == {k for k, o in t.items() if o.vars}
+    assert set(ops.ALL_GEMM_OPS) == {k for k, o in t.items() if o.kind == "gemm"}
+    assert set(ops.MOE_GEMMS) <= set(ops.MOE_OPS) and set(ops.LOWP_GEMMS) <= set(ops.ALL_GEMM_OPS)
+    assert ops.GEMM_OPS == ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")

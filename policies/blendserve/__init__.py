@@ -28,7 +28,7 @@ Choices the paper leaves open (each is also noted where it is made):
   multiples of 128 tokens and a dense token budget of 1,024 (NanoFlow's dense batch for 8B models,
   also the largest batch of BlendServe's Table 1); token-granular prefix cache (block_size 1), as the
   SGLang radix tree BlendServe's runtime cache is built on. Pass --token-budget 2048 for 70B (TP8).
-  Engine-overhead style stays ``ideal``: compare policies with the same explicit ``--engine``.
+  Pricing is the engine's (``--engine``, default ``ideal``), the same for every policy compared.
 """
 
 from __future__ import annotations
