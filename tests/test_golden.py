@@ -1,7 +1,7 @@
 """Every policy's results stay byte-identical through the speed work (issue 29).
 
 The stored digests (tests/golden_sha256.json) were made by the version before the columnar step log and
-the prefix-cache shortcuts (``python tests/golden.py --write`` on commit c2822e5, main after the one-engine refactor); each case here must
+the prefix-cache shortcuts (``python tests/golden.py --write`` on main 7b989ad; before it on c2822e5 and 3099fbc, with the same step and request tables); each case here must
 reproduce them. The slow-path tests run the same cases with the shortcut turned off and compare.
 """
 
