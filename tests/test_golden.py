@@ -1,8 +1,10 @@
 """Every policy's results stay byte-identical through the speed work (issue 29).
 
-The stored digests (tests/golden_sha256.json) were made by the version before the columnar step log and
-the prefix-cache shortcuts (``python tests/golden.py --write`` on main 7b989ad; before it on c2822e5 and 3099fbc, with the same step and request tables); each case here must
-reproduce them. The slow-path tests run the same cases with the shortcut turned off and compare.
+The stored digests (tests/golden_sha256.json) are made by main without this work (``python tests/golden.py
+--write`` run with main 7b989ad installed; main's own summary.json changed since c2822e5 and 3099fbc, its step
+and request tables did not); each case here must reproduce them. A regeneration is due only when a change of
+results is intended. The slow-path test runs cases with a list-backed step log (the old representation) and
+compares.
 """
 
 from __future__ import annotations
