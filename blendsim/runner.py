@@ -8,6 +8,7 @@ cost model, and the metrics module turns the records into summary, step and requ
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -197,9 +198,9 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
 
     rec = RequestRecords(trace.n)
     tick = (lambda: progress(rec.n_finished)) if progress else None
-    P = trace.input_len.tolist()
-    Dl = trace.output_len.tolist()
-    hints = trace.output_len_hint.tolist()
+    # typed int64 columns (8 bytes a request, not a boxed number and a pointer): indexed like lists
+    P, Dl, hints = (array("q", np.ascontiguousarray(a, dtype=np.int64).tobytes())
+                    for a in (trace.input_len, trace.output_len, trace.output_len_hint))
     replicas = []
     for i in range(cfg.replicas):
         kv = KVCache(tree, blocks, B, eng.prefix_caching, retain=eng.prefix_retain)

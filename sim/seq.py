@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,8 +112,9 @@ class WaitQueue:
 
 
 class RequestRecords:
-    """Per-request outcomes, filled as events happen (Python lists: cheap scalar updates in the hot
-    path; :meth:`arrays` gives numpy views for the metrics)."""
+    """Per-request outcomes, filled as events happen, in typed ``array.array`` columns (float64 and int64):
+    scalar updates in the hot path as cheap as a list's, 8 bytes a value instead of a boxed number (14
+    columns: 112 bytes a request, not ~500); :meth:`arrays` gives numpy copies for the metrics."""
 
     # preempted_s: when a preemption cut the request's token stream (NaN once a token follows)
     FLOAT = ("routed_s", "admit_s", "first_token_s", "finish_s", "preempted_s", "resume_gap_s")
@@ -120,20 +122,20 @@ class RequestRecords:
            "prefill_computed", "preemptions", "generated")
 
     def __init__(self, n: int):
-        nan = float("nan")
         self.n = n
         self.n_finished = 0
+        nan = array("d", [float("nan")]) * n
         for f in self.FLOAT:
-            setattr(self, f, [nan] * n)  # seconds: handed to a replica, first scheduled, ...
-        self.resume_gap_s = [0.0] * n  # longest wait between two tokens caused by a preemption
+            setattr(self, f, array("d", nan))  # seconds: handed to a replica, first scheduled, ...
+        self.resume_gap_s = array("d", bytes(8 * n))  # longest wait between two tokens caused by a preemption
         for f in ("replica", "first_token_step", "finish_step"):
-            setattr(self, f, [-1] * n)
+            setattr(self, f, array("q", [-1]) * n)
         for f in ("cached_tokens", "recomputed_tokens", "prefill_computed", "preemptions", "generated"):
-            setattr(self, f, [0] * n)
+            setattr(self, f, array("q", bytes(8 * n)))
 
     def arrays(self) -> RequestArrays:
-        return RequestArrays(**{f: np.asarray(getattr(self, f), dtype=np.float64) for f in self.FLOAT},
-                             **{f: np.asarray(getattr(self, f), dtype=np.int64) for f in self.INT})
+        return RequestArrays(**{f: np.array(getattr(self, f), dtype=np.float64) for f in self.FLOAT},
+                             **{f: np.array(getattr(self, f), dtype=np.int64) for f in self.INT})
 
 
 @dataclass(frozen=True)

@@ -319,7 +319,7 @@ def test_urgent_request_preempts_the_running_request_with_the_largest_remaining_
     s, b = _urgent_case(0.15)
     # T_r (T_max = 0.1): request 1: 0.5 - 0.1 = 0.4 > request 2: 1.15 - 0.1 - 1.0 = 0.05 (urgent: < T_max)
     # > request 0: 0.1 - 0.1 = 0: only request 1 has a larger T_r
-    assert s.rec.preemptions == [0, 1, 0]
+    assert list(s.rec.preemptions) == [0, 1, 0]
     assert b.num_decode == 1 and b.prefill == [(2, 64, 0, 0)]
     assert s.counts["preempt_urgent"] == 1 and list(s.q) == [1]
     # the block reserved for request 1's decode token was given back: only the survivors hold KV
@@ -330,7 +330,7 @@ def test_an_urgent_request_whose_slo_is_lost_preempts_no_one():
     # TTFT 1 ms: T_r = 1.001 - 0.1 - 1.0 < 0, its SLO is lost whatever runs now (issue 14): it waits for
     # KV like any candidate instead of evicting request 1 (whose SLO can still be met)
     s, b = _urgent_case(0.001)
-    assert s.rec.preemptions == [0, 0, 0] and s.counts["preempt_urgent"] == 0
+    assert list(s.rec.preemptions) == [0, 0, 0] and s.counts["preempt_urgent"] == 0
     assert b.num_decode == 2 and [r for r, *_ in b.prefill] in ([], [2])
 
 
@@ -342,7 +342,7 @@ def test_decodes_over_the_budget_preempt_the_loosest():
     assert s.n_dec == 3
     s.prm = dataclasses.replace(s.prm, s_pf=2)  # S_b = 2 x 0.1 / 0.1 = 2 < 3 decodes
     b = step(s, 0.1)
-    assert b.num_decode == 2 and s.rec.preemptions == [0, 0, 1] and s.counts["preempt_compute"] == 1
+    assert b.num_decode == 2 and list(s.rec.preemptions) == [0, 0, 1] and s.counts["preempt_compute"] == 1
 
 
 # ---- whole runs -----------------------------------------------------------------------------
@@ -381,7 +381,7 @@ def test_a_prompt_that_fills_the_kv_cache_gets_its_last_chunk():
     s.requeue(0)
     got = [step(s, 0.2 * k).prefill for k in range(6)]
     assert [c[0][1:3] for c in got] == [(10, 10 * k) for k in range(6)]
-    assert s.kv.available == 0 and s.n_dec == 1 and s.rec.preemptions == [0]
+    assert s.kv.available == 0 and s.n_dec == 1 and list(s.rec.preemptions) == [0]
 
 
 def test_the_livelock_reproducer_finishes(monkeypatch):
@@ -432,7 +432,7 @@ def test_compute_preemption_spares_the_last_decoder_and_lost_slos():
     assert t.n_dec == 2
     t.prm = dataclasses.replace(t.prm, s_pf=2)
     b = step(t, 0.2)
-    assert b.num_decode == 2 and t.rec.preemptions == [0, 0]
+    assert b.num_decode == 2 and list(t.rec.preemptions) == [0, 0]
 
 
 def test_preempt_limit_bounds_the_policys_preemptions_of_a_request():
@@ -443,7 +443,7 @@ def test_preempt_limit_bounds_the_policys_preemptions_of_a_request():
     s.n_preempt[2] = 1  # request 2, the loosest, was preempted once already
     s.prm = dataclasses.replace(s.prm, s_pf=2)  # S_b = 2 < 3 decodes
     b = step(s, 0.1)
-    assert b.num_decode == 2 and s.rec.preemptions == [0, 1, 0]  # the next-loosest (newest tie) went
+    assert b.num_decode == 2 and list(s.rec.preemptions) == [0, 1, 0]  # the next-loosest (newest tie) went
 
 
 def test_partial_prefills_that_overfill_the_kv_do_not_preempt_one_another_in_turn(monkeypatch):

@@ -1,0 +1,39 @@
+"""benchmarks/bench_scale.py's inputs (its figures are the benchmark's, not a test's)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+spec = importlib.util.spec_from_file_location("bench_scale", Path(__file__).parents[1] / "benchmarks" / "bench_scale.py")
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+
+def test_sizes_take_k_and_m_suffixes():
+    assert bench.parse_sizes("1m,100k,10_000,100000") == [10_000, 100_000, 1_000_000]
+    with pytest.raises(SystemExit, match="not a number"):
+        bench.parse_sizes("lots")
+
+
+def test_missing_data_folder_is_one_line(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--data", str(tmp_path), "--workloads", "azure"])
+    msg = str(e.value)
+    assert "azure_llm_inference_2023_conv.csv: not found (pass --data DIR" in msg and "\n" not in msg
+
+
+def test_azure_trace_repeats_the_file_lengths(tmp_path):
+    import numpy as np
+
+    from blendsim.workloads.trace import read_trace
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / bench.AZURE_FILE).write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                         "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    t = read_trace(bench.make_trace("azure", 5, data, tmp_path / "t.parquet"))
+    assert t.input_len.tolist() == [374, 396, 374, 396, 374] and t.output_len.tolist() == [44, 109, 44, 109, 44]
+    assert not np.any(t.arrival_s)
