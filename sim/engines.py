@@ -40,6 +40,10 @@ class EngineProfile:
     fitted: tuple = ()  # overhead fields fitted from the catalogue (the rest are cited constants)
     tuned_by: str = ""  # "trtllm-bench": batch and token limits from the dataset (trtllm_bench_settings)
     source: str = ""
+    # how a prefix load from a host/disk KV tier (sim.kv_tiers) meets the step: "overlap" (it runs
+    # alongside the step's compute: layer-by-layer prefetch) or "stall" (the step waits for it); cited
+    # per profile in KV_LOAD_SOURCES
+    kv_load: str = "stall"
 
     def graph_size(self, n: int) -> int:
         """The captured batch size a decode-only step of ``n`` sequences runs at."""
@@ -158,6 +162,23 @@ PROFILES: dict[str, EngineProfile] = {
 }
 
 
+# Where each profile's kv_load comes from (/tmp/research/hardware.md sec. 4 collects these):
+KV_LOAD_SOURCES = {
+    "trtllm": "stall: NVIDIA/TensorRT-LLM docs/source/features/kvcache.md -- an offloaded block is first copied "
+              "back into GPU memory when reused (onboarding before the step; no layer-wise overlap documented)",
+    "vllm": "overlap: vLLM KV offloading connector (0.11+; docs 'KV Offloading Usage Guide', blog 2026-01-08) -- "
+            "DMA transfers run asynchronously alongside model computation (the loading request waits, the "
+            "others' compute goes on; not layer-wise)",
+    "vllm-v0": "stall: no native offloading before vLLM 0.11; LMCache's connector defaults to use_layerwise=False "
+               "(lmcache/v1/config.py), a blocking retrieve before the step",
+    "sglang": "overlap: SGLang HiCache (docs/advanced_features/hicache_design.md) loads layer N+1's KV while "
+              "computing layer N",
+    "nanoflow": "stall: ours -- NanoFlow has no KV offloading; the conservative choice",
+}
+_KV_LOAD = {"trtllm": "stall", "vllm": "overlap", "vllm-v0": "stall", "sglang": "overlap", "nanoflow": "stall"}
+PROFILES = {k: replace(p, kv_load=_KV_LOAD.get(k, p.kv_load)) for k, p in PROFILES.items()}
+
+
 def profile_names() -> list[str]:
     return list(PROFILES)
 
@@ -188,5 +209,5 @@ def get_profile(name: str, params: dict | None = None) -> EngineProfile:
     return prof.with_params(fitted) if fitted else prof
 
 
-__all__ = ["EngineProfile", "PARAMS_FILE", "PROFILES", "get_profile", "graph_pad", "is_profile", "load_params",
+__all__ = ["EngineProfile", "KV_LOAD_SOURCES", "PARAMS_FILE", "PROFILES", "get_profile", "graph_pad", "is_profile", "load_params",
            "profile_names", "trtllm_bench_settings"]
