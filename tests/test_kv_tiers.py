@@ -245,3 +245,63 @@ def test_the_cli_refuses_a_bad_tier_in_one_line(tmp_path):
     r = CliRunner().invoke(get_app(), ["simulate", str(f), "--model", "tiny", "--host-kv-gb", "nan", "-o",
                                  str(tmp_path / "run")])
     one_line_error(r, "--host-kv-gb")
+
+
+# ---- tier-aware policy variants (ours, default off) ---------------------------------------------
+def _e2_router(tiers: str):
+    from types import SimpleNamespace
+
+    from blendsim.policies.e2.router import E2Router
+
+    trace = _evict_and_rehit()
+    run = prepare_run(trace, RunConfig(policy="e2", model="tiny", hardware="a100-80gb", host_kv_gb=gb(64),
+                                       kv_capacity_override=(420 + 32) * KVB, options={"tiers": tiers}))
+    kv = TieredKVCache(run.tree, run.num_blocks, run.engine.block_size, True, run.tiers)
+    rep = SimpleNamespace(scheduler=SimpleNamespace(kv=kv))
+    return E2Router(run.policy.ctx, [rep]), kv, run
+
+
+@pytest.mark.parametrize("tiers", ["gpu", "load"])
+def test_e2_prices_a_host_resident_prefix_as_a_load_only_when_asked(tiers):
+    router, kv, run = _e2_router(tiers)
+    path = kv.path_of(2)  # C: P (64 tokens) then its own 32
+    x = path[0]
+    kv.host[x] = kv.nblocks[x]  # P sits in host memory, nothing on the GPU (block size 1: 64 blocks)
+    kv.host_used = kv.nblocks[x]
+    _, P = router.cost(0, path, 96)
+    tm = router.tm
+    if tiers == "gpu":
+        assert P == tm.prefill(96, 0)  # the paper: a miss, all 96 tokens recomputed
+    else:
+        per_token = run.tiers.block_bytes / run.engine.block_size / run.tiers.link_bw
+        assert per_token == KVB / LINK
+        assert P == pytest.approx(tm.prefill(32, 64) + 64 * KVB / LINK, rel=1e-12)
+        assert P < tm.prefill(96, 0)
+
+
+def test_e2_tier_option_is_checked():
+    with pytest.raises(UserError, match="option tiers"):
+        run_simulation(_evict_and_rehit(), _cfg(policy="e2", options={"tiers": "maybe"}))
+    with pytest.raises(UserError, match="option tiers"):
+        run_simulation(_evict_and_rehit(), _cfg(policy="blendserve", options={"tiers": "maybe"}))
+
+
+def test_blendserve_tier_variant_scales_the_split_budget_by_load_over_prefill():
+    rng = np.random.default_rng(5)
+    from tests.helpers import random_trace
+
+    trace = random_trace(rng, n=40)
+    m, hw = get_model("llama-3-8b"), get_hardware("a100-80gb")
+    cfg = dict(policy="blendserve", model="llama-3-8b", hardware="a100-80gb",
+               kv_capacity_override=400 * m.kv_bytes_per_token, host_kv_gb=1.0)
+    base = run_simulation(trace, RunConfig(**cfg)).summary["blendserve"]
+    tier = run_simulation(trace, RunConfig(**cfg, options={"tiers": "load"})).summary["blendserve"]
+    assert "split_tier_scale" not in base
+    # 8B: 131,072 KV bytes per token over 25 GB/s = 5.2 us; prefill 2 x 6.98e9 FLOP at 0.7 x 312 TFLOP/s = 64 us
+    prefill = 2.0 * m.gemm_params_active / (hw.peak_flops * hw.compute_efficiency)
+    scale = (m.kv_bytes_per_token / hw.host_link_bandwidth) / prefill
+    assert 0.05 < scale < 0.1
+    assert tier["split_tier_scale"] == pytest.approx(scale, rel=1e-12)
+    keep = 0.99  # the default: a budget of 1% of the shared tokens becomes 1% / scale of them
+    assert tier["split_budget_tokens"] == pytest.approx(base["split_budget_tokens"] / (1 - keep) * (
+        1 - max(0.0, 1 - (1 - keep) / scale)), rel=1e-9)

@@ -88,6 +88,9 @@ class BlendServe(Policy):
                          "compute time stays within this many times its memory time; 0 = off"),
         "mem_cap": ("balanced", "M of Alg. 3's partition: balanced (the KV cache, capped at what a full token-budget "
                                 "step can read within its compute time; an extension) or kv (the whole cache)"),
+        "tiers": ("gpu", "split cost of a prefix when a host/disk KV tier is configured (--host-kv-gb): gpu = its "
+                         "recomputation (the paper); load = its load over the host link, so the keep_sharing "
+                         "budget and t, in recompute-time terms, pay for prefill/load times more tokens (ours)"),
         "degenerate": ("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
                                "side nearer the target) or even (M split in half, both scanners keep moving)"),
     }
@@ -103,6 +106,8 @@ class BlendServe(Policy):
             raise UserError(f"option keep_sharing: must be in [0, 1], got {o['keep_sharing']}")
         if o["split"] not in SPLIT_MODES:
             raise UserError(f"option split: choose one of {', '.join(SPLIT_MODES)}, got {o['split']!r}")
+        if o["tiers"] not in ("gpu", "load"):
+            raise UserError(f"option tiers: choose gpu or load, got {o['tiers']!r}")
         if o["fill"] not in ("both", "left", "none"):
             raise UserError(f"option fill: choose both, left or none, got {o['fill']!r}")
         if o["guard"] not in ("fluid", "horizon", "none"):
