@@ -305,3 +305,23 @@ def test_blendserve_tier_variant_scales_the_split_budget_by_load_over_prefill():
     keep = 0.99  # the default: a budget of 1% of the shared tokens becomes 1% / scale of them
     assert tier["split_budget_tokens"] == pytest.approx(base["split_budget_tokens"] / (1 - keep) * (
         1 - max(0.0, 1 - (1 - keep) / scale)), rel=1e-9)
+
+
+MOONCAKE = Path(__file__).resolve().parents[2] / "shared" / "data" / "mooncake_conversation_trace.jsonl"
+if not MOONCAKE.is_file():
+    MOONCAKE = Path("/work/shared/data/mooncake_conversation_trace.jsonl")
+
+
+@pytest.mark.skipif(not MOONCAKE.is_file(), reason="Mooncake trace not found")
+def test_mooncake_online_fcfs_keeps_more_sharing_with_a_host_tier():
+    """Issue 26: online fcfs on Mooncake's conversation trace (llama-3-8b, a100-80gb, its own timestamps) with
+    512 GB of host KV keeps at least 5 points more prefix sharing than the GPU alone, and says where from."""
+    from blendsim.workloads.loaders import load
+
+    trace = load(MOONCAKE, "mooncake")
+    gpu = run_simulation(trace, RunConfig(policy="fcfs")).summary
+    host = run_simulation(trace, RunConfig(policy="fcfs", host_kv_gb=512)).summary
+    assert host["prefix_sharing_ratio"] >= gpu["prefix_sharing_ratio"] + 0.05
+    assert gpu["prefix_hit_tokens"]["host"] == 0 and gpu["kv_load_bytes"] == 0
+    assert host["prefix_hit_tokens"]["host"] > 0 and host["kv_load_bytes"] > 0
+    assert host["kv_load_bytes"] == host["prefix_hit_tokens"]["host"] * get_model("llama-3-8b").kv_bytes_per_token
