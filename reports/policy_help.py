@@ -42,6 +42,7 @@ SOURCES: dict[str, dict[str, str]] = {
         "balance": EXT,
         "mem_cap": EXT + "; kv = paper Alg. 3",
         "degenerate": OURS,
+        "tiers": OURS,
     },
     "batchllm": {
         "order": "paper Eq. 4 (r_group); tree = public code",
@@ -66,6 +67,7 @@ SOURCES: dict[str, dict[str, str]] = {
         "route_map": "paper (evict); window = Preble code",
         "groups": "Preble code (paper gives none)",
         "quota_unit": "paper's example (1); 10 = Preble code",
+        "tiers": OURS,
     },
     "accelgen": {
         "pivot_tol": OURS,

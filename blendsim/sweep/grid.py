@@ -126,6 +126,7 @@ class SweepSpec:
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
     precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
+    tiers: dict = field(default_factory=dict)  # host_kv_gb / disk_kv_gb given on the command line (KV tiers)
 
     def settings(self) -> dict:
         """The settings that define every cell besides its grid point, policy, model and hardware."""
@@ -133,12 +134,14 @@ class SweepSpec:
                "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
         if self.precision:  # only when given, so sweeps made before these options still resume
             out["precision"] = dict(sorted(self.precision.items()))
+        if self.tiers:  # likewise
+            out["tiers"] = dict(sorted(self.tiers.items()))
         return out
 
     def run_settings(self) -> dict:
         """RunConfig fields every cell shares: mode, engine and, with ``engine_of``, that policy's
         engine settings (token budget, block size, ...) and engine-overhead style."""
-        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}
+        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision, **self.tiers}
         if self.engine_of:
             from blendsim.runner import ENGINE_FIELDS
             from blendsim.policies.base import get_policy
