@@ -170,6 +170,9 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     from blendsim.sim.metrics import per_request_table, summarize
 
     run = prepare_run(trace, cfg)
+    if cfg.record_schedule and run.tiers is not None:
+        raise UserError("--record-schedule records a schedule for the replay, which has no host/disk KV tiers: "
+                        "drop --host-kv-gb/--disk-kv-gb or --record-schedule")
     trace, eng, dep, cm, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.cost_model, run.tree,
                                                   run.num_blocks, run.policy)
     B = eng.block_size

@@ -325,3 +325,8 @@ def test_mooncake_online_fcfs_keeps_more_sharing_with_a_host_tier():
     assert gpu["prefix_hit_tokens"]["host"] == 0 and gpu["kv_load_bytes"] == 0
     assert host["prefix_hit_tokens"]["host"] > 0 and host["kv_load_bytes"] > 0
     assert host["kv_load_bytes"] == host["prefix_hit_tokens"]["host"] * get_model("llama-3-8b").kv_bytes_per_token
+
+
+def test_a_recorded_schedule_with_tiers_is_refused():
+    with pytest.raises(UserError, match="record-schedule"):
+        run_simulation(_evict_and_rehit(), _cfg(host_kv_gb=1, record_schedule=True))
