@@ -55,6 +55,9 @@ class RunConfig:
     host_kv_gb: float = 0.0  # host-memory KV tier per replica (GB = 1e9 bytes; 0: none), sim.kv_tiers
     disk_kv_gb: float = 0.0  # local-NVMe KV tier per replica (GB; 0: none)
     kv_load: str | None = None  # stall | overlap: how a tier load meets the step (None: the engine profile's)
+    host_link_gbps: float | None = None  # host link GB/s per GPU per direction (None: the hardware preset's)
+    disk_read_gbps: float | None = None  # local NVMe GB/s per GPU (None: the preset's)
+    disk_write_gbps: float | None = None
     options: dict = field(default_factory=dict)  # policy-specific options
 
     def __post_init__(self) -> None:
@@ -153,7 +156,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     from blendsim.sim.kv_tiers import kv_load_mode, tier_spec
 
     tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
-                      kv_load_mode(cfg.kv_load, cfg.engine or policy_cls.default_engine))
+                      kv_load_mode(cfg.kv_load, cfg.engine or policy_cls.default_engine),
+                      cfg.host_link_gbps, cfg.disk_read_gbps, cfg.disk_write_gbps)
     ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng, replicas=cfg.replicas,
                         seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks, tiers=tiers)
     policy = policy_cls(ctx)

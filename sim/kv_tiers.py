@@ -107,20 +107,38 @@ def kv_load_mode(explicit: str | None, engine: str | None) -> str:
     return getattr(prof, "kv_load", "stall") if prof is not None else "stall"
 
 
-def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "stall") -> TierSpec | None:
+def _gbps(value, flag: str, default: float) -> float:
+    """A bandwidth override in GB/s (None: the preset's ``default`` bytes/s)."""
+    if value is None:
+        return default
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag} must be a number of GB/s, got {value!r}") from None
+    if not (v > 0 and v != float("inf")):
+        raise UserError(f"{flag} must be a finite number of GB/s > 0, got {value!r}")
+    return v * GB
+
+
+def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "stall", host_link_gbps=None,
+              disk_read_gbps=None, disk_write_gbps=None) -> TierSpec | None:
     """The replica's tiers for a deployment, or None when both are 0 (the GPU-only cache runs).
 
     Sizes are per replica; the preset's host memory and local NVMe (per node, when it gives them) bound
-    them. Bandwidths scale with the replica's GPUs: each GPU has its own host link and NVMe share."""
+    them. Bandwidths (per GPU: the preset's cited defaults, or the ``*_gbps`` overrides) scale with the
+    replica's GPUs: each GPU has its own host link and NVMe share."""
     hw = dep.hardware
+    link = _gbps(host_link_gbps, "--host-link-gbps", hw.host_link_bandwidth)
+    dread = _gbps(disk_read_gbps, "--disk-read-gbps", hw.disk_read_bandwidth)
+    dwrite = _gbps(disk_write_gbps, "--disk-write-gbps", hw.disk_write_bandwidth)
     host = check_tier_gb(host_kv_gb, "--host-kv-gb", hw.host_memory_bytes,
                          f"{hw.name}'s host memory per node")
     disk = check_tier_gb(disk_kv_gb, "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
     if load_mode not in LOAD_MODES:
         raise UserError(f"kv_load must be one of {', '.join(LOAD_MODES)}, got {load_mode!r}")
     bb = int(dep.kv_bytes_per_token) * int(block_size)
-    spec = TierSpec(int(host * GB // bb), int(disk * GB // bb), bb, hw.host_link_bandwidth * dep.tp,
-                    hw.disk_read_bandwidth * dep.tp, hw.disk_write_bandwidth * dep.tp, load_mode)
+    spec = TierSpec(int(host * GB // bb), int(disk * GB // bb), bb, link * dep.tp, dread * dep.tp, dwrite * dep.tp,
+                    load_mode)
     if not spec.enabled:
         return None
     if spec.link_bw <= 0:

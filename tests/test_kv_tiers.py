@@ -83,6 +83,9 @@ def test_an_evicted_block_rehit_is_loaded_not_recomputed_and_the_step_pays_the_l
     compute = SimExecutor(run.cost_model).run(Batch(0, [(2, 32, 64, 64)], 0, 0, 1))
     _, dt = _first_chunk_step(tier, 2)
     assert dt == pytest.approx(compute + load_s, rel=1e-12)
+    # a slower link (an override) stretches the wait in proportion: 7 blocks at 5 GB/s
+    slow = run_simulation(trace, _cfg(host_kv_gb=gb(16), kv_load="stall", host_link_gbps=5))
+    assert slow.summary["kv_load_stall_s"] == pytest.approx(7 * BB / 5e9, rel=1e-12)
     # overlap: the step lasts the longer of the two (here the compute)
     ov = run_simulation(trace, _cfg(host_kv_gb=gb(16), kv_load="overlap"))
     _, dt = _first_chunk_step(ov, 2)
@@ -224,6 +227,8 @@ def test_every_engine_profile_cites_its_kv_load():
     ({"host_kv_gb": 5000}, "more than a100-80gb's host memory per node"),
     ({"disk_kv_gb": 9000}, "more than a100-80gb's local NVMe per node"),
     ({"host_kv_gb": 1, "kv_load": "sometimes"}, "--kv-load must be one of stall, overlap"),
+    ({"host_kv_gb": 1, "host_link_gbps": 0}, "--host-link-gbps must be a finite number of GB/s > 0"),
+    ({"disk_kv_gb": 1, "disk_read_gbps": math.nan}, "--disk-read-gbps must be a finite number of GB/s > 0"),
 ])
 def test_bad_tier_values_are_refused(kw, needle):
     trace = _evict_and_rehit()
