@@ -280,32 +280,36 @@ class TieredKVCache(KVCache):
         freed = 0
         heap = self._heap
         cached, ref, kids, access = self.cached, self.ref, self.cached_children, self.access
-        host, hstamp = self.host, self.hstamp
+        host, hstamp, hheap = self.host, self.hstamp, self._hheap
+        pop, push = heapq.heappop, heapq.heappush
+        parent = self.parent
+        ev = self.on_event
         moved = 0
         while freed < n and heap:
-            t, x = heapq.heappop(heap)
+            t, x = pop(heap)
             c = cached[x]
             if c == 0 or ref[x] or kids[x] or t != access[x]:
                 continue  # stale entry
-            take = min(c, n - freed)
+            take = c if c < n - freed else n - freed
             cached[x] = c - take
             freed += take
-            if self.on_event is not None:
-                self.on_event("evict", x, c - take, take)
-            if cached[x]:
-                heapq.heappush(heap, (t, x))
+            if ev is not None:
+                ev("evict", x, c - take, take)
+            if c > take:
+                push(heap, (t, x))
             else:
-                p = self.parent[x]
+                p = parent[x]
                 if p >= 0:
                     kids[p] -= 1
                     if kids[p] == 0 and cached[p] and ref[p] == 0:
-                        heapq.heappush(heap, (access[p], p))
+                        push(heap, (access[p], p))
             # down to host: the front of the node's host run
-            host[x] += take
+            h = host[x]
+            host[x] = h + take
             moved += take
-            if hstamp[x] != t or host[x] == take:
+            if h == 0 or hstamp[x] != t:
                 hstamp[x] = t
-                heapq.heappush(self._hheap, (t, -x))
+                push(hheap, (t, -x))
         self.cache_blocks -= freed
         self.evictable -= freed
         self.evicted_blocks += freed
@@ -320,10 +324,12 @@ class TieredKVCache(KVCache):
     def _evict_host(self, n: int) -> None:
         """Move ``n`` host blocks (least recently used nodes first, a node's tail first) to disk."""
         host, disk, hstamp, dstamp = self.host, self.disk, self.hstamp, self.dstamp
-        heap = self._hheap
+        heap, dheap = self._hheap, self._dheap
+        to_disk = self.disk_cap > 0  # else the blocks are dropped
+        pop, push = heapq.heappop, heapq.heappush
         moved = 0
         while moved < n and heap:
-            t, nx = heapq.heappop(heap)
+            t, nx = pop(heap)
             x = -nx
             h = host[x]
             if h == 0 or t != hstamp[x]:
@@ -332,21 +338,21 @@ class TieredKVCache(KVCache):
             host[x] = h - take
             moved += take
             if host[x]:
-                heapq.heappush(heap, (t, nx))
-            disk[x] += take
-            if dstamp[x] != t or disk[x] == take:
-                dstamp[x] = t
-                heapq.heappush(self._dheap, (t, nx))
+                push(heap, (t, nx))
+            if to_disk:
+                disk[x] += take
+                if dstamp[x] != t or disk[x] == take:
+                    dstamp[x] = t
+                    push(dheap, (t, nx))
         self.host_used -= moved
-        if self.disk_cap:
+        if to_disk:
             self.disk_used += moved
             self.offload_disk_blocks += moved
             self.disk_ch.transfer(self.now, moved * self._t_dwrite)
             if self.disk_used > self.disk_cap:
                 self._evict_disk(self.disk_used - self.disk_cap)
-        else:  # no disk: they are dropped
-            self.disk_used += moved
-            self._evict_disk(moved)
+        else:
+            self.dropped_blocks += moved
 
     def _evict_disk(self, n: int) -> None:
         disk, dstamp = self.disk, self.dstamp
