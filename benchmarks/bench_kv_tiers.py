@@ -60,6 +60,7 @@ def tier_configs(host_gb: float, disk_gb: float) -> dict:
 
 def run(trace, policy: str, dep: tuple, offline: bool, tiers: dict) -> dict | None:
     model, hw, tp = dep
+    print(f"  {policy} {'offline' if offline else 'online'} {tiers or 'gpu'}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
         s = run_simulation(trace, RunConfig(policy=policy, model=model, hardware=hw, tp=tp, offline=offline,
