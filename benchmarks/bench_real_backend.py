@@ -21,6 +21,7 @@ import sys
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 
 def _trace(n: int, prompt: int, out: int):
@@ -55,8 +56,8 @@ def bench_host(rt, n: int, ctx: int, block_size: int) -> float:
 
 
 def bench_dry_run() -> tuple[int, float]:
-    from blendsim.runner import RunConfig, run_simulation
     from blendsim.real_backend.replay import load_schedule, peak_blocks
+    from blendsim.runner import RunConfig, run_simulation
     from blendsim.sim.prefix_tree import PrefixTree
     from blendsim.workloads.trace import from_columns
 
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    add_data_option(ap)
     args = ap.parse_args(argv)
 
     from blendsim.real_backend.executor import DeviceRuntime

@@ -101,9 +101,12 @@ def kv_load_mode(explicit: str | None, engine: str | None) -> str:
         if explicit not in LOAD_MODES:
             raise UserError(f"--kv-load must be one of {', '.join(LOAD_MODES)}, got {explicit!r}")
         return explicit
-    from blendsim.sim.engines import PROFILES
+    from blendsim.sim.engines import get_profile
 
-    prof = PROFILES.get(engine or "")
+    try:
+        prof = get_profile(engine) if engine else None
+    except UserError:  # not a profile (an overhead style of the cost model): no documented prefetch
+        prof = None
     return getattr(prof, "kv_load", "stall") if prof is not None else "stall"
 
 

@@ -10,18 +10,18 @@ import math
 import numpy as np
 import pytest
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.accelgen.batching import chunk_len, kv_fit, nearest, new_blocks
 from blendsim.policies.accelgen.budget import eq4_budget, eq4_chunk, eq4_work, eq6_budget, pivot_forward_size
 from blendsim.policies.accelgen.params import MinBag, Params
 from blendsim.policies.accelgen.queue import SlackQueue
 from blendsim.policies.accelgen.scheduler import AccelGenScheduler
 from blendsim.policies.accelgen.slack import Slack, SloBook, StepStats
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.kv import KVCache
 from blendsim.sim.prefix_tree import PrefixTree
 from blendsim.sim.seq import EngineConfig, RequestRecords
-from tests.helpers import random_trace, tiny_capacity_bytes
 from blendsim.workloads.trace import from_columns
+from tests.helpers import random_trace, tiny_capacity_bytes
 
 INF = math.inf
 
@@ -41,7 +41,7 @@ def test_pivot_on_a_hand_worked_sweep():
 
 
 def test_pivot_of_opt13b_on_a100_near_the_papers_768():
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
@@ -64,7 +64,7 @@ def test_eq6_ignores_the_context_that_budget_model_cost_prices():
     # tokens of context (attention = the linear layers) the same chunk takes about twice the SLO;
     # budget_model=cost's chunk there (largest_fit on the cost model) fits.
     from blendsim.policies.accelgen.budget import largest_fit, prefill_step_time
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model

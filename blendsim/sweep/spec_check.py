@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from blendsim.sweep.grid import SweepSpec
 from blendsim.sim.errors import UserError
+from blendsim.sweep.grid import SweepSpec
 
 # Recipe options the sweep sets itself (from its own flags), so --recipe-opt may not.
 SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--requests", "model": "--models",
@@ -20,7 +20,8 @@ SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--re
 def check_spec(spec: SweepSpec) -> SweepSpec:
     """``spec`` validated, with recipe options coerced to their types and model names resolved."""
     from blendsim.policies.base import get_policy
-    from blendsim.sim.cost import MODES, get_engine
+    from blendsim.sim.cost import MODES
+    from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
     from blendsim.workloads.recipes import get_recipe
@@ -57,10 +58,8 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         check_tier_gb(spec.tiers.get("disk_kv_gb"), "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
     if spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
-    from blendsim.sim.engines import is_profile
-
-    if spec.engine is not None and not is_profile(spec.engine):  # a profile (sim.engines) or an overhead style
-        get_engine(spec.engine)
+    if spec.engine is not None:
+        get_profile(spec.engine)  # an engine key (sim.engines): one clear line if unknown
     if spec.seed < 0:
         raise UserError(f"--seed must be >= 0, got {spec.seed}")
     if spec.requests < 1:
