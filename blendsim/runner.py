@@ -53,6 +53,12 @@ class RunConfig:
     seed: int = 0
     record_schedule: bool = False
     kv_capacity_override: int = 0  # bytes per replica (tests, replay on a smaller device)
+    host_kv_gb: float = 0.0  # host-memory KV tier per replica (GB = 1e9 bytes; 0: none), sim.kv_tiers
+    disk_kv_gb: float = 0.0  # local-NVMe KV tier per replica (GB; 0: none)
+    kv_load: str | None = None  # stall | overlap: how a tier load meets the step (None: the engine profile's)
+    host_link_gbps: float | None = None  # host link GB/s per GPU per direction (None: the hardware preset's)
+    disk_read_gbps: float | None = None  # local NVMe GB/s per GPU (None: the preset's)
+    disk_write_gbps: float | None = None
     options: dict = field(default_factory=dict)  # policy-specific options
 
     def __post_init__(self) -> None:
@@ -117,6 +123,7 @@ class Prepared:
     policy: object  # the prepared policies.base.Policy
     policy_ref: object = None  # policies.base.PolicyRef: how runs label the policy and where it came from
     notes: list = field(default_factory=list)  # scheduler settings the policy or engine changed (printed)
+    tiers: object = None  # sim.kv_tiers.TierSpec of the host/disk KV tiers, or None (GPU only)
 
 
 def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:
@@ -175,22 +182,30 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "
             f"{dep.model.name} on {dep.hardware.name} x{dep.tp}); use more GPUs per replica (--tp)"
         )
+    from blendsim.sim.kv_tiers import kv_load_mode, tier_spec
+
+    tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
+                      kv_load_mode(cfg.kv_load, cfg.engine or DEFAULT_ENGINE),
+                      cfg.host_link_gbps, cfg.disk_read_gbps, cfg.disk_write_gbps)
     ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng, replicas=cfg.replicas,
-                        seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks)
+                        seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks, tiers=tiers)
     policy = policy_cls(ctx)
     policy.prepare()
     policy._finalize()
-    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes)
+    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers)
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster, Replica, SimExecutor
-    from blendsim.sim.kv import KVCache
+    from blendsim.sim.kv_tiers import make_kv, tier_summary
     from blendsim.sim.metrics import per_request_table, summarize
 
     run = prepare_run(trace, cfg)
+    if cfg.record_schedule and run.tiers is not None:
+        raise UserError("--record-schedule records a schedule for the replay, which has no host/disk KV tiers: "
+                        "drop --host-kv-gb/--disk-kv-gb or --record-schedule")
     trace, eng, dep, cm, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.cost_model, run.tree,
                                                   run.num_blocks, run.policy)
     B = eng.block_size
@@ -203,11 +218,11 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
                     for a in (trace.input_len, trace.output_len, trace.output_len_hint))
     replicas = []
     for i in range(cfg.replicas):
-        kv = KVCache(tree, blocks, B, eng.prefix_caching, retain=eng.prefix_retain)
+        kv = make_kv(tree, blocks, B, eng.prefix_caching, eng.prefix_retain, run.tiers)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule, output_hint=hints)
         replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not cfg.record_schedule,
-                                progress=tick))
+                                progress=tick, kv_load=run.tiers.load_mode if run.tiers else "stall"))
     router = policy.make_router(replicas)
     route_order = np.lexsort((policy._rank, trace.arrival_s))
     cluster = Cluster(replicas, router, trace.arrival_s, route_order)
@@ -220,9 +235,12 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     steps = [r.log.cols for r in replicas]
     per_req = per_request_table(trace, rec, steps)
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
+    tiers = {"host_kv_gb": float(cfg.host_kv_gb or 0.0), "disk_kv_gb": float(cfg.disk_kv_gb or 0.0),
+             **tier_summary([r.scheduler.kv for r in replicas], run.tiers,
+                            sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas))}
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
-                        extra={**run.policy_ref.summary(), **policy.summary_extra()}, tree=tree)
+                        extra={**tiers, **run.policy_ref.summary(), **policy.summary_extra()}, tree=tree)
     requests = {
         "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,

@@ -37,6 +37,9 @@ def run_live(run, num_replicas: int, runtime: DeviceRuntime, *, repeats: int = 1
 
     trace, eng, dep, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.tree, run.num_blocks,
                                              run.policy)
+    if run.tiers is not None:
+        raise UserError("host/disk KV tiers (--host-kv-gb, --disk-kv-gb) are simulated only: the live device "
+                        "runs its GPU cache alone")
     if dep.model != runtime.spec:
         raise UserError(f"the runtime holds {runtime.spec.name}/{runtime.spec.dtype}, the run asks for "
                         f"{dep.model.name}/{dep.model.dtype}")

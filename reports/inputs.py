@@ -57,8 +57,24 @@ def load_inputs(paths: list) -> Inputs:
     if "t_opt_practical_s" in runs and "t_reference_s" not in runs:  # summaries written before issue 28
         runs = runs.rename(columns={"t_opt_practical_s": "t_reference_s", "frac_of_practical_opt": "frac_of_reference"})
     if len(runs):
-        runs = _label(runs)
+        runs = _label(_tier_columns(runs))
     return Inputs(runs, validations, sources)
+
+
+def _tier_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Host/disk KV tier figures (issue 26) as flat columns, left empty for runs without a tier so the
+    tables show them only where some run had one: prompt tokens served from host and from disk, GB
+    loaded back to the GPU and seconds steps waited on those loads."""
+    if "prefix_hit_tokens" not in df:
+        return df
+    hits = [json.loads(v) if isinstance(v, str) else v for v in df["prefix_hit_tokens"]]
+    tier = (df.get("host_kv_gb", 0).fillna(0).astype(float) + df.get("disk_kv_gb", 0).fillna(0).astype(float)) > 0
+    df = df.copy()
+    for name, key in (("host_hit_tokens", "host"), ("disk_hit_tokens", "disk")):
+        df[name] = [float(h.get(key, 0)) if isinstance(h, dict) and t else np.nan for h, t in zip(hits, tier)]
+    df["kv_load_gb"] = np.where(tier, df.get("kv_load_bytes", 0) / 1e9, np.nan)
+    df["kv_load_stall_s"] = np.where(tier, df.get("kv_load_stall_s", 0), np.nan)
+    return df
 
 
 def classify(p: Path) -> str:

@@ -23,7 +23,9 @@ SIDE_BY_SIDE = [
     ("prefix_sharing_ratio", "sharing", ".1%"), ("optimal_sharing_ratio", "s_o", ".1%"),
     ("sharing_frac_of_opt", "of s_o", ".1%"), ("frac_of_opt", "of T_o", ".1%"),
     ("frac_of_reference", "of ref.", ".1%"), ("recomputed_tokens", "recomp.", ",.0f"),
-    ("preemptions", "preempt.", ",.0f"),
+    ("preemptions", "preempt.", ",.0f"), ("host_hit_tokens", "host hits", ",.0f"),
+    ("disk_hit_tokens", "disk hits", ",.0f"), ("kv_load_gb", "loaded GB", ",.1f"),
+    ("kv_load_stall_s", "load stall s", ",.1f"),
 ]
 # the latency table of online workloads (requests with arrival times); SLO columns when the trace has SLOs
 LATENCY = [
@@ -32,6 +34,8 @@ LATENCY = [
     ("ttft_mean_s", "TTFT s", ",.3f"), ("ttft_p99_s", "TTFT p99 s", ",.3f"), ("tbt_mean_s", "TBT ms", "ms"),
     ("slo_attainment", "SLO met", ".1%"), ("goodput_tok_s", "goodput", ",.0f"),
     ("throughput_tok_s", "tok/s", ",.0f"), ("makespan_s", "makespan s", ",.1f"),
+    ("host_hit_tokens", "host hits", ",.0f"), ("disk_hit_tokens", "disk hits", ",.0f"),
+    ("kv_load_gb", "loaded GB", ",.1f"), ("kv_load_stall_s", "load stall s", ",.1f"),
 ]
 PROVENANCE = [("cost_model", "cost model", "s"), ("mode", "mode", "s"), ("engine", "engine", "s"),
               ("run_path", "run directory", "s")]
@@ -44,6 +48,10 @@ LEGEND = {
     "of T_o": "T_o / makespan; T_o: the run's lower bound on its own engine, mode and deployment (<= 100%)",
     "of ref.": "blended reference / makespan (an estimate, not a bound: may pass 100%)", "recomp.": "prompt tokens recomputed after preemption",
     "preempt.": "preemptions",
+    "host hits": "prompt tokens loaded from the host-memory KV tier (--host-kv-gb)",
+    "disk hits": "prompt tokens loaded from the disk KV tier (--disk-kv-gb)",
+    "loaded GB": "KV bytes loaded back to the GPU from host/disk, in GB",
+    "load stall s": "step time spent waiting for KV loads",
     "lat. mean s": "mean latency (finish - arrival)", "p50 s": "median latency", "p99 s": "99th percentile latency",
     "TTFT s": "mean time to first token", "TTFT p99 s": "99th percentile TTFT",
     "TBT ms": "mean time between tokens", "SLO met": "share of requests meeting all their SLOs",

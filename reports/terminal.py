@@ -168,6 +168,12 @@ def run_summary_lines(s: dict) -> list[str]:
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
                  f"compute density {density_text(s.get('compute_density'))}")
+    if s.get("host_kv_gb") or s.get("disk_kv_gb"):  # KV tiers (issue 26)
+        h = s["prefix_hit_tokens"]
+        lines.append(f"KV tiers host {s['host_kv_gb']:g} GB / disk {s['disk_kv_gb']:g} GB: prefix hits gpu "
+                     f"{h['gpu']:,} / host {h['host']:,} / disk {h['disk']:,} tokens, loaded "
+                     f"{s['kv_load_bytes'] / 1e9:,.1f} GB, offloaded {s['kv_offload_bytes'] / 1e9:,.1f} GB, "
+                     f"load stall {s['kv_load_stall_s']:,.2f} s")
     if "latency_mean_s" in s and not online:  # offline runs with SLOs: latency after the throughput
         lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")

@@ -23,6 +23,7 @@ class Batch:
     decode_ctx_sum: int  # sum over decode sequences of context_before (tokens already in their KV)
     num_logits: int  # sequences that sample a token (decodes + prefills that finish their prompt)
     decode: list | None = None  # [(request, context_before)] only when the schedule is recorded
+    load_s: float = 0.0  # seconds from the step's start until its KV loads from host/disk have arrived
 
     @property
     def num_prefill_tokens(self) -> int:

@@ -100,7 +100,7 @@ class Replica:
     max_steps: int = 0
 
     def __init__(self, idx: int, scheduler, executor, fast_forward: bool = True, on_step=None, progress=None,
-                 max_steps: int | None = None):
+                 max_steps: int | None = None, kv_load: str = "stall"):
         if max_steps is not None:
             self.max_steps = max_steps
         self.idx = idx
@@ -111,6 +111,8 @@ class Replica:
         self.on_step = on_step  # callable(replica, batch, t_end), e.g. to record the schedule
         self.progress = progress  # callable(), called every 4096 steps
         self.wakeup: simpy.Event | None = None
+        self.overlap_loads = kv_load == "overlap"  # host/disk KV loads: layer-wise prefetch, else stall
+        self.load_stall_s = 0.0  # step time added waiting for KV loads (sim.kv_tiers)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
@@ -135,6 +137,8 @@ class Replica:
             if b is None:
                 break
             dt = ex.run(b)
+            if b.load_s:
+                dt = self._wait_loads(dt, b.load_s)
             now += dt
             sched.update(b, now)
             comp, mem = ex.last
@@ -154,6 +158,13 @@ class Replica:
             if self.fast_forward and sched.quiescent():
                 now = self._fast_forward(now, horizon)
         return now
+
+    def _wait_loads(self, dt: float, load_s: float) -> float:
+        """The step's time when its KV loads take ``load_s``: after them (stall), or the longer of the two
+        when each layer's load overlaps the previous layer's compute (overlap)."""
+        t = (load_s if load_s > dt else dt) if self.overlap_loads else load_s + dt
+        self.load_stall_s += t - dt
+        return t
 
     def _fast_forward(self, now: float, horizon: float) -> float:
         sched = self.scheduler

@@ -50,6 +50,10 @@ class EngineProfile:
     fitted: tuple = ()  # overhead fields fitted from the catalogue (the rest are cited constants)
     tuned_by: str = ""  # "trtllm-bench": batch and token limits from the dataset (trtllm_bench_settings)
     source: str = ""
+    # how a prefix load from a host/disk KV tier (sim.kv_tiers) meets the step: "overlap" (it runs
+    # alongside the step's compute: layer-by-layer prefetch) or "stall" (the step waits for it); cited
+    # per profile in KV_LOAD_SOURCES
+    kv_load: str = "stall"
     key: str = ""  # the key it was selected by when that adds a version or overrides (see label)
     params_file: str = ""  # a `blendsim calibrate engine` profile: its fitted parameters price this engine
 
@@ -381,8 +385,27 @@ def register(profile: EngineProfile) -> EngineProfile:
     return profile
 
 
+# Where each engine's kv_load (how a load from a lower KV tier meets the step) comes from; set by engine
+# name, so every modelled version of an engine shares it (vLLM's native offloading arrived in 0.11):
+KV_LOAD_SOURCES = {
+    "trtllm": "stall: NVIDIA/TensorRT-LLM docs/source/features/kvcache.md -- an offloaded block is first copied "
+              "back into GPU memory when reused (onboarding before the step; no layer-wise overlap documented)",
+    "vllm": "overlap: vLLM KV offloading connector (0.11+; docs 'KV Offloading Usage Guide', blog 2026-01-08) -- "
+            "DMA transfers run asynchronously alongside model computation (the loading request waits, the "
+            "others' compute goes on; not layer-wise)",
+    "vllm-v0": "stall: no native offloading before vLLM 0.11; LMCache's connector defaults to use_layerwise=False "
+               "(lmcache/v1/config.py), a blocking retrieve before the step",
+    "sglang": "overlap: SGLang HiCache (docs/advanced_features/hicache_design.md) loads layer N+1's KV while "
+              "computing layer N",
+    "nanoflow": "stall: ours -- NanoFlow has no KV offloading; the conservative choice",
+    "ideal": "stall: ours -- kernel time only, no engine to overlap a transfer with the step",
+}
+_KV_LOAD = {"trtllm": "stall", "vllm": "overlap", "vllm-v0": "stall", "sglang": "overlap", "nanoflow": "stall"}
+
 for _p in (*_BUILTIN, *_VERSIONED):
-    register(_p)
+    register(replace(_p, kv_load=_KV_LOAD.get(_p.name, _p.kv_load)))
+
+
 
 
 def resolve_version(name: str, version: str) -> EngineProfile | None:
@@ -480,6 +503,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILE_KIND", "PROFILES",
-           "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
-           "parse_key", "profile_names", "register", "resolve_version", "trtllm_bench_settings"]
+__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
+           "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
+           "is_profile_file", "load_params", "parse_key", "profile_names", "register", "resolve_version",
+           "trtllm_bench_settings"]

@@ -64,6 +64,13 @@ class HardwareSpec:
     # lower-case pieces of the device names (torch.cuda.get_device_name) this preset describes; the longest
     # piece found wins, then the preset whose memory is closest to the device's (preset_for_device)
     device_names: tuple = ()
+    # host/disk KV tiers (sim.kv_tiers; cited per preset in HOST_IO below)
+    host_link_bandwidth: float = 0.0  # GPU <-> host bytes/s per direction per GPU (achieved copy rate); 0: none
+    host_memory_bytes: float = 0.0  # host DRAM of a typical node (bounds --host-kv-gb); 0: not known
+    disk_read_bandwidth: float = 6.4e9  # local NVMe bytes/s per GPU (one drive's share); see DISK_DEFAULT
+    disk_write_bandwidth: float = 3.8e9
+    disk_bytes: float = 0.0  # local NVMe of a typical node (bounds --disk-kv-gb); 0: not known
+    host_source: str = ""
 
     def __post_init__(self) -> None:
         for f in ("peak_flops", "mem_bandwidth", "memory_bytes"):
@@ -77,6 +84,11 @@ class HardwareSpec:
             v = getattr(self, f)
             if not 0 < v <= 1:
                 raise UserError(f"hardware {self.name!r}: {f} must be in (0, 1], got {v}")
+        for f in ("host_link_bandwidth", "host_memory_bytes", "disk_read_bandwidth", "disk_write_bandwidth",
+                  "disk_bytes"):
+            v = getattr(self, f)
+            if not (v >= 0 and v != float("inf")):
+                raise UserError(f"hardware {self.name!r}: {f} must be a finite number >= 0, got {v}")
         if not 0 <= self.overlap_interference <= 1:
             raise UserError(f"hardware {self.name!r}: overlap_interference must be in [0, 1]")
         if self.peak_flops_fp32 == 0:
@@ -197,6 +209,58 @@ def preset_for_device(device_name: str, memory_bytes: int = 0) -> str | None:
     return max(hits)[2] if hits else None
 
 
+# Host link, host memory and local NVMe per preset (each with its source below; "U" marks a
+# figure no primary copy was found for). The link is the achieved host<->device copy rate per GPU, not the
+# PCIe line rate. DISK_DEFAULT: a datacentre Gen4 U.2 drive (Samsung PM1733 class: 6.4 GB/s sequential read,
+# 3.8 GB/s write, hardwareluxx.de quoting Samsung) per GPU, as DGX H100/H200/B200 nodes carry 8 such drives
+# for 8 GPUs; override with HardwareSpec.with_(disk_read_bandwidth=...) or RunConfig's disk bandwidths.
+TiB = 1 << 40
+DISK_DEFAULT = "Samsung PM1733-class U.2 Gen4 drive per GPU: 6.4 GB/s read, 3.8 GB/s write (hardwareluxx.de)"
+_A100_LINK = ("PCIe Gen4 x16: 25.1 GB/s H2D measured on A100-SXM4 (NVIDIA/nvbandwidth issue #42); 25 GB/s "
+              "(ZaidQureshi/bam issue #54)")
+_H100_LINK = ("PCIe Gen5 x16: copy-engine H2D 55.6-57.1 GB/s per H100 (NVIDIA/nvbandwidth issue #6; "
+              "nvbandwidth tutorial 55.63 GB/s)")
+HOST_IO: dict[str, dict] = {
+    "a100-80gb": dict(host_link_bandwidth=25e9, host_memory_bytes=1152 * GiB, disk_bytes=8e12,
+                      host_source=_A100_LINK + "; AWS p4de 1152 GiB DRAM, 8 x 1 TB NVMe (EC2 Capacity Blocks "
+                                               "page); " + DISK_DEFAULT + " (U for these drives)"),
+    "a100-40gb": dict(host_link_bandwidth=25e9, host_memory_bytes=1152 * GiB, disk_bytes=8e12,
+                      host_source=_A100_LINK + "; AWS p4d 1152 GiB DRAM, 8 x 1 TB NVMe (EC2 Capacity Blocks "
+                                               "page); " + DISK_DEFAULT + " (U for these drives)"),
+    "h100-80gb": dict(host_link_bandwidth=55.6e9, host_memory_bytes=2 * TiB, disk_bytes=8 * 3.84e12,
+                      host_source=_H100_LINK + "; DGX H100: 2 TB DDR5, 8 x 3.84 TB U.2 NVMe (NVIDIA DGX "
+                                               "BasePOD RA); " + DISK_DEFAULT),
+    "h100-pcie": dict(host_link_bandwidth=55.6e9, host_memory_bytes=640e9,
+                      host_source="PCIe Gen5 x16 card; achieved rate as h100-80gb (U); Azure NC80adis H100 v5 "
+                                  "640 GB for 2 GPUs (aspire.dev VM sizes); NVMe not found; " + DISK_DEFAULT),
+    "h200": dict(host_link_bandwidth=55.6e9, host_memory_bytes=2 * TiB, disk_bytes=8 * 3.84e12,
+                 host_source="PCIe Gen5 x16 (MLPerf v4.1 H200 system json); achieved rate as H100 (U); DGX H200: "
+                             "2 TB DDR5, 8 x 3.84 TB U.2 NVMe (NVIDIA DGX BasePOD RA); " + DISK_DEFAULT),
+    "h20": dict(host_link_bandwidth=55.6e9,
+                host_source="PCIe Gen5 x16 (U); achieved rate as H100 (U); host memory and NVMe not found; "
+                            + DISK_DEFAULT),
+    "b200": dict(host_link_bandwidth=55.6e9, host_memory_bytes=2 * TiB, disk_bytes=8 * 3.84e12,
+                 host_source="PCIe Gen5 x16 (MLPerf v6.0 Nebius B200 system json); achieved rate as H100 (U); "
+                             "DGX B200: 2 TB, 8 x 3.84 TB U.2 NVMe (DGX B200 User Guide); " + DISK_DEFAULT),
+    "gb200": dict(host_link_bandwidth=225e9, host_memory_bytes=960e9, disk_read_bandwidth=14e9,
+                  host_source="NVLink-C2C 900 GB/s bidirectional per Grace shared by its 2 GPUs -> 225 GB/s per "
+                              "GPU per direction when both stream (U derivation; GH200 measures 346 GB/s H2D for "
+                              "one GPU, NVIDIA/nvbandwidth issue #23); 2 x 480 GB LPDDR5X per 4-GPU tray "
+                              "(yobitel.com GB200); Gen5 E1.S drives ~14 GB/s read (Samsung PM1743 class, "
+                              "hardwaretimes.com), write as " + DISK_DEFAULT),
+    "a6000": dict(host_link_bandwidth=25e9, host_memory_bytes=400 * GiB,
+                  host_source="PCIe Gen4 x16 (U), achieved rate as A100's Gen4 (U); Lambda 4x A6000 instance "
+                              "400 GiB (skypilot-catalog v8 lambda vms.csv); " + DISK_DEFAULT),
+    "l40s": dict(host_link_bandwidth=25e9,
+                 host_source="PCIe Gen4 x16 (datasheet), achieved rate as A100's Gen4 (U); host memory and "
+                             "NVMe not found; " + DISK_DEFAULT),
+    "mi300x": dict(host_link_bandwidth=55.6e9, host_memory_bytes=1.5 * TiB, disk_bytes=7e12,
+                   host_source="PCIe Gen5 x16 (AMD MLPerf v4.1 8xMI300X system json), achieved rate as H100's "
+                               "Gen5 (U); that node: 1.5 TiB DRAM, 2 x 3.5 TB NVMe; " + DISK_DEFAULT),
+}
+PRESETS = {k: replace(h, **HOST_IO.get(k, {})) for k, h in PRESETS.items()}
+
+
 def hardware_names() -> list[str]:
     return list(PRESETS)
 
@@ -208,4 +272,4 @@ def get_hardware(name: str) -> HardwareSpec:
         raise UserError(f"unknown hardware {name!r}; presets: {', '.join(PRESETS)}") from None
 
 
-__all__ = ["GiB", "HardwareSpec", "PRESETS", "get_hardware", "hardware_names", "preset_for_device"]
+__all__ = ["GiB", "HOST_IO", "HardwareSpec", "PRESETS", "get_hardware", "hardware_names", "preset_for_device"]

@@ -28,6 +28,8 @@ from blendsim.sim.prefix_tree import PrefixTree, node_path
 class KVCache:
     """Block accounting plus a prefix cache over a static prefix tree's nodes."""
 
+    tiered = False  # True for blendsim.sim.kv_tiers.TieredKVCache (host/disk tiers below)
+
     def __init__(self, tree: PrefixTree, num_blocks: int, block_size: int = 16, caching: bool = True,
                  on_event=None, retain: bool = True):
         if num_blocks <= 0:
@@ -86,6 +88,10 @@ class KVCache:
             if c < nb[x] or hit >= max_blocks:
                 break
         return min(hit, max_blocks)
+
+    # the scheduler's admission match: with host/disk tiers (kv_tiers) it also counts their blocks, while
+    # ``match`` (what policies read) stays the GPU's
+    match_tiers = match
 
     # ---- acting ---------------------------------------------------------------------------
     def reserve(self, n: int) -> bool:

@@ -29,6 +29,7 @@ class PolicyContext:
     seed: int = 0
     options: dict = field(default_factory=dict)  # policy-specific --opt key=value settings
     num_blocks: int = 0  # KV blocks per replica
+    tiers: object = None  # sim.kv_tiers.TierSpec: host/disk KV tiers per replica, or None (GPU only)
 
 
 @runtime_checkable

@@ -77,6 +77,8 @@ class Scheduler:
         self.gen_P = 0  # generated tokens of running requests that are not decoding (constant)
         self.fin_sum = 0  # outputs of finished requests, for the running-mean estimate
         self.fin_n = 0
+        self.hit_tokens = 0  # prompt tokens served by the prefix cache (any tier) over all admissions
+        self._load_ready = 0.0  # when this step's KV loads (host/disk tiers) have arrived
 
     # ---- the three-call step protocol -----------------------------------------------------
     def has_work(self) -> bool:
@@ -86,6 +88,9 @@ class Scheduler:
         """Form the next step's Batch (None when there is nothing to run)."""
         chunks: list = []
         self._chunk_seqs = seqs = []
+        if self.kv.tiered:
+            self.kv.now = now
+            self._load_ready = 0.0
         prefill_first = self.cfg.mix == "prefill-first"
         if self.n_dec and not prefill_first:
             self._reserve_decode(now)
@@ -120,7 +125,9 @@ class Scheduler:
             t = self.tau
             decode = [(s.req, s.c0 + t - s.tau0) for s in self.dec.values()]
             self.events.extend((self.step_no, "decode", r, c, 0, 0) for r, c in decode)
-        return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode)
+        ready = self._load_ready
+        return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode,
+                     ready - now if ready > now else 0.0)
 
     def update(self, batch: Batch, now: float) -> None:
         """Advance state after the step ran and ended at ``now``."""
@@ -230,7 +237,7 @@ class Scheduler:
         path = kv.path_of(r)
         s = Seq(r, p, self.Dlen[r], path, p + g, g, self._order)
         cap = self.max_hit_blocks(r)
-        hit = kv.match(path, min((s.target - 1) // self.B, cap))
+        hit = kv.match_tiers(path, min((s.target - 1) // self.B, cap))
         if hit:
             nb = kv.nblocks
             acc = i = 0
@@ -243,12 +250,18 @@ class Scheduler:
             s.ins_i = i - 1
         s.shared = s.ins_j = hit
         s.hit = s.computed = hit * self.B
+        if hit and kv.tiered:
+            h, d = kv.last_split
+            s.load = h + d
         h = self.hint[r] if self.hint is not None else -1
         s.est = h if h >= 0 else (self.fin_sum // self.fin_n if self.fin_n >= 16 else DEFAULT_EST_OUTPUT)
         return s
 
     def _can_grow(self, s: Seq) -> bool:
-        """At least one more token of ``s`` fits (in its last block, or in a block that can be had)."""
+        """At least one more token of ``s`` fits (in its last block, or in a block that can be had), after
+        the GPU blocks its host/disk hit loads into."""
+        if s.load:
+            return self.kv.available > s.load
         return s.computed % self.B != 0 or self.kv.available > 0
 
     def _commit_admission(self, s: Seq, now: float) -> None:
@@ -265,6 +278,11 @@ class Scheduler:
         if rec.admit_s[r] != rec.admit_s[r]:  # NaN: first admission
             rec.admit_s[r] = now
             rec.replica[r] = self.replica
+        self.hit_tokens += s.hit
+        if s.load:  # host/disk blocks of the hit come back to the GPU before its first chunk runs
+            t = self.kv.load(s.path, s.shared, now)
+            if t > self._load_ready:
+                self._load_ready = t
         hw = self.hi_water[r]
         h = s.hit if s.hit < s.p else s.p
         if h > hw:
@@ -277,7 +295,7 @@ class Scheduler:
         growth = self.est_sum - self.gen_S - self.n_dec * self.tau - self.gen_P
         for q in self.prefilling:
             growth += q.target - q.computed
-        need = (s.target - s.computed) + self.cfg.reserve_ratio * (s.est - s.generated + max(growth, 0))
+        need = (s.target - s.computed + s.load * self.B) + self.cfg.reserve_ratio * (s.est - s.generated + max(growth, 0))
         return need <= self.kv.available * self.B
 
     def _grow(self, s: Seq, n: int, now: float) -> int:

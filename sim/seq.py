@@ -55,7 +55,7 @@ class Seq:
     """A request while it holds KV on a replica (from admission to finish or preemption)."""
 
     __slots__ = ("req", "p", "d", "path", "target", "computed", "generated", "shared", "private", "lock_n",
-                 "ins_i", "ins_j", "contig", "order", "hit", "tau0", "c0", "key", "fin", "side", "est")
+                 "ins_i", "ins_j", "contig", "order", "hit", "tau0", "c0", "key", "fin", "side", "est", "load")
 
     def __init__(self, req: int, p: int, d: int, path: list, target: int, generated: int, order: int):
         self.req = req  # request index in the trace
@@ -79,6 +79,7 @@ class Seq:
         self.fin = -1  # decode clock of its last decode step; -1 when not decoding
         self.side = 0  # policy tag (e.g. BlendServe's left/right scanner)
         self.est = 0  # expected output tokens, frozen at admission (hint, or the replica's running mean)
+        self.load = 0  # blocks of its hit that sit in host memory or on disk (loaded at admission)
 
 
 class WaitQueue:

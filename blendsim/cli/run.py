@@ -107,6 +107,18 @@ def simulate_cmd(
     record_schedule: bool = typer.Option(False, "--record-schedule",
                                          help="Also write schedule.parquet (the Batches, for replay)."),
     opt: list[str] = typer.Option(None, "--opt", help="Policy option key=value (repeatable)."),
+    host_kv_gb: float = typer.Option(0.0, "--host-kv-gb", help="Host-memory KV tier per replica, GB (0: none): "
+                                                             "evicted prefix blocks spill there and load back."),
+    disk_kv_gb: float = typer.Option(0.0, "--disk-kv-gb", help="Local-NVMe KV tier per replica, GB (0: none), "
+                                                             "below the host tier."),
+    kv_load: str = typer.Option(None, "--kv-load", help="stall or overlap: how a tier load meets the step "
+                                                       "(default: the engine profile's)."),
+    host_link_gbps: float = typer.Option(None, "--host-link-gbps", help="Host link GB/s per GPU per direction "
+                                                                       "(default: the hardware preset's, cited)."),
+    disk_read_gbps: float = typer.Option(None, "--disk-read-gbps", help="NVMe read GB/s per GPU (default: the "
+                                                                       "preset's, cited)."),
+    disk_write_gbps: float = typer.Option(None, "--disk-write-gbps", help="NVMe write GB/s per GPU (default: the "
+                                                                         "preset's, cited)."),
     out: Path = typer.Option(..., "-o", "--out", help="Run directory to write."),
     force: bool = typer.Option(False, "--force", help="Replace an -o run directory made from another trace."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of a table."),
@@ -127,7 +139,9 @@ def simulate_cmd(
                     weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
-                    prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))
+                    prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt),
+                    host_kv_gb=host_kv_gb, disk_kv_gb=disk_kv_gb, kv_load=kv_load, host_link_gbps=host_link_gbps,
+                    disk_read_gbps=disk_read_gbps, disk_write_gbps=disk_write_gbps)
     result = _with_progress(lambda progress: run_simulation(t, cfg, progress), t.n, sys.stderr.isatty())
     result.summary["trace_sha256"] = digest  # which trace made the run (-o refuses another without --force)
     write_run(result, out)

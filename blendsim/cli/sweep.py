@@ -39,6 +39,8 @@ def sweep_cmd(
     recipe_opt: list[str] = typer.Option(None, "--recipe-opt", help="Further recipe option key=value "
                                                                     "(e.g. source=azure; repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workloads and the policies."),
+    host_kv_gb: float = typer.Option(0.0, "--host-kv-gb", help="Host-memory KV tier per replica, GB (0: none)."),
+    disk_kv_gb: float = typer.Option(0.0, "--disk-kv-gb", help="Local-NVMe KV tier per replica, GB (0: none)."),
     jobs: int = typer.Option(None, "--jobs", "-j", help="Cells in parallel (local: worker processes, default: "
                                                         "CPU count; ray: tasks in flight, default: cluster CPUs)."),
     backend: str = typer.Option("local", "--backend", help="local (process pool) or ray (a Ray cluster)."),
@@ -81,7 +83,8 @@ def sweep_cmd(
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
         precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep))
-                   if v is not None and not (k == "ep" and v == 1)}, fixed_trace=fixed_trace, seeds=seeds))
+                   if v is not None and not (k == "ep" and v == 1)}, fixed_trace=fixed_trace, seeds=seeds,
+        tiers={k: float(v) for k, v in (("host_kv_gb", host_kv_gb), ("disk_kv_gb", disk_kv_gb)) if v != 0}))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)
     n = len(spec.cells())

@@ -69,6 +69,8 @@ class Row:
     note: str
     folder: Path  # the catalogue's folder (workload and model paths are relative to it)
     line: int  # CSV line number, for messages
+    host_kv_gb: float = 0.0  # optional columns: the measurement's host-memory / disk KV tiers per replica
+    disk_kv_gb: float = 0.0
 
     @property
     def replicas(self) -> int:
@@ -140,11 +142,21 @@ def _row(path: Path, line: int, r: dict) -> Row:
     wl = text("workload")
     if not wl.startswith(("const:", "file:", "synth:")):
         raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL, file:PATH or synth:RECIPE?...")
+    def gb(field: str) -> float:
+        from blendsim.sim.kv_tiers import check_tier_gb
+
+        v = (r.get(field) or "").strip()
+        try:
+            return check_tier_gb(v or 0, field) if v else 0.0
+        except UserError as e:
+            raise UserError(f"{where(field)}: {e}") from None
+
     return Row(id=text("id"), source=text("source", False), model=text("model"), hardware=text("hardware"),
                gpus=gpus, tp=tp, pp=pp, ep=integer("ep", 1), weights=text("weights", False) or "bf16",
                kv_dtype=text("kv_dtype", False), engine=text("engine"), engine_version=text("engine_version", False),
                policy=text("policy", False), workload=wl, requests=integer("requests"), metric=metric,
-               scope=scope, value=value, note=text("note", False), folder=path.resolve().parent, line=line)
+               scope=scope, value=value, note=text("note", False), folder=path.resolve().parent, line=line,
+               host_kv_gb=gb("host_kv_gb"), disk_kv_gb=gb("disk_kv_gb"))
 
 
 def engine_version_key(row: Row) -> str:

@@ -110,7 +110,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.engine import Cluster, Replica
     from blendsim.sim.engines import get_profile, trtllm_bench_settings
-    from blendsim.sim.kv import KVCache
+    from blendsim.sim.kv_tiers import make_kv
     from blendsim.sim.seq import RequestRecords
 
     from .catalogue import engine_version_key
@@ -129,7 +129,8 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
                                         row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
         limits = {"max_seqs": bs, "token_budget": tok}
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
-                    replicas=row.replicas, mode=prof.mode, engine=key, offline=True, **limits)
+                    replicas=row.replicas, mode=prof.mode, engine=key, offline=True,
+                    host_kv_gb=row.host_kv_gb, disk_kv_gb=row.disk_kv_gb, **limits)
     run = prepare_run(trace, cfg, deployment=dep,
                       cost_model=lambda d: build_cost_model(d, prof.mode, prof, params=params))
     rec = RequestRecords(run.trace.n)
@@ -137,13 +138,14 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     hints = run.trace.output_len_hint.tolist()
     replicas, recorders = [], []
     for i in range(cfg.replicas):
-        kv = KVCache(run.tree, run.num_blocks, run.engine.block_size, run.engine.prefix_caching,
-                     retain=run.engine.prefix_retain)
+        kv = make_kv(run.tree, run.num_blocks, run.engine.block_size, run.engine.prefix_caching,
+                     run.engine.prefix_retain, run.tiers)
         sched = run.policy.make_scheduler(i, kv=kv, cfg=run.engine, prompt_len=P, output_len=Dl, records=rec,
                                           record=False, output_hint=hints)
         r = _Recorder(run.cost_model)
         recorders.append(r)
-        replicas.append(Replica(i, sched, r, fast_forward=run.engine.fast_forward))
+        replicas.append(Replica(i, sched, r, fast_forward=run.engine.fast_forward,
+                                kv_load=run.tiers.load_mode if run.tiers else "stall"))
     route = np.lexsort((run.policy._rank, run.trace.arrival_s))
     makespan = Cluster(replicas, run.policy.make_router(replicas), run.trace.arrival_s, route).run()
     reps = []

@@ -151,6 +151,7 @@ class SweepSpec:
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
     precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
+    tiers: dict = field(default_factory=dict)  # host_kv_gb / disk_kv_gb given on the command line (KV tiers)
     # one trace for every model and hardware, synthesised for the first of each (None: so when there are
     # several models or hardware, else each workload its own)
     fixed_trace: bool | None = None
@@ -167,6 +168,8 @@ class SweepSpec:
                "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
         if self.precision:  # only when given, so sweeps made before these options still resume
             out["precision"] = dict(sorted(self.precision.items()))
+        if self.tiers:  # likewise
+            out["tiers"] = dict(sorted(self.tiers.items()))
         if self.seeds > 1:  # likewise
             out["seeds"] = self.seeds
         if self.fixed:  # likewise: only when on
@@ -176,7 +179,8 @@ class SweepSpec:
     def run_settings(self) -> dict:
         """RunConfig fields every cell shares: mode, engine and, with ``engine_of``, that policy's
         declared scheduler settings (token budget, block size, ...)."""
-        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}  # cells: their own seed
+        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision,  # cells: their own seed
+               **self.tiers}
         if self.engine_of:
             from blendsim.policies.base import get_policy
             from blendsim.runner import ENGINE_FIELDS

@@ -49,8 +49,13 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         raise UserError(f"--models {','.join(spec.models)}: two of them are the same model")
     taken = [s.name for s in specs.values()]
     names = {m: s.name if taken.count(s.name) == 1 else f"{s.name}-{s.fingerprint()[:6]}" for m, s in specs.items()}
+    from blendsim.sim.kv_tiers import check_tier_gb
+
     for h in spec.hardware:
-        get_hardware(h)
+        hw = get_hardware(h)
+        check_tier_gb(spec.tiers.get("host_kv_gb"), "--host-kv-gb", hw.host_memory_bytes,
+                      f"{hw.name}'s host memory per node")
+        check_tier_gb(spec.tiers.get("disk_kv_gb"), "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
     if spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
     if spec.engine is not None:

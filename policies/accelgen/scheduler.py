@@ -194,7 +194,8 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             s = self._admit(r, now)
         c = s.computed
         n = min(n, s.target - c)
-        need = new_blocks(c, n, B)
+        load = s.load if new else 0  # blocks of its hit that come back from a host/disk KV tier first
+        need = new_blocks(c, n, B) + load
         while room_above is not None and need > self.kv.available:
             v = self._victim(now, above=room_above, bounded=True)
             if v is None:
@@ -202,7 +203,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             self._preempt(v, now)
             self.counts["preempt_urgent"] += 1
         if need > self.kv.available:
-            n = chunk_len(n, n, c, self.kv.available, B) if chunkable else 0
+            n = chunk_len(n, n, c, self.kv.available - load, B) if chunkable and self.kv.available > load else 0
         if n <= 0:
             self._in_batch.discard(r)
             if new:

@@ -92,6 +92,10 @@ class BlendServe(Policy):
                                 "step can read within its compute time; an extension) or kv (the whole cache)", source=EXT + '; kv = paper Alg. 3', choices=("balanced", "kv")),
         "degenerate": Option("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
                                "side nearer the target) or even (M split in half, both scanners keep moving)", source=OURS, choices=("even", "clip")),
+        "tiers": Option("gpu", "split cost of a prefix when a host/disk KV tier is configured (--host-kv-gb): gpu = "
+                               "its recomputation (the paper); load = its load over the host link, so the "
+                               "keep_sharing budget and t, in recompute-time terms, pay for prefill/load times more "
+                               "tokens", source=OURS, choices=("gpu", "load")),
     }
 
     def __init__(self, ctx):

@@ -58,8 +58,17 @@ def build_plan(ctx, opt: dict) -> Plan:
     warm = est.sampled if opt["warmup"] == "barrier" else np.zeros(n, dtype=bool)
     lap("sample")
     rt = ResourceTree(tree, est.d, rates, active=~warm)
-    rep = sort_and_split(rt, opt["keep_sharing"], opt["split_threshold"], opt["split_divide"], opt["max_rounds"],
-                         opt["split"])
+    keep, thr, tier_scale = opt["keep_sharing"], opt["split_threshold"], 1.0
+    tiers = getattr(ctx, "tiers", None)
+    if opt.get("tiers", "gpu") == "load" and tiers is not None:
+        # ours: a split unit's prefix, written to the host tier when the GPU evicts it, comes back as a load;
+        # the budget (shared tokens x (1 - keep_sharing) of recomputation) buys prefill/load times the tokens
+        load_tok_s = tiers.block_bytes / ctx.engine.block_size / tiers.link_bw
+        prefill_tok_s = 2.0 * rates.gemm_params / rates.flops
+        tier_scale = min(1.0, load_tok_s / prefill_tok_s)
+        keep = max(0.0, 1.0 - (1.0 - keep) / tier_scale)
+        thr = thr / tier_scale if thr >= 0 else thr
+    rep = sort_and_split(rt, keep, thr, opt["split_divide"], opt["max_rounds"], opt["split"])
     lap("sort_split")
     p = trace.input_len.astype(np.float64)
     d = est.d
@@ -99,7 +108,8 @@ def build_plan(ctx, opt: dict) -> Plan:
         "splits": rep.splits, "split_rounds": rep.rounds, "split_stop": rep.stop, "split_mode": rep.mode,
         "split_moved_requests": rep.moved_requests,
         "split_threshold_tokens": rep.threshold, "split_budget_tokens": rep.budget_tokens,
-        "split_recompute_tokens": rep.recompute_tokens, "inversions_left": rep.inversions_left,
+        "split_recompute_tokens": rep.recompute_tokens,
+        **({"split_tier_scale": tier_scale} if tier_scale != 1.0 else {}), "inversions_left": rep.inversions_left,
         "tree_sharing_before": rep.sharing_before, "tree_sharing_after": rep.sharing_after,
         "units": int(len(urho)),
         # densities that do not exist (no KV read: every output one token; a replica with no request)

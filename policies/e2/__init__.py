@@ -77,7 +77,7 @@ class E2(Policy):
     def make_scheduler(self, replica: int, **kw) -> E2Scheduler:
         G = int(self.opt["groups"])
         return E2Scheduler(queue=PriorityGroups(self._rank, G), replica=replica, groups=G,
-                           quota_unit=int(self.opt["quota_unit"]), **kw)
+                           quota_unit=int(self.opt["quota_unit"]), tier_groups=self.opt["tiers"] == "load", **kw)
 
     def summary_extra(self) -> dict:
         r = getattr(self, "_router", None)

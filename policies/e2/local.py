@@ -65,13 +65,15 @@ class PriorityGroups:
 class E2Scheduler(Scheduler):
     """One replica under Preble's local scheduler (see the module docstring)."""
 
-    def __init__(self, *, groups: int = 10, quota_unit: int = 1, **kw):
+    def __init__(self, *, groups: int = 10, quota_unit: int = 1, tier_groups: bool = False, **kw):
         if not isinstance(kw.get("queue"), PriorityGroups):
             q = kw.get("queue")
             rank = q._rank if q is not None and q._rank is not None else range(len(kw["prompt_len"]))
             kw["queue"] = PriorityGroups(rank, groups)
         super().__init__(**kw)
         self.G = groups  # NOTE: self.P is the engine's prompt lengths
+        # ours (option tiers=load): a prefix in a host/disk tier counts as cached for the priority groups
+        self._match = self.kv.match_tiers if tier_groups else self.kv.match
         self.quota_unit = quota_unit
         self.ptr = groups - 1  # the group admitting now
         self.taken = 0  # admitted from it since the pointer arrived
@@ -95,7 +97,7 @@ class E2Scheduler(Scheduler):
         """Priority group from the cached fraction of the prompt (the cache's own match)."""
         p = self.P[req]
         target = p + self.resume.get(req, 0)
-        hit = self.kv.match(path, (target - 1) // self.B) * self.B
+        hit = self._match(path, (target - 1) // self.B) * self.B
         if hit <= 0 or p <= 0:
             return 0
         if hit > p:

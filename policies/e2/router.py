@@ -29,7 +29,7 @@ from blendsim.policies.e2.load import OutputStats, PaperLoad
 from blendsim.policies.e2.local import ADMIT, EVICT, FINISH
 from blendsim.policies.e2.timing import TimeModel
 from blendsim.policies.e2.tree import GlobalTree
-from blendsim.policies.option import Option
+from blendsim.policies.option import OURS, Option
 from blendsim.sim.errors import UserError
 
 HIT_WINDOW_S = 30.0  # prefill/decode balancing's hit-ratio window (Preble's code)
@@ -58,10 +58,13 @@ OPTIONS = {
     "groups": Option(10, "local scheduler: number of priority groups P (1 = FCFS)", source='Preble code (paper gives none)'),
     "quota_unit": Option(1, "local scheduler: group g admits (g+1) x quota_unit per pointer visit "
                       "(paper's example: 1; Preble's code: 10)", source="paper's example (1); 10 = Preble code"),
+    "tiers": Option("gpu", "a prefix held in a host/disk KV tier (--host-kv-gb): gpu = a miss, recomputed (the "
+                           "paper); load = a hit that costs its load over the host link in P, M and the local "
+                           "priority groups", source=OURS, choices=("gpu", "load")),
 }
 CHOICES = {"cost": ("lmp", "lm"), "load": ("paper", "code"), "autoscale": ("paper", "code", "off"),
            "overload_signal": ("queue", "ttft"), "exploit": ("paper", "code"),
-           "route_map": ("evict", "window")}
+           "route_map": ("evict", "window"), "tiers": ("gpu", "load")}
 # outcome codes of a routing decision
 EXPLOIT, EXPLORE, PD = 0, 1, 2
 
@@ -107,6 +110,10 @@ class E2Router(Router):
         self.track_ttft = scaling and o["overload_signal"] == "ttft"
         self.track_queue = scaling and not self.track_ttft
         self.balancer = Balancer(self, float(o["th_bal"]), o["autoscale"]) if o["rebalance"] else None
+        # ours: with tiers=load a prefix in a host/disk tier costs its transfer (seconds per token on the link)
+        tiers = getattr(ctx, "tiers", None)
+        self.tier_load = o["tiers"] == "load" and tiers is not None
+        self.load_tok_s = tiers.block_bytes / ctx.engine.block_size / tiers.link_bw if self.tier_load else 0.0
         self.assigned = 0
         self.counts = [0, 0, 0]  # exploit, explore, pd
         self._feedback = [(i, r.scheduler.feedback) for i, r in enumerate(replicas)
@@ -172,17 +179,28 @@ class E2Router(Router):
         c = tree.cached_tokens(i, path)
         if c > p:
             c = p
-        P = self.tm.prefill(p - c, c)
+        extra = 0
+        if self.tier_load:  # tokens beyond the GPU's in a lower tier are loaded, not recomputed
+            kv = tree.kvs[i]
+            if kv is not None and kv.tiered:
+                extra = min(kv.match_tiers(path, p // kv.block_size) * kv.block_size, p) - c
+                extra = extra if extra > 0 else 0
+        P = self.tm.prefill(p - c - extra, c + extra) + extra * self.load_tok_s
         total = (self.load.load(i) if L is None else L) + (P if self.use_p else 0.0)
         if self.use_m:
             kv = tree.kvs[i]
             if kv is not None:
                 B = kv.block_size
-                need = -(-p // B) - c // B - kv.free
+                need = -(-p // B) - (c + extra) // B - kv.free
                 if need > 0:
                     ec = self.load.evict_cost
+                    tier = self.tier_load and kv.tiered
                     for x, nb, left in lru_victims(kv, need):
-                        total += ec(i, x, nb, left)
+                        m = ec(i, x, nb, left)
+                        if tier and m > 0:  # the victim goes to host: reusing it later costs a load
+                            pre = self.tm.prefill(nb * B, (kv.blk_start[x] + left) * B)
+                            m *= min(1.0, nb * B * self.load_tok_s / pre) if pre > 0 else 1.0
+                        total += m
         return total, P
 
     def _cheapest(self, cands, path: list, p: int) -> tuple[int, float]:

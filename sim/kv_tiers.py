@@ -1,0 +1,438 @@
+"""Host-memory and disk tiers under the GPU's prefix cache: evicted prefix blocks spill down, hits load back.
+
+A block evicted from the GPU moves to host memory, one evicted from host memory moves to disk, one
+evicted from disk is gone (an exclusive hierarchy, written on eviction as TensorRT-LLM's host cache
+does). Per static-tree node the tiers hold consecutive runs of the node's full blocks:
+
+    GPU  [0, cached)   host  [cached, cached + host)   disk  [cached + host, cached + host + disk)
+
+so the GPU's tail-first eviction of a node moves its last GPU blocks to the front of its host run, and
+the host's tail-first eviction moves its last host blocks to the front of its disk run; every tier keeps
+the node's blocks contiguous. Each lower tier evicts least-recently-used nodes first (ties: deepest).
+
+A prefix hit is the longest run of the prompt's blocks held in any tier. Blocks found in host memory or
+on disk are *loaded*: on admission they leave their tier and become GPU cache blocks of the (locked)
+path nodes, and the transfer is priced on the replica's links:
+
+* the host link (PCIe or NVLink-C2C; per GPU, times the GPUs of the replica) carries loads
+  (host -> GPU) and offload writes (GPU -> host) on one busy-until clock, so they compete: a load
+  queued behind a burst of writes waits for them;
+* the disk (the node's NVMe share per GPU) carries reads and writes on its own clock; a disk hit
+  is read from disk and streamed over the host link.
+
+The step that runs the request's first chunk waits for its loads: ``stall`` adds the wait before the
+step's compute, ``overlap`` (layer-by-layer prefetch) makes the step last the longer of the two
+(the engine profile's ``kv_load``). Offload writes are off the critical path; they only delay later
+loads on the shared link. Evictions during a fast-forwarded decode run are stamped at its start.
+
+With no tier (0 GB) the plain :class:`~blendsim.sim.kv.KVCache` runs unchanged.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from blendsim.sim.errors import UserError
+from blendsim.sim.kv import KVCache
+
+GB = 1e9
+LOAD_MODES = ("stall", "overlap")
+TIER_OPTIONS = ("host_kv_gb", "disk_kv_gb")
+
+
+class Channel:
+    """A link used by one transfer at a time (FIFO): a busy-until clock and its busy seconds."""
+
+    __slots__ = ("name", "free_at", "busy_s")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.free_at = 0.0
+        self.busy_s = 0.0
+
+    def transfer(self, start: float, seconds: float) -> float:
+        """Occupy the channel for ``seconds`` from ``start`` (or when it frees up); the end time."""
+        s = self.free_at if self.free_at > start else start
+        e = s + seconds
+        self.free_at = e
+        self.busy_s += seconds
+        return e
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """Capacities and bandwidths of one replica's lower tiers (all GPUs of the replica together)."""
+
+    host_blocks: int
+    disk_blocks: int
+    block_bytes: int  # KV bytes of one block on the replica
+    link_bw: float  # host link bytes/s per direction, replica total
+    disk_read_bw: float
+    disk_write_bw: float
+    load_mode: str = "stall"
+
+    @property
+    def enabled(self) -> bool:
+        return self.host_blocks > 0 or self.disk_blocks > 0
+
+
+def check_tier_gb(value, flag: str, limit_bytes: float = 0.0, what: str = "") -> float:
+    """A tier size in GB (1e9 bytes): finite and >= 0, and within ``limit_bytes`` when it is known."""
+    if value is None:
+        return 0.0
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag} must be a number of GB, got {value!r}") from None
+    if not v >= 0 or v == float("inf"):  # NaN fails >= 0
+        raise UserError(f"{flag} must be a finite number of GB >= 0, got {value!r}")
+    if limit_bytes and v * GB > limit_bytes:
+        raise UserError(f"{flag} {v:g} is more than {what} ({limit_bytes / GB:g} GB)")
+    return v
+
+
+def kv_load_mode(explicit: str | None, engine: str | None) -> str:
+    """How tier loads meet the step: ``explicit`` if given, else the engine profile's ``kv_load``
+    (sim.engines, cited there), else ``stall`` (an engine that documents no layer-wise prefetch)."""
+    if explicit is not None:
+        if explicit not in LOAD_MODES:
+            raise UserError(f"--kv-load must be one of {', '.join(LOAD_MODES)}, got {explicit!r}")
+        return explicit
+    from blendsim.sim.engines import get_profile
+
+    try:
+        prof = get_profile(engine) if engine else None
+    except UserError:  # not a profile (an overhead style of the cost model): no documented prefetch
+        prof = None
+    return getattr(prof, "kv_load", "stall") if prof is not None else "stall"
+
+
+def _gbps(value, flag: str, default: float) -> float:
+    """A bandwidth override in GB/s (None: the preset's ``default`` bytes/s)."""
+    if value is None:
+        return default
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag} must be a number of GB/s, got {value!r}") from None
+    if not (v > 0 and v != float("inf")):
+        raise UserError(f"{flag} must be a finite number of GB/s > 0, got {value!r}")
+    return v * GB
+
+
+def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "stall", host_link_gbps=None,
+              disk_read_gbps=None, disk_write_gbps=None) -> TierSpec | None:
+    """The replica's tiers for a deployment, or None when both are 0 (the GPU-only cache runs).
+
+    Sizes are per replica; the preset's host memory and local NVMe (per node, when it gives them) bound
+    them. Bandwidths (per GPU: the preset's cited defaults, or the ``*_gbps`` overrides) scale with the
+    replica's GPUs: each GPU has its own host link and NVMe share."""
+    hw = dep.hardware
+    link = _gbps(host_link_gbps, "--host-link-gbps", hw.host_link_bandwidth)
+    dread = _gbps(disk_read_gbps, "--disk-read-gbps", hw.disk_read_bandwidth)
+    dwrite = _gbps(disk_write_gbps, "--disk-write-gbps", hw.disk_write_bandwidth)
+    host = check_tier_gb(host_kv_gb, "--host-kv-gb", hw.host_memory_bytes,
+                         f"{hw.name}'s host memory per node")
+    disk = check_tier_gb(disk_kv_gb, "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
+    if load_mode not in LOAD_MODES:
+        raise UserError(f"kv_load must be one of {', '.join(LOAD_MODES)}, got {load_mode!r}")
+    bb = int(dep.kv_bytes_per_token) * int(block_size)
+    spec = TierSpec(int(host * GB // bb), int(disk * GB // bb), bb, link * dep.tp, dread * dep.tp, dwrite * dep.tp,
+                    load_mode)
+    if not spec.enabled:
+        return None
+    if spec.link_bw <= 0:
+        raise UserError(f"hardware {hw.name!r} has no host link bandwidth: a host KV tier needs one")
+    if spec.disk_blocks and not (spec.disk_read_bw > 0 and spec.disk_write_bw > 0):
+        raise UserError(f"hardware {hw.name!r} has no disk bandwidth: a disk KV tier needs one")
+    return spec
+
+
+class TieredKVCache(KVCache):
+    """A :class:`KVCache` whose evictions spill to host memory and then disk, and whose hits may load."""
+
+    tiered = True
+
+    def __init__(self, tree, num_blocks: int, block_size: int, caching: bool, spec: TierSpec, on_event=None,
+                 retain: bool = True):
+        super().__init__(tree, num_blocks, block_size, caching, on_event, retain)
+        n = tree.num_nodes
+        self.spec = spec
+        self.host_cap = spec.host_blocks
+        self.disk_cap = spec.disk_blocks
+        self.host = [0] * n  # host blocks per node, after its GPU blocks
+        self.disk = [0] * n  # disk blocks per node, after its host blocks
+        self.hstamp = [0.0] * n  # LRU key of the node's host run (its last use when it came down)
+        self.dstamp = [0.0] * n
+        self._hheap: list = []  # (stamp, -node): lazily invalidated
+        self._dheap: list = []
+        self.host_used = 0
+        self.disk_used = 0
+        self.link = Channel("host link")
+        self.disk_ch = Channel("disk")
+        bb = spec.block_bytes
+        self._t_link = bb / spec.link_bw
+        self._t_dread = bb / spec.disk_read_bw if spec.disk_read_bw > 0 else 0.0
+        self._t_dwrite = bb / spec.disk_write_bw if spec.disk_write_bw > 0 else 0.0
+        self.now = 0.0  # the scheduler's clock: when evictions (writes) are issued
+        self.last_split = (0, 0)  # host and disk blocks of the last match's hit
+        # lifetime totals, in blocks
+        self.host_hit_blocks = 0
+        self.disk_hit_blocks = 0
+        self.load_blocks = 0
+        self.offload_host_blocks = 0  # written GPU -> host
+        self.offload_disk_blocks = 0  # written host -> disk
+        self.dropped_blocks = 0  # evicted from the last tier
+
+    # ---- queries --------------------------------------------------------------------------
+    def match_tiers(self, path: list[int], max_blocks: int) -> int:
+        """Blocks of the prefix along ``path`` held in any tier, at most ``max_blocks``; how many of them
+        are in host memory and on disk is left in :attr:`last_split`."""
+        self.last_split = (0, 0)
+        if not self.caching:
+            return 0
+        hit = hh = dh = 0
+        cached, host, disk, nb = self.cached, self.host, self.disk, self.nblocks
+        for x in path:
+            g = cached[x]
+            h = host[x]
+            d = disk[x]
+            left = max_blocks - hit
+            if g >= left:
+                hit += left
+                break
+            hit += g
+            left -= g
+            if h:
+                t = h if h < left else left
+                hh += t
+                hit += t
+                left -= t
+            if d and left:
+                t = d if d < left else left
+                dh += t
+                hit += t
+                left -= t
+            if g + h + d < nb[x] or not left:
+                break
+        if hit > max_blocks:
+            hit = max_blocks
+        self.last_split = (hh, dh)
+        return hit
+
+    # ---- moving blocks between tiers ------------------------------------------------------
+    def load(self, path: list[int], hit: int, now: float) -> float:
+        """Bring the host and disk blocks of a ``hit``-block prefix along ``path`` (its nodes locked by
+        the caller) into the GPU cache; the time the last of them has arrived."""
+        nb, cached, host, disk = self.nblocks, self.cached, self.host, self.disk
+        moves = []
+        acc = hl_tot = dl_tot = 0
+        for x in path:
+            if acc >= hit:
+                break
+            g = cached[x]
+            want = hit - acc
+            own = g + host[x] + disk[x]
+            if own > nb[x]:
+                own = nb[x]
+            take = (own if own < want else want) - g
+            acc += g
+            if take > 0:
+                hl = host[x] if host[x] < take else take
+                dl = take - hl
+                host[x] -= hl
+                disk[x] -= dl
+                hl_tot += hl
+                dl_tot += dl
+                acc += take
+                moves.append((x, take))
+        self.host_used -= hl_tot
+        self.disk_used -= dl_tot
+        n = hl_tot + dl_tot
+        if not n:
+            return now
+        free = self.total - self.cache_blocks - self.private
+        if n > free:
+            self.evict(n - free)  # its writes go into the host room the loaded blocks left
+        kids, parent = self.cached_children, self.parent
+        for x, take in moves:
+            if cached[x] == 0:
+                p = parent[x]
+                if p >= 0:
+                    kids[p] += 1
+            if self.on_event is not None:
+                self.on_event("load", x, cached[x], take)
+            cached[x] += take
+        self.cache_blocks += n
+        self.host_hit_blocks += hl_tot
+        self.disk_hit_blocks += dl_tot
+        self.load_blocks += n
+        # disk blocks stream from the drive over the link: the later of the two transfers ends the load
+        end = self.link.transfer(now, n * self._t_link)
+        if dl_tot:
+            d_end = self.disk_ch.transfer(now, dl_tot * self._t_dread)
+            if d_end > end:
+                end = d_end
+        return end
+
+    def evict(self, n: int) -> int:
+        """Free at least ``n`` GPU blocks of unreferenced cache (deepest, oldest first): they move to host."""
+        freed = 0
+        heap = self._heap
+        cached, ref, kids, access = self.cached, self.ref, self.cached_children, self.access
+        host, hstamp, hheap = self.host, self.hstamp, self._hheap
+        pop, push = heapq.heappop, heapq.heappush
+        parent = self.parent
+        ev = self.on_event
+        moved = 0
+        while freed < n and heap:
+            t, x = pop(heap)
+            c = cached[x]
+            if c == 0 or ref[x] or kids[x] or t != access[x]:
+                continue  # stale entry
+            take = c if c < n - freed else n - freed
+            cached[x] = c - take
+            freed += take
+            if ev is not None:
+                ev("evict", x, c - take, take)
+            if c > take:
+                push(heap, (t, x))
+            else:
+                p = parent[x]
+                if p >= 0:
+                    kids[p] -= 1
+                    if kids[p] == 0 and cached[p] and ref[p] == 0:
+                        push(heap, (access[p], p))
+            # down to host: the front of the node's host run
+            h = host[x]
+            host[x] = h + take
+            moved += take
+            if h == 0 or hstamp[x] != t:
+                hstamp[x] = t
+                push(hheap, (t, -x))
+        self.cache_blocks -= freed
+        self.evictable -= freed
+        self.evicted_blocks += freed
+        if moved:
+            self.host_used += moved
+            self.offload_host_blocks += moved
+            self.link.transfer(self.now, moved * self._t_link)
+            if self.host_used > self.host_cap:
+                self._evict_host(self.host_used - self.host_cap)
+        return freed
+
+    def _evict_host(self, n: int) -> None:
+        """Move ``n`` host blocks (least recently used nodes first, a node's tail first) to disk."""
+        host, disk, hstamp, dstamp = self.host, self.disk, self.hstamp, self.dstamp
+        heap, dheap = self._hheap, self._dheap
+        to_disk = self.disk_cap > 0  # else the blocks are dropped
+        pop, push = heapq.heappop, heapq.heappush
+        moved = 0
+        while moved < n and heap:
+            t, nx = pop(heap)
+            x = -nx
+            h = host[x]
+            if h == 0 or t != hstamp[x]:
+                continue
+            take = h if h < n - moved else n - moved
+            host[x] = h - take
+            moved += take
+            if host[x]:
+                push(heap, (t, nx))
+            if to_disk:
+                disk[x] += take
+                if dstamp[x] != t or disk[x] == take:
+                    dstamp[x] = t
+                    push(dheap, (t, nx))
+        self.host_used -= moved
+        if to_disk:
+            self.disk_used += moved
+            self.offload_disk_blocks += moved
+            self.disk_ch.transfer(self.now, moved * self._t_dwrite)
+            if self.disk_used > self.disk_cap:
+                self._evict_disk(self.disk_used - self.disk_cap)
+        else:
+            self.dropped_blocks += moved
+
+    def _evict_disk(self, n: int) -> None:
+        disk, dstamp = self.disk, self.dstamp
+        heap = self._dheap
+        dropped = 0
+        while dropped < n and heap:
+            t, nx = heapq.heappop(heap)
+            x = -nx
+            d = disk[x]
+            if d == 0 or t != dstamp[x]:
+                continue
+            take = d if d < n - dropped else n - dropped
+            disk[x] = d - take
+            dropped += take
+            if disk[x]:
+                heapq.heappush(heap, (t, nx))
+        self.disk_used -= dropped
+        self.dropped_blocks += dropped
+
+    def insert(self, node: int, index: int, count: int) -> int:
+        """As :meth:`KVCache.insert`; lower-tier copies of blocks the GPU now holds are dropped."""
+        new = super().insert(node, index, count)
+        if new:
+            over = new
+            h = self.host[node]
+            if h:
+                t = h if h < over else over
+                self.host[node] = h - t
+                self.host_used -= t
+                over -= t
+            d = self.disk[node]
+            if d and over:
+                # the disk run starts after the host run; only once the host run is gone does it overlap
+                t = d if d < over else over
+                self.disk[node] = d - t
+                self.disk_used -= t
+        return new
+
+    # ---- introspection for tests ----------------------------------------------------------
+    def check(self) -> None:
+        super().check()
+        host, disk = np.asarray(self.host), np.asarray(self.disk)
+        assert (host >= 0).all() and (disk >= 0).all()
+        assert self.host_used == int(host.sum()) <= self.host_cap, (self.host_used, int(host.sum()), self.host_cap)
+        assert self.disk_used == int(disk.sum()) <= self.disk_cap, (self.disk_used, int(disk.sum()), self.disk_cap)
+        assert (np.asarray(self.cached) + host + disk <= np.asarray(self.nblocks)).all()
+
+
+def make_kv(tree, num_blocks: int, block_size: int, caching: bool, retain: bool, spec: TierSpec | None):
+    """The replica's KV cache: tiered when ``spec`` has a tier, else the plain GPU cache."""
+    if spec is None:
+        return KVCache(tree, num_blocks, block_size, caching, retain=retain)
+    return TieredKVCache(tree, num_blocks, block_size, caching, spec, retain=retain)
+
+
+def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: float) -> dict:
+    """summary.json's tier fields over a run's replicas (the same keys with no tier)."""
+    host_hit = disk_hit = load = off_h = off_d = 0
+    link_busy = 0.0
+    for kv in kvs:
+        if getattr(kv, "tiered", False):
+            host_hit += kv.host_hit_blocks
+            disk_hit += kv.disk_hit_blocks
+            load += kv.load_blocks
+            off_h += kv.offload_host_blocks
+            off_d += kv.offload_disk_blocks
+            link_busy += kv.link.busy_s
+    bb = spec.block_bytes if spec else 0
+    return {
+        "prefix_hit_tokens": {"gpu": int(hit_tokens - (host_hit + disk_hit) * B), "host": int(host_hit * B),
+                              "disk": int(disk_hit * B)},
+        "kv_load_bytes": int(load * bb),
+        "kv_offload_bytes": int((off_h + off_d) * bb),
+        "kv_load_stall_s": float(stall_s),
+        "host_link_busy_s": float(link_busy),
+    }
+
+
+__all__ = ["Channel", "LOAD_MODES", "TIER_OPTIONS", "TierSpec", "TieredKVCache", "check_tier_gb", "make_kv",
+           "tier_spec", "tier_summary"]
