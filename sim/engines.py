@@ -398,6 +398,7 @@ KV_LOAD_SOURCES = {
     "sglang": "overlap: SGLang HiCache (docs/advanced_features/hicache_design.md) loads layer N+1's KV while "
               "computing layer N",
     "nanoflow": "stall: ours -- NanoFlow has no KV offloading; the conservative choice",
+    "deepspeed-fastgen": "stall: ours -- DeepSpeed-FastGen (DeepSpeed-MII) has no KV offloading; the conservative choice",
     "ideal": "stall: ours -- kernel time only, no engine to overlap a transfer with the step",
 }
 _KV_LOAD = {"trtllm": "stall", "vllm": "overlap", "vllm-v0": "stall", "sglang": "overlap", "nanoflow": "stall"}
