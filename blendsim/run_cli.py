@@ -14,6 +14,8 @@ WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: t
 KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
 SKEW_HELP = "MoE routing skew: 0 uniform, else the Zipf exponent of expert popularity."
 EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
+PP_HELP = ("Pipeline-parallel stages per replica (each --tp GPUs; a replica is --tp x --pp GPUs and runs --pp "
+           "batches in flight; default 1).")
 
 
 def cost_cmd(
@@ -98,6 +100,7 @@ def simulate_cmd(
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
     ep: int = typer.Option(1, "--ep", help=EP_HELP),
+    pp: int = typer.Option(1, "--pp", help=PP_HELP),
     expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
     offline: bool = typer.Option(False, "--offline", help="Release every request at t=0."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
@@ -121,7 +124,7 @@ def simulate_cmd(
     check_run_dir(out, digest, force)
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
-                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew,
+                    weights=weights, kv_dtype=kv_dtype, ep=ep, pp=pp, expert_skew=expert_skew,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt))

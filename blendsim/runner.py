@@ -36,6 +36,7 @@ class RunConfig:
     weights: str | None = None  # GEMM weight precision (None: the model's)
     kv_dtype: str | None = None  # KV-cache dtype (None: the model's)
     ep: int = 1  # expert-parallel degree (MoE models)
+    pp: int = 1  # pipeline-parallel degree (stages per replica; each replica runs pp virtual engines)
     expert_skew: float = 0.0  # MoE routing skew (Zipf exponent of expert popularity; 0 uniform)
     token_budget: int | None = None
     max_seqs: int | None = None
@@ -88,6 +89,7 @@ class Prepared:
     num_blocks: int  # KV blocks per replica
     policy: object  # the prepared policies.base.Policy
     policy_ref: object = None  # policies.base.PolicyRef: how runs label the policy and where it came from
+    cost_model_of: object = None  # Deployment -> CostModel (a pipeline stage's pricer is built with it)
 
 
 def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:
@@ -111,13 +113,14 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy_cls = ref.cls
     eng = engine_config(cfg, policy_cls)
     dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
-                                   get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep,
+                                   get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep, pp=cfg.pp,
                                    expert_skew=cfg.expert_skew,
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
                                    kv_capacity_override=cfg.kv_capacity_override)
-    cm = cost_model(dep) if cost_model else build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine,
-                                                             cfg.profile)
+    cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or policy_cls.default_engine,
+                                                              cfg.profile))
+    cm = cost_model_of(dep)
     tree = PrefixTree(trace)
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:
@@ -130,7 +133,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
             "--long skip|truncate"
         )
     B = eng.block_size
-    blocks = dep.num_blocks(B)
+    blocks = dep.num_blocks(B) // dep.pp  # pipeline: each virtual engine its share (vLLM's virtual engines)
     need = -(-(trace.input_len + trace.output_len) // B)
     if need.max() > blocks:
         i = int(np.argmax(need))
@@ -146,20 +149,22 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "
             f"{dep.model.name} on {dep.hardware.name} x{dep.tp}); use more GPUs per replica (--tp)"
         )
-    ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng, replicas=cfg.replicas,
+    ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng,
+                        replicas=cfg.replicas * dep.pp,
                         seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks)
     policy = policy_cls(ctx)
     policy.prepare()
     policy._finalize()
-    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref)
+    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, cost_model_of)
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
     from blendsim.sim.density import Rates, bounds
-    from blendsim.sim.engine import Cluster, Replica, SimExecutor
+    from blendsim.sim.engine import Cluster, Replica, SimExecutor, pipelined_units
     from blendsim.sim.kv import KVCache
     from blendsim.sim.metrics import per_request_table, summarize
+    from blendsim.sim.pipeline import StagePricer
 
     run = prepare_run(trace, cfg)
     trace, eng, dep, cm, tree, blocks, policy = (run.trace, run.engine, run.deployment, run.cost_model, run.tree,
@@ -173,15 +178,17 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     Dl = trace.output_len.tolist()
     hints = trace.output_len_hint.tolist()
     replicas = []
-    for i in range(cfg.replicas):
+    ff = eng.fast_forward and not cfg.record_schedule
+    pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None
+    for i in range(cfg.replicas * dep.pp):
         kv = KVCache(tree, blocks, B, eng.prefix_caching, retain=eng.prefix_retain)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule, output_hint=hints)
-        replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not cfg.record_schedule,
-                                progress=tick))
+        replicas.append(Replica(i, sched, pricer or SimExecutor(cm), fast_forward=ff, progress=tick))
+    units = pipelined_units(replicas, dep.pp, pricer, ff)
     router = policy.make_router(replicas)
     route_order = np.lexsort((policy._rank, trace.arrival_s))
-    cluster = Cluster(replicas, router, trace.arrival_s, route_order)
+    cluster = Cluster(replicas, router, trace.arrival_s, route_order, units)
     cluster.run()
     rec = rec.arrays()
     if np.isnan(rec.finish_s).any():
@@ -193,9 +200,9 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
-                        extra={**run.policy_ref.summary(), **policy.summary_extra()})
+                        extra={**run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)})
     requests = {
-        "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
+        "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica // dep.pp,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
         "generated_tokens": rec.generated, "cached_tokens": rec.cached_tokens, "recomputed_tokens": rec.recomputed_tokens,
         "prefill_computed": rec.prefill_computed, "preemptions": rec.preemptions, "admit_s": rec.admit_s,
@@ -205,7 +212,18 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
                              "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}
-    return RunResult(summary, steps, requests, schedule, cm.notes(), trace)
+    return RunResult(summary, steps, requests, schedule, cm.notes() + dep.topology_notes(), trace)
+
+
+def pipeline_summary(dep) -> dict:
+    """summary.json fields of a pipeline-parallel or multi-node deployment (none for one stage on one node, so
+    such runs' summaries are unchanged)."""
+    if dep.pp == 1 and dep.nodes == 1:
+        return {}
+    return {"pp": dep.pp, "stage_layers": dep.stage_layers(), "nodes": dep.nodes,
+            "tp_link": "network" if dep.tp_spans_nodes else "scale-up",
+            "pp_links": ["network" if dep.pp_crosses(i) else "scale-up" for i in range(dep.pp - 1)],
+            "virtual_engines_per_replica": dep.pp}
 
 
 # re-exported: the run-directory helpers are part of the runner's public surface

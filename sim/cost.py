@@ -174,8 +174,7 @@ class RooflineTimer:
         self.launch = hw.kernel_launch_s
         self.tile = max(1, hw.gemm_tile_m)
         self.blend = hw.gemm_roofline_blend
-        self.link_bw = hw.link_bandwidth
-        self.link_lat = hw.link_latency_s
+        self.link_bw, self.link_lat = dep.tp_link()  # the scale-up link, or the network when TP spans nodes
 
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
@@ -241,7 +240,7 @@ class CostModel:
         self.engine = get_engine(engine) if isinstance(engine, str) else engine
         self.timer = timer or RooflineTimer(dep)
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
-        self.layers = dep.model.num_layers
+        self.layers = Shapes.of(dep).layers  # a pipeline stage's own layers
         self.graph_cap = 0  # HOOK (sim.engines): pure-decode steps run at CUDA-graph sizes up to this
         self._mla = dep.model.is_mla
         self._tables_n = 0
