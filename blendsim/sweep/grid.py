@@ -124,7 +124,7 @@ class SweepSpec:
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
-    precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep given on the command line
+    precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep / pp given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
 
     def settings(self) -> dict:
