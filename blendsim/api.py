@@ -146,7 +146,7 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     Unlike the CLI (``fcfs``), the default policy is ``dfs``. Given a file, summary.json records its
     SHA-256 as ``trace_sha256``, as the command does.
     """
-    from blendsim.run_cli import check_seed
+    from blendsim.options import check_seed
     from blendsim.runner import RunConfig, run_simulation
     from blendsim.sim.rundir import file_sha256
 
@@ -212,15 +212,14 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
     """
     from blendsim.sweep.backends import make_backend
-    from blendsim.sweep.cli import _default_policies
     from blendsim.sweep.driver import failure_line, run_sweep
-    from blendsim.sweep.grid import SweepSpec
+    from blendsim.sweep.grid import SweepSpec, default_policies
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
-    pols = _names(policies, "--policies", _policy_spec) if policies is not None else _default_policies()
+    pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
@@ -243,7 +242,7 @@ def _values(v, flag: str) -> tuple[float, ...]:
 
 
 def _names(v, flag: str, each=str) -> tuple[str, ...]:
-    from blendsim.sim.clikit import parse_names
+    from blendsim.options import parse_names
 
     if isinstance(v, str):
         return parse_names(v, flag)

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from blendsim.sim.clikit import UserErrorGroup as _Group
+from blendsim.cli.kit import UserErrorGroup as _Group
 from blendsim.workloads.trace import from_columns, write_trace
 
 
@@ -30,7 +30,7 @@ def _app(*registers) -> typer.Typer:
 
 
 def _validate_app():
-    from blendsim.validate_cli import register
+    from blendsim.cli.validate import register
 
     return _app(register)
 
@@ -111,10 +111,10 @@ def test_validate_refuses_a_schedule_that_does_not_fit(small_trace, tmp_path):
 def test_the_memory_plan_is_the_peak_of_the_schedule(small_trace, tmp_path):
     """Exactly the schedule's peak KV (plus weights and the largest step) is asked for: one byte less is
     refused before anything runs, that much is enough."""
-    from blendsim.validate import ValidateConfig, need_bytes, run_validation, simulate
     from blendsim.real_backend.replay import load_schedule, peak_blocks
     from blendsim.sim.errors import UserError
     from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.validate import ValidateConfig, need_bytes, run_validation, simulate
     from blendsim.workloads.trace import read_trace
 
     trace = read_trace(small_trace)

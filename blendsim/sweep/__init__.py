@@ -7,7 +7,8 @@
 
 Modules: ``grid`` (values, spec, cells and their names), ``spec_check`` (validation), ``tasks``
 (what workers run), ``backends`` (inline, process pool, Ray), ``store`` (the directory, atomic
-installs), ``driver`` (scheduling and resume), ``results`` (results.parquet), ``cli`` (the command).
+installs), ``driver`` (scheduling and resume); ``blendsim.reports.sweep_results`` writes results.parquet and
+``blendsim.cli.sweep`` is the command.
 
 Calling the package, ``blendsim.sweep(out, ...)``, runs the Python API's sweep (``blendsim.api.sweep``).
 """
@@ -15,11 +16,11 @@ Calling the package, ``blendsim.sweep(out, ...)``, runs the Python API's sweep (
 import sys
 import types
 
+from blendsim.reports.sweep_results import assemble_results, collect_rows
 from blendsim.sweep.backends import make_backend
 from blendsim.sweep.driver import SweepOutcome, run_sweep
 from blendsim.sweep.grid import Cell, SweepSpec, Workload, parse_values
 from blendsim.sweep.spec_check import check_spec
-from blendsim.reports.sweep_results import assemble_results, collect_rows
 
 __all__ = ["Cell", "SweepOutcome", "SweepSpec", "Workload", "assemble_results", "check_spec", "collect_rows",
            "make_backend", "parse_values", "run_sweep"]

@@ -29,11 +29,10 @@ def fidelity_cmd(
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
     import sys
 
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
+    from blendsim.fidelity.suite import refit as do_refit
     from blendsim.sim.engines import PARAMS_FILE, load_params
     from blendsim.sim.errors import UserError
-
-    from .suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
-    from .suite import refit as do_refit
 
     params = load_params(params_file) if params_file else load_params()
     if params_file and not params_file.exists():

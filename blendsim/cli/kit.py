@@ -1,5 +1,6 @@
 """Pieces every command module shares: the click group that turns a UserError into one line and exit
-code 2, and the parsing of comma lists given on the command line."""
+code 2. (Option values the API takes too -- seeds, comma lists, key=value -- are parsed by
+``blendsim.options``.)"""
 
 from __future__ import annotations
 
@@ -20,12 +21,4 @@ class UserErrorGroup(TyperGroup):
             ctx.exit(e.exit_code)
 
 
-def parse_names(text: str, flag: str) -> tuple[str, ...]:
-    """A comma list of names (order kept, duplicates dropped)."""
-    names = list(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
-    if not names:
-        raise UserError(f"{flag} {text!r}: give at least one name")
-    return tuple(names)
-
-
-__all__ = ["UserErrorGroup", "parse_names"]
+__all__ = ["UserErrorGroup"]
