@@ -62,7 +62,7 @@ def free_params(rows: list) -> list[Param]:
         for n in HW_PARAMS:
             add(("hardware", hw.name, n), n, hw)
         for n in GLOBAL_PARAMS:
-            if n == "link_eff" and pr.dep.tp == 1:
+            if n == "link_eff" and pr.dep.tp == 1 and pr.dep.pp == 1:  # TP collectives and PP hand-offs
                 continue
             add(("global", n), n, hw)
         if getattr(pr.dep.model, "num_experts", 0):
