@@ -215,7 +215,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     recomputed = int(rec.recomputed_tokens.sum())
     cached = int(rec.cached_tokens.sum())
     s = 1.0 - (computed - recomputed) / p_tot if p_tot else 0.0
-    n_gpu = cfg.replicas
+    n_gpu = cfg.replicas * getattr(cfg, "pp", 1)  # TP groups: with pp stages, pp batches run at once per replica
     t_opt = bounds.t_opt_s / n_gpu
     # NOTE: never below T_o; on several replicas each gets 1/n of the work
     t_prac = max(blended_optimum(trace, bounds.sharing, cost_model, engine_cfg.token_budget,

@@ -192,3 +192,26 @@ def test_pp1_summaries_have_no_pipeline_fields():
     assert "pp" not in s1 and "nodes" not in s1
     s2 = run_simulation(trace, RunConfig(pp=2)).summary
     assert s2["pp"] == 2 and s2["stage_layers"] == [16, 16] and s2["pp_links"] == ["scale-up"]
+
+
+# ---- every policy under PP -------------------------------------------------------------------------------
+def _policies():
+    from blendsim.policies.base import policy_names
+
+    return sorted(policy_names())
+
+
+@pytest.mark.parametrize("policy", _policies())
+def test_every_policy_runs_under_pipeline_parallelism(policy):
+    rng = np.random.default_rng(3)
+    n = 120
+    prompts = [[(int(i % 6), 64), (1000 + i, int(rng.integers(8, 200)))] for i in range(n)]
+    trace = from_columns(input_len=[64 + p[1][1] for p in prompts], output_len=rng.integers(2, 60, n).tolist(),
+                         prompts=prompts)
+    r = run_simulation(trace, RunConfig(policy=policy, pp=2, replicas=2, offline=True))
+    s = r.summary
+    assert s["pp"] == 2 and s["n_requests"] == n
+    assert not np.isnan(r.requests["finish_s"]).any()
+    assert set(np.unique(r.requests["replica"])) <= {0, 1}
+    assert (r.requests["generated_tokens"] == trace.output_len).all()
+    assert s["makespan_s"] == pytest.approx(max(float(np.max(c["t_end_s"])) for c in r.steps if len(c["t_end_s"])))
