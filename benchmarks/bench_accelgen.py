@@ -122,7 +122,8 @@ def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
     """Sarathi-Serve's rule for its token budget: the largest forward size whose step meets the
     system-wide TBT SLO, here a T-token prompt chunk alone priced on the vLLM engine (sequential)."""
     from blendsim.sim.batch import BatchFeatures
-    from blendsim.sim.cost import build_cost_model, largest_fit
+    from blendsim.sim.build_cost import build_cost_model
+    from blendsim.sim.cost import largest_fit
     from blendsim.sim.deployment import make_deployment
 
     cm = build_cost_model(make_deployment(model, hardware, 1), "sequential", "vllm")
@@ -133,7 +134,7 @@ def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
 def run_one(trace, policy: str, model: str, hardware: str, options: dict, budget: int | None = None) -> dict:
     t0 = time.perf_counter()
     r = run_simulation(trace, RunConfig(policy=policy, model=model, hardware=hardware, options=options,
-                                        token_budget=budget))
+                                        token_budget=budget, engine="vllm"))  # every policy on vLLM
     wall = time.perf_counter() - t0
     s, rq = r.summary, r.requests
     ttft, tbt, jct = kind_attainment(trace, rq)

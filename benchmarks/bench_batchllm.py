@@ -50,7 +50,7 @@ def shuffled(trace: Trace, seed: int) -> Trace:
 
 def run(trace, policy, mode, overrides, model, hardware) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    cfg = RunConfig(policy=policy, model=model, hardware=hardware, mode=mode, **overrides)
+    cfg = RunConfig(policy=policy, model=model, hardware=hardware, mode=mode, engine="vllm", **overrides)
     return run_simulation(trace, cfg).summary, time.perf_counter() - t0
 
 

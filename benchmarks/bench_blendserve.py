@@ -56,7 +56,7 @@ def prep_timing(n: int, variants: list[tuple[str, dict, str]]) -> list[tuple]:
     from blendsim.policies.base import PolicyContext
     from blendsim.policies.blendserve import BlendServe
     from blendsim.runner import RunConfig, engine_config
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model

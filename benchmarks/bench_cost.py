@@ -20,8 +20,10 @@ import time
 
 import numpy as np
 
-from blendsim.sim.cost import CostModel, features_arrays
+from blendsim.sim.batch import features_arrays
+from blendsim.sim.cost import CostModel
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
 
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     ok = True
     for mode in ("sequential", "overlap"):
-        cm = CostModel(dep, mode, "vllm")
+        cm = CostModel(dep, mode, get_profile("vllm", {}))
         cm.step(int(steps["num_tokens"].max()), 0, 0, 0, 0, 0, 0, 0)  # size the tables once
 
         # vectorised: all steps in one call

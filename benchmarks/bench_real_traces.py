@@ -9,13 +9,13 @@ traces (no prompt content, so s_o = 0). Deployments: llama-3.1-8b on one H100 an
 ``--tp70`` GPUs (the llama-3-* presets of the same shapes where the 3.1 names do not exist), roofline
 cost model. Three runs per policy:
 
-* ``seq``: offline (every request at t = 0), sequential mode (vLLM/SGLang-like), the policy as
-  registered (its own engine defaults), plus ``vllm@2k`` (vLLM with a 2,048-token chunk, BatchLLM's
-  baseline, sec. 6.1);
+* ``seq``: offline (every request at t = 0), sequential mode, every policy priced on one engine
+  (``--engine``, default ``vllm``) with the scheduler settings it declares, plus ``vllm@2k`` (vLLM with a
+  2,048-token chunk, BatchLLM's baseline, sec. 6.1);
 * ``ovl``: offline, overlap mode (NanoFlow-like), every policy on BlendServe's engine settings (NanoFlow
   overheads, 1,024-token budget in multiples of 128, token-granular cache) so only the order differs --
   the comparison BlendServe makes (``bench_blendserve.py`` does the same);
-* ``online``: the trace's own arrival times, sequential mode, the policy as registered: mean latency,
+* ``online``: the trace's own arrival times, sequential mode, on the same engine as ``seq``: mean latency,
   TTFT and TBT.
 
 Columns: throughput (k tok/s); ``s/s_o``: prefix sharing achieved over the optimum; ``fpo``: fraction of
@@ -115,17 +115,19 @@ def lru_reach(trace, capacity_tokens: int) -> tuple[float, float, float]:
     return hit / p, med(gaps_s), med(gaps_tok)
 
 
-def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], out: dict) -> dict:
+def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], out: dict,
+              engine: str = "vllm") -> dict:
     seq, ovl, onl, wall = {}, {}, {}, 0.0
     oracle = trace.take(np.arange(trace.n))
     oracle.output_len_hint = trace.output_len.copy()  # every output length known in advance
-    runs = [("seq", p, True, {}) for p in policies]
+    seq_engine = {"engine": engine}  # one engine for every policy of the seq and online comparisons
+    runs = [("seq", p, True, seq_engine) for p in policies]
     runs += [("ovl", p, True, BLENDSERVE_ENGINE) for p in policies]
     if trace.has_arrivals:
-        runs += [("online", p, False, {}) for p in policies]
+        runs += [("online", p, False, seq_engine) for p in policies]
     for label, base, kind, kw in VARIANTS:
         if base in policies:
-            runs.append((kind, label, True, kw | (BLENDSERVE_ENGINE if kind == "ovl" else {})))
+            runs.append((kind, label, True, kw | (BLENDSERVE_ENGINE if kind == "ovl" else seq_engine)))
     for kind, label, offline, kw in runs:
         pol = label.split("@")[0].split("-")[0]
         try:
@@ -216,6 +218,7 @@ def main(argv=None) -> None:
     ap.add_argument("--policies", nargs="+", default=policy_names())
     ap.add_argument("--limit", type=int, default=None, help="keep the first N requests of each trace")
     ap.add_argument("--json", type=Path, default=None, help="also write every summary here")
+    ap.add_argument("--engine", default="vllm", help="the one engine the seq and online runs are priced on")
     a = ap.parse_args(argv)
     deps = deployments(a.tp70)
     out, rows = {}, []
@@ -226,7 +229,7 @@ def main(argv=None) -> None:
         trace = load(DATA / fname, fmt, a.limit)
         print(f"\nloaded {name}: {trace.n:,} requests in {time.perf_counter() - t1:.2f} s")
         for d in a.deployments:
-            rows.append(bench_one(name, trace, d, deps[d], a.policies, out))
+            rows.append(bench_one(name, trace, d, deps[d], a.policies, out, a.engine))
     cols = {"bs/dfs ovl": "blendserve/dfs ovl", "bs-oracle/dfs ovl": "blendserve-oracle/dfs ovl",
             "bs/random ovl": "blendserve/random ovl", "bllm/vllm@2k": "batchllm/vllm@2k seq",
             "bllm-sched/vllm@2k": "batchllm-sched/vllm@2k seq", "bllm/dfs": "batchllm/dfs seq"}

@@ -295,7 +295,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
                kv_dtype, ep, expert_skew, pp=1):
     """What `blendsim cost` and :func:`cost` share: ``(summary dict, breakdown rows, deployment, cost model)``."""
     from blendsim.sim.batch import BatchFeatures
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import make_deployment
 
     if min(prefill_tokens, decode_seqs, context) < 0:
@@ -315,7 +315,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     keep_layer = keep + (("layers",) if m.is_moe or m.is_mla else ())
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
-           "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+           "engine": cm.engine.label, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
            "kv_dtype": m.kv_dtype, "ep": dep.ep,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"]}

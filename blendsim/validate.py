@@ -93,8 +93,9 @@ def guess_hardware(dev) -> str:
 def simulate(trace, cfg: ValidateConfig, policy: str, hardware: str):
     """The recorded simulation of one policy and its cost model."""
     from blendsim.runner import RunConfig, run_simulation
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
+    from blendsim.sim.engines import DEFAULT_ENGINE
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
@@ -105,7 +106,7 @@ def simulate(trace, cfg: ValidateConfig, policy: str, hardware: str):
                    record_schedule=True, kv_capacity_override=cfg.kv_capacity_override)
     res = run_simulation(trace, rc)
     dep = Deployment(get_model(cfg.model, cfg.dtype), get_hardware(hardware), 1)
-    return res, build_cost_model(dep, cfg.mode, cfg.engine, cfg.profile), dep
+    return res, build_cost_model(dep, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile), dep
 
 
 def _size(nbytes: float) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
 import pkgutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from blendsim.policies import _plugins
+from blendsim.policies.option import Option
 from blendsim.sim.errors import UserError
 from blendsim.sim.policy import PolicyContext
 from blendsim.sim.scheduler import Scheduler
@@ -186,9 +186,13 @@ class Policy:
 
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
-    default_engine: ClassVar[str] = "ideal"  # engine-overhead style (sim.cost.ENGINES)
-    engine_defaults: ClassVar[dict] = {}  # EngineConfig fields this policy sets by default
-    options: ClassVar[dict] = {}  # option name -> (default, help)
+    # EngineConfig fields the policy needs, applied over the engine profile's (and printed where they
+    # differ); the engine (--engine) prices every policy of a comparison alike: policies never choose pricing
+    engine_defaults: ClassVar[dict] = {}
+    needs_prefix_caching: ClassVar[bool] = False  # orders for prefix reuse: prefix caching is turned on for it
+    reads_cost_model: ClassVar[bool] = False  # its plan reads step prices (the fidelity runner re-simulates it)
+    options: ClassVar[dict] = {}  # option name -> policies.option.Option (or a (default, meaning) pair)
+    paper: ClassVar[str] = ""  # where the policy comes from (a paper, a system), for `blendsim policies NAME`
     scheduler_cls: ClassVar[type] = Scheduler
     router: ClassVar[str] = "round-robin"
 
@@ -198,7 +202,7 @@ class Policy:
         if unknown:
             raise UserError(f"policy {self.name!r} has no option(s) {', '.join(sorted(unknown))}; "
                             f"it takes: {', '.join(self.options) or 'none'}")
-        self.opt = {k: _coerce(k, ctx.options.get(k, d), d) for k, (d, _h) in self.options.items()}
+        self.opt = {k: o.coerce(k, ctx.options.get(k, o.default)) for k, o in option_records(self).items()}
 
     def prepare(self) -> None:
         """One-off preprocessing of the whole trace (offline policies)."""
@@ -223,27 +227,10 @@ class Policy:
         self._rank = np.asarray(self.rank())
 
 
-def _coerce(key: str, value, default):
-    if isinstance(default, bool):
-        if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise UserError(f"option {key}: expected true/false, got {value!r}")
-        return bool(value)
-    if isinstance(default, (int, float)) and not isinstance(default, bool):
-        try:
-            v = type(default)(value) if isinstance(default, float) or str(value).lstrip("-").isdigit() \
-                else float(value)
-        except (TypeError, ValueError):
-            raise UserError(f"option {key}: expected a number, got {value!r}") from None
-        # NaN passes every `x < lo` check unnoticed; inf only where the option's default is inf
-        if not math.isfinite(v) and not (math.isinf(v) and math.isinf(default) and (v > 0) == (default > 0)):
-            raise UserError(f"option {key}: expected a finite number, got {value!r}")
-        return v
-    return value
+def option_records(policy) -> dict[str, Option]:
+    """A policy's (class or instance) options as :class:`~blendsim.policies.option.Option` records."""
+    return {k: Option.of(v) for k, v in policy.options.items()}
 
 
-__all__ = ["Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_policy", "get_router",
+__all__ = ["Option", "option_records", "Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_policy", "get_router",
            "policy_names", "register", "register_router", "resolve_policy"]

@@ -25,11 +25,14 @@ MARKER = "index.html"
 
 
 def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload: str | None = None,
-                 steps_policies: list[str] | None = None) -> Path:
+                 steps_policies: list[str] | None = None, mixed: bool = False) -> Path:
     """Compare the runs in ``run_dirs`` (sweep, run or validation directories, or folders of runs) and
     write the report to ``out_dir``. ``baseline`` is the policy speedups are over (default dfs when
-    present). Returns the path of the HTML page."""
+    present). Runs priced by different engines or cost models are refused unless ``mixed`` (then every
+    row names its engine). Returns the path of the HTML page."""
     inputs = load_inputs([Path(p) for p in run_dirs])
+    if len(inputs.runs):
+        inputs.runs = one_pricing(inputs.runs, mixed)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise UserError(f"{out}: exists and is not a blendsim report directory; choose another -o")
@@ -53,6 +56,22 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
         raise UserError("nothing to report: the inputs hold no finished runs")
     return _write(out, sections, md_tables, csvs, _provenance(inputs, markdown=True),
                   _provenance(inputs, markdown=False))
+
+
+def one_pricing(runs: pd.DataFrame, mixed: bool) -> pd.DataFrame:
+    """``runs`` with ``pricing`` (engine and cost model); runs of several are refused in one line unless
+    ``mixed``, which labels every row with its engine instead."""
+    runs = runs.copy()
+    runs["pricing"] = ("engine " + runs["engine"].astype(str) + ", " + runs["cost_model"].astype(str)
+                       + " cost model")
+    kinds = sorted(set(runs["pricing"]))
+    if len(kinds) > 1:
+        if not mixed:
+            raise UserError(f"the runs were priced differently ({'; '.join(kinds)}), so their ranking would mix "
+                            "pricing with scheduling; simulate them all with one --engine, or pass --mixed to "
+                            "show them side by side with the engine in every row")
+        runs["label"] = runs["label"].astype(str) + " [" + runs["engine"].astype(str) + "]"
+    return runs
 
 
 def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict | None = None) -> Path:
@@ -90,10 +109,14 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     csvs["policies.csv"] = T.side_by_side(df)
     policies = ", ".join(sorted(set(df["policy"].astype(str))))
     why = T.baseline_reason(runs, baseline, base)
-    intro = (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
+    pricing = sorted(set(df["pricing"]))
+    priced = (f"All runs are priced on one engine: {pricing[0]}. " if len(pricing) == 1 else
+              f"Runs are priced by {len(pricing)} engines/cost models ({'; '.join(pricing)}; --mixed): each row "
+              "names its engine, and a speedup across engines mixes pricing with scheduling. ")
+    intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
              f"the baseline's on the same workload and deployment.")
-    md_intro = (f"Speedups are over **{base}** (choose another with `--baseline POLICY`; policies here: {policies}): "
+    md_intro = priced + (f"Speedups are over **{base}** (choose another with `--baseline POLICY`; policies here: {policies}): "
                 f"{why}. A speedup is a run's throughput over the baseline's on the same workload and deployment.")
     warn = _critical_notes(df)
     if online.any():

@@ -144,26 +144,31 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
         say(c, "Options of one policy, their defaults and sources: blendsim policies NAME. Set one with "
                "--opt key=value (simulate, sweep, validate).", 0)
         return
-    from blendsim.reports.policy_help import PAPERS, option_source
+    from blendsim.policies.base import option_records
     from blendsim.sim.errors import UserError
 
     if name not in policy_names():
         raise UserError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
     cls = get_policy(name)
     c.print(Text(f"{name}: {cls.description}", style="bold"))
-    if name in PAPERS:
-        say(c, f"source: {PAPERS[name]}", 2)
+    if cls.paper:
+        say(c, f"source: {cls.paper}", 2)
     eng = ", ".join(f"{k}={v}" for k, v in cls.engine_defaults.items())
-    say(c, f"engine: {cls.default_engine} overhead" + (f"; {eng}" if eng else "; the engine's defaults")
+    say(c, "scheduler: " + (f"{eng} (over the engine's)" if eng else "the engine's defaults")
+        + ("; turns prefix caching on" if cls.needs_prefix_caching else "")
         + f"; router: {cls.router}", 2)
     if not cls.options:
         say(c, "options: none", 2)
         return
     say(c, f"options ({len(cls.options)}; set with --opt key=value, true/false for switches):", 2)
-    for k, (d, h) in cls.options.items():
-        c.print(Text(f"  {k} = {_default(d)}", style="bold"))
-        say(c, h, 6)
-        say(c, f"source: {option_source(name, k) or '–'}", 6)
+    for k, o in option_records(cls).items():
+        c.print(Text(f"  {k} = {_default(o.default)}", style="bold"))
+        say(c, o.meaning, 6)
+        if o.choices or o.lo is not None or o.hi is not None:
+            say(c, "accepts: " + (", ".join(map(str, o.choices)) if o.choices else
+                                  f"{_default(o.lo) if o.lo is not None else '-inf'} .. "
+                                  f"{_default(o.hi) if o.hi is not None else 'inf'}"), 6)
+        say(c, f"source: {o.source or '–'}", 6)
     say(c, "Sources: the paper's section or algorithm; the public code's behaviour where it differs (offered as "
            "an option); ours where the paper is silent.", 0)
 

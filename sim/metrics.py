@@ -238,7 +238,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         **({"expert_skew": cost_model.dep.expert_skew} if cost_model.dep.model.is_moe else {}),
         "replicas": cfg.replicas,
         "mode": cost_model.mode,
-        "engine": cost_model.engine.name,
+        "engine": cost_model.engine.label,
         "cost_model": cost_model.timer_name,
         "token_budget": engine_cfg.token_budget,
         "max_seqs": engine_cfg.max_seqs,

@@ -39,7 +39,9 @@ from blendsim.sim.deployment import Deployment
 from blendsim.sim.errors import UserError
 from blendsim.sim.io import read_json, write_json
 from blendsim.sim.models import DTYPE_BYTES
+from blendsim.sim.ops import MOE_OPS, OPS
 from blendsim.sim.profile_check import check_profile
+from blendsim.sim.timers import RooflineTimer
 
 SCHEMA = "blendsim.profile"
 SCHEMA_VERSION = 1
@@ -195,8 +197,6 @@ class ProfileTimer:
     name = "profile"
 
     def __init__(self, profile: Profile, dep: Deployment):
-        from blendsim.sim.cost import RooflineTimer
-
         profile.check_matches(dep)
         self.profile = profile
         self.roofline = RooflineTimer(dep)
@@ -206,10 +206,17 @@ class ProfileTimer:
                                and not (op == "rope" and not dep.model.rope))
 
     def notes(self) -> list[str]:
-        if not self._missing:
-            return []
-        return [f"profile {self.profile.path or ''} lacks {', '.join(self._missing)}: "
-                f"using the roofline for {'it' if len(self._missing) == 1 else 'them'}"]
+        out = []
+        if self._missing:
+            out.append(f"profile {self.profile.path or ''} lacks {', '.join(self._missing)}: "
+                       f"using the roofline for {'it' if len(self._missing) == 1 else 'them'}")
+        s = self.shapes
+        own = [op for op in OPS if s.applies(op) and op not in self.profile.ops
+               and (op in ("kv_up_proj", "attn_absorb") or op in MOE_OPS)]
+        if own:
+            out.append(f"profile {self.profile.path or ''} has no MoE/MLA operators: using the roofline for "
+                       f"{', '.join(own)}")
+        return out
 
     def op_time(self, op, flops, nbytes, kernels, f):
         fit = self.profile.ops.get(op)

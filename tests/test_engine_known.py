@@ -9,13 +9,14 @@ from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.batch import BatchFeatures
 from blendsim.sim.cost import CostModel
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
 from blendsim.workloads.trace import from_columns
 
 
 def _cm(mode="sequential", engine="ideal"):
-    return CostModel(Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb")), mode, engine)
+    return CostModel(Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb")), mode, get_profile(engine, {}))
 
 
 @pytest.mark.parametrize("mode", ["sequential", "overlap"])

@@ -9,12 +9,13 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from blendsim.policies.base import get_policy
-from blendsim.runner import RunConfig, engine_config, run_simulation
+from blendsim.runner import RunConfig, engine_config, run_simulation, scheduler_settings
 from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.cost import build_cost_model
+from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import make_deployment
 from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
 from blendsim.sim.engines import PROFILES, get_profile, graph_pad, graph_size
+from blendsim.sim.errors import UserError
 from blendsim.workloads.trace import from_columns
 
 
@@ -50,9 +51,28 @@ def test_profile_defaults_sit_between_the_policy_and_explicit_options():
         assert getattr(eng, k) == v
     eng = engine_config(RunConfig(policy="fcfs", engine="trtllm", token_budget=512, max_seqs=7), fcfs)
     assert (eng.token_budget, eng.max_seqs) == (512, 7)
-    # without a profile the policy's own defaults hold
+    # on an engine without them the policy's declared settings hold
     eng = engine_config(RunConfig(policy="vllm", engine="ideal"), get_policy("vllm"))
     assert (eng.token_budget, eng.max_seqs) == (8192, 256)
+
+
+def test_policy_settings_apply_over_the_engines_and_are_printed():
+    eng, notes = scheduler_settings(RunConfig(policy="sarathi", engine="vllm"), get_policy("sarathi"))
+    assert (eng.token_budget, eng.max_seqs, eng.prefix_caching) == (512, 128, False)
+    assert "sarathi: token_budget 512 (policy) over vllm's 8192" in notes
+    assert "sarathi: max_seqs 128 (policy) over vllm's 256" in notes
+    # an engine without prefix caching: a policy that orders for reuse gets it, with a note ...
+    eng, notes = scheduler_settings(RunConfig(policy="dfs", engine="trtllm"), get_policy("dfs"))
+    assert eng.prefix_caching and "dfs: prefix_caching on (the policy orders for prefix reuse) over trtllm's off" in notes
+    # ... others are told what the engine changes
+    eng, notes = scheduler_settings(RunConfig(policy="fcfs", engine="trtllm"), get_policy("fcfs"))
+    assert not eng.prefix_caching and notes == ["trtllm: prefix_caching off (engine): fcfs reuses no cached prefix"]
+    # and turning it off by hand is refused in one line
+    for p in ("dfs", "blendserve", "batchllm", "e2"):
+        with pytest.raises(UserError, match=f"policy {p} orders requests for prefix reuse"):
+            scheduler_settings(RunConfig(policy=p, prefix_caching=False), get_policy(p))
+    # nothing to say when the policy declares nothing and the engine keeps the defaults
+    assert scheduler_settings(RunConfig(policy="fcfs"), get_policy("fcfs"))[1] == []
 
 
 def test_a_policy_keeps_its_ordering_on_any_engine():

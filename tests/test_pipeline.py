@@ -29,7 +29,7 @@ def test_one_batch_in_flight_takes_the_sum_of_its_stages_plus_the_transfer(fast_
     trace = from_columns(input_len=[p], output_len=[d])
     r = run_simulation(trace, RunConfig(policy="fcfs", pp=2, token_budget=512, fast_forward=fast_forward))
     dep = _dep()
-    st = [CostModel(dep.at_stage(i), "sequential", "ideal") for i in range(2)]
+    st = [CostModel(dep.at_stage(i), "sequential") for i in range(2)]
     h, b = 4096, 2  # llama-3-8b hidden size, bf16
     lat, bw = 8e-6, 300e9  # a100-80gb NVLink: 8 us per step, 300 GB/s per direction
 
@@ -42,7 +42,7 @@ def test_one_batch_in_flight_takes_the_sum_of_its_stages_plus_the_transfer(fast_
     np.testing.assert_allclose(ve["dt_s"], expect, rtol=1e-12)
     assert r.summary["makespan_s"] == pytest.approx(sum(expect), rel=1e-12)
     # the stages split the model: their sum is the unsplit model's step (sequential mode, no TP)
-    whole = CostModel(Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb")), "sequential", "ideal")
+    whole = CostModel(Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb")), "sequential")
     f = BatchFeatures.decode_only(7, 7 * 500)
     assert st[0].cost(f).time_s + st[1].cost(f).time_s == pytest.approx(whole.cost(f).time_s, rel=1e-12)
 

@@ -13,7 +13,7 @@ from blendsim.policies.base import PolicyContext
 from blendsim.policies.e2.local import ADMIT, EVICT, FINISH, E2Scheduler, PriorityGroups
 from blendsim.policies.e2.router import EXPLOIT, EXPLORE, OPTIONS, PD, E2Router
 from blendsim.runner import RunConfig, run_simulation
-from blendsim.sim.cost import build_cost_model
+from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.kv import KVCache

@@ -177,6 +177,7 @@ def test_unreachable_grid_point_fails_its_cells_only(tmp_path):
 
 def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
     from blendsim.policies.base import get_policy
+    from blendsim.sim.engines import DEFAULT_ENGINE
 
     eng = get_policy("blendserve").engine_defaults
     d = tmp_path / "s"
@@ -187,7 +188,7 @@ def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
     assert [row["policy"] for row in rows] == ["dfs", "random"]
     for row in rows:
         assert (row["token_budget"], row["block_size"]) == (eng["token_budget"], eng["block_size"])
-        assert row["engine"] == get_policy("blendserve").default_engine
+        assert row["engine"] == DEFAULT_ENGINE  # one engine for every cell
     r = sweep("--densities", "1.0", "--sharing", "0.25", "--engine-of", "nope", "-o", str(tmp_path / "t"))
     assert r.exit_code == 2 and "unknown policy 'nope'" in r.stderr
 
@@ -238,6 +239,7 @@ def _not_a_sweep(tmp_path) -> str:
     (["--recipe-opt", "source=nope"], "--source must be one of"),
     (["--recipe-opt", "colour=red"], "no such option"),
     (["--recipe-opt", "requests=5"], "set it with --requests"),
+    (["--recipe-opt", "novalue"], "--recipe-opt 'novalue': expected key=value"),
     (["--jobs", "0"], "--jobs must be >= 1"),
     (["--backend", "slurm"], "--backend 'slurm'"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),

@@ -18,6 +18,9 @@ def report_cmd(
                                                                       "time is drawn (default: the middle one)."),
     steps_policies: str = typer.Option(None, "--steps-policies", help="Comma list of policies drawn per step "
                                                                       "(default: all)."),
+    mixed: bool = typer.Option(False, "--mixed", help="Rank runs priced by different engines or cost models "
+                                                      "together, naming the engine in every row (refused "
+                                                      "otherwise)."),
 ) -> None:
     """Write REPORT_DIR/index.html (self-contained: tables and plots), report.md and CSV tables.
 
@@ -37,7 +40,7 @@ def report_cmd(
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")
     check_writable(out)
     pols = list(parse_names(steps_policies, "--steps-policies")) if steps_policies else None
-    page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols)
+    page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols, mixed=mixed)
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")
 
 

@@ -129,7 +129,7 @@ class SweepSpec:
     hardware: tuple[str, ...]
     requests: int
     mode: str = "sequential"
-    engine: str | None = None  # None: each policy's own engine-overhead style
+    engine: str | None = None  # the one engine every cell is priced on (None: sim.engines.DEFAULT_ENGINE)
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
@@ -146,7 +146,7 @@ class SweepSpec:
 
     def run_settings(self) -> dict:
         """RunConfig fields every cell shares: mode, engine and, with ``engine_of``, that policy's
-        engine settings (token budget, block size, ...) and engine-overhead style."""
+        declared scheduler settings (token budget, block size, ...)."""
         out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}
         if self.engine_of:
             from blendsim.policies.base import get_policy
@@ -154,7 +154,6 @@ class SweepSpec:
 
             pol = get_policy(self.engine_of)
             out.update({k: v for k, v in pol.engine_defaults.items() if k in ENGINE_FIELDS})
-            out["engine"] = self.engine or pol.default_engine
         return out
 
     def workloads(self) -> list[Workload]:
