@@ -143,9 +143,9 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.runner import RunConfig, prepare_run
     from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.engine import Cluster, PipelinedReplica, Replica
-    from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.engines import get_profile, trtllm_bench_settings
     from blendsim.sim.kv import KVCache
+    from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.seq import RequestRecords
 
     prof = get_profile(row.engine, params)
