@@ -215,3 +215,29 @@ def test_every_policy_runs_under_pipeline_parallelism(policy):
     assert set(np.unique(r.requests["replica"])) <= {0, 1}
     assert (r.requests["generated_tokens"] == trace.output_len).all()
     assert s["makespan_s"] == pytest.approx(max(float(np.max(c["t_end_s"])) for c in r.steps if len(c["t_end_s"])))
+
+
+# ---- the commands ----------------------------------------------------------------------------------------
+def test_cost_prices_each_stage_and_the_pipe():
+    from blendsim import api
+
+    out = api.cost("llama-3-70b", "h100-80gb", decode_seqs=64, context=1000, tp=8, pp=2)
+    st = [s["step_time_s"] for s in out["stages"]]
+    assert len(st) == 2 and out["handoff_links"] == ["network"]  # 16 GPUs: one stage per node
+    assert out["one_batch_in_flight_s"] == pytest.approx(sum(st) + sum(out["handoff_s"]), rel=1e-12)
+    assert out["pipe_full_step_s"] == max(st)
+    h = 8192  # llama-3-70b: 64 tokens' hidden states and residual, a 1/8 slice per GPU, over one 50 GB/s NIC
+    assert out["handoff_s"][0] == pytest.approx(12e-6 + 2 * 64 * h * 2 / 8 / 50e9, rel=1e-12)
+
+
+def test_validate_refuses_pp_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from blendsim import api
+    from blendsim.cli import get_app
+    from tests.helpers import one_line_error
+
+    trace = tmp_path / "t.parquet"
+    api.write_trace(from_columns(input_len=[10], output_len=[3]), trace)
+    r = CliRunner().invoke(get_app(), ["validate", str(trace), "--pp", "2", "-o", str(tmp_path / "v")])
+    one_line_error(r, "--pp 2", "one device")
