@@ -36,7 +36,7 @@ def router(prompts, R=4, kv_tokens=1_000_000, **opts):
             for _ in range(R)]
     ctx = PolicyContext(trace=trace, tree=tree, deployment=DEP, cost_model=CM, engine=EngineConfig(block_size=1),
                         replicas=R)
-    o = {k: d for k, (d, _h) in OPTIONS.items()}
+    o = {k: opt.default for k, opt in OPTIONS.items()}
     o.update(opts)
     return E2Router(ctx, reps, opt=o)
 
