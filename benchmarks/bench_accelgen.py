@@ -67,6 +67,7 @@ import argparse
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
@@ -159,6 +160,7 @@ def main() -> None:
                     help="also run sarathi with the token budget of this system-wide TBT SLO (s); 0 = off")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ttft-scale", type=float, default=1.0, help="multiply the TTFT SLOs (diagnostic)")
+    add_data_option(ap)
     a = ap.parse_args()
     runs = [(p, {}, None) for p in a.policies.split(",")]
     if a.sarathi_slo > 0:

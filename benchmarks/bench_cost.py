@@ -19,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.sim.batch import features_arrays
 from blendsim.sim.cost import CostModel
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hardware", default="a100-80gb")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    add_data_option(ap)
     args = ap.parse_args(argv)
 
     dep = Deployment(get_model(args.model), get_hardware(args.hardware), args.tp)

@@ -164,7 +164,20 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     run = run_simulation(trace, cfg, progress)
     if digest is not None:
         run.summary["trace_sha256"] = digest
+    _warn_critical(run)
     return Result(run)
+
+
+def _warn_critical(run) -> None:
+    """The CLI's critical-path warning, for the API too: in ``Result.notes`` and as a Python warning."""
+    import warnings
+
+    from blendsim.sim.metrics import critical_path_warning
+
+    w = critical_path_warning(run.summary)
+    if w:
+        run.notes.append(w)
+        warnings.warn(w, UserWarning, stacklevel=3)
 
 
 def _as_trace(trace):
@@ -192,6 +205,13 @@ class SweepResult:
 
         return pd.read_parquet(self.outcome.results)
 
+    @property
+    def notes(self) -> list[str]:
+        """The warnings `blendsim sweep` prints about its cells (a critical path dominating makespans)."""
+        from blendsim.reports.terminal import sweep_warnings
+
+        return sweep_warnings(self.dir)
+
     def __repr__(self) -> str:
         o = self.outcome
         return f"SweepResult(dir={str(self.dir)!r}, cells={o.total}, ran={o.ran}, skipped={o.skipped})"
@@ -201,7 +221,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
           policies=None, models="llama-3-8b", hardware="a100-80gb", requests: int = 40_000,
           mode: str = "sequential", engine: str | None = None, engine_of: str | None = None,
           recipe_options: dict | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
-          ray_address: str | None = None, resume: bool = True, progress=None) -> SweepResult:
+          ray_address: str | None = None, resume: bool = True, progress=None,
+          fixed_trace: bool | None = None, seeds: int = 1) -> SweepResult:
     """`blendsim sweep -o OUT`: every policy on a density x sharing grid of synthetic workloads.
 
     ``densities`` and ``sharing`` take a ``"start:stop:step"`` string, a comma list or numbers;
@@ -210,6 +231,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     (``"path/to/file.py:ClassName"``; a class given directly must come from a file). Failed cells
     raise BlendsimError (all of them user mistakes) or RuntimeError, after the finished ones are
     kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
+    ``fixed_trace``: one trace per grid point, synthesised for the first model and hardware, run on
+    every one (None: so when several models or hardware are given). ``seeds``: replicates per grid point.
     """
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import failure_line, run_sweep
@@ -219,17 +242,24 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
 
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
+    if int(seeds) < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
     pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
         requests=int(requests), mode=mode, engine=engine, engine_of=engine_of, seed=int(seed),
-        recipe_options=dict(recipe_options or {})))
+        recipe_options=dict(recipe_options or {}), fixed_trace=fixed_trace, seeds=int(seeds)))
     check_sweep_dir(Path(out), spec, resume)
     outcome = run_sweep(spec, Path(out), make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
     if outcome.failures:
         raise (UserError if all(f["user_error"] for f in outcome.failures) else RuntimeError)(failure_line(outcome))
-    return SweepResult(Path(out), outcome)
+    result = SweepResult(Path(out), outcome)
+    import warnings
+
+    for w in result.notes:
+        warnings.warn(w, UserWarning, stacklevel=2)
+    return result
 
 
 def _values(v, flag: str) -> tuple[float, ...]:

@@ -228,7 +228,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
-                        extra={**run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)})
+                        extra={**run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)},
+                        tree=tree)
     requests = {
         "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica // dep.pp,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
