@@ -138,7 +138,7 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     """Simulate ``trace`` (a Trace or a trace file's path) under ``policy`` on ``model`` x ``hardware``.
 
     ``run_options`` are `blendsim simulate`'s other options by their ``blendsim.runner.RunConfig``
-    names: ``tp``, ``replicas``, ``mode``, ``engine``, ``profile``, ``dtype``, ``token_budget``,
+    names: ``tp``, ``pp``, ``replicas``, ``mode``, ``engine``, ``profile``, ``dtype``, ``token_budget``,
     ``max_seqs``, ``block_size``, ``round_tokens``, ``mix``, ``prefix_caching`` (False for
     ``--no-prefix-cache``), ``prefix_retain``, ``gpu_memory_utilization``, ``fast_forward``,
     ``admission``, ``reserve_ratio``, ``offline``, ``seed``, ``record_schedule``, ``host_kv_gb`` and
@@ -312,18 +312,18 @@ def _policy_spec(p) -> str:
 def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_tokens: int = 0,
          decode_seqs: int = 0, context: int = 0, tp: int = 1, mode: str = "sequential", engine: str = "ideal",
          profile=None, dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None,
-         ep: int = 1, expert_skew: float = 0.0) -> dict:
+         ep: int = 1, expert_skew: float = 0.0, pp: int = 1) -> dict:
     """`blendsim cost --json`: the price of one step (a prefill chunk of ``prefill_tokens`` and/or
     ``decode_seqs`` decoding sequences, each after ``context`` tokens) and its per-operator rows."""
     out, _rows, _dep, cm = price_step(str(model), hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                       context=context, tp=tp, mode=mode, engine=engine, profile=profile,
                                       dtype=dtype, weights=weights, kv_dtype=kv_dtype, ep=ep,
-                                      expert_skew=expert_skew)
+                                      expert_skew=expert_skew, pp=pp)
     return {**out, "notes": list(cm.notes())}
 
 
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,
-               kv_dtype, ep, expert_skew):
+               kv_dtype, ep, expert_skew, pp=1):
     """What `blendsim cost` and :func:`cost` share: ``(summary dict, breakdown rows, deployment, cost model)``."""
     from blendsim.sim.batch import BatchFeatures
     from blendsim.sim.build_cost import build_cost_model
@@ -333,7 +333,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
         raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
-    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew)
+    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp)
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,
@@ -350,7 +350,29 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
            "kv_dtype": m.kv_dtype, "ep": dep.ep,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"]}
+    if dep.pp > 1:
+        out.update(pipeline_step(dep, f, lambda d: build_cost_model(d, mode, engine, str(profile) if profile is not None
+                                                                    else None)))
     return out, rows, dep, cm
+
+
+def pipeline_step(dep, f, cost_model_of) -> dict:
+    """A pipelined replica's step: each stage's price, the hand-offs, the step alone in the pipe (their sum)
+    and with the pipe full (the slowest stage)."""
+    from blendsim.sim.pipeline import StagePricer
+
+    sp = StagePricer(dep, cost_model_of)
+    stages = []
+    for i, cm in enumerate(sp.models):
+        sc = cm.cost(f)
+        a, b = dep.stage_range(i)
+        stages.append({"stage": i, "layers": [a, b - 1], "step_time_s": sc.time_s, "compute_s": sc.compute_s,
+                       "memory_s": sc.memory_s, "comm_s": sc.comm_s, "overhead_s": sc.overhead_s})
+    hand = sp.handoffs(f.num_tokens)
+    return {"pp": dep.pp, "stages": stages, "handoff_s": hand,
+            "handoff_links": ["network" if dep.pp_crosses(i) else "scale-up" for i in range(dep.pp - 1)],
+            "one_batch_in_flight_s": sum(x["step_time_s"] for x in stages) + sum(hand),
+            "pipe_full_step_s": max(x["step_time_s"] for x in stages)}
 
 
 def policy_names() -> list[str]:

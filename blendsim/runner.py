@@ -37,6 +37,7 @@ class RunConfig:
     weights: str | None = None  # GEMM weight precision (None: the model's)
     kv_dtype: str | None = None  # KV-cache dtype (None: the model's)
     ep: int = 1  # expert-parallel degree (MoE models)
+    pp: int = 1  # pipeline-parallel degree (stages per replica; each replica runs pp virtual engines)
     expert_skew: float = 0.0  # MoE routing skew (Zipf exponent of expert popularity; 0 uniform)
     token_budget: int | None = None
     max_seqs: int | None = None
@@ -124,6 +125,7 @@ class Prepared:
     policy_ref: object = None  # policies.base.PolicyRef: how runs label the policy and where it came from
     notes: list = field(default_factory=list)  # scheduler settings the policy or engine changed (printed)
     tiers: object = None  # sim.kv_tiers.TierSpec of the host/disk KV tiers, or None (GPU only)
+    cost_model_of: object = None  # Deployment -> CostModel (a pipeline stage's pricer is built with it)
 
 
 def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:
@@ -148,12 +150,13 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy_cls = ref.cls
     eng, notes = scheduler_settings(cfg, policy_cls)
     dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
-                                   get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep,
+                                   get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep, pp=cfg.pp,
                                    expert_skew=cfg.expert_skew,
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
                                    kv_capacity_override=cfg.kv_capacity_override)
-    cm = cost_model(dep) if cost_model else build_cost_model(dep, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile)
+    cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
+    cm = cost_model_of(dep)
     tree = PrefixTree(trace)
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:
@@ -166,7 +169,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
             "--long skip|truncate"
         )
     B = eng.block_size
-    blocks = dep.num_blocks(B)
+    blocks = dep.num_blocks(B) // dep.pp  # pipeline: each virtual engine its share (vLLM's virtual engines)
     need = -(-(trace.input_len + trace.output_len) // B)
     if need.max() > blocks:
         i = int(np.argmax(need))
@@ -187,20 +190,25 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
                       kv_load_mode(cfg.kv_load, cfg.engine or DEFAULT_ENGINE),
                       cfg.host_link_gbps, cfg.disk_read_gbps, cfg.disk_write_gbps)
-    ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng, replicas=cfg.replicas,
+    if tiers is not None and dep.pp > 1:
+        raise UserError("host/disk KV tiers (--host-kv-gb/--disk-kv-gb) are not modelled with pipeline parallelism "
+                        "yet: drop the tiers or use --pp 1")
+    ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng,
+                        replicas=cfg.replicas * dep.pp,
                         seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks, tiers=tiers)
     policy = policy_cls(ctx)
     policy.prepare()
     policy._finalize()
-    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers)
+    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers, cost_model_of)
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
     from blendsim.sim.density import Rates, bounds
-    from blendsim.sim.engine import Cluster, Replica, SimExecutor
+    from blendsim.sim.engine import Cluster, Replica, SimExecutor, pipelined_units
     from blendsim.sim.kv_tiers import make_kv, tier_summary
     from blendsim.sim.metrics import per_request_table, summarize
+    from blendsim.sim.pipeline import StagePricer
 
     run = prepare_run(trace, cfg)
     if cfg.record_schedule and run.tiers is not None:
@@ -217,15 +225,18 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     P, Dl, hints = (array("q", np.ascontiguousarray(a, dtype=np.int64).tobytes())
                     for a in (trace.input_len, trace.output_len, trace.output_len_hint))
     replicas = []
-    for i in range(cfg.replicas):
+    ff = eng.fast_forward and not cfg.record_schedule
+    pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None
+    for i in range(cfg.replicas * dep.pp):
         kv = make_kv(tree, blocks, B, eng.prefix_caching, eng.prefix_retain, run.tiers)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule, output_hint=hints)
-        replicas.append(Replica(i, sched, SimExecutor(cm), fast_forward=eng.fast_forward and not cfg.record_schedule,
-                                progress=tick, kv_load=run.tiers.load_mode if run.tiers else "stall"))
+        replicas.append(Replica(i, sched, pricer or SimExecutor(cm), fast_forward=ff, progress=tick,
+                                kv_load=run.tiers.load_mode if run.tiers else "stall"))
+    units = pipelined_units(replicas, dep.pp, pricer, ff)
     router = policy.make_router(replicas)
     route_order = np.lexsort((policy._rank, trace.arrival_s))
-    cluster = Cluster(replicas, router, trace.arrival_s, route_order)
+    cluster = Cluster(replicas, router, trace.arrival_s, route_order, units)
     cluster.run()
     rec = rec.arrays()
     if np.isnan(rec.finish_s).any():
@@ -240,9 +251,10 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
                             sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas))}
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
-                        extra={**tiers, **run.policy_ref.summary(), **policy.summary_extra()}, tree=tree)
+                        extra={**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)},
+                        tree=tree)
     requests = {
-        "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
+        "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica // dep.pp,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
         "generated_tokens": rec.generated, "cached_tokens": rec.cached_tokens, "recomputed_tokens": rec.recomputed_tokens,
         "prefill_computed": rec.prefill_computed, "preemptions": rec.preemptions, "admit_s": rec.admit_s,
@@ -252,7 +264,18 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
                              "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}
-    return RunResult(summary, steps, requests, schedule, run.notes + cm.notes(), trace)
+    return RunResult(summary, steps, requests, schedule, run.notes + cm.notes() + dep.topology_notes(), trace)
+
+
+def pipeline_summary(dep) -> dict:
+    """summary.json fields of a pipeline-parallel or multi-node deployment (none for one stage on one node, so
+    such runs' summaries are unchanged)."""
+    if dep.pp == 1 and dep.nodes == 1:
+        return {}
+    return {"pp": dep.pp, "stage_layers": dep.stage_layers(), "nodes": dep.nodes,
+            "tp_link": "network" if dep.tp_spans_nodes else "scale-up",
+            "pp_links": ["network" if dep.pp_crosses(i) else "scale-up" for i in range(dep.pp - 1)],
+            "virtual_engines_per_replica": dep.pp}
 
 
 # re-exported: the run-directory helpers are part of the runner's public surface

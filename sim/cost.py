@@ -96,7 +96,7 @@ class CostModel:
         self.engine = engine or PROFILES["ideal"]
         self.timer = timer or RooflineTimer(dep)
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
-        self.layers = dep.model.num_layers
+        self.layers = self.timer.shapes.layers  # a pipeline stage's own layers
         self.graph_cap = graph_cap
         self._shapes = self.timer.shapes
         self._mla = dep.model.is_mla

@@ -1,9 +1,22 @@
-"""A model on a piece of hardware: tensor and expert parallelism and the memory left for the KV cache."""
+"""A model on a piece of hardware: tensor, expert and pipeline parallelism, the links they cross, and the memory
+left for the KV cache.
+
+Pipeline parallelism (``pp`` > 1) splits the decoder layers into ``pp`` contiguous stages of ``tp`` GPUs each,
+as vLLM's ``get_pp_indices`` does (``vllm/distributed/utils.py``: ``layers // pp`` each, the remainder one more
+to the stages before the last, which carries the LM head); the first stage also holds the embedding. Every stage
+sizes its own memory: its weights, its activations (the logits buffer on the last stage only) and the KV of its
+own layers; the replica holds as many KV tokens as its tightest stage (vLLM takes the minimum over workers).
+
+GPUs are placed in order: TP group of stage 0 first, then stage 1, ... A group of GPUs talks over the scale-up
+link (``HardwareSpec.link_bandwidth``: NVLink/NVSwitch, Infinity Fabric or PCIe) when it sits inside one
+scale-up domain (a node, or a GB200 NVL72 rack), else over the inter-node network (``net_bandwidth``, one NIC
+per GPU). ``stage`` >= 0 makes the deployment a view of one stage, which the cost model prices.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import GiB, HardwareSpec
@@ -28,11 +41,19 @@ class Deployment:
     kv_capacity_override: int = 0  # bytes per replica; 0 derives it from memory
     ep: int = 1  # expert-parallel degree (MoE models)
     expert_skew: float = 0.0  # routing skew: 0 uniform, else the Zipf exponent of expert popularity
+    pp: int = 1  # pipeline-parallel degree (stages per replica, ``tp`` GPUs each)
+    stage: int = -1  # -1: the whole replica; i >= 0: a view of stage i (what the cost model prices)
 
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise UserError(f"--tp must be at least 1, got {self.tp}")
+        if self.pp < 1:
+            raise UserError(f"--pp must be at least 1, got {self.pp}")
         m = self.model
+        if self.pp > m.num_layers:
+            raise UserError(f"--pp {self.pp}: {m.name} has only {m.num_layers} layers to split into stages")
+        if not -1 <= self.stage < self.pp:
+            raise UserError(f"stage {self.stage} of a {self.pp}-stage pipeline does not exist")
         if m.num_heads % self.tp:
             raise UserError(f"--tp {self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
         if not m.is_mla and m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
@@ -61,6 +82,10 @@ class Deployment:
             raise UserError(f"expert skew must be a finite number >= 0, got {self.expert_skew}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise UserError("gpu_memory_utilization must be in (0, 1]")
+        self._check_links()
+        if self.pp > 1:
+            self._check_stages()
+            return
         if self.kv_capacity_bytes <= 0:
             need = (self.weight_bytes_per_gpu + self.activation_reserve_bytes) / GiB
             have = self.hardware.memory_bytes * self.gpu_memory_utilization / GiB
@@ -76,12 +101,161 @@ class Deployment:
                 f"weights and activations need {need:.1f} GiB per GPU, {have:.1f} GiB usable"
             )
 
+    # ---- pipeline stages -------------------------------------------------------------------
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica."""
+        return self.tp * self.pp
+
+    def stage_layers(self) -> list[int]:
+        """Decoder layers of each stage (vLLM's split: the remainder to the stages before the last)."""
+        L, p = self.model.num_layers, self.pp
+        parts = [L // p] * p
+        for i in range(2, L % p + 2):
+            parts[-i] += 1
+        return parts
+
+    def stage_range(self, i: int) -> tuple[int, int]:
+        """First and one-past-last decoder layer of stage ``i``."""
+        parts = self.stage_layers()
+        a = sum(parts[:i])
+        return a, a + parts[i]
+
+    def stage_moe_layers(self, i: int) -> int:
+        """MoE layers of stage ``i``, taken as spread evenly over the depth (exact for all-MoE models and
+        Llama-4-Maverick's every-other-layer interleave; DeepSeek's 3 leading dense layers of 61 land up to
+        two layers off)."""
+        a, b = self.stage_range(i)
+        L, M = self.model.num_layers, self.model.moe_layers
+        return (b * M + L // 2) // L - (a * M + L // 2) // L
+
+    def at_stage(self, i: int) -> Deployment:
+        """The view of stage ``i`` (what one stage's cost model prices)."""
+        return replace(self, stage=i) if self.pp > 1 else self
+
+    def stage_weight_bytes(self, i: int) -> float:
+        """Weights stage ``i`` holds (all its GPUs): its layers, the embedding on the first stage, the final
+        norm and LM head on the last (with tied embeddings the last stage holds its own copy, as vLLM does)."""
+        m = self.model
+        if self.pp == 1:
+            return float(m.weight_bytes)
+        L = self.stage_layers()[i]
+        moe = self.stage_moe_layers(i)
+        w, d = m.weight_elem_bytes, m.dtype_bytes
+        attn = m.attn_linear_params * w + m._attn_extra_params * d
+        dense = attn + m.mlp_params * w
+        moe_b = attn + (m.num_experts * m.expert_params + m.shared_params) * w + m.router_params * d
+        out = (L - moe) * dense + moe * moe_b
+        if i == 0:
+            out += m.embedding_params * d
+        if i == self.pp - 1:
+            out += (m.lm_head_params + m.hidden_size) * d
+        return float(out)
+
+    def _stage_index(self) -> int:
+        return 0 if self.stage < 0 else self.stage
+
+    def _check_stages(self) -> None:
+        """Every stage's weights, activations and some KV fit; else one line naming the stage."""
+        have = self.hardware.memory_bytes * self.gpu_memory_utilization
+        for i in range(self.pp):
+            w = self.stage_weight_bytes(i) / self.tp
+            act = self._activation_bytes(last=i == self.pp - 1)
+            if w + act >= have or self._stage_kv_tokens(i) < 1:
+                a, b = self.stage_range(i)
+                what = (" + embedding" if i == 0 else "") + (" + LM head" if i == self.pp - 1 else "")
+                raise UserError(
+                    f"{self.model.name} ({self.model.weights} weights) does not fit on {self.hardware.name} with "
+                    f"tp={self.tp} pp={self.pp}: stage {i} (layers {a}-{b - 1}{what}) needs {w / GiB:.1f} GiB of "
+                    f"weights and {act / GiB:.1f} GiB of activations per GPU, {have / GiB:.1f} GiB usable, short by "
+                    f"{(w + act - have) / GiB:.1f} GiB before any KV cache"
+                )
+
+    def _stage_kv_tokens(self, i: int) -> int:
+        """KV tokens stage ``i`` can hold for its own layers."""
+        per_gpu = (self.hardware.memory_bytes * self.gpu_memory_utilization - self.stage_weight_bytes(i) / self.tp
+                   - self._activation_bytes(last=i == self.pp - 1))
+        per_token = self.kv_bytes_per_token // self.model.num_layers * self.stage_layers()[i]
+        return int(per_gpu * self.tp // per_token) if per_gpu > 0 else 0
+
+    def stage_kv_tokens(self) -> list[int]:
+        """KV tokens each stage can hold (the replica holds the smallest)."""
+        return [self._stage_kv_tokens(i) for i in range(self.pp)]
+
+    # ---- links by topology ----------------------------------------------------------------
+    def _spans(self, first: int, n: int) -> bool:
+        """Whether GPUs ``first .. first + n - 1`` of the replica leave one scale-up domain."""
+        dom = self.hardware.scaleup_domain
+        return first // dom != (first + n - 1) // dom
+
+    @property
+    def nodes(self) -> int:
+        """Nodes one replica spans."""
+        return -(-self.gpus // self.hardware.gpus_per_node)
+
+    @property
+    def tp_spans_nodes(self) -> bool:
+        """Whether a TP (and EP) group leaves its scale-up domain (its collectives cross the network)."""
+        return any(self._spans(i * self.tp, self.tp) for i in range(self.pp))
+
+    def pp_crosses(self, i: int) -> bool:
+        """Whether the hand-off from stage ``i`` to stage ``i + 1`` crosses the network."""
+        return self._spans(i * self.tp + self.tp - 1, 2)
+
+    def _net(self, what: str) -> tuple[float, float]:
+        hw = self.hardware
+        if hw.net_bandwidth <= 0:
+            raise UserError(f"{what} spans nodes of {hw.gpus_per_node} {hw.name} GPUs, and no inter-node network "
+                            f"is known for {hw.name}; use fewer GPUs per replica (--tp x --pp <= "
+                            f"{hw.scaleup_domain})")
+        return hw.net_bandwidth, hw.net_latency_s
+
+    def tp_link(self) -> tuple[float, float]:
+        """Bandwidth (bytes/s per direction) and per-step latency of the link TP/EP collectives cross."""
+        if self.tp_spans_nodes:
+            return self._net(f"--tp {self.tp}")
+        return self.hardware.link_bandwidth, self.hardware.link_latency_s
+
+    def pp_link(self, i: int) -> tuple[float, float]:
+        """Bandwidth and latency of the hand-off from stage ``i`` to stage ``i + 1``."""
+        if self.pp_crosses(i):
+            return self._net(f"--tp {self.tp} --pp {self.pp}")
+        return self.hardware.link_bandwidth, self.hardware.link_latency_s
+
+    def pp_bytes(self, tokens):
+        """Bytes each GPU sends to the next stage for ``tokens`` tokens: the hidden states and the residual
+        (vLLM's IntermediateTensors), each TP rank its 1/tp slice (``send_tensor_dict`` with the TP group as
+        all-gather group)."""
+        return 2 * tokens * self.model.hidden_size * self.model.dtype_bytes / self.tp
+
+    def _check_links(self) -> None:
+        self.tp_link()
+        for i in range(self.pp - 1):
+            self.pp_link(i)
+
+    def topology_notes(self) -> list[str]:
+        """Warnings about the placement (a TP/EP group on the network), for the run's notes."""
+        out = []
+        if self.tp_spans_nodes:
+            hw = self.hardware
+            out.append(f"--tp {self.tp} spans nodes ({hw.scaleup_domain} {hw.name} GPUs per scale-up domain): its "
+                       f"all-reduces{' and all-to-alls' if self.ep > 1 else ''} are priced on the "
+                       f"{hw.net_bandwidth / 1e9:.0f} GB/s network, not the {hw.link_bandwidth / 1e9:.0f} GB/s "
+                       f"scale-up link; engines place TP within a node (use --pp across nodes)")
+        return out
+
+    # ---- memory -----------------------------------------------------------------------------
     @property
     def weight_bytes_per_gpu(self) -> float:
+        if self.pp > 1:
+            return self.stage_weight_bytes(self._stage_index()) / self.tp
         return self.model.weight_bytes / self.tp
 
     @property
     def activation_reserve_bytes(self) -> float:
+        return self._activation_bytes(last=self.pp == 1 or self.stage in (-1, self.pp - 1))
+
+    def _activation_bytes(self, last: bool = True) -> float:
         """Peak activations of the largest step plus the logits buffer, per GPU.
 
         The widest live tensors of a step are the MLP input to the activation (2 x intermediate, fused
@@ -98,7 +272,7 @@ class Deployment:
             mlp = max(mlp, moe)
         per_token = mlp + 3 * m.hidden_size + m.qkv_out / self.tp
         act = self.max_batched_tokens * per_token * m.dtype_bytes
-        logits = self.max_seqs * m.vocab_size * 4 / self.tp
+        logits = self.max_seqs * m.vocab_size * 4 / self.tp if last else 0.0
         return max(act + logits, 512 * 2**20)
 
     @property
@@ -106,6 +280,8 @@ class Deployment:
         """KV-cache bytes of the whole replica (all its GPUs)."""
         if self.kv_capacity_override:
             return float(self.kv_capacity_override)
+        if self.pp > 1:
+            return float(min(self.stage_kv_tokens()) * self.kv_bytes_per_token)
         per_gpu = (
             self.hardware.memory_bytes * self.gpu_memory_utilization
             - self.weight_bytes_per_gpu

@@ -117,6 +117,10 @@ class Replica:
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
+    def queue_counts(self) -> tuple[int, int]:
+        """Waiting and running requests (for the stuck-replica message)."""
+        return len(self.scheduler.waiting), len(self.scheduler.running)
+
     def deliver(self, req: int, now: float) -> None:
         self.scheduler.requeue(req)
         self.scheduler.rec.routed_s[req] = now
@@ -187,12 +191,150 @@ class Replica:
         return float(ends[k - 1])
 
 
+class PipelinedReplica:
+    """One pipeline-parallel replica: ``pp`` stages of GPUs and up to ``pp`` batches in flight.
+
+    As vLLM's virtual engines (and TensorRT-LLM's micro-batches) fill the pipe, the replica runs several
+    *virtual engines* (``ves``: Replicas, each with its own scheduler, KV share and step log; the router sees
+    them as replicas). A virtual engine schedules its next batch when its previous one leaves the last stage;
+    the batch then occupies each stage in turn for that stage's time (``pricer``: ``sim.pipeline.StagePricer``),
+    handed from stage to stage over the link between them, and waits when a stage is still busy with an
+    earlier batch (stages serve batches in the order they entered the pipe, as the point-to-point sends do).
+    With one virtual engine busy a step costs the sum of the stages and hand-offs; with the pipe full it costs
+    the slowest stage; at the end of a job, as virtual engines run dry, the bubble shows.
+    """
+
+    def __init__(self, idx: int, ves: list[Replica], pricer, fast_forward: bool = True):
+        self.idx = idx
+        self.ves = ves
+        self.pricer = pricer
+        self.free = [0.0] * pricer.stages  # when each stage finishes its last batch
+        self.ready = [0.0] * len(ves)  # when each virtual engine's last batch leaves the pipe
+        self.fast_forward = fast_forward and hasattr(pricer, "run_decodes")
+        self._run: list = [None] * len(ves)  # a virtual engine's pending run of pure-decode steps
+        self._wakeup = None
+
+    @property
+    def wakeup(self):
+        return self._wakeup
+
+    @wakeup.setter
+    def wakeup(self, ev) -> None:
+        self._wakeup = ev
+        for ve in self.ves:
+            ve.wakeup = ev
+
+    def has_work(self) -> bool:
+        return any(r is not None for r in self._run) or any(ve.has_work() for ve in self.ves)
+
+    def queue_counts(self) -> tuple[int, int]:
+        return (sum(len(ve.scheduler.waiting) for ve in self.ves), sum(len(ve.scheduler.running) for ve in self.ves))
+
+    def _through(self, t: float, times, xfer) -> float:
+        """Send a batch ready at ``t`` through the stages; the time it leaves the last one."""
+        free = self.free
+        for s, dt in enumerate(times):
+            if s:
+                t += xfer[s - 1]
+            if free[s] > t:
+                t = free[s]
+            t += dt
+            free[s] = t
+        return t
+
+    def run_until(self, now: float, horizon: float) -> float:
+        """Issue batches that their virtual engines are ready to start before ``horizon``; the next time the
+        replica needs the clock (the earliest ready virtual engine with work), or when its last batch ends."""
+        ves, ready, runs = self.ves, self.ready, self._run
+        skip = set()  # virtual engines with work but no batch they can run (stuck, as Replica reports)
+        while True:
+            best, bt = -1, math.inf
+            for v, ve in enumerate(ves):
+                if v not in skip and (runs[v] is not None or ve.scheduler.has_work()):
+                    t = ready[v] if ready[v] > now else now
+                    if t < bt:
+                        best, bt = v, t
+            if best < 0 or bt >= horizon:
+                break
+            if runs[best] is not None:
+                self._run_step(best, bt)
+                continue
+            ve = ves[best]
+            sched = ve.scheduler
+            if ve.max_steps and sched.step_no >= ve.max_steps:
+                raise RuntimeError(f"replica {self.idx} (virtual engine {ve.idx}) ran {sched.step_no} steps, the cap "
+                                   f"(max_steps): the policy makes no progress (a livelock)")
+            b = sched.schedule(bt)
+            if b is None:
+                skip.add(best)
+                continue
+            times, xfer, comp, mem = self.pricer.run(b)
+            end = self._through(bt, times, xfer)
+            sched.update(b, end)
+            ready[best] = end
+            ve.log.append(end, end - bt, comp, mem, b.num_tokens, b.num_tokens - b.num_decode, b.num_decode,
+                          len(b.prefill), sched.kv.used)
+            if ve.on_step is not None:
+                ve.on_step(ve, b, end)
+            if ve.progress is not None and not b.step & 4095:
+                ve.progress()
+            if self.fast_forward and ve.fast_forward and sched.quiescent():
+                self._start_run(best)
+        for v, r in enumerate(runs):
+            if r is not None:
+                self._end_run(v)
+        if best >= 0:
+            return bt
+        return max(now, max(ready))
+
+    # ---- fast-forward: a virtual engine's run of pure-decode steps, priced at once -------------------
+    def _start_run(self, v: int) -> None:
+        sched = self.ves[v].scheduler
+        k, needs = sched.decode_run(1 << 20)
+        if k < 2:
+            return
+        D = sched.n_dec
+        ctx = (sched.dec_S + D * sched.tau) + D * np.arange(k, dtype=np.int64)
+        times, xfer, comp, mem = self.pricer.run_decodes(D, ctx)
+        used = (sched.kv.used + np.cumsum(needs)).tolist()
+        self._run[v] = [0, k, needs, [t.tolist() for t in times], xfer, comp.tolist(), mem.tolist(), used, D]
+
+    def _run_step(self, v: int, t0: float) -> None:
+        r = self._run[v]
+        j, k = r[0], r[1]
+        end = self._through(t0, [t[j] for t in r[3]], r[4])
+        self.ready[v] = end
+        D = r[8]
+        self.ves[v].log.append(end, end - t0, r[5][j], r[6][j], D, 0, D, 0, r[7][j])
+        r[0] = j + 1
+        if j + 1 == k:
+            self._end_run(v)
+
+    def _end_run(self, v: int) -> None:
+        """Apply the steps of ``v``'s run that were issued (the rest are scheduled afresh)."""
+        r = self._run[v]
+        self._run[v] = None
+        if r[0]:
+            self.ves[v].scheduler.advance_decode(r[2][:r[0]])
+
+
+def pipelined_units(replicas: list[Replica], pp: int, pricer, fast_forward: bool = True) -> list | None:
+    """With ``pp`` > 1, group each ``pp`` consecutive Replicas (virtual engines) into a PipelinedReplica (each with
+    its own stages, all priced by ``pricer``); None (the Replicas run themselves) when ``pp`` is 1."""
+    if pp == 1:
+        return None
+    return [PipelinedReplica(g, replicas[g * pp:(g + 1) * pp], pricer, fast_forward)
+            for g in range(len(replicas) // pp)]
+
+
 class Cluster:
     """N replicas, a router and the arrival process on one simpy Environment."""
 
-    def __init__(self, replicas: list[Replica], router, arrivals: np.ndarray, route_order: np.ndarray):
+    def __init__(self, replicas: list[Replica], router, arrivals: np.ndarray, route_order: np.ndarray,
+                 units: list | None = None):
         self.env = simpy.Environment()
-        self.replicas = replicas
+        self.replicas = replicas  # what the router routes to (a pipelined replica's virtual engines)
+        self.units = units or replicas  # what runs steps: Replicas, or PipelinedReplicas owning them
         self.router = router
         self.arrivals = arrivals
         self.route_order = route_order  # request indices in the order they are handed to the router
@@ -202,7 +344,7 @@ class Cluster:
     def run(self) -> float:
         env = self.env
         env.process(self._arrival_process())
-        procs = [env.process(self._replica_process(r)) for r in self.replicas]
+        procs = [env.process(self._replica_process(r)) for r in self.units]
         env.run()
         for p in procs:
             if not p.ok:
@@ -241,9 +383,9 @@ class Cluster:
                     continue
             if self.arrivals_done:
                 if rep.has_work():
-                    s = rep.scheduler
+                    waiting, running = rep.queue_counts()
                     raise UserError(
-                        f"replica {rep.idx} is stuck with {len(s.waiting)} waiting and {len(s.running)} running "
+                        f"replica {rep.idx} is stuck with {waiting} waiting and {running} running "
                         f"requests and no step it can run (KV cache too small for the requests left?)"
                     )
                 return
@@ -252,4 +394,4 @@ class Cluster:
             rep.wakeup = None
 
 
-__all__ = ["Cluster", "Replica", "SimExecutor", "StepLog"]
+__all__ = ["Cluster", "PipelinedReplica", "pipelined_units", "Replica", "SimExecutor", "StepLog"]

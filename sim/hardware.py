@@ -71,12 +71,20 @@ class HardwareSpec:
     disk_write_bandwidth: float = 3.8e9
     disk_bytes: float = 0.0  # local NVMe of a typical node (bounds --disk-kv-gb); 0: not known
     host_source: str = ""
+    # node topology (see TOPOLOGY below): GPUs per node, GPUs joined by the scale-up link (``link_bandwidth``;
+    # 0: the node's GPUs; GB200 NVL72: 72), and the inter-node network per GPU (its NIC), per direction
+    gpus_per_node: int = 8
+    nvlink_domain: int = 0
+    net_bandwidth: float = 0.0  # bytes/s per GPU per direction; 0: unknown (multi-node deployments refused)
+    net_latency_s: float = 12e-6  # per collective step across nodes
+    topology_source: str = ""
 
     def __post_init__(self) -> None:
         for f in ("peak_flops", "mem_bandwidth", "memory_bytes"):
             if not getattr(self, f) > 0:
                 raise UserError(f"hardware {self.name!r}: {f} must be positive")
-        for f in ("peak_flops_fp8", "peak_flops_fp4", "link_bandwidth", "link_latency_s"):
+        for f in ("peak_flops_fp8", "peak_flops_fp4", "link_bandwidth", "link_latency_s", "net_bandwidth",
+                  "net_latency_s", "nvlink_domain"):
             if not getattr(self, f) >= 0:
                 raise UserError(f"hardware {self.name!r}: {f} must be >= 0")
         for f in ("compute_efficiency", "memory_efficiency", "elementwise_efficiency",
@@ -93,6 +101,13 @@ class HardwareSpec:
             raise UserError(f"hardware {self.name!r}: overlap_interference must be in [0, 1]")
         if self.peak_flops_fp32 == 0:
             object.__setattr__(self, "peak_flops_fp32", self.peak_flops / 16)
+        if not self.gpus_per_node >= 1:
+            raise UserError(f"hardware {self.name!r}: gpus_per_node must be >= 1")
+
+    @property
+    def scaleup_domain(self) -> int:
+        """GPUs joined by the scale-up link (NVLink/NVSwitch, Infinity Fabric, PCIe): the node's, or a rack's."""
+        return self.nvlink_domain or self.gpus_per_node
 
     def gemm_precision(self, precision: str) -> str:
         """The precision a GEMM with operands in ``precision`` runs at on this device.
@@ -260,6 +275,46 @@ HOST_IO: dict[str, dict] = {
 }
 PRESETS = {k: replace(h, **HOST_IO.get(k, {})) for k, h in PRESETS.items()}
 
+# RTX PRO 6000 Blackwell Server Edition: a PCIe card (no NVLink), the GPU of TensorRT-LLM's pipeline-parallel tables.
+PRESETS["rtx-pro-6000"] = HardwareSpec(
+    "rtx-pro-6000", 500 * TB, 1.597 * TB, 96 * GiB, peak_flops_fp32=125 * TB, peak_flops_fp8=1000 * TB,
+    peak_flops_fp4=2000 * TB, link_bandwidth=64e9, num_sms=188,
+    source="NVIDIA RTX PRO 6000 Blackwell Server Edition (GTC 2025 announcement as reported by the trade press: "
+           "188 SMs, 125 TFLOPS FP32, 4,000 AI TOPS FP4 with sparsity; datasheet: 96 GB GDDR7 at 1,597 GB/s, "
+           "PCIe Gen5 x16 128 GB/s bidirectional, no NVLink): dense FP4 2,000 TFLOPS = half the sparse figure, "
+           "FP8 1,000 and BF16 500 at half rate per precision step as on the other Blackwell parts (derived, "
+           "not a datasheet line)")
+
+# Node topology per preset (sim.deployment prices TP, EP and PP traffic on the link it crosses). Sources: [S12] NVIDIA DGX BasePOD reference
+# architecture (DGX H100/H200: 8 GPUs, 4 NVSwitch, 8 x ConnectX-7 400 Gb/s, one per GPU), [S18] DGX B200 user
+# guide (8 x ConnectX-7 400 Gb/s), [S33]/[S34] DGX GB200 user guide and NVL multi-node tuning guide (4 GPUs per
+# compute tray, one NVLink domain of 72, 4 x ConnectX-7 400 Gb/s per tray), [S30] DGX A100 (8 x 200 Gb/s HDR
+# ConnectX-6), [S26] Azure ND MI300X v5 (8 x 400 Gb/s NDR). 400 Gb/s = 50e9 bytes/s per direction.
+# net_latency_s 12 us: the scale-up link's 8 us per collective step (uncited, the model's) plus the 3-4 us
+# end-to-end latency of an offloaded InfiniBand transfer (Mellanox "In-Network Computing" slides [S39]).
+# PCIe cards (h100-pcie, a6000, l40s, rtx-pro-6000) and h20 have no published network per GPU: net_bandwidth
+# 0, so a deployment spanning two of their nodes is refused rather than priced on a guess.
+TOPOLOGY: dict[str, dict] = {
+    "a100-80gb": dict(gpus_per_node=8, net_bandwidth=25e9, topology_source="DGX A100: 8 GPUs, NVSwitch, 8 x HDR 200 Gb/s"),
+    "a100-40gb": dict(gpus_per_node=8, net_bandwidth=25e9, topology_source="DGX A100: 8 GPUs, NVSwitch, 8 x HDR 200 Gb/s"),
+    "h100-80gb": dict(gpus_per_node=8, net_bandwidth=50e9, topology_source="DGX H100: 8 GPUs, 4 NVSwitch, 8 x CX-7 400 Gb/s"),
+    "h200": dict(gpus_per_node=8, net_bandwidth=50e9, topology_source="DGX H200: 8 GPUs, 4 NVSwitch, 8 x CX-7 400 Gb/s"),
+    "h20": dict(gpus_per_node=8, topology_source="HGX H20: 8 GPUs, NVLink; network per GPU not published"),
+    "b200": dict(gpus_per_node=8, net_bandwidth=50e9, topology_source="DGX B200: 8 GPUs, 2 NVSwitch, 8 x CX-7 400 Gb/s"),
+    "gb200": dict(gpus_per_node=4, nvlink_domain=72, net_bandwidth=50e9,
+                  topology_source="GB200 NVL72: 4 GPUs per tray, 72 in one NVLink domain, 4 x CX-7 400 Gb/s per tray"),
+    "mi300x": dict(gpus_per_node=8, net_bandwidth=50e9,
+                   topology_source="8 x MI300X fully connected by Infinity Fabric; Azure ND MI300X v5: 8 x 400 Gb/s NDR"),
+    "h100-pcie": dict(gpus_per_node=8, nvlink_domain=8, topology_source="8 PCIe cards per server, PCIe Gen5 between them"),
+    "a6000": dict(gpus_per_node=4, topology_source="up to 4 PCIe cards per server (Lambda's 4x A6000 instances)"),
+    "l40s": dict(gpus_per_node=8, topology_source="8 PCIe cards per server (CoreWeave's L40S nodes)"),
+    "rtx-pro-6000": dict(gpus_per_node=8, topology_source="8 PCIe cards per server (TensorRT-LLM's PP tables use up to 8)"),
+    "cpu": dict(gpus_per_node=1),
+}
+for _name, _topo in TOPOLOGY.items():
+    if _name in PRESETS:
+        PRESETS[_name] = replace(PRESETS[_name], **_topo)
+
 
 def hardware_names() -> list[str]:
     return list(PRESETS)
@@ -273,3 +328,4 @@ def get_hardware(name: str) -> HardwareSpec:
 
 
 __all__ = ["GiB", "HOST_IO", "HardwareSpec", "PRESETS", "get_hardware", "hardware_names", "preset_for_device"]
+__all__ = ["GiB", "HardwareSpec", "PRESETS", "TOPOLOGY", "get_hardware", "hardware_names"]

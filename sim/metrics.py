@@ -224,7 +224,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     recomputed = int(rec.recomputed_tokens.sum())
     cached = int(rec.cached_tokens.sum())
     s = 1.0 - (computed - recomputed) / p_tot if p_tot else 0.0
-    n_gpu = cfg.replicas
+    n_gpu = cfg.replicas * getattr(cfg, "pp", 1)  # TP groups: with pp stages, pp batches run at once per replica
     gpus = int(cost_model.dep.tp * getattr(cost_model.dep, "pp", 1) * cfg.replicas)  # every GPU the run holds
     from blendsim.sim.bounds import lower_bound, trace_work
 

@@ -127,6 +127,9 @@ class Shapes:
     v_head: int = 0
     kv_lora: int = 0
     q_lora: int = 0
+    # pipeline stage: whether it holds the embedding (first stage) and the LM head (last stage)
+    embed: bool = True
+    head: bool = True
 
     def __post_init__(self) -> None:
         if self.w_bytes == 0:
@@ -165,6 +168,13 @@ class Shapes:
                        e_mlp1=2 * m.moe_intermediate_size // etp, e_inter=m.moe_intermediate_size // etp,
                        sh_mlp1=2 * m.shared_intermediate_size // t, sh_inter=m.shared_intermediate_size // t,
                        ep=ep, expert_q=tuple(float(x) for x in q))
+        if dep.pp > 1 and dep.stage >= 0:  # one pipeline stage: its layers, embedding or LM head
+            i = dep.stage
+            L = dep.stage_layers()[i]
+            ml = dep.stage_moe_layers(i) if m.is_moe else 0
+            common.update(layers=L, dense_layers=L - ml, embed=i == 0, head=i == dep.pp - 1)
+            if moe:
+                moe["moe_layers"] = ml
         return Shapes(**common, **attn, **moe)
 
     def layers_of(self, op: str) -> int:
@@ -328,9 +338,10 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
             # dispatch and combine: each assignment's hidden vector to its expert's GPU and back; the
             # share (ep-1)/ep of them lives on another GPU
             out["a2a"] = (0 * T, 2 * b * A * h * (s.ep - 1) / s.ep, 2 * has_t)
-    out["embedding"] = (0 * T, b * 2 * T * h * (2 if s.learned_pos else 1), has_t)
+    out["embedding"] = (0 * T, b * 2 * T * h * (2 if s.learned_pos else 1), has_t) if s.embed else zero
     # final norm over the sampled rows, the LM-head GEMM, float32 logits
-    out["lm_head"] = (2 * N * h * s.vocab, b * (h * s.vocab * has_n + 3 * N * h) + 4 * N * s.vocab, has_n)
+    out["lm_head"] = ((2 * N * h * s.vocab, b * (h * s.vocab * has_n + 3 * N * h) + 4 * N * s.vocab, has_n)
+                      if s.head else zero)
     # two all-reduces a layer (after attention and after the MLP); with expert parallelism a MoE layer's
     # MLP all-reduce is replaced by the all-to-all, and its attention all-reduce is done as a
     # reduce-scatter + all-gather around it (the same bytes)

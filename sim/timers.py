@@ -54,8 +54,7 @@ class RooflineTimer:
         self.launch = hw.kernel_launch_s
         self.tile = max(1, hw.gemm_tile_m)
         self.blend = hw.gemm_roofline_blend
-        self.link_bw = hw.link_bandwidth
-        self.link_lat = hw.link_latency_s
+        self.link_bw, self.link_lat = dep.tp_link()  # the scale-up link, or the network when TP spans nodes
 
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""

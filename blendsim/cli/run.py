@@ -16,6 +16,8 @@ WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: t
 KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
 SKEW_HELP = "MoE routing skew: 0 uniform, else the Zipf exponent of expert popularity."
 EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
+PP_HELP = ("Pipeline-parallel stages per replica (each --tp GPUs; a replica is --tp x --pp GPUs and runs --pp "
+           "batches in flight; default 1).")
 
 
 def cost_cmd(
@@ -34,6 +36,7 @@ def cost_cmd(
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
     ep: int = typer.Option(1, "--ep", help=EP_HELP),
+    pp: int = typer.Option(1, "--pp", help=PP_HELP),
     expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
@@ -42,9 +45,9 @@ def cost_cmd(
 
     out, rows, dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                     context=context, tp=tp, mode=mode, engine=engine, profile=profile, dtype=dtype,
-                                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew)
+                                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp)
     m = dep.model
-    for note in cm.notes():
+    for note in cm.notes() + dep.topology_notes():
         typer.echo(f"note: {note}", err=True)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
@@ -66,6 +69,13 @@ def cost_cmd(
     ms = {k: 1e3 * out[f"{k}_s"] for k in ("step_time", "compute", "memory", "other", "comm", "overhead")}
     c.print(f"step {ms['step_time']:.3f} ms = compute {ms['compute']:.3f} + memory {ms['memory']:.3f} "
             f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({mode} mode)")
+    if dep.pp > 1:
+        for st in out["stages"]:
+            c.print(f"stage {st['stage']} (layers {st['layers'][0]}-{st['layers'][1]}): "
+                    f"{1e3 * st['step_time_s']:.3f} ms")
+        c.print(f"hand-offs {', '.join(f'{1e3 * h:.3f} ms ({k})' for h, k in zip(out['handoff_s'], out['handoff_links']))}"
+                f"; one batch in flight {1e3 * out['one_batch_in_flight_s']:.3f} ms, pipe full "
+                f"{1e3 * out['pipe_full_step_s']:.3f} ms per step")
 
 
 def simulate_cmd(
@@ -101,6 +111,7 @@ def simulate_cmd(
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
     ep: int = typer.Option(1, "--ep", help=EP_HELP),
+    pp: int = typer.Option(1, "--pp", help=PP_HELP),
     expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
     offline: bool = typer.Option(False, "--offline", help="Release every request at t=0."),
     seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
@@ -136,7 +147,7 @@ def simulate_cmd(
     check_run_dir(out, digest, force)
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
-                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew,
+                    weights=weights, kv_dtype=kv_dtype, ep=ep, pp=pp, expert_skew=expert_skew,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                     round_tokens=round_tokens, mix=mix, prefix_caching=False if no_prefix_cache else None,
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt),

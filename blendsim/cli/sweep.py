@@ -27,6 +27,7 @@ def sweep_cmd(
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtype: bf16, fp16 or fp8 (default: each "
                                                           "model's)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
@@ -82,8 +83,8 @@ def sweep_cmd(
         policies=parse_names(policies, "--policies") if policies else default_policies(),
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
-        precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep))
-                   if v is not None and not (k == "ep" and v == 1)}, fixed_trace=fixed_trace, seeds=seeds,
+        precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep), ("pp", pp))
+                   if v is not None and not (k in ("ep", "pp") and v == 1)}, fixed_trace=fixed_trace, seeds=seeds,
         tiers={k: float(v) for k, v in (("host_kv_gb", host_kv_gb), ("disk_kv_gb", disk_kv_gb)) if v != 0}))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)

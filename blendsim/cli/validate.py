@@ -39,6 +39,7 @@ def validate_cmd(
     device_memory_gb: float = typer.Option(0.0, "--device-memory-gb", hidden=True,
                                            help="Plan with this much free device memory (testing)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and of every random choice."),
+    pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages (the replay runs on one device: only 1)."),
     out: Path = typer.Option(..., "-o", "--out", help="Validation folder to write."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of a table."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
@@ -46,8 +47,12 @@ def validate_cmd(
     """Simulate TRACE, replay its schedule on the device, and write VAL_DIR/{summary.json, steps.parquet,
     ops.parquet}: predicted vs measured step times, per-operator-class and end-to-end errors."""
 
+    from blendsim.sim.errors import UserError
     from blendsim.validate import ValidateConfig, run_validation
 
+    if pp != 1:
+        raise UserError(f"--pp {pp}: the replay runs each step's whole model on one device, so it cannot time "
+                        f"pipeline stages; validate the stages' kernels with --pp 1 (simulate takes --pp)")
     names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else (policy,)
     cfg = ValidateConfig(policies=names, model=model, hardware=hardware, device=device,
                          profile=str(profile) if profile else None, dtype=dtype, engine=engine, mode=mode,

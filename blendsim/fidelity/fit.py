@@ -44,6 +44,10 @@ class Param:
         return ".".join(self.path)
 
 
+# NOTE: link_eff (prior 0.7, bounds 0.2-1.0) prices every link a row's traffic crosses: TP all-reduces and EP
+# all-to-alls, pipeline hand-offs, and the inter-node network when a group spans nodes (one fraction for all,
+# as no catalogue row measures a network apart). For scale: H100 NVLink peer-to-peer copies reach 376-380 of
+# 450 GB/s per direction (0.84; NVIDIA/nccl issue #1264's p2pBandwidthLatencyTest); collectives reach less.
 def preset_value(name: str, hw) -> float:
     return {"gemm_eff": hw.compute_efficiency, "mem_eff": hw.memory_efficiency,
             "attn_mem_eff": hw.memory_efficiency, "attn_eff": hw.attention_compute_efficiency,
@@ -62,7 +66,7 @@ def free_params(rows: list) -> list[Param]:
         for n in HW_PARAMS:
             add(("hardware", hw.name, n), n, hw)
         for n in GLOBAL_PARAMS:
-            if n == "link_eff" and pr.dep.tp == 1:
+            if n == "link_eff" and pr.dep.tp == 1 and pr.dep.pp == 1:  # TP collectives and PP hand-offs
                 continue
             add(("global", n), n, hw)
         if getattr(pr.dep.model, "num_experts", 0):

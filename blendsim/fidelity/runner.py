@@ -59,6 +59,40 @@ class _Recorder:
         return self.cm.decode_many(D, ctx)
 
 
+class _PipeRecorder(_Recorder):
+    """A pipelined replica's pricer (``sim.pipeline.StagePricer``) that keeps each batch's features and how many
+    of the replica's virtual engines had work when it started (``active``: how full the pipe was)."""
+
+    def __init__(self, pricer):
+        self.pricer = pricer
+        self.stages = pricer.stages
+        self.rows = []
+        self.active = []
+        self.group = None  # the PipelinedReplica, set once it is built
+
+    def _active(self) -> int:
+        g = self.group
+        return sum(1 for v, ve in enumerate(g.ves) if g._run[v] is not None or ve.scheduler.has_work())
+
+    def run(self, b):
+        tp = pairs = pkv = 0
+        for _, n, c, _ in b.prefill:
+            tp += n
+            pairs += n * c + n * (n + 1) // 2
+            pkv += c + n
+        D = b.num_decode
+        self.rows.append((1.0, tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits))
+        self.active.append(self._active())
+        return self.pricer.run(b)
+
+    def run_decodes(self, D: int, ctx):
+        n0 = len(self.rows)
+        for part in np.array_split(np.asarray(ctx, dtype=np.float64), min(GROUPS, len(ctx))):
+            self.rows.append((float(len(part)), D, 0, 0, 0, 0, D, float(part.mean()), D))
+        self.active.extend([self._active()] * (len(self.rows) - n0))
+        return self.pricer.run_decodes(D, ctx)
+
+
 @dataclass
 class RowSchedule:
     """One simulated row: per replica, its steps' features as arrays (``weight`` = steps per entry)."""
@@ -85,7 +119,7 @@ def deployment_for(row, profile):
     spec = apply_precision(spec, hw, row.weights, row.kv_dtype)
     util = profile.scheduler.get("gpu_memory_utilization", 0.9)
     mt = profile.scheduler.get("token_budget", 8192)
-    return Deployment(spec, hw, row.tp, ep=row.ep if spec.num_experts else 1, gpu_memory_utilization=util,
+    return Deployment(spec, hw, row.tp, ep=row.ep if spec.num_experts else 1, pp=row.pp, gpu_memory_utilization=util,
                       max_batched_tokens=mt,
                       max_seqs=min(profile.scheduler.get("max_seqs", 1024) or 1024, 1024))
 
@@ -108,9 +142,10 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     """Simulate ``row`` on ``trace`` under its engine profile and record every step's features."""
     from blendsim.runner import RunConfig, prepare_run
     from blendsim.sim.build_cost import build_cost_model
-    from blendsim.sim.engine import Cluster, Replica
+    from blendsim.sim.engine import Cluster, PipelinedReplica, Replica
     from blendsim.sim.engines import get_profile, trtllm_bench_settings
     from blendsim.sim.kv_tiers import make_kv
+    from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.seq import RequestRecords
 
     from .catalogue import engine_version_key
@@ -129,7 +164,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
                                         row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
         limits = {"max_seqs": bs, "token_budget": tok}
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
-                    replicas=row.replicas, mode=prof.mode, engine=key, offline=True,
+                    pp=row.pp, replicas=row.replicas, mode=prof.mode, engine=key, offline=True,
                     host_kv_gb=row.host_kv_gb, disk_kv_gb=row.disk_kv_gb, **limits)
     run = prepare_run(trace, cfg, deployment=dep,
                       cost_model=lambda d: build_cost_model(d, prof.mode, prof, params=params))
@@ -137,21 +172,35 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     P, Dl = run.trace.input_len.tolist(), run.trace.output_len.tolist()
     hints = run.trace.output_len_hint.tolist()
     replicas, recorders = [], []
-    for i in range(cfg.replicas):
+    pp = dep.pp
+    for i in range(cfg.replicas * pp):
         kv = make_kv(run.tree, run.num_blocks, run.engine.block_size, run.engine.prefix_caching,
                      run.engine.prefix_retain, run.tiers)
         sched = run.policy.make_scheduler(i, kv=kv, cfg=run.engine, prompt_len=P, output_len=Dl, records=rec,
                                           record=False, output_hint=hints)
-        r = _Recorder(run.cost_model)
-        recorders.append(r)
+        if pp == 1:
+            r = _Recorder(run.cost_model)
+            recorders.append(r)
+        else:  # one recorder per pipelined replica, over its virtual engines' batches in the order they start
+            if i % pp == 0:
+                recorders.append(_PipeRecorder(StagePricer(dep, run.cost_model_of)))
+            r = recorders[-1]
         replicas.append(Replica(i, sched, r, fast_forward=run.engine.fast_forward,
                                 kv_load=run.tiers.load_mode if run.tiers else "stall"))
+    units = None
+    if pp > 1:
+        units = [PipelinedReplica(g, replicas[g * pp:(g + 1) * pp], r, run.engine.fast_forward)
+                 for g, r in enumerate(recorders)]
+        for u in units:
+            u.pricer.group = u
     route = np.lexsort((run.policy._rank, run.trace.arrival_s))
-    makespan = Cluster(replicas, run.policy.make_router(replicas), run.trace.arrival_s, route).run()
+    makespan = Cluster(replicas, run.policy.make_router(replicas), run.trace.arrival_s, route, units).run()
     reps = []
     for r in recorders:
         a = np.asarray(r.rows, dtype=np.float64).reshape(-1, 1 + len(FIELDS))
         reps.append({"weight": a[:, 0], **{f: a[:, 1 + j] for j, f in enumerate(FIELDS)}})
+        if pp > 1:
+            reps[-1]["active"] = np.asarray(r.active, dtype=np.float64)
     return RowSchedule(reps, int(run.trace.input_len.sum()), int(run.trace.output_len.sum()), run.trace.n,
                        float(makespan), cfg.policy)
 

@@ -75,18 +75,20 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
     if row.engine not in PROFILES:
         raise Skip(f"unknown engine {row.engine!r} (profiles: {', '.join(PROFILES)})")
     try:  # the engine's version selects its profile (a version older than every modelled one: skipped)
-        get_profile(engine_version_key(row), params)
+        prof = get_profile(engine_version_key(row), params)
     except UserError as e:
         raise Skip(str(e)) from None
-    if row.pp > 1:
-        raise Skip(f"pipeline parallelism (pp={row.pp}) is not modelled")
-    prof = get_profile(engine_version_key(row), params)
     from .runner import deployment_for
 
     dep = deployment_for(row, prof)  # Skip/UserError before building a possibly large trace
     trace = build_workload(row)
     sched = simulate_row(row, trace, params)
-    pr = RowPricer(sched, dep, prof)
+    if dep.pp > 1:
+        from .pipeline import PipelineRowPricer
+
+        pr = PipelineRowPricer(sched, dep, prof, params)
+    else:
+        pr = RowPricer(sched, dep, prof)
     pr.sim_key = _key(pr, params)
     return pr
 

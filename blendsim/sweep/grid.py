@@ -149,7 +149,7 @@ class SweepSpec:
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
-    precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep given on the command line
+    precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep / pp given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
     tiers: dict = field(default_factory=dict)  # host_kv_gb / disk_kv_gb given on the command line (KV tiers)
     # one trace for every model and hardware, synthesised for the first of each (None: so when there are

@@ -1,0 +1,67 @@
+"""Pricing a step of a pipeline-parallel replica: one time per stage and one per hand-off between stages.
+
+Each stage is priced by its own cost model, built by the run's cost-model factory from the stage's view of the
+deployment (``Deployment.at_stage``: its layers, the embedding on the first stage, the LM head on the last).
+The engine overhead of a step (CPU scheduling and sampling, ``EngineProfile.overhead``) is paid once, on the
+first stage. A hand-off sends each GPU's slice of the hidden states and residual to the next stage
+(``Deployment.pp_bytes``) over the link between them (``Deployment.pp_link``: the scale-up link inside a node,
+the network between nodes), priced as one latency plus bytes over bandwidth.
+
+The replica's engine loop (``sim.engine.PipelinedReplica``) chains these times through the stages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class StagePricer:
+    """``run(batch) -> (stage seconds, hand-off seconds, compute s, memory s)`` of a ``pp``-stage replica."""
+
+    def __init__(self, dep, cost_model_of):
+        from dataclasses import replace
+
+        self.dep = dep
+        self.stages = dep.pp
+        self.models = [cost_model_of(dep.at_stage(i)) for i in range(dep.pp)]
+        for cm in self.models[1:]:  # the step's engine overhead is paid once, on the first stage
+            cm.engine = replace(cm.engine, fixed_s=0.0, per_seq_s=0.0, per_token_s=0.0)
+        self.links = [dep.pp_link(i) for i in range(dep.pp - 1)]
+        self._per_token = [2 * dep.model.hidden_size * dep.model.dtype_bytes / dep.tp / bw for bw, _ in self.links]
+        self.last = (0.0, 0.0)
+
+    def handoffs(self, tokens: int) -> list[float]:
+        """Seconds of each stage-to-stage transfer for a step of ``tokens`` tokens."""
+        return [lat + tokens * pt for (_, lat), pt in zip(self.links, self._per_token)]
+
+    def run(self, batch):
+        tp = pairs = pkv = 0
+        for _, n, c, _ in batch.prefill:
+            tp += n
+            pairs += n * c + n * (n + 1) // 2
+            pkv += c + n
+        D = batch.num_decode
+        T = tp + D
+        times = []
+        comp = mem = 0.0
+        for cm in self.models:
+            t, c, m = cm.step(T, tp, len(batch.prefill), pairs, pkv, D, batch.decode_ctx_sum, batch.num_logits,
+                              batch.prefill)
+            times.append(t)
+            comp += c
+            mem += m
+        self.last = (comp, mem)
+        return times, self.handoffs(T), comp, mem
+
+    def run_decodes(self, D: int, ctx_sums: np.ndarray):
+        """Per stage, the seconds of a run of pure-decode steps; the hand-offs; compute and memory seconds."""
+        times, comp, mem = [], 0.0, 0.0
+        for cm in self.models:
+            t, c, m = cm.decode_many(D, ctx_sums)
+            times.append(np.asarray(t, dtype=float) + 0 * ctx_sums)
+            comp = comp + c
+            mem = mem + m
+        return times, self.handoffs(D), comp + 0 * ctx_sums, mem + 0 * ctx_sums
+
+
+__all__ = ["StagePricer"]
