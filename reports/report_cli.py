@@ -31,11 +31,12 @@ def report_cmd(
     """
     from blendsim.reports.render import write_report
     from blendsim.sim.clikit import parse_names
-    from blendsim.sim.io import check_writable
+    from blendsim.reports.render import MARKER
+    from blendsim.sim.io import check_output_dir
 
     if out is None:
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")
-    check_writable(out)
+    check_output_dir(out, "blendsim report directory", MARKER, inputs)
     pols = list(parse_names(steps_policies, "--steps-policies")) if steps_policies else None
     page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols)
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")

@@ -35,9 +35,9 @@ def fidelity_cmd(
     from .suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
     from .suite import refit as do_refit
 
-    params = load_params(params_file) if params_file else load_params()
     if params_file and not params_file.exists():
         raise UserError(f"--params-file {params_file}: no such file")
+    params = load_params(params_file) if params_file else load_params()
     if params_only:
         _print_params(params, params_file or PARAMS_FILE, as_json)
         return
@@ -47,6 +47,18 @@ def fidelity_cmd(
     for path in paths:
         if not Path(path).exists():
             raise UserError(f"catalogue {path} does not exist")
+    inputs = [*paths, params_file]
+    if out:  # before the work: never a folder this command did not make (sim.io.check_output_dir)
+        from blendsim.reports.fidelity import REPORT_FILES, REPORT_KIND
+        from blendsim.sim.io import check_output_dir
+
+        check_output_dir(out, REPORT_KIND, REPORT_FILES, inputs)
+    if save:
+        from blendsim.sim.io import check_output_file
+
+        check_output_file(save)
+        if Path(save).resolve() in {Path(p).resolve() for p in paths}:
+            raise UserError(f"--save {save}: is an input catalogue; give the parameters file another name")
     tty = sys.stderr.isatty() and not as_json
 
     def progress(i, n, rid):
@@ -59,7 +71,13 @@ def fidelity_cmd(
     if refit:
         params = do_refit(suite)
         if save:
-            Path(save).write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
+            from blendsim.sim.io import atomic_path
+
+            from .suite import check_fit_size
+
+            check_fit_size(suite, f"--save {save}")
+            with atomic_path(save) as tmp:
+                tmp.write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
             typer.echo(f"wrote {save}", err=True)
     pred = predictions(suite, params)
     result = summarise(suite, pred)
