@@ -108,7 +108,11 @@ def main(argv=None) -> None:
 def savings(seed: int) -> None:
     """Eq. 2's token-saving ratio: enlarged single level (Alg. 1) vs the multi-level tree (the paper,
     sec. 4.2 on its workload: 55% vs 56%), on instruction + document + question prompts."""
-    from blendsim.policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
+    from blendsim.policies.batchllm.grouping import (
+        enlarge_first_level,
+        first_level_saving,
+        multi_level_saving,
+    )
     from blendsim.sim.prefix_tree import PrefixTree
     from blendsim.workloads.trace import from_columns
 

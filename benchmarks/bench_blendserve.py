@@ -38,8 +38,8 @@ def make_trace(rho: float, s: float, n: int):
 
 def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict | None = None,
              retain: bool = True, kv_gib: float = 0.0) -> tuple[dict, float]:
-    from blendsim.runner import RunConfig, run_simulation
     from blendsim.policies.blendserve import BlendServe
+    from blendsim.runner import RunConfig, run_simulation
 
     eng = BlendServe.engine_defaults
     cfg = RunConfig(policy=policy, model="llama-3-8b", hardware="a100-80gb", mode="overlap", engine=engine,
@@ -53,9 +53,9 @@ def simulate(trace, policy: str, engine: str, replicas: int = 1, options: dict |
 
 def prep_timing(n: int, variants: list[tuple[str, dict, str]]) -> list[tuple]:
     """Wall seconds of BlendServe's prepare() (prefix tree given) on an ``n``-request trace #1."""
-    from blendsim.runner import RunConfig, engine_config
     from blendsim.policies.base import PolicyContext
     from blendsim.policies.blendserve import BlendServe
+    from blendsim.runner import RunConfig, engine_config
     from blendsim.sim.cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware

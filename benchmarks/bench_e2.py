@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.e2.router import E2Router
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
 
 # engine="sglang" prices steps with the fitted SGLang profile (sim.engines); its scheduler knobs are pinned

@@ -55,8 +55,8 @@ def bench_host(rt, n: int, ctx: int, block_size: int) -> float:
 
 
 def bench_dry_run() -> tuple[int, float]:
-    from blendsim.runner import RunConfig, run_simulation
     from blendsim.real_backend.replay import load_schedule, peak_blocks
+    from blendsim.runner import RunConfig, run_simulation
     from blendsim.sim.prefix_tree import PrefixTree
     from blendsim.workloads.trace import from_columns
 

@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.base import policy_names
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.density import Rates, comp_time, mem_time
 from blendsim.sim.deployment import make_deployment
 from blendsim.sim.errors import UserError

@@ -33,8 +33,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="sweep directory to keep (default: a temporary one)")
     a = ap.parse_args()
 
-    from blendsim.sweep import SweepSpec, check_spec, make_backend, parse_values, run_sweep
     from blendsim.policies.base import policy_names
+    from blendsim.sweep import SweepSpec, check_spec, make_backend, parse_values, run_sweep
 
     known = set(policy_names())
     pols = tuple(p for p in a.policies.split(",") if p in known)

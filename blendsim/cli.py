@@ -26,12 +26,12 @@ app = typer.Typer(
 
 
 def _mount() -> None:
+    from blendsim.calibrate.cli import register as register_calibrate
     from blendsim.fidelity.cli import register as register_fidelity
+    from blendsim.reports.cli import register as register_reports
     from blendsim.run_cli import register as register_run
     from blendsim.sweep.cli import sweep_cmd
     from blendsim.validate_cli import register as register_validate
-    from blendsim.calibrate.cli import register as register_calibrate
-    from blendsim.reports.cli import register as register_reports
     from blendsim.workloads.cli import app as workloads_app
 
     app.add_typer(workloads_app, name="workloads", help="Synthesise, load and inspect request traces.")

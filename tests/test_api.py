@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 import blendsim
 from blendsim.cli import get_app
 from blendsim.sim.errors import UserError
-from tests.helpers import random_trace
 from blendsim.workloads.trace import write_trace
+from tests.helpers import random_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"model": "tiny", "hardware": "cpu"}

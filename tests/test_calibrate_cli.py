@@ -4,22 +4,19 @@ the profile in ``blendsim cost``, and every user error ending in one line and ex
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from blendsim.cli import get_app
 from blendsim.calibrate.fit import refit
 from blendsim.calibrate.run import CalibrationConfig, Calibrator, shard_deployment
 from blendsim.calibrate.validate import holdout_errors, predict, summary, validate
+from blendsim.cli import get_app
 from blendsim.sim.models import get_model
 from blendsim.sim.profile import ProfileTimer, load_profile
 from tests.helpers import one_line_error
-
-QUICK_BUDGET_S = 120.0  # the CI path must finish within two minutes on a 2-core machine
 
 
 def run(*args: str):
@@ -30,16 +27,14 @@ def run(*args: str):
 def quick(tmp_path_factory):
     """One quick CPU calibration of the tiny model, with 8 held-out points per operator."""
     out = tmp_path_factory.mktemp("cal") / "p.json"
-    t0 = time.perf_counter()
     r = run("calibrate", "--device", "cpu", "--model", "tiny", "--quick", "--holdout", "8", "-o", str(out))
-    wall = time.perf_counter() - t0
     assert r.exit_code == 0, r.output
-    return out, wall, r
+    return out, r
 
 
-def test_quick_cpu_calibration_writes_a_complete_profile_in_time(quick):
-    out, wall, r = quick
-    assert wall < QUICK_BUDGET_S, f"quick calibration took {wall:.0f} s"
+def test_quick_cpu_calibration_writes_a_complete_profile(quick):
+    """Its wall time (2 minutes on 2 cores) is a benchmark's figure: benchmarks/bench_calibrate.py."""
+    out, r = quick
     p = load_profile(out)
     assert (p.model, p.dtype, p.tp) == ("tiny", "fp32", 1)
     expected = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "norm", "rope", "act", "kv_write",
@@ -62,7 +57,7 @@ def test_quick_cpu_calibration_writes_a_complete_profile_in_time(quick):
 def test_heldout_points_predicted_within_ten_percent(quick):
     """Off-grid points, timed in the calibration's own sweeps but kept out of its fit, against the cost
     model (ProfileTimer with engine-built features): median relative error under 10%."""
-    out, _, _ = quick
+    out, _ = quick
     p = load_profile(out)
     res = holdout_errors(p, get_model("tiny"))
     s = summary(res)
@@ -83,7 +78,7 @@ def test_fresh_measurements_agree_with_the_profile(quick):
     """Points timed now, after the run, follow the profile's shape. A shared host's speed drifts between
     runs by a common factor (other processes take the cores), so the check divides that factor out:
     the machine is the same within 2x, and relative to it each point is predicted within 15% (median)."""
-    out, _, _ = quick
+    out, _ = quick
     p = load_profile(out)
     res = validate(p, get_model("tiny"), "cpu", n_points=5, seed=7, passes=2,
                    ops={"qkv_proj", "down_proj", "norm", "attn_decode", "attn_prefill"})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.base import policy_names
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim import engine
 from tests.helpers import random_trace, tiny_capacity_bytes
 

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from blendsim.runner import RunConfig, engine_config, run_simulation
 from blendsim.policies.base import get_policy
+from blendsim.runner import RunConfig, engine_config, run_simulation
 from blendsim.sim.batch import BatchFeatures
 from blendsim.sim.cost import build_cost_model
 from blendsim.sim.deployment import make_deployment

@@ -4,7 +4,6 @@ shared Mooncake conversation trace."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -284,10 +283,8 @@ def test_cli_load_and_the_name_in_reports(small16, tmp_path):
 def test_mooncake_conversation_trace():
     from blendsim.runner import RunConfig, run_simulation
 
-    t0 = time.perf_counter()
-    t = load(MOONCAKE, "mooncake")
-    elapsed = time.perf_counter() - t0
-    assert t.n == 12_031 and elapsed < 5.0, elapsed  # the issue's bar (about 0.3 s here)
+    t = load(MOONCAKE, "mooncake")  # its load time is measured by benchmarks/bench_workloads.py
+    assert t.n == 12_031
     t.validate()
     assert t.meta["name"] == "mooncake_conversation_trace" and t.meta["hashed"]["id_length_clashes"] == 0
     s_o = PrefixTree(t).optimal_sharing_ratio()

@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.base import policy_names
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim import engine
 from blendsim.sim.models import get_model
-from tests.test_engine_invariants import check_invariants, check_kv_every_step
 from blendsim.workloads.trace import from_columns
+from tests.test_engine_invariants import check_invariants, check_kv_every_step
 
 MODELS = ("tiny", "mistral-7b")  # 6H of 3,072 and of 24,576 tokens (accelgen's Eq. 4 budgets differ)
 STEP_CAP_PER_TOKEN = 8  # steps per prompt + output token of the trace, plus a constant

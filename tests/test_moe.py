@@ -285,8 +285,8 @@ def test_moe_config_errors_name_the_file(tmp_path):
 
 
 def _trace(tmp_path):
-    from tests.helpers import random_trace
     from blendsim.workloads.trace import write_trace
+    from tests.helpers import random_trace
 
     t = random_trace(np.random.default_rng(7), n=30, max_out=40)
     p = tmp_path / "t.parquet"
@@ -295,8 +295,8 @@ def _trace(tmp_path):
 
 
 def test_every_policy_runs_on_moe_and_mla(tmp_path):
-    from blendsim.runner import RunConfig, run_simulation
     from blendsim.policies.base import policy_names
+    from blendsim.runner import RunConfig, run_simulation
 
     trace, _ = _trace(tmp_path)
     for model, hw, tp, ep, w in [("qwen3-30b-a3b", "h100-80gb", 1, 1, None), ("deepseek-v3", "h200", 8, 8, "fp8")]:

@@ -10,18 +10,18 @@ import math
 import numpy as np
 import pytest
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.accelgen.batching import chunk_len, kv_fit, nearest, new_blocks
 from blendsim.policies.accelgen.budget import eq4_budget, eq4_chunk, eq4_work, eq6_budget, pivot_forward_size
 from blendsim.policies.accelgen.params import MinBag, Params
 from blendsim.policies.accelgen.queue import SlackQueue
 from blendsim.policies.accelgen.scheduler import AccelGenScheduler
 from blendsim.policies.accelgen.slack import Slack, SloBook, StepStats
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.kv import KVCache
 from blendsim.sim.prefix_tree import PrefixTree
 from blendsim.sim.seq import EngineConfig, RequestRecords
-from tests.helpers import random_trace, tiny_capacity_bytes
 from blendsim.workloads.trace import from_columns
+from tests.helpers import random_trace, tiny_capacity_bytes
 
 INF = math.inf
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.blendserve.estimate import estimate_from_known, sample_requests
 from blendsim.policies.blendserve.merge import scan_units
-from blendsim.policies.blendserve.partition import dp_partition, dual_scan_budgets, left_fraction, occupancy_time
+from blendsim.policies.blendserve.partition import (
+    dp_partition,
+    dual_scan_budgets,
+    left_fraction,
+    occupancy_time,
+)
 from blendsim.policies.blendserve.restree import ResourceTree
 from blendsim.policies.blendserve.split import sort_and_split
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.density import Rates, comp_time
 from blendsim.sim.prefix_tree import PrefixTree
 from blendsim.workloads.trace import from_columns, from_segment_arrays

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from blendsim.runner import RunConfig, run_simulation
 from blendsim.policies.base import PolicyContext
 from blendsim.policies.e2.local import ADMIT, EVICT, FINISH, E2Scheduler, PriorityGroups
 from blendsim.policies.e2.router import EXPLOIT, EXPLORE, OPTIONS, PD, E2Router
+from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.cost import build_cost_model
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.hardware import get_hardware
@@ -20,8 +20,8 @@ from blendsim.sim.kv import KVCache
 from blendsim.sim.models import get_model
 from blendsim.sim.prefix_tree import PrefixTree
 from blendsim.sim.seq import EngineConfig, RequestRecords
-from tests.helpers import random_trace, tiny_capacity_bytes
 from blendsim.workloads.trace import from_columns
+from tests.helpers import random_trace, tiny_capacity_bytes
 
 DEP = Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb"), 1, kv_capacity_override=10**12)
 CM = build_cost_model(DEP, "sequential", "sglang")

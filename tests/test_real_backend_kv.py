@@ -114,8 +114,8 @@ def _check_mirror(rep, batch, t_end):
 @pytest.mark.parametrize("seed,block_size,budget,policy", [(1, 4, 64, "dfs"), (2, 16, 512, "fcfs"),
                                                            (3, 1, 32, "vllm")])
 def test_live_run_mirrors_the_simulated_cache(micro, seed, block_size, budget, policy):
-    from blendsim.runner import RunConfig, prepare_run
     from blendsim.real_backend.live import run_live
+    from blendsim.runner import RunConfig, prepare_run
     from tests.helpers import random_trace
 
     model, runtime = micro
@@ -134,10 +134,10 @@ def test_live_run_mirrors_the_simulated_cache(micro, seed, block_size, budget, p
 def test_peak_blocks_is_the_simulators_peak(micro, monkeypatch):
     """After each step is formed, the executor holds exactly the simulator's blocks; the dry run's peak
     is the largest of those counts."""
-    from blendsim.runner import RunConfig, prepare_run
     from blendsim.real_backend.executor import TorchExecutor
     from blendsim.real_backend.live import run_live
     from blendsim.real_backend.replay import peak_blocks
+    from blendsim.runner import RunConfig, prepare_run
     from blendsim.sim.scheduler import Scheduler
     from tests.helpers import random_trace
 

@@ -7,10 +7,10 @@ import copy
 import numpy as np
 import pytest
 
-from blendsim.runner import RunConfig, run_simulation, write_run
 from blendsim.real_backend.executor import TorchExecutor
 from blendsim.real_backend.paged_kv import ScheduleMismatch
 from blendsim.real_backend.replay import load_schedule, peak_blocks, replay
+from blendsim.runner import RunConfig, run_simulation, write_run
 from blendsim.sim import engine
 from blendsim.sim.prefix_tree import PrefixTree
 from tests.helpers import random_trace, tiny_capacity_bytes
@@ -105,8 +105,8 @@ def test_replay_with_preemption_and_eviction(micro, sim_batches, monkeypatch):
 
 
 def test_live_run_with_preemption_mirrors_the_simulated_cache(micro):
-    from blendsim.runner import prepare_run
     from blendsim.real_backend.live import run_live
+    from blendsim.runner import prepare_run
 
     model, runtime = micro
     trace = random_trace(np.random.default_rng(24), n=14, max_out=40)

@@ -23,9 +23,9 @@ from blendsim.cli import get_app
 from blendsim.sim.errors import UserError
 from blendsim.sim.io import atomic_path, write_json
 from blendsim.sim.profile import load_profile
-from tests.helpers import one_line_error
 from blendsim.workloads.loaders import load
 from blendsim.workloads.trace import MAX_TOKENS, from_columns, read_trace, write_trace
+from tests.helpers import one_line_error
 
 BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"

@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app, main
-from blendsim.runner import RunConfig, run_simulation, write_run
 from blendsim.policies.base import policy_names
+from blendsim.runner import RunConfig, run_simulation, write_run
 from blendsim.sim.errors import UserError
-from tests.helpers import random_trace
 from blendsim.workloads.trace import from_columns, write_trace
+from tests.helpers import random_trace
 
 
 def invoke(*args):

@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from blendsim.sweep import check_spec, make_backend, run_sweep
-from blendsim.sweep.grid import SweepSpec
 from blendsim.reports.render import write_report
 from blendsim.reports.steps import binned
+from blendsim.sweep import check_spec, make_backend, run_sweep
+from blendsim.sweep.grid import SweepSpec
 
 POLICIES = ("dfs", "fcfs", "random")
 

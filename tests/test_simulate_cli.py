@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from tests.helpers import random_trace
 from blendsim.workloads.trace import write_trace
+from tests.helpers import random_trace
 
 REQUIRED = ("policy", "model", "hardware", "mode", "n_requests", "input_tokens", "output_tokens", "makespan_s",
             "throughput_tok_s", "prefix_sharing_ratio", "optimal_sharing_ratio", "compute_density", "t_opt_s",

@@ -16,9 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
+from blendsim.sim.errors import UserError
 from blendsim.sweep import assemble_results, check_spec, make_backend, parse_values, run_sweep
 from blendsim.sweep.grid import SweepSpec
-from blendsim.sim.errors import UserError
 
 GRID = ["--recipe", "blendserve", "--densities", "0.9,1.2", "--sharing", "0.15:0.35:0.2", "--policies", "dfs,random",
         "--requests", "400", "--seed", "3"]

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 import blendsim
 from blendsim.cli import get_app
-from tests.helpers import random_trace
 from blendsim.workloads.trace import write_trace
+from tests.helpers import random_trace
 
 REVERSE = '''
 import numpy as np

@@ -111,10 +111,10 @@ def test_validate_refuses_a_schedule_that_does_not_fit(small_trace, tmp_path):
 def test_the_memory_plan_is_the_peak_of_the_schedule(small_trace, tmp_path):
     """Exactly the schedule's peak KV (plus weights and the largest step) is asked for: one byte less is
     refused before anything runs, that much is enough."""
-    from blendsim.validate import ValidateConfig, need_bytes, run_validation, simulate
     from blendsim.real_backend.replay import load_schedule, peak_blocks
     from blendsim.sim.errors import UserError
     from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.validate import ValidateConfig, need_bytes, run_validation, simulate
     from blendsim.workloads.trace import read_trace
 
     trace = read_trace(small_trace)

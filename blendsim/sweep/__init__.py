@@ -15,11 +15,11 @@ Calling the package, ``blendsim.sweep(out, ...)``, runs the Python API's sweep (
 import sys
 import types
 
+from blendsim.reports.sweep_results import assemble_results, collect_rows
 from blendsim.sweep.backends import make_backend
 from blendsim.sweep.driver import SweepOutcome, run_sweep
 from blendsim.sweep.grid import Cell, SweepSpec, Workload, parse_values
 from blendsim.sweep.spec_check import check_spec
-from blendsim.reports.sweep_results import assemble_results, collect_rows
 
 __all__ = ["Cell", "SweepOutcome", "SweepSpec", "Workload", "assemble_results", "check_spec", "collect_rows",
            "make_backend", "parse_values", "run_sweep"]

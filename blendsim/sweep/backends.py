@@ -174,12 +174,7 @@ class RayBackend:
 
 
 def _project_modules() -> list:
-    from blendsim import calibrate
-    from blendsim import policies
-    from blendsim import real_backend
-    from blendsim import reports
-    from blendsim import sim
-    from blendsim import workloads
+    from blendsim import calibrate, policies, real_backend, reports, sim, workloads
 
     return [sim, policies, workloads, calibrate, real_backend, reports]
 

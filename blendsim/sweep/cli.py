@@ -54,13 +54,13 @@ def sweep_cmd(
     interrupted sweep resumes where it stopped. Compare the policies with `blendsim report OUT`.
     """
     from blendsim.run_cli import parse_opts
+    from blendsim.sim.clikit import parse_names
+    from blendsim.sim.errors import UserError
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import describe, failure_line, run_sweep
     from blendsim.sweep.grid import SweepSpec, parse_values
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
-    from blendsim.sim.clikit import parse_names
-    from blendsim.sim.errors import UserError
 
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")

@@ -15,11 +15,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from blendsim.reports.sweep_results import assemble_results
+from blendsim.sim.errors import UserError
 from blendsim.sweep import store
 from blendsim.sweep.grid import Cell, SweepSpec
 from blendsim.sweep.tasks import cell_task, synth_task
-from blendsim.reports.sweep_results import assemble_results
-from blendsim.sim.errors import UserError
 
 
 @dataclass

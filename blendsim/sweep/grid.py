@@ -140,8 +140,8 @@ class SweepSpec:
         engine settings (token budget, block size, ...) and engine-overhead style."""
         out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}
         if self.engine_of:
-            from blendsim.runner import ENGINE_FIELDS
             from blendsim.policies.base import get_policy
+            from blendsim.runner import ENGINE_FIELDS
 
             pol = get_policy(self.engine_of)
             out.update({k: v for k, v in pol.engine_defaults.items() if k in ENGINE_FIELDS})

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from blendsim.sweep.grid import SweepSpec
 from blendsim.sim.errors import UserError
+from blendsim.sweep.grid import SweepSpec
 
 # Recipe options the sweep sets itself (from its own flags), so --recipe-opt may not.
 SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--requests", "model": "--models",

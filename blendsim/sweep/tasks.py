@@ -33,8 +33,8 @@ def warm_up(driver_pid: int | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if driver_pid is not None:
         threading.Thread(target=_watch, args=(driver_pid,), daemon=True, name="driver-watch").start()
-    import blendsim.runner  # noqa: F401
     import blendsim.policies.base  # noqa: F401
+    import blendsim.runner  # noqa: F401
     import blendsim.workloads.recipes  # noqa: F401
     import blendsim.workloads.trace  # noqa: F401
     from blendsim.policies.base import policy_names
