@@ -13,7 +13,6 @@ are cited below; the few fitted ones (the trtllm overhead, the hardware efficien
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -167,14 +166,14 @@ def is_profile(name: str | None) -> bool:
 
 
 def load_params(path: str | Path | None = None) -> dict:
-    """The fitted parameters (``{}`` when the file is absent)."""
+    """The fitted parameters (``{}`` when the file is absent), every field checked (sim.paramfile)."""
+    from blendsim.sim.io import read_json
+    from blendsim.sim.paramfile import check_params
+
     p = Path(path) if path else PARAMS_FILE
     if not p.exists():
         return {}
-    try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"{p}: cannot read fitted engine parameters: {e}") from None
+    return check_params(read_json(p, "fitted engine parameters file"), str(p))
 
 
 def get_profile(name: str, params: dict | None = None) -> EngineProfile:
