@@ -134,6 +134,12 @@ def get_engine(name: str) -> EngineOverhead:
     try:
         eng = ENGINES[base or "ideal"]
     except KeyError:
+        from blendsim.sim.engines import is_profile
+
+        if spec and is_profile(base):  # e.g. trtllm:fixed_s=...: a profile's overheads are its own (or fitted)
+            raise UserError(f"--engine {name!r}: {base} is an engine profile, whose overheads take no overrides "
+                            f"(its fitted ones: blendsim fidelity --params); overrides start from one of "
+                            f"{', '.join(ENGINES)}, e.g. vllm:fixed_s=0.002") from None
         raise UserError(f"unknown engine {base!r}; choose one of {', '.join(ENGINES)}, or give "
                         "fixed_s=...,per_seq_s=...,per_token_s=...") from None
     if not spec:
