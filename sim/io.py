@@ -22,12 +22,15 @@ def umask() -> int:
     return mask
 
 
-def check_output_file(path: str | Path) -> Path:
-    """Fail now, with one line, when ``path`` cannot become a file (a folder is there, or a parent is a
-    file); before the work whose result it will hold."""
+def check_output_file(path: str | Path, inputs=()) -> Path:
+    """Fail now, with one line, when ``path`` cannot become a file (a folder is there, a parent is a file, the
+    place is read-only, or it is one of the ``inputs``); before the work whose result it will hold."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a folder; give a file name to write")
+    for i in inputs or ():
+        if i is not None and Path(i).exists() and path.exists() and path.resolve() == Path(i).resolve():
+            raise UserError(f"{path}: is the input {i}; give the output another name")
     probe = path.parent
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

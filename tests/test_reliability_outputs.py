@@ -139,8 +139,36 @@ def test_save_onto_a_folder_a_file_parent_or_the_catalogue_is_refused_before_the
     before = snapshot(tmp_path)
     one_line_error(invoke("fidelity", cat, "--refit", "--save", tmp_path), "is a folder")
     one_line_error(invoke("fidelity", cat, "--refit", "--save", blocker / "p.json"), "not a folder")
-    one_line_error(invoke("fidelity", cat, "--refit", "--save", cat), "is an input catalogue")
+    one_line_error(invoke("fidelity", cat, "--refit", "--save", cat), "is the input")
     one_line_error(invoke("fidelity", cat, "-o", blocker), "exists and is not a folder")
+    assert snapshot(tmp_path) == before
+
+
+def test_save_into_a_missing_folder_creates_it(tmp_path):
+    from tests.test_reliability_files import row, write_cat
+
+    cat = write_cat(tmp_path / "cat.csv", [row(id=f"r{i}", workload=f"const:{32 + 16 * i}/{4 + 8 * i}",
+                                               value=100 + 50 * i) for i in range(5)])
+    saved = tmp_path / "new" / "deeper" / "p.json"
+    r = invoke("fidelity", cat, "--refit", "--save", saved, "--no-cv", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(saved.read_text())["fitted_on"]["rows"] == 5
+
+
+def test_workloads_load_onto_its_own_input_is_refused(tmp_path):
+    src = tmp_path / "r.jsonl"
+    src.write_text('{"prompt_token_ids": [1, 2], "output_len": 2}\n')
+    before = snapshot(tmp_path)
+    one_line_error(invoke("workloads", "load", src, "-f", "jsonl", "-o", src), "is the input")
+    assert snapshot(tmp_path) == before
+
+
+def test_demo_refuses_a_folder_of_the_users_files(tmp_path, monkeypatch):
+    (tmp_path / "trace.parquet").write_bytes(b"mine")
+    before = snapshot(tmp_path)
+    one_line_error(invoke("demo", "-o", tmp_path, "--requests", "50"), "not a blendsim demo folder")
+    monkeypatch.chdir(tmp_path)
+    one_line_error(invoke("demo", "-o", ".", "--requests", "50"), "current folder")
     assert snapshot(tmp_path) == before
 
 

@@ -56,9 +56,7 @@ def fidelity_cmd(
     if save:
         from blendsim.sim.io import check_output_file
 
-        check_output_file(save)
-        if Path(save).resolve() in {Path(p).resolve() for p in paths}:
-            raise UserError(f"--save {save}: is an input catalogue; give the parameters file another name")
+        check_output_file(save, inputs=paths)
     tty = sys.stderr.isatty() and not as_json
 
     def progress(i, n, rid):
