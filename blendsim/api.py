@@ -249,9 +249,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
     """
     from blendsim.sweep.backends import make_backend
-    from blendsim.sweep.cli import _default_policies
     from blendsim.sweep.driver import failure_line, run_sweep
-    from blendsim.sweep.grid import SweepSpec
+    from blendsim.sweep.grid import SweepSpec, default_policies
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
@@ -269,7 +268,7 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
                                            and all(isinstance(k, str) for k in recipe_options)):
         raise UserError(f"--recipe-opt (recipe_options) must be a dict of option name -> value, got "
                         f"{C.describe(recipe_options)}")
-    pols = _names(policies, "--policies", _policy_spec) if policies is not None else _default_policies()
+    pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
@@ -296,7 +295,7 @@ def _values(v, flag: str) -> tuple[float, ...]:
 
 
 def _names(v, flag: str, each=str) -> tuple[str, ...]:
-    from blendsim.sim.clikit import parse_names
+    from blendsim.options import parse_names
 
     if isinstance(v, str):
         return parse_names(v, flag)

@@ -10,5 +10,6 @@
 * ``device``    — device identity (NVML / platform), software versions, measured peaks.
 * ``fit``       — relative-error polynomial fits, form chosen held out; ``refit`` from stored medians.
 * ``validate``  — held-out checks against the cost model; ``vidur`` — import Vidur's CSVs.
-* ``report``    — rich tables; ``cli`` — ``blendsim calibrate`` (``show``, ``import-vidur``).
+* ``report``    — rich tables. The command, ``blendsim calibrate`` (``show``, ``import-vidur``), is
+  ``blendsim.cli.calibrate``.
 """

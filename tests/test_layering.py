@@ -2,7 +2,8 @@
 function-level, and importlib calls with a literal name), read with ``ast`` from every file.
 
 ``sim`` is the engine core: it imports none of the others. ``blendsim`` is the application layer on
-top of everything. The rows in between are the directions as they stand; a new edge is a design
+top of everything, and its ``blendsim.cli`` package holds every typer command: nothing else imports typer
+or a command module. The rows in between are the directions as they stand; a new edge is a design
 decision, made by editing ALLOWED with its reason.
 """
 
@@ -22,8 +23,8 @@ ABOVE_THE_CORE = ("policies", "workloads", "reports", "calibrate", "real_backend
 ALLOWED = {
     "sim": set(),
     "policies": {"sim"},
-    # `blendsim workloads` prints with reports.terminal; `blendsim policies` is listed by reports.terminal
-    "workloads": {"sim", "reports"},
+    "workloads": {"sim"},
+    # `blendsim policies` is listed by reports.terminal
     "reports": {"sim", "policies"},
     # calibrate.forward profiles the real backend's model forward; real_backend.hwmon names the CPU with
     # calibrate.device, and real_backend.sequences uses the trace's segment-id base (workloads.trace)
@@ -154,3 +155,37 @@ def test_every_package_folder_is_installed():
         rel = init.parent.relative_to(ROOT)
         name = ".".join(rel.parts) if rel.parts[0] == "blendsim" else "blendsim." + ".".join(rel.parts)
         assert f'"{name}"' in text, f"{name} ({rel}) is missing from [tool.setuptools] packages in pyproject.toml"
+
+
+def _project_files() -> list[Path]:
+    return [f for pkg in PACKAGES for f in package_files(pkg)]
+
+
+def _imported_modules(source: str) -> list[tuple[str, int]]:
+    """(module, line) of every absolute import, function-level included (``from a import b``: ``a.b``)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out += [(node.module, node.lineno)] + [(f"{node.module}.{a.name}", node.lineno) for a in node.names]
+        elif isinstance(node, ast.Call) and node.args and _callee(node.func) in IMPORTERS:
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                out.append((arg.value, node.lineno))
+    return out
+
+
+def test_typer_and_the_commands_live_only_in_blendsim_cli():
+    """The application layer owns the commands: no typer outside blendsim/cli/ (so none under sim/), and
+    no module outside it (the API included) imports a command module."""
+    cli = ROOT / "blendsim" / "cli"
+    assert (cli / "__init__.py").exists()
+    bad = []
+    for f in _project_files():
+        if cli in f.parents:
+            continue
+        for mod, line in _imported_modules(f.read_text()):
+            if mod.split(".")[0] == "typer" or mod == "blendsim.cli" or mod.startswith("blendsim.cli."):
+                bad.append(f"{f.relative_to(ROOT)}:{line} imports {mod}")
+    assert not bad, "only blendsim/cli/ may import typer or a command module:\n" + "\n".join(bad)

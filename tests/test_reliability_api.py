@@ -122,9 +122,10 @@ LOAD = ["path", "format", "limit"]
 @settings(max_examples=150, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(fn=st.sampled_from(["simulate", "cost", "synthesize", "make_trace", "load_trace", "write"]), data=st.data())
-def test_any_wrong_api_argument_is_one_blendsim_error_or_runs(trace, result, fn, data):
+def test_any_wrong_api_argument_is_one_blendsim_error_or_runs(trace, result, fn, data, monkeypatch):
     value = data.draw(BAD, label="value")
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory() as d, monkeypatch.context() as m:
+        m.chdir(d)  # a relative path drawn as an argument lands here
         tpath = blendsim.write_trace(trace, Path(d) / "t.parquet")
         if fn == "simulate":
             name = data.draw(st.sampled_from(SIMULATE), label="name")

@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from blendsim.sim.clikit import UserErrorGroup as _Group
+from blendsim.cli.kit import UserErrorGroup as _Group
 from blendsim.workloads.trace import from_columns, write_trace
 
 
@@ -30,7 +30,7 @@ def _app(*registers) -> typer.Typer:
 
 
 def _validate_app():
-    from blendsim.validate_cli import register
+    from blendsim.cli.validate import register
 
     return _app(register)
 

@@ -7,7 +7,8 @@
 
 Modules: ``grid`` (values, spec, cells and their names), ``spec_check`` (validation), ``tasks``
 (what workers run), ``backends`` (inline, process pool, Ray), ``store`` (the directory, atomic
-installs), ``driver`` (scheduling and resume), ``results`` (results.parquet), ``cli`` (the command).
+installs), ``driver`` (scheduling and resume); ``blendsim.reports.sweep_results`` writes results.parquet and
+``blendsim.cli.sweep`` is the command.
 
 Calling the package, ``blendsim.sweep(out, ...)``, runs the Python API's sweep (``blendsim.api.sweep``).
 """

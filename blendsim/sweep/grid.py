@@ -21,6 +21,15 @@ from decimal import Decimal, InvalidOperation
 from blendsim.sim.errors import UserError
 
 MAX_VALUES = 10_000  # more grid values than this is a typo, not a sweep
+DEFAULT_POLICIES = ("dfs", "random", "blendserve")  # a sweep's policies when none are named
+
+
+def default_policies() -> tuple[str, ...]:
+    """Those of :data:`DEFAULT_POLICIES` that are registered (the command's and the API's default)."""
+    from blendsim.policies.base import policy_names
+
+    known = set(policy_names())
+    return tuple(p for p in DEFAULT_POLICIES if p in known)
 
 
 def parse_values(text: str, flag: str) -> tuple[float, ...]:

@@ -1,5 +1,6 @@
 """Pieces every command module shares: the click group that turns a UserError into one line and exit
-code 2, and the parsing of comma lists given on the command line."""
+code 2. (Option values the API takes too -- seeds, comma lists, key=value -- are parsed by
+``blendsim.options``.)"""
 
 from __future__ import annotations
 
@@ -37,12 +38,4 @@ def debug_enabled(ctx=None) -> bool:
     return bool(ctx is not None and ctx.meta.get(DEBUG_KEY))
 
 
-def parse_names(text: str, flag: str) -> tuple[str, ...]:
-    """A comma list of names (order kept, duplicates dropped)."""
-    names = list(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
-    if not names:
-        raise UserError(f"{flag} {text!r}: give at least one name")
-    return tuple(names)
-
-
-__all__ = ["DEBUG_KEY", "UserErrorGroup", "debug_enabled", "parse_names"]
+__all__ = ["DEBUG_KEY", "UserErrorGroup", "debug_enabled"]

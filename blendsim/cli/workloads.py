@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from blendsim.sim.clikit import UserErrorGroup
+from blendsim.cli.kit import UserErrorGroup
 
 
 class _SynthGroup(UserErrorGroup):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-DEFAULT_POLICIES = ("dfs", "random", "blendserve")
+from blendsim.sweep.grid import DEFAULT_POLICIES
 
 
 def sweep_cmd(
@@ -53,12 +53,11 @@ def sweep_cmd(
     Each cell (workload x policy x model x hardware) is a run directory under OUT/runs/; an
     interrupted sweep resumes where it stopped. Compare the policies with `blendsim report OUT`.
     """
-    from blendsim.run_cli import parse_opts
-    from blendsim.sim.clikit import parse_names
+    from blendsim.options import parse_names, parse_opts
     from blendsim.sim.errors import UserError
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import describe, failure_line, run_sweep
-    from blendsim.sweep.grid import SweepSpec, parse_values
+    from blendsim.sweep.grid import SweepSpec, default_policies, parse_values
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
@@ -66,9 +65,9 @@ def sweep_cmd(
         raise UserError(f"--jobs must be >= 1, got {jobs}")
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=parse_values(densities, "--densities"), sharing=parse_values(sharing, "--sharing"),
-        policies=parse_names(policies, "--policies") if policies else _default_policies(),
+        policies=parse_names(policies, "--policies") if policies else default_policies(),
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
-        mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt),
+        mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
         precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep))
                    if v is not None and not (k == "ep" and v == 1)}))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
@@ -97,13 +96,6 @@ def sweep_cmd(
     for line in sweep_warnings(out):
         typer.echo(f"warning: {line}", err=True)
     typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
-
-
-def _default_policies() -> tuple[str, ...]:
-    from blendsim.policies.base import policy_names
-
-    known = set(policy_names())
-    return tuple(p for p in DEFAULT_POLICIES if p in known)
 
 
 class _Bar:

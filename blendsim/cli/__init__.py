@@ -1,8 +1,10 @@
-"""The ``blendsim`` command line (typer).
+"""The ``blendsim`` command line (typer): the application layer owns every command.
 
-Each feature area keeps its commands next to its code (``workloads/cli.py``, ``calibrate/cli.py``, ...)
-and they are mounted here. Command bodies import their heavy modules lazily so ``blendsim --help`` and
-short commands start fast. A :class:`blendsim.sim.errors.UserError` anywhere ends the command with one line on
+Every typer command lives in this package, one module per feature area (``run``: cost, simulate,
+policies, demo; ``workloads``; ``calibrate``; ``validate``; ``sweep``; ``reports``: report;
+``fidelity``), with the shared pieces in ``kit``; they are mounted on one app here. Nothing outside
+``blendsim.cli`` imports typer or a command module. Command bodies import their heavy modules lazily so
+``blendsim --help`` and short commands start fast. A :class:`blendsim.sim.errors.UserError` anywhere ends the command with one line on
 stderr and exit code 2.
 """
 
@@ -12,7 +14,7 @@ import json
 
 import typer
 
-from blendsim.sim.clikit import UserErrorGroup
+from blendsim.cli.kit import UserErrorGroup
 
 app = typer.Typer(
     name="blendsim",
@@ -30,19 +32,19 @@ def _root(ctx: typer.Context,
           debug: bool = typer.Option(False, "--debug", help="When your own policy or router fails, also print "
                                      "its full traceback (or set BLENDSIM_DEBUG=1).")) -> None:
     """Simulate, calibrate and compare schedulers for offline batch LLM inference."""
-    from blendsim.sim.clikit import DEBUG_KEY
+    from blendsim.cli.kit import DEBUG_KEY
 
     ctx.meta[DEBUG_KEY] = debug
 
 
 def _mount() -> None:
-    from blendsim.calibrate.cli import register as register_calibrate
-    from blendsim.fidelity.cli import register as register_fidelity
-    from blendsim.reports.cli import register as register_reports
-    from blendsim.run_cli import register as register_run
-    from blendsim.sweep.cli import sweep_cmd
-    from blendsim.validate_cli import register as register_validate
-    from blendsim.workloads.cli import app as workloads_app
+    from blendsim.cli.calibrate import register as register_calibrate
+    from blendsim.cli.fidelity import register as register_fidelity
+    from blendsim.cli.reports import register as register_reports
+    from blendsim.cli.run import register as register_run
+    from blendsim.cli.sweep import sweep_cmd
+    from blendsim.cli.validate import register as register_validate
+    from blendsim.cli.workloads import app as workloads_app
 
     app.add_typer(workloads_app, name="workloads", help="Synthesise, load and inspect request traces.")
     register_run(app)

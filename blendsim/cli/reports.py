@@ -29,8 +29,8 @@ def report_cmd(
     grid, prefix sharing vs optimal, per-step compute vs memory time, and predicted vs measured step
     time for validation directories. Runs whose makespan one long request dominates are flagged.
     """
+    from blendsim.options import parse_names
     from blendsim.reports.render import write_report
-    from blendsim.sim.clikit import parse_names
     from blendsim.reports.render import MARKER
     from blendsim.sim.io import check_output_dir
 
@@ -42,4 +42,9 @@ def report_cmd(
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")
 
 
-__all__ = ["report_cmd"]
+def register(app: typer.Typer) -> None:
+    """Add ``report`` (compares runs) to ``app``."""
+    app.command("report")(report_cmd)
+
+
+__all__ = ["register", "report_cmd"]

@@ -29,11 +29,10 @@ def fidelity_cmd(
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
     import sys
 
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
+    from blendsim.fidelity.suite import refit as do_refit
     from blendsim.sim.engines import PARAMS_FILE, load_params
     from blendsim.sim.errors import UserError
-
-    from .suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
-    from .suite import refit as do_refit
 
     if params_file and not params_file.exists():
         raise UserError(f"--params-file {params_file}: no such file")
@@ -71,7 +70,7 @@ def fidelity_cmd(
         if save:
             from blendsim.sim.io import atomic_path
 
-            from .suite import check_fit_size
+            from blendsim.fidelity.suite import check_fit_size
 
             check_fit_size(suite, f"--save {save}")
             with atomic_path(save) as tmp:

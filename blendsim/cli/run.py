@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from blendsim.options import check_seed, parse_opts
+
 MODEL_HELP = "Model preset name (see `blendsim models`) or a HuggingFace config.json."
 HW_HELP = "Hardware preset (see `blendsim hardware`)."
 WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: the model's; fp8/fp4 run at the "
@@ -136,26 +138,6 @@ def simulate_cmd(
         typer.echo(json.dumps(json_safe(result.summary), indent=2, sort_keys=True, allow_nan=False))
     else:
         print_summary(result.summary, out)
-
-
-def check_seed(seed: int) -> None:
-    """Seeds are non-negative (numpy's generators take no negative seed)."""
-    from blendsim.sim.errors import UserError
-
-    if seed < 0:
-        raise UserError(f"--seed must be >= 0, got {seed}")
-
-
-def parse_opts(opts: list[str] | None) -> dict:
-    from blendsim.sim.errors import UserError
-
-    out = {}
-    for o in opts or []:
-        if "=" not in o:
-            raise UserError(f"--opt {o!r}: expected key=value")
-        k, v = o.split("=", 1)
-        out[k.strip()] = v.strip()
-    return out
 
 
 def _with_progress(fn, total: int, show: bool):
