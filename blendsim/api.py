@@ -360,7 +360,6 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     from blendsim.sim.batch import BatchFeatures
     from blendsim.sim.cost import build_cost_model
     from blendsim.sim.deployment import make_deployment
-
     from blendsim.workloads.trace import MAX_TOKENS
 
     C.text(model, "--model")

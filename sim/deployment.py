@@ -9,7 +9,6 @@ from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import GiB, HardwareSpec
 from blendsim.sim.models import ModelSpec
 
-
 # Zipf exponent beyond which expert popularities i^-skew underflow float64 for 256 experts (a skew of 100
 # already sends every token to the top-k experts: the second expert is 2^-100 as popular as the first)
 MAX_EXPERT_SKEW = 100.0

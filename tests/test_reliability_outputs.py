@@ -12,7 +12,6 @@ import csv
 import errno
 import hashlib
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -26,8 +25,8 @@ import blendsim
 from blendsim.cli import get_app
 from blendsim.fidelity.catalogue import COLUMNS
 from blendsim.sim.errors import UserError
-from tests.helpers import one_line_error, random_trace
 from blendsim.workloads.trace import write_trace
+from tests.helpers import one_line_error, random_trace
 
 
 def invoke(*args):

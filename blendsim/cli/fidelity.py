@@ -68,9 +68,8 @@ def fidelity_cmd(
     if refit:
         params = do_refit(suite)
         if save:
-            from blendsim.sim.io import atomic_path
-
             from blendsim.fidelity.suite import check_fit_size
+            from blendsim.sim.io import atomic_path
 
             check_fit_size(suite, f"--save {save}")
             with atomic_path(save) as tmp:

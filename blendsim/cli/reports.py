@@ -30,8 +30,7 @@ def report_cmd(
     time for validation directories. Runs whose makespan one long request dominates are flagged.
     """
     from blendsim.options import parse_names
-    from blendsim.reports.render import write_report
-    from blendsim.reports.render import MARKER
+    from blendsim.reports.render import MARKER, write_report
     from blendsim.sim.io import check_output_dir
 
     if out is None:
