@@ -216,6 +216,11 @@ def test_any_catalogue_runs_or_is_one_line_naming_file_row_and_field(cat):
         else:
             write_cat(path, rows, header, bom=shape == "bom")
         r = invoke("fidelity", path, "--json", "--no-cv")
+        if shape == "dup":  # a column given twice is refused, never one of the two silently kept
+            one_line_error(r, str(path), "appears more than once")
+            return
+        if shape == "bom":  # a spreadsheet's byte-order mark is not part of the first column's name
+            assert "missing column" not in r.output, r.output
         if r.exit_code == 0:
             out = json.loads(r.stdout)
             for x in out["rows"]:  # a skipped row says why in one line
