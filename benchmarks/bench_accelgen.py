@@ -67,6 +67,7 @@ import argparse
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
@@ -122,7 +123,8 @@ def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
     """Sarathi-Serve's rule for its token budget: the largest forward size whose step meets the
     system-wide TBT SLO, here a T-token prompt chunk alone priced on the vLLM engine (sequential)."""
     from blendsim.sim.batch import BatchFeatures
-    from blendsim.sim.cost import build_cost_model, largest_fit
+    from blendsim.sim.build_cost import build_cost_model
+    from blendsim.sim.cost import largest_fit
     from blendsim.sim.deployment import make_deployment
 
     cm = build_cost_model(make_deployment(model, hardware, 1), "sequential", "vllm")
@@ -133,7 +135,7 @@ def sarathi_budget(slo_s: float, model: str, hardware: str) -> int:
 def run_one(trace, policy: str, model: str, hardware: str, options: dict, budget: int | None = None) -> dict:
     t0 = time.perf_counter()
     r = run_simulation(trace, RunConfig(policy=policy, model=model, hardware=hardware, options=options,
-                                        token_budget=budget))
+                                        token_budget=budget, engine="vllm"))  # every policy on vLLM
     wall = time.perf_counter() - t0
     s, rq = r.summary, r.requests
     ttft, tbt, jct = kind_attainment(trace, rq)
@@ -158,6 +160,7 @@ def main() -> None:
                     help="also run sarathi with the token budget of this system-wide TBT SLO (s); 0 = off")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ttft-scale", type=float, default=1.0, help="multiply the TTFT SLOs (diagnostic)")
+    add_data_option(ap)
     a = ap.parse_args()
     runs = [(p, {}, None) for p in a.policies.split(",")]
     if a.sarathi_slo > 0:

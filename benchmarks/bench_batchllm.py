@@ -28,6 +28,7 @@ import argparse
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.workloads.recipes import synthesize
@@ -50,7 +51,7 @@ def shuffled(trace: Trace, seed: int) -> Trace:
 
 def run(trace, policy, mode, overrides, model, hardware) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    cfg = RunConfig(policy=policy, model=model, hardware=hardware, mode=mode, **overrides)
+    cfg = RunConfig(policy=policy, model=model, hardware=hardware, mode=mode, engine="vllm", **overrides)
     return run_simulation(trace, cfg).summary, time.perf_counter() - t0
 
 
@@ -79,6 +80,7 @@ def main(argv=None) -> None:
     ap.add_argument("--model", default="llama-3-8b")
     ap.add_argument("--hardware", default="a100-80gb")
     ap.add_argument("--seed", type=int, default=0)
+    add_data_option(ap)
     a = ap.parse_args(argv)
     for mode in a.modes:
         print(f"\n## {a.model} on {a.hardware}, {mode} mode, "

@@ -15,6 +15,7 @@ import sys
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.calibrate.report import fit_table
 from blendsim.calibrate.run import CalibrationConfig, Calibrator
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--holdout", type=int, default=8)
     ap.add_argument("--fresh", type=int, default=6, help="fresh points per operator timed after the run")
     ap.add_argument("-o", "--out", default=None)
+    add_data_option(ap)
     a = ap.parse_args(argv)
     from rich.console import Console
 

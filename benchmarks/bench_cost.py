@@ -19,9 +19,12 @@ import sys
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
-from blendsim.sim.cost import CostModel, features_arrays
+from blendsim.sim.batch import features_arrays
+from blendsim.sim.cost import CostModel
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
 
@@ -69,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hardware", default="a100-80gb")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    add_data_option(ap)
     args = ap.parse_args(argv)
 
     dep = Deployment(get_model(args.model), get_hardware(args.hardware), args.tp)
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     ok = True
     for mode in ("sequential", "overlap"):
-        cm = CostModel(dep, mode, "vllm")
+        cm = CostModel(dep, mode, get_profile("vllm", {}))
         cm.step(int(steps["num_tokens"].max()), 0, 0, 0, 0, 0, 0, 0)  # size the tables once
 
         # vectorised: all steps in one call

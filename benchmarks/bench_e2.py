@@ -30,6 +30,7 @@ import argparse
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.policies.e2.router import E2Router
 from blendsim.runner import RunConfig, run_simulation
@@ -109,6 +110,7 @@ def main() -> None:
     ap.add_argument("--zipf-rate", type=float, default=36.0, help="Zipf-1.1 toolbench rate (0: skip)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="60 s runs at 24 and 48 req/s only")
+    add_data_option(ap)
     a = ap.parse_args()
     if a.quick:
         a.seconds, a.rates, a.zipf_rate = 60.0, "24,48", 0.0

@@ -24,8 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _data import add_data_option, data_file  # noqa: E402 (benchmarks/_data.py, beside this script)
+
 VIDUR_S = 20.1
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure_llm_inference_2023_conv.csv"
+AZURE = "azure_llm_inference_2023_conv.csv"
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:
@@ -53,7 +55,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=400_000)
     ap.add_argument("--repeat", type=int, default=3)
+    add_data_option(ap)
     args = ap.parse_args()
+    azure = data_file(args.data, AZURE)  # before any work: a missing file is one line, not a traceback
     exe = shutil.which("blendsim") or sys.exit("blendsim is not installed (pip install -e .)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-engine-"))
     rows = []
@@ -65,16 +69,13 @@ def main() -> None:
                                   "--hardware", "a100-80gb", "-o", str(tmp / "run-a")], args.repeat)
         rows.append((f"A: blendserve {args.requests} req, dfs", med, lo, hi, mem, "< 60 s, < 4096 MB",
                      med < 60 and mem < 4096))
-        if DATA.exists():
-            az = tmp / "azure10k.parquet"
-            subprocess.run([exe, "workloads", "load", str(DATA), "--format", "azure", "--limit", "10000", "-o", str(az)],
-                           check=True, stdout=subprocess.DEVNULL)
-            med, lo, hi, mem = bench([exe, "simulate", str(az), "--policy", "sarathi", "--token-budget", "512",
-                                      "--max-seqs", "512", "--offline", "-o", str(tmp / "run-b")], args.repeat)
-            rows.append(("B: azure conv 10K, sarathi 512", med, lo, hi, mem,
-                         f">= 20x Vidur's {VIDUR_S} s ({VIDUR_S / med:.1f}x)", VIDUR_S / med >= 20))
-        else:
-            print(f"B skipped: {DATA} not found")
+        az = tmp / "azure10k.parquet"
+        subprocess.run([exe, "workloads", "load", str(azure), "--format", "azure", "--limit", "10000", "-o", str(az)],
+                       check=True, stdout=subprocess.DEVNULL)
+        med, lo, hi, mem = bench([exe, "simulate", str(az), "--policy", "sarathi", "--token-budget", "512",
+                                  "--max-seqs", "512", "--offline", "-o", str(tmp / "run-b")], args.repeat)
+        rows.append(("B: azure conv 10K, sarathi 512", med, lo, hi, mem,
+                     f">= 20x Vidur's {VIDUR_S} s ({VIDUR_S / med:.1f}x)", VIDUR_S / med >= 20))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{'job':36s} {'median s':>9s} {'min':>7s} {'max':>7s} {'peak MB':>8s}  target")

@@ -14,6 +14,7 @@ import statistics
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.sim.prefix_tree import PrefixTree
 from blendsim.workloads.recipes import synthesize
@@ -34,6 +35,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400_000)
     ap.add_argument("--token-requests", type=int, default=20_000)
     ap.add_argument("--repeat", type=int, default=5)
+    add_data_option(ap)
     a = ap.parse_args()
     trace = synthesize("blendserve", density=1.1, sharing=0.35, requests=a.requests)
     rows = [("build, blendserve segments", *timeit(lambda: PrefixTree(trace), a.repeat))]

@@ -21,6 +21,7 @@ import sys
 import time
 
 import numpy as np
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 
 def _trace(n: int, prompt: int, out: int):
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefill-tokens", type=int, default=512)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
+    add_data_option(ap)
     args = ap.parse_args(argv)
 
     from blendsim.real_backend.executor import DeviceRuntime

@@ -9,17 +9,17 @@ traces (no prompt content, so s_o = 0). Deployments: llama-3.1-8b on one H100 an
 ``--tp70`` GPUs (the llama-3-* presets of the same shapes where the 3.1 names do not exist), roofline
 cost model. Three runs per policy:
 
-* ``seq``: offline (every request at t = 0), sequential mode (vLLM/SGLang-like), the policy as
-  registered (its own engine defaults), plus ``vllm@2k`` (vLLM with a 2,048-token chunk, BatchLLM's
-  baseline, sec. 6.1);
+* ``seq``: offline (every request at t = 0), sequential mode, every policy priced on one engine
+  (``--engine``, default ``vllm``) with the scheduler settings it declares, plus ``vllm@2k`` (vLLM with a
+  2,048-token chunk, BatchLLM's baseline, sec. 6.1);
 * ``ovl``: offline, overlap mode (NanoFlow-like), every policy on BlendServe's engine settings (NanoFlow
   overheads, 1,024-token budget in multiples of 128, token-granular cache) so only the order differs --
   the comparison BlendServe makes (``bench_blendserve.py`` does the same);
-* ``online``: the trace's own arrival times, sequential mode, the policy as registered: mean latency,
+* ``online``: the trace's own arrival times, sequential mode, on the same engine as ``seq``: mean latency,
   TTFT and TBT.
 
 Columns: throughput (k tok/s); ``s/s_o``: prefix sharing achieved over the optimum; ``fpo``: fraction of
-the practical optimum (``frac_of_practical_opt``); ``tok/st`` and ``kv``: mean tokens per step and KV
+the blended reference (``frac_of_reference``, not a bound); ``tok/st`` and ``kv``: mean tokens per step and KV
 utilisation of the ovl run. Each trace's header gives its shape, compute density rho on the deployment,
 the offered load of its own timestamps against dfs's offline throughput, and -- for hashed traces --
 the sharing an LRU prefix cache of the deployment's KV capacity could catch in arrival order (what a
@@ -38,6 +38,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+from _data import add_data_option, data_file  # noqa: E402 (benchmarks/_data.py, beside this script)
 
 from blendsim.policies.base import policy_names
 from blendsim.runner import RunConfig, run_simulation
@@ -47,7 +48,6 @@ from blendsim.sim.errors import UserError
 from blendsim.sim.models import PRESETS
 from blendsim.workloads.loaders import load
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TRACES = {
     "mooncake": ("mooncake_conversation_trace.jsonl", "mooncake"),
     "azure-conv": ("azure_llm_inference_2023_conv.csv", "azure"),
@@ -115,17 +115,19 @@ def lru_reach(trace, capacity_tokens: int) -> tuple[float, float, float]:
     return hit / p, med(gaps_s), med(gaps_tok)
 
 
-def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], out: dict) -> dict:
+def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], out: dict,
+              engine: str = "vllm") -> dict:
     seq, ovl, onl, wall = {}, {}, {}, 0.0
     oracle = trace.take(np.arange(trace.n))
     oracle.output_len_hint = trace.output_len.copy()  # every output length known in advance
-    runs = [("seq", p, True, {}) for p in policies]
+    seq_engine = {"engine": engine}  # one engine for every policy of the seq and online comparisons
+    runs = [("seq", p, True, seq_engine) for p in policies]
     runs += [("ovl", p, True, BLENDSERVE_ENGINE) for p in policies]
     if trace.has_arrivals:
-        runs += [("online", p, False, {}) for p in policies]
+        runs += [("online", p, False, seq_engine) for p in policies]
     for label, base, kind, kw in VARIANTS:
         if base in policies:
-            runs.append((kind, label, True, kw | (BLENDSERVE_ENGINE if kind == "ovl" else {})))
+            runs.append((kind, label, True, kw | (BLENDSERVE_ENGINE if kind == "ovl" else seq_engine)))
     for kind, label, offline, kw in runs:
         pol = label.split("@")[0].split("-")[0]
         try:
@@ -170,9 +172,9 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
         if label not in seq and label not in ovl:
             continue
         a, b, c = seq.get(label), ovl.get(label), onl.get(label)
-        row = [label, f"{a['throughput_tok_s'] / 1e3:.1f}", _frac(a, s_o), f"{a['frac_of_practical_opt']:.3f}"] \
+        row = [label, f"{a['throughput_tok_s'] / 1e3:.1f}", _frac(a, s_o), f"{a['frac_of_reference']:.3f}"] \
             if a else [label, "-", "-", "-"]
-        row += [f"{b['throughput_tok_s'] / 1e3:.1f}", _frac(b, s_o), f"{b['frac_of_practical_opt']:.3f}",
+        row += [f"{b['throughput_tok_s'] / 1e3:.1f}", _frac(b, s_o), f"{b['frac_of_reference']:.3f}",
                 f"{b['mean_tokens_per_step']:.0f}", f"{b['mean_kv_util']:.2f}"] if b else ["-"] * 5
         if onl:
             row += [f"{c['throughput_tok_s'] / 1e3:.1f}", f"{c['latency_mean_s']:.1f}", f"{c['ttft_mean_s']:.1f}",
@@ -216,6 +218,8 @@ def main(argv=None) -> None:
     ap.add_argument("--policies", nargs="+", default=policy_names())
     ap.add_argument("--limit", type=int, default=None, help="keep the first N requests of each trace")
     ap.add_argument("--json", type=Path, default=None, help="also write every summary here")
+    ap.add_argument("--engine", default="vllm", help="the one engine the seq and online runs are priced on")
+    add_data_option(ap)
     a = ap.parse_args(argv)
     deps = deployments(a.tp70)
     out, rows = {}, []
@@ -223,10 +227,10 @@ def main(argv=None) -> None:
     for name in a.traces:
         fname, fmt = TRACES[name]
         t1 = time.perf_counter()
-        trace = load(DATA / fname, fmt, a.limit)
+        trace = load(data_file(a.data, fname), fmt, a.limit)
         print(f"\nloaded {name}: {trace.n:,} requests in {time.perf_counter() - t1:.2f} s")
         for d in a.deployments:
-            rows.append(bench_one(name, trace, d, deps[d], a.policies, out))
+            rows.append(bench_one(name, trace, d, deps[d], a.policies, out, a.engine))
     cols = {"bs/dfs ovl": "blendserve/dfs ovl", "bs-oracle/dfs ovl": "blendserve-oracle/dfs ovl",
             "bs/random ovl": "blendserve/random ovl", "bllm/vllm@2k": "batchllm/vllm@2k seq",
             "bllm-sched/vllm@2k": "batchllm-sched/vllm@2k seq", "bllm/dfs": "batchllm/dfs seq"}

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _data import add_data_option  # noqa: E402 (benchmarks/_data.py, beside this script)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,6 +33,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--engine-of", default=None, help="run every policy on this policy's engine settings")
     ap.add_argument("--out", type=Path, default=None, help="sweep directory to keep (default: a temporary one)")
+    add_data_option(ap)
     a = ap.parse_args()
 
     from blendsim.policies.base import policy_names

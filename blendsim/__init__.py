@@ -28,6 +28,7 @@ _EXPORTS = {
     "simulate": "blendsim.api",
     "cost": "blendsim.api",
     "policy_names": "blendsim.api",
+    "plan": "blendsim.plan",
     "Policy": "blendsim.policies.base",
     "Router": "blendsim.policies.base",
     "PolicyContext": "blendsim.sim.policy",

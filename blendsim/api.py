@@ -200,7 +200,20 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     run = run_simulation(trace, cfg, progress)
     if digest is not None:
         run.summary["trace_sha256"] = digest
+    _warn_critical(run)
     return Result(run)
+
+
+def _warn_critical(run) -> None:
+    """The CLI's critical-path warning, for the API too: in ``Result.notes`` and as a Python warning."""
+    import warnings
+
+    from blendsim.sim.metrics import critical_path_warning
+
+    w = critical_path_warning(run.summary)
+    if w:
+        run.notes.append(w)
+        warnings.warn(w, UserWarning, stacklevel=3)
 
 
 def _as_trace(trace):
@@ -228,6 +241,13 @@ class SweepResult:
 
         return pd.read_parquet(self.outcome.results)
 
+    @property
+    def notes(self) -> list[str]:
+        """The warnings `blendsim sweep` prints about its cells (a critical path dominating makespans)."""
+        from blendsim.reports.terminal import sweep_warnings
+
+        return sweep_warnings(self.dir)
+
     def __repr__(self) -> str:
         o = self.outcome
         return f"SweepResult(dir={str(self.dir)!r}, cells={o.total}, ran={o.ran}, skipped={o.skipped})"
@@ -238,7 +258,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
           policies=None, models="llama-3-8b", hardware="a100-80gb", requests: int = 40_000,
           mode: str = "sequential", engine: str | None = None, engine_of: str | None = None,
           recipe_options: dict | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
-          ray_address: str | None = None, resume: bool = True, progress=None) -> SweepResult:
+          ray_address: str | None = None, resume: bool = True, progress=None,
+          fixed_trace: bool | None = None, seeds: int = 1) -> SweepResult:
     """`blendsim sweep -o OUT`: every policy on a density x sharing grid of synthetic workloads.
 
     ``densities`` and ``sharing`` take a ``"start:stop:step"`` string, a comma list or numbers;
@@ -247,6 +268,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     (``"path/to/file.py:ClassName"``; a class given directly must come from a file). Failed cells
     raise BlendsimError (all of them user mistakes) or RuntimeError, after the finished ones are
     kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
+    ``fixed_trace``: one trace per grid point, synthesised for the first model and hardware, run on
+    every one (None: so when several models or hardware are given). ``seeds``: replicates per grid point.
     """
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import failure_line, run_sweep
@@ -268,17 +291,25 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
                                            and all(isinstance(k, str) for k in recipe_options)):
         raise UserError(f"--recipe-opt (recipe_options) must be a dict of option name -> value, got "
                         f"{C.describe(recipe_options)}")
+    C.integer(seeds, "--seeds", 1)
+    C.optional(C.boolean, fixed_trace, "--fixed-trace")
     pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
         requests=C.integer(requests, "--requests", 1), mode=mode, engine=engine, engine_of=engine_of,
-        seed=C.integer(seed, "--seed", 0, C.MAX_SEED), recipe_options=dict(recipe_options or {})))
+        seed=C.integer(seed, "--seed", 0, C.MAX_SEED), recipe_options=dict(recipe_options or {}),
+        fixed_trace=fixed_trace, seeds=seeds))
     check_sweep_dir(out, spec, resume)
     outcome = run_sweep(spec, out, make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
     if outcome.failures:
         raise (UserError if all(f["user_error"] for f in outcome.failures) else RuntimeError)(failure_line(outcome))
-    return SweepResult(Path(out), outcome)
+    result = SweepResult(Path(out), outcome)
+    import warnings
+
+    for w in result.notes:
+        warnings.warn(w, UserWarning, stacklevel=2)
+    return result
 
 
 def _values(v, flag: str) -> tuple[float, ...]:
@@ -358,7 +389,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
                kv_dtype, ep, expert_skew):
     """What `blendsim cost` and :func:`cost` share: ``(summary dict, breakdown rows, deployment, cost model)``."""
     from blendsim.sim.batch import BatchFeatures
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import make_deployment
     from blendsim.workloads.trace import MAX_TOKENS
 
@@ -390,7 +421,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     keep_layer = keep + (("layers",) if m.is_moe or m.is_mla else ())
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
-           "engine": cm.engine.name, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+           "engine": cm.engine.label, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
            "kv_dtype": m.kv_dtype, "ep": dep.ep,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"]}

@@ -30,7 +30,7 @@ class RunConfig:
     tp: int = 1
     replicas: int = 1
     mode: str = "sequential"
-    engine: str | None = None  # engine-overhead style: ideal, vllm, sglang, nanoflow
+    engine: str | None = None  # engine key (sim.engines: NAME[@VERSION][:field=value]); None: DEFAULT_ENGINE
     profile: str | None = None  # calibration profile JSON
     dtype: str | None = None
     weights: str | None = None  # GEMM weight precision (None: the model's)
@@ -61,19 +61,46 @@ class RunConfig:
 
 
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
-    """EngineConfig defaults < the policy's < the engine profile's (``--engine NAME``, sim.engines: the
-    engine's own scheduler knobs; the policy keeps its ordering) < the options given explicitly."""
-    from blendsim.sim.engines import PROFILES
+    """The run's scheduler settings (see :func:`scheduler_settings`)."""
+    return scheduler_settings(cfg, policy_cls)[0]
 
-    base = {f.name: getattr(EngineConfig(), f.name) for f in dataclasses.fields(EngineConfig)}
-    base.update(policy_cls.engine_defaults)
-    if cfg.engine in PROFILES:
-        base.update(PROFILES[cfg.engine].scheduler)
+
+def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[str]]:
+    """EngineConfig defaults < the engine profile's (``--engine``, else ``DEFAULT_ENGINE``) < what the policy
+    declares (``engine_defaults``) < the options given explicitly; and a note for every setting the policy
+    changes from the engine's, and for an engine setting that changes what the policy does. A policy that
+    reorders for prefix reuse (``needs_prefix_caching``) gets prefix caching on an engine that has it off
+    (noted), and is refused when the options turn it off."""
+    from blendsim.sim.engines import DEFAULT_ENGINE, get_profile
+
+    prof = get_profile(cfg.engine or DEFAULT_ENGINE)
+    engine = {f.name: getattr(EngineConfig(), f.name) for f in dataclasses.fields(EngineConfig)}
+    engine.update(prof.scheduler)
+    base = dict(engine)
+    notes = []
+    who = getattr(policy_cls, "name", "policy")
+    for k, v in policy_cls.engine_defaults.items():
+        if engine.get(k) != v:
+            notes.append(f"{who}: {k} {_show(v)} (policy) over {prof.label}'s {_show(engine.get(k))}")
+        base[k] = v
+    needs = getattr(policy_cls, "needs_prefix_caching", False)
+    if needs and cfg.prefix_caching is False:
+        raise UserError(f"policy {who} orders requests for prefix reuse and cannot run with prefix caching "
+                        "off (--no-prefix-cache); drop that option or choose another policy")
+    if needs and not base["prefix_caching"]:
+        base["prefix_caching"] = True
+        notes.append(f"{who}: prefix_caching on (the policy orders for prefix reuse) over {prof.label}'s off")
+    elif not base["prefix_caching"] and cfg.prefix_caching is None and "prefix_caching" in prof.scheduler:
+        notes.append(f"{prof.label}: prefix_caching off (engine): {who} reuses no cached prefix")
     for k in ENGINE_FIELDS:
         v = getattr(cfg, k)
         if v is not None:
             base[k] = v
-    return EngineConfig(**base)
+    return EngineConfig(**base), notes
+
+
+def _show(v) -> str:
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 
 @dataclass
@@ -89,6 +116,7 @@ class Prepared:
     num_blocks: int  # KV blocks per replica
     policy: object  # the prepared policies.base.Policy
     policy_ref: object = None  # policies.base.PolicyRef: how runs label the policy and where it came from
+    notes: list = field(default_factory=list)  # scheduler settings the policy or engine changed (printed)
 
 
 def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:
@@ -97,8 +125,9 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     ``deployment`` (a Deployment) and ``cost_model`` (deployment -> CostModel) replace the ones built from
     ``cfg``'s names (``blendsim fidelity``: a row's precision and fitted parameters)."""
     from blendsim.policies.base import resolve_policy
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
+    from blendsim.sim.engines import DEFAULT_ENGINE
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
     from blendsim.sim.policy import PolicyContext
@@ -110,15 +139,14 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
         raise UserError("the trace has no requests")
     ref = resolve_policy(cfg.policy)
     policy_cls = ref.cls
-    eng = engine_config(cfg, policy_cls)
+    eng, notes = scheduler_settings(cfg, policy_cls)
     dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
                                    get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep,
                                    expert_skew=cfg.expert_skew,
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
                                    kv_capacity_override=cfg.kv_capacity_override)
-    cm = cost_model(dep) if cost_model else build_cost_model(dep, cfg.mode, cfg.engine or policy_cls.default_engine,
-                                                             cfg.profile)
+    cm = cost_model(dep) if cost_model else build_cost_model(dep, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile)
     tree = PrefixTree(trace)
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:
@@ -152,7 +180,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy = policy_cls(ctx)
     policy.prepare()
     policy._finalize()
-    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref)
+    return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes)
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
@@ -194,7 +222,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
-                        extra={**run.policy_ref.summary(), **policy.summary_extra()})
+                        extra={**run.policy_ref.summary(), **policy.summary_extra()}, tree=tree)
     requests = {
         "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
@@ -206,9 +234,9 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
                              "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}
-    return RunResult(summary, steps, requests, schedule, cm.notes(), trace)
+    return RunResult(summary, steps, requests, schedule, run.notes + cm.notes(), trace)
 
 
 # re-exported: the run-directory helpers are part of the runner's public surface
 __all__ = ["Prepared", "RunConfig", "RunResult", "check_run_dir", "engine_config", "prepare_run", "run_simulation",
-           "schedule_table", "write_run"]
+           "schedule_table", "scheduler_settings", "write_run"]

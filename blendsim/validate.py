@@ -80,21 +80,21 @@ def guess_hardware(dev) -> str:
         return "cpu"
     import torch
 
-    name = torch.cuda.get_device_name(dev).lower()
-    for key, preset in (("h200", "h200"), ("h100", "h100-80gb"), ("a100", "a100-80gb"), ("l40s", "l40s"),
-                        ("a6000", "a6000")):
-        if key in name:
-            if preset == "a100-80gb" and torch.cuda.get_device_properties(dev).total_memory < 60 * GIB:
-                return "a100-40gb"
-            return preset
+    from blendsim.sim.hardware import preset_for_device
+
+    name = torch.cuda.get_device_name(dev)
+    preset = preset_for_device(name, torch.cuda.get_device_properties(dev).total_memory)
+    if preset is not None:
+        return preset
     raise UserError(f"no hardware preset for {name!r}; pass --hardware (see `blendsim hardware`)")
 
 
 def simulate(trace, cfg: ValidateConfig, policy: str, hardware: str):
     """The recorded simulation of one policy and its cost model."""
     from blendsim.runner import RunConfig, run_simulation
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
+    from blendsim.sim.engines import DEFAULT_ENGINE
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
@@ -105,7 +105,7 @@ def simulate(trace, cfg: ValidateConfig, policy: str, hardware: str):
                    record_schedule=True, kv_capacity_override=cfg.kv_capacity_override)
     res = run_simulation(trace, rc)
     dep = Deployment(get_model(cfg.model, cfg.dtype), get_hardware(hardware), 1)
-    return res, build_cost_model(dep, cfg.mode, cfg.engine, cfg.profile), dep
+    return res, build_cost_model(dep, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile), dep
 
 
 def _size(nbytes: float) -> str:

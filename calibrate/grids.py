@@ -11,6 +11,8 @@ still does not fit is skipped and recorded, never fatal).
 
 from __future__ import annotations
 
+import numpy as np
+
 # ---- token counts (GEMMs, elementwise operators) ------------------------------------------
 _GPU_SMALL = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112]
 _GPU_QUICK = [1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144,
@@ -74,4 +76,33 @@ def overlap_grid(quick: bool) -> list[tuple[int, int, int]]:
     return [(t, b, c) for t in gemm for b, c in dec]
 
 
-__all__ = ["decode_grid", "lm_head_grid", "overlap_grid", "prefill_grid", "token_grid"]
+# ---- held-out points (timed with the grid, kept out of the fit; see calibrate.validate) -------------
+def heldout_points(op: str, grid, n: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """``n`` points inside the domain of ``grid`` (and within its cap on total KV), none on it."""
+    g = np.asarray(grid, dtype=float)
+    on_grid = {tuple(int(v) for v in p) for p in g}
+    lo, hi = [int(np.ceil(v)) for v in g.min(axis=0)], [int(np.floor(v)) for v in g.max(axis=0)]
+    out: list[tuple[int, ...]] = []
+    if len(lo) == 1:
+        for x in np.geomspace(max(lo[0], 1), hi[0], n + 2)[1:-1]:
+            t = int(round(x))
+            while (t,) in on_grid or (t,) in out:
+                t += 1
+            if t < hi[0]:
+                out.append((t,))
+        return out
+    cap = (g[:, 0] * g[:, 1]).max() if op == "attn_decode" else (g[:, 0] + g[:, 1]).max()
+    tries = 0
+    while len(out) < n and tries < 100 * n:
+        tries += 1
+        # log-uniform in each variable (a context from 0: log-uniform in 1 + context)
+        p = tuple(int(round(np.exp(rng.uniform(np.log(1 + a), np.log(1 + b))))) - 1 if a == 0
+                  else int(round(np.exp(rng.uniform(np.log(a), np.log(b))))) for a, b in zip(lo, hi))
+        total = p[0] * p[1] if op == "attn_decode" else p[0] + p[1]
+        if p in on_grid or p in out or total > cap:
+            continue
+        out.append(p)
+    return out
+
+
+__all__ = ["decode_grid", "heldout_points", "lm_head_grid", "overlap_grid", "prefill_grid", "token_grid"]

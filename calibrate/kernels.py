@@ -24,11 +24,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from blendsim.sim.ops import Shapes
+from blendsim.sim.ops import OP_TABLE, Shapes
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-TOKEN_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head", "norm", "rope", "act", "kv_write",
-             "embedding")
+# the per-token operators a kernel here measures (sim.ops.OP_TABLE: profiled on the token count alone)
+TOKEN_OPS = tuple(k for k, o in OP_TABLE.items() if o.vars == ("tokens",) and o.kind != "comm")
 _EPS = 1e-6
 
 

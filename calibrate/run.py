@@ -28,7 +28,6 @@ from blendsim.calibrate.kernels import TOKEN_OPS, TORCH_DTYPES, TokenKernels
 from blendsim.calibrate.measure import OpData
 from blendsim.calibrate.overlap import GEMM_OP, measure_overlap
 from blendsim.calibrate.timing import Clock, is_oom, keep_freed_memory, pin_threads
-from blendsim.calibrate.validate import heldout_points
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import HardwareSpec
@@ -87,7 +86,7 @@ class Calibrator:
         self.plan["attn_prefill"] = grids.prefill_grid(self.device, q)
         self.plan["attn_decode"] = grids.decode_grid(self.device, q)
         rng = np.random.default_rng(cfg.seed + 1)
-        self.holdout = {op: heldout_points(op, pts, cfg.holdout, rng) if cfg.holdout > 0 else []
+        self.holdout = {op: grids.heldout_points(op, pts, cfg.holdout, rng) if cfg.holdout > 0 else []
                         for op, pts in self.plan.items()}
         self.overlap_grid = grids.overlap_grid(q) if self.device == "cuda" else []
         self.passes = CPU_PASSES if self.device == "cpu" else 1

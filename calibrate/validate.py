@@ -1,6 +1,6 @@
 """Held-out checks of a profile: points off its grid, timed, against the cost model's prediction.
 
-Points are drawn (seeded) inside each operator's measured domain but off its grid: log-spaced token
+Points are drawn (seeded, :func:`blendsim.calibrate.grids.heldout_points`) inside each operator's measured domain but off its grid: log-spaced token
 counts nudged off grid values, and log-uniform (tokens, context) / (batch, context) pairs for
 attention. Predictions go through :class:`blendsim.sim.profile.ProfileTimer` (the cost model's path, with
 features built as the engine builds them), not through the fit directly, so the check covers the chain.
@@ -19,34 +19,6 @@ import numpy as np
 
 from blendsim.sim.batch import BatchFeatures
 from blendsim.sim.profile import Profile, ProfileTimer
-
-
-def heldout_points(op: str, grid, n: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
-    """``n`` points inside the domain of ``grid`` (and within its cap on total KV), none on it."""
-    g = np.asarray(grid, dtype=float)
-    on_grid = {tuple(int(v) for v in p) for p in g}
-    lo, hi = [int(np.ceil(v)) for v in g.min(axis=0)], [int(np.floor(v)) for v in g.max(axis=0)]
-    out: list[tuple[int, ...]] = []
-    if len(lo) == 1:
-        for x in np.geomspace(max(lo[0], 1), hi[0], n + 2)[1:-1]:
-            t = int(round(x))
-            while (t,) in on_grid or (t,) in out:
-                t += 1
-            if t < hi[0]:
-                out.append((t,))
-        return out
-    cap = (g[:, 0] * g[:, 1]).max() if op == "attn_decode" else (g[:, 0] + g[:, 1]).max()
-    tries = 0
-    while len(out) < n and tries < 100 * n:
-        tries += 1
-        # log-uniform in each variable (a context from 0: log-uniform in 1 + context)
-        p = tuple(int(round(np.exp(rng.uniform(np.log(1 + a), np.log(1 + b))))) - 1 if a == 0
-                  else int(round(np.exp(rng.uniform(np.log(a), np.log(b))))) for a, b in zip(lo, hi))
-        total = p[0] * p[1] if op == "attn_decode" else p[0] + p[1]
-        if p in on_grid or p in out or total > cap:
-            continue
-        out.append(p)
-    return out
 
 
 def features(op: str, p) -> BatchFeatures:
@@ -93,6 +65,7 @@ def _validate(profile, model, device, timer, n_points, seed, passes, ops) -> dic
     import torch
 
     from blendsim.calibrate.forward import ForwardProbe, longest_position, measure_plan
+    from blendsim.calibrate.grids import heldout_points
     from blendsim.calibrate.timing import Clock
 
     rng = np.random.default_rng(seed)
@@ -141,4 +114,4 @@ def summary(result: dict) -> dict:
     return {"per_op": per_op, "all": float(np.median(every)), "n_points": int(every.size)}
 
 
-__all__ = ["features", "heldout_points", "holdout_errors", "predict", "summary", "validate"]
+__all__ = ["features", "holdout_errors", "predict", "summary", "validate"]

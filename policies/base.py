@@ -7,7 +7,8 @@ A policy is one file: a subclass of :class:`Policy` decorated with ``@register("
   default scheduler and the order requests are handed to the router;
 * supply its router (:meth:`Policy.make_router`, round-robin by default) and its per-replica
   scheduler (:meth:`Policy.make_scheduler`, ``blendsim.sim.scheduler.Scheduler`` with a rank queue by default);
-* set engine defaults (token budget, sequence cap, block size, ...) and its engine-overhead style.
+* declare the scheduler settings it needs (token budget, sequence cap, block size, ...), applied over the
+  engine's and printed; the engine (``--engine``) prices every policy alike.
 
 Policy files in this package are discovered automatically: adding a policy touches one file.
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
 import pkgutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ from typing import ClassVar
 import numpy as np
 
 from blendsim.policies import _plugins
+from blendsim.policies.option import Option
 from blendsim.sim.errors import UserError
 from blendsim.sim.policy import PolicyContext
 from blendsim.sim.scheduler import Scheduler
@@ -233,9 +234,13 @@ class Policy:
 
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
-    default_engine: ClassVar[str] = "ideal"  # engine-overhead style (sim.cost.ENGINES)
-    engine_defaults: ClassVar[dict] = {}  # EngineConfig fields this policy sets by default
-    options: ClassVar[dict] = {}  # option name -> (default, help)
+    # EngineConfig fields the policy needs, applied over the engine profile's (and printed where they
+    # differ); the engine (--engine) prices every policy of a comparison alike: policies never choose pricing
+    engine_defaults: ClassVar[dict] = {}
+    needs_prefix_caching: ClassVar[bool] = False  # orders for prefix reuse: prefix caching is turned on for it
+    reads_cost_model: ClassVar[bool] = False  # its plan reads step prices (the fidelity runner re-simulates it)
+    options: ClassVar[dict] = {}  # option name -> policies.option.Option (or a (default, meaning) pair)
+    paper: ClassVar[str] = ""  # where the policy comes from (a paper, a system), for `blendsim policies NAME`
     scheduler_cls: ClassVar[type] = Scheduler
     router: ClassVar[str] = "round-robin"
 
@@ -253,7 +258,7 @@ class Policy:
         if unknown:
             raise UserError(f"policy {self.name!r} has no option(s) {', '.join(sorted(unknown))}; "
                             f"it takes: {', '.join(self.options) or 'none'}")
-        self.opt = {k: _coerce(k, ctx.options.get(k, d), d) for k, (d, _h) in self.options.items()}
+        self.opt = {k: o.coerce(k, ctx.options.get(k, o.default)) for k, o in option_records(self).items()}
 
     def prepare(self) -> None:
         """One-off preprocessing of the whole trace (offline policies)."""
@@ -363,35 +368,20 @@ def check_policy_class(cls: type) -> None:
     if not isinstance(opts, dict):
         raise UserError(f"{where}: options must be a dict of name -> (default, help), got {_plugins.describe(opts)}")
     for k, v in opts.items():
-        if not isinstance(k, str) or not (isinstance(v, tuple) and len(v) == 2):
+        from blendsim.policies.option import Option
+
+        if not isinstance(k, str) or not (isinstance(v, Option) or (isinstance(v, tuple) and len(v) == 2)):
             raise UserError(f"{where}: options[{k!r}] must be a (default, help) pair, got {_plugins.describe(v)}")
-    if not isinstance(cls.default_engine, str) or not isinstance(cls.router, str):
-        raise UserError(f"{where}: default_engine and router must be names (strings)")
+    if not isinstance(cls.router, str):
+        raise UserError(f"{where}: router must be a registered router's name (a string)")
     if not (isinstance(cls.scheduler_cls, type) and issubclass(cls.scheduler_cls, Scheduler)):
         raise UserError(f"{where}: scheduler_cls must be a subclass of blendsim.sim.scheduler.Scheduler")
 
 
-def _coerce(key: str, value, default):
-    if isinstance(default, bool):
-        if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise UserError(f"option {key}: expected true/false, got {value!r}")
-        return bool(value)
-    if isinstance(default, (int, float)) and not isinstance(default, bool):
-        try:
-            v = type(default)(value) if isinstance(default, float) or str(value).lstrip("-").isdigit() \
-                else float(value)
-        except (TypeError, ValueError):
-            raise UserError(f"option {key}: expected a number, got {value!r}") from None
-        # NaN passes every `x < lo` check unnoticed; inf only where the option's default is inf
-        if not math.isfinite(v) and not (math.isinf(v) and math.isinf(default) and (v > 0) == (default > 0)):
-            raise UserError(f"option {key}: expected a finite number, got {value!r}")
-        return v
-    return value
+def option_records(policy) -> dict[str, Option]:
+    """A policy's (class or instance) options as :class:`~blendsim.policies.option.Option` records."""
+    return {k: Option.of(v) for k, v in policy.options.items()}
 
 
-__all__ = ["Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_policy", "get_router",
+__all__ = ["Option", "option_records", "Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_policy", "get_router",
            "policy_names", "register", "register_router", "resolve_policy"]

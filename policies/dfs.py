@@ -11,12 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from blendsim.policies.base import Policy, register
+from blendsim.policies.option import Option
 
 
 @register("dfs")
 class DFS(Policy):
     description = "prefix-tree depth-first order (maximal prefix sharing)"
-    options = {"heavier_first": (False, "visit children with more requests first (SGLang dfs-weight)")}
+    paper = "SGLang's dfs-weight schedule"
+    needs_prefix_caching = True
+    options = {"heavier_first": Option(False, "visit children with more requests first (SGLang dfs-weight)", source='SGLang code (dfs-weight); off = plain DFS')}
 
     def rank(self) -> np.ndarray:
         tree = self.ctx.tree

@@ -8,3 +8,4 @@ from blendsim.policies.base import Policy, register
 @register("fcfs")
 class FCFS(Policy):
     description = "first come, first served: arrival order, then trace order"
+    paper = 'arrival order'

@@ -14,6 +14,7 @@ from blendsim.policies.base import Policy, register
 @register("random")
 class RandomOrder(Policy):
     description = "seeded random order (resource balance, little prefix sharing)"
+    paper = 'NanoFlow-Balance baseline of BlendServe'
 
     def rank(self) -> np.ndarray:
         rng = np.random.default_rng(self.ctx.seed)

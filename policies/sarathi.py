@@ -13,6 +13,6 @@ from blendsim.policies.base import Policy, register
 @register("sarathi")
 class Sarathi(Policy):
     description = "Sarathi-Serve: FCFS, fixed 512-token chunked-prefill budget, no prefix cache"
-    default_engine = "vllm"
+    paper = "Sarathi-Serve (OSDI'24)"
     engine_defaults = {"token_budget": 512, "max_seqs": 128, "prefix_caching": False, "mix": "decode-first",
                        "admission": "greedy"}

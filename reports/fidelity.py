@@ -19,8 +19,9 @@ from blendsim.reports.render import _page
 from blendsim.sim.io import atomic_dir
 
 SPEC = [("id", "id", "s"), ("engine", "engine", "s"), ("model", "model", "s"), ("hardware", "hardware", "s"),
-        ("predicted", "predicted", ",.0f"), ("measured", "measured", ",.0f"), ("error_pct", "error %", "+.1f"),
-        ("bound", "bound by", "s"), ("status", "status", "s")]
+        ("unit", "metric", "s"), ("predicted", "predicted", ",.0f"), ("measured", "measured", ",.0f"),
+        ("error_pct", "error %", "+.1f"), ("bound", "bound by", "s"), ("status", "status", "s")]
+UNITS = {"output_tok_s": "output tok/s", "total_tok_s": "total tok/s"}  # of the whole deployment
 
 
 def fidelity_frame(result: dict, rows: list, bounds: dict) -> pd.DataFrame:
@@ -31,10 +32,12 @@ def fidelity_frame(result: dict, rows: list, bounds: dict) -> pd.DataFrame:
         b = bounds.get(x["id"])
         top = max(b, key=b.get) if b else ""
         recs.append({"id": x["id"], "source": r.source, "engine": r.engine, "model": r.model,
-                     "hardware": r.hardware, "metric": r.metric, "predicted": x["predicted"],
+                     "hardware": r.hardware, "metric": r.metric, "unit": UNITS.get(r.metric, r.metric),
+                     "predicted": x["predicted"],
                      "measured": x["measured"], "error_pct": None if x["error"] is None else 100 * x["error"],
                      "bound": f"{top} {100 * b[top]:.0f}%" if b else "",
-                     "status": x["status"] if x["status"] == "ok" else f"skipped: {x['reason']}"})
+                     "status": x["status"] if x["status"] == "ok" else "skipped",
+                     "reason": "" if x["status"] == "ok" else x["reason"]})
     return pd.DataFrame(recs)
 
 
@@ -82,7 +85,8 @@ def write_fidelity_report(result: dict, rows: list, bounds: dict, out) -> Path:
     out = Path(out)
     df = fidelity_frame(result, rows, bounds)
     figs = [_scatter(df), _by(df, "engine"), _by(df, "hardware")]
-    summary = (f"{result['n_ok']} rows predicted, {result['n_skipped']} skipped; median |error| "
+    summary = (f"{result['n_ok']} rows predicted, {result['n_skipped']} skipped; median |error| (predicted / "
+               f"measured - 1, each row in its own metric: tokens per second of the whole deployment) "
                f"{_pct(result['median_abs_error'])}, p90 {_pct(result['p90_abs_error'])}.")
     for k, v in result.get("cv", {}).items():
         summary += f" {k.replace('_', '-')}: median {_pct(v['median_abs_error'])}, p90 {_pct(v['p90_abs_error'])}."
@@ -98,12 +102,30 @@ def write_fidelity_report(result: dict, rows: list, bounds: dict, out) -> Path:
             body.append(f'<figure><img alt="{html.escape(it.title)}" src="data:image/png;base64,{b64}">'
                         f"<figcaption><b>{html.escape(it.title)}.</b> {html.escape(it.caption)}</figcaption></figure>")
             md.append(f"### {it.title}\n\n![{it.title}](figures/{png.name})\n\n{it.caption}\n")
-        body.append(f'<h2>Rows</h2><div class="scroll">{T.to_html(df, SPEC)}</div>')
-        md.append(f"## Rows\n\n{T.to_markdown(df, SPEC)}")
+        body.append(f'<h2>Rows</h2><p class=legend>metric: what the source published, in tokens per second of '
+                    f'the whole deployment; predicted and measured are in it. A skipped row says why on the line '
+                    f'below it.</p><div class="scroll">{_rows_html(df)}</div>')
+        md.append(f"## Rows\n\n{T.to_markdown(df, SPEC + [('reason', 'reason', 's')])}")
         df.to_csv(tmp / "fidelity.csv", index=False)
         (tmp / "report.md").write_text("\n".join(md))
-        (tmp / "index.html").write_text(_page(html.escape("blendsim fidelity: " + summary), "\n".join(body)))
+        intro = html.escape("Every catalogue row (a published throughput measurement, cited in its source column "
+                            "and fidelity.csv) simulated by blendsim and compared with the published figure.")
+        (tmp / "index.html").write_text(_page(intro, "\n".join(body), "blendsim fidelity report"))
     return out / "index.html"
+
+
+def _rows_html(df: pd.DataFrame) -> str:
+    """The rows table; a skipped row's reason on a full-width line under it (the table never outgrows the page)."""
+    heads, rows = T._layout(df, SPEC)
+    text = [f == "s" for c, _, f in SPEC if c in df]
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in heads)
+    body = []
+    for (_, r), cells in zip(df.iterrows(), rows, strict=True):
+        body.append("<tr>" + "".join(f'<td class="t">{html.escape(v)}</td>' if t else f"<td>{html.escape(v)}</td>"
+                                     for v, t in zip(cells, text, strict=True)) + "</tr>")
+        if r.get("reason"):
+            body.append(f'<tr class="reason"><td colspan="{len(heads)}">skipped: {html.escape(r["reason"])}</td></tr>')
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def _pct(x) -> str:

@@ -86,6 +86,13 @@ def _size(g: pd.DataFrame) -> tuple[float, float]:
     return min(12.0, max(7.0, 0.75 * n * max(1.0, k / 4) + 3.5)), max(4.2, 0.22 * k + 2.6)
 
 
+def _axis_note(g: pd.DataFrame) -> str:
+    """The bar charts' x label: the d/s shorthand only where the workloads are grid cells that have them."""
+    if "grid_density" in g and g["grid_density"].notna().any():
+        return "workload (d = compute density, s = optimal prefix sharing)"
+    return "workload"
+
+
 def _short(group: str) -> str:
     return group.split(" · ")[0]
 
@@ -103,24 +110,35 @@ def _bar_figure(fig, ax, name, heading, dep, part, ylabel, xlabel, title, captio
 
 
 def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
-    """Throughput of each policy per workload, with T_o's throughput and the practical optimum."""
+    """Throughput of each policy per workload; over each bar, its own run's ceiling (the tokens over that
+    run's T_o, a true bound) and its blended reference (a marker, never a ceiling)."""
     col, out = colors(order), []
     for dep, g, part in _chunks(df):
         fig, ax = plt.subplots(figsize=_size(g), layout="constrained")
-        groups, _ = _bars(ax, g, order, col, "throughput_tok_s")
-        first = g.drop_duplicates("group").set_index("group")
-        tokens = first["input_tokens"] + first["output_tokens"]
-        xs = np.arange(len(groups))
-        _marks(ax, xs, [(tokens / first["t_opt_s"]).get(w, np.nan) for w in groups],
-               {"colors": "black", "linewidths": 2}, "optimal (T_o)")
-        _marks(ax, xs, [(tokens / first["t_opt_practical_s"]).get(w, np.nan) for w in groups],
-               {"colors": "dimgray", "linestyles": "dashed", "linewidths": 1.5}, "practical optimum")
+        groups, width = _bars(ax, g, order, col, "throughput_tok_s")
+        labels = [p for p in order if p in set(g["label"])]
+        has_ref = "t_reference_s" in g
+        for j, p in enumerate(labels):
+            rows = g[g["label"] == p].set_index("group")
+            tokens = rows["input_tokens"] + rows["output_tokens"]
+            xs = np.arange(len(groups)) - 0.4 + width * (j + 0.5)
+            ceil = [(tokens / rows["t_opt_s"]).get(w, np.nan) for w in groups]
+            first = j == 0
+            ax.hlines(ceil, xs - width / 2, xs + width / 2, colors="black", linewidths=2,
+                      label="its T_o (no schedule is faster)" if first else None)
+            if has_ref:
+                ref = [(tokens / rows["t_reference_s"]).get(w, np.nan) for w in groups]
+                ax.plot(xs, ref, linestyle="none", marker="D", markersize=4, color="dimgray",
+                        label="its blended reference (not a bound)" if first else None)
         out.append(_bar_figure(fig, ax, "throughput", "Throughput", dep, part, "throughput (tokens/s)",
-                               "workload (d = compute density, s = optimal prefix sharing)",
-                               f"Throughput per workload — {dep}",
-                               "Bars: (input + output tokens) / makespan. Solid line: the same tokens over T_o = "
-                               "max((1 - s_o) T_comp, T_mem); dashed: over the practical optimum of the cost model."))
+                               _axis_note(g), f"Throughput per workload — {dep}",
+                               "Bars: (input + output tokens) / makespan. Black line over each bar: the same "
+                               "tokens over that run's T_o, a lower bound on its makespan priced by its own cost "
+                               "model, engine, mode, parallelism and precision (docs/DESIGN.md, \"Bounds that "
+                               "bound\"), so no bar can pass it. Grey diamond: over the run's blended reference, "
+                               "the work as perfectly blended full steps: an estimate a run may beat."))
     return out
+
 
 
 def sharing_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
@@ -147,6 +165,9 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
     """Per deployment and non-baseline policy: speedup over the baseline on the density x sharing grid."""
     out = []
     grid = df.dropna(subset=["grid_density", "grid_sharing"])
+    shown = grid[(grid["label"] != baseline) & np.isfinite(grid["speedup"].to_numpy(float))]
+    # one colour scale for every heatmap of the report, so equal colours mean equal speedups
+    span = max(float(np.max(np.abs(shown["speedup"].to_numpy(float) - 1.0))) if len(shown) else 0.0, 3 * NOISE)
     for dep, g in grid.groupby("deployment", sort=False):
         dens = sorted(g["grid_density"].unique())
         shar = sorted(g["grid_sharing"].unique())
@@ -155,7 +176,7 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
                 continue
             m = g[g["label"] == p].pivot_table(index="grid_density", columns="grid_sharing", values="speedup")
             m = m.reindex(index=dens, columns=shar)
-            out.append(_heatmap(m, p, baseline, dep))
+            out.append(_heatmap(m, p, baseline, dep, span))
     return out
 
 
@@ -166,13 +187,12 @@ NOISE = 0.01
 LATENCY_FIGURES = 6  # online workloads drawn (the latency table has them all)
 
 
-def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
-    """One speedup grid. The colour scale is centred on 1 and spans the data (at least ±3 x NOISE, so a
-    grid of near-ties stays pale); cells within NOISE of 1 are hatched and their text is grey."""
+def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str, span: float) -> Figure:
+    """One speedup grid. The colour scale is centred on 1 and spans ``span`` (the report's: all its
+    heatmaps share it); cells within NOISE of 1 are hatched and their text is grey."""
     v = m.to_numpy(dtype=float)
     fig, ax = plt.subplots(figsize=(1.0 * v.shape[1] + 3.4, 0.45 * v.shape[0] + 2.0), layout="constrained")
     finite = v[np.isfinite(v)]
-    span = max(float(np.max(np.abs(finite - 1.0))) if finite.size else 0.0, 3 * NOISE)
     im = ax.imshow(np.ma.masked_invalid(v), origin="lower", aspect="auto", cmap="RdYlGn",
                    norm=TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span))
     quiet = 0
@@ -196,7 +216,7 @@ def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str) -> Figure:
     hi = finite.max() if finite.size else float("nan")
     return Figure(f"heatmap-{_slug(policy)}-vs-{_slug(baseline)}-{_slug(dep)}", f"Speedup heatmap: {policy} vs {baseline} — {dep}",
                   f"Throughput of {policy} over {baseline} per grid point (geometric mean {mean:.3f}×, range "
-                  f"{lo:.3f}–{hi:.3f}×). Colours are centred on 1 and span ±{100 * span:.0f}%; hatched cells "
+                  f"{lo:.3f}–{hi:.3f}×). Colours are centred on 1 and span ±{100 * span:.0f}% in every heatmap of this report; hatched cells "
                   f"({quiet} of {finite.size}) are within ±{100 * NOISE:.0f}% of 1, about what a different seed of the "
                   f"same recipe moves a speedup, and count as no difference.", fig)
 

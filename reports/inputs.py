@@ -54,6 +54,8 @@ def load_inputs(paths: list) -> Inputs:
         else:  # a folder of runs
             frames.append(_run_rows(sorted(q.parent for q in p.glob("*/summary.json")), origin=p))
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if "t_opt_practical_s" in runs and "t_reference_s" not in runs:  # summaries written before issue 28
+        runs = runs.rename(columns={"t_opt_practical_s": "t_reference_s", "frac_of_practical_opt": "frac_of_reference"})
     if len(runs):
         runs = _label(runs)
     return Inputs(runs, validations, sources)
@@ -149,7 +151,7 @@ SUMMARY_FIELDS = {
     "n_requests": "count", "input_tokens": "count", "output_tokens": "count", "recomputed_tokens": "count",
     "preemptions": "count", "makespan_s": "number", "throughput_tok_s": "number", "prefix_sharing_ratio": "number",
     "optimal_sharing_ratio": "number", "sharing_frac_of_opt": "number", "frac_of_opt": "number",
-    "frac_of_practical_opt": "number", "t_opt_s": "number", "t_opt_practical_s": "number",
+    "frac_of_reference": "number", "t_opt_s": "number", "t_reference_s": "number",
 }
 # read when present; null (a value JSON cannot hold, e.g. the density of a trace without decode work) is allowed
 OPTIONAL_NUMBERS = ("compute_density", "t_critical_s", "latency_mean_s", "latency_p50_s", "latency_p99_s",
@@ -199,6 +201,20 @@ def _cell_label(r: Path) -> dict:
     return {k: c[k] for k in keys if k in c} if isinstance(c, dict) else {}
 
 
+def _deployment_detail(df: pd.DataFrame) -> pd.Series:
+    """TP, PP, EP, replicas, weight and KV precision of each run ("tp2 pp1 ep1 x1 w:fp8 kv:bf16"), so a
+    configuration change is a different deployment, never a policy speedup."""
+    def col(name, default):
+        v = df[name] if name in df else pd.Series(default, index=df.index)
+        return v.where(v.notna(), default)
+
+    def ints(name):
+        return col(name, 1).map(lambda v: str(int(float(v))) if str(v) not in ("", "None") else "1")
+
+    return ("tp" + ints("tp") + " pp" + ints("pp") + " ep" + ints("ep") + " x" + ints("replicas")
+            + " w:" + col("weights", col("dtype", "?")).astype(str) + " kv:" + col("kv_dtype", col("dtype", "?")).astype(str))
+
+
 def _label(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``workload`` (runs of one trace share it), ``group`` (workload x deployment x mode: the
     runs compared side by side) and ``label`` (the policy, made unique within its group)."""
@@ -222,7 +238,8 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
                 taken = sum(1 for v in names.values() if v.split("#")[0] == base)
                 names[key] = base if not taken else f"{base}#{taken + 1}"
         df.loc[loose, "workload"] = [names[k] for k in fp]
-    deploy = df["model"].astype(str) + "/" + df["hardware"].astype(str) + "/" + df["mode"].astype(str)
+    deploy = df["model"].astype(str) + "/" + df["hardware"].astype(str) + "/" + df["mode"].astype(str) + " " \
+        + _deployment_detail(df)
     many = deploy.nunique() > 1
     df["deployment"] = deploy
     df["group"] = (df["workload"] + " · " + deploy) if many else df["workload"]

@@ -25,11 +25,14 @@ MARKER = "index.html"
 
 
 def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload: str | None = None,
-                 steps_policies: list[str] | None = None) -> Path:
+                 steps_policies: list[str] | None = None, steps_x: str = "step", mixed: bool = False) -> Path:
     """Compare the runs in ``run_dirs`` (sweep, run or validation directories, or folders of runs) and
     write the report to ``out_dir``. ``baseline`` is the policy speedups are over (default dfs when
-    present). Returns the path of the HTML page."""
+    present). Runs priced by different engines or cost models are refused unless ``mixed`` (then every
+    row names its engine). Returns the path of the HTML page."""
     inputs = load_inputs([Path(p) for p in run_dirs])
+    if len(inputs.runs):
+        inputs.runs = one_pricing(inputs.runs, mixed)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
         raise UserError(f"{out}: exists and is not a blendsim report directory; choose another -o")
@@ -37,7 +40,7 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
     md_tables: dict[str, tuple] = {}  # title -> (table, spec, markdown text under it)
     csvs: dict[str, pd.DataFrame] = {}
     if len(inputs.runs):
-        _run_sections(inputs.runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs)
+        _run_sections(inputs.runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs, steps_x)
     vrows, vfigs = [], []
     for k, (vdir, vfile) in enumerate(inputs.validations):
         t, rows = V.read_validation(vdir, vfile)
@@ -53,6 +56,22 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
         raise UserError("nothing to report: the inputs hold no finished runs")
     return _write(out, sections, md_tables, csvs, _provenance(inputs, markdown=True),
                   _provenance(inputs, markdown=False))
+
+
+def one_pricing(runs: pd.DataFrame, mixed: bool) -> pd.DataFrame:
+    """``runs`` with ``pricing`` (engine and cost model); runs of several are refused in one line unless
+    ``mixed``, which labels every row with its engine instead."""
+    runs = runs.copy()
+    runs["pricing"] = ("engine " + runs["engine"].astype(str) + ", " + runs["cost_model"].astype(str)
+                       + " cost model")
+    kinds = sorted(set(runs["pricing"]))
+    if len(kinds) > 1:
+        if not mixed:
+            raise UserError(f"the runs were priced differently ({'; '.join(kinds)}), so their ranking would mix "
+                            "pricing with scheduling; simulate them all with one --engine, or pass --mixed to "
+                            "show them side by side with the engine in every row")
+        runs["label"] = runs["label"].astype(str) + " [" + runs["engine"].astype(str) + "]"
+    return runs
 
 
 def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict | None = None) -> Path:
@@ -79,7 +98,8 @@ def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict
     return _write(out, sections, md_tables, dict(csvs or {}), intro, html.escape(intro), title)
 
 
-def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs) -> None:
+def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs,
+                  steps_x: str = "step") -> None:
     """The simulated runs' sections: the baseline, online workloads by latency, offline ones by
     throughput (tables, then figures), critical-path warnings, run directories."""
     base = T.choose_baseline(runs, baseline)
@@ -90,10 +110,14 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     csvs["policies.csv"] = T.side_by_side(df)
     policies = ", ".join(sorted(set(df["policy"].astype(str))))
     why = T.baseline_reason(runs, baseline, base)
-    intro = (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
+    pricing = sorted(set(df["pricing"]))
+    priced = (f"All runs are priced on one engine: {pricing[0]}. " if len(pricing) == 1 else
+              f"Runs are priced by {len(pricing)} engines/cost models ({'; '.join(pricing)}; --mixed): each row "
+              "names its engine, and a speedup across engines mixes pricing with scheduling. ")
+    intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
              f"the baseline's on the same workload and deployment.")
-    md_intro = (f"Speedups are over **{base}** (choose another with `--baseline POLICY`; policies here: {policies}): "
+    md_intro = priced + (f"Speedups are over **{base}** (choose another with `--baseline POLICY`; policies here: {policies}): "
                 f"{why}. A speedup is a run's throughput over the baseline's on the same workload and deployment.")
     warn = _critical_notes(df)
     if online.any():
@@ -122,7 +146,16 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         sections.append(("Policies side by side", f"<p class=legend>{html.escape(T.legend(side_spec))} Run "
                          "directories are listed at the end.</p>", [T.to_html(off, side_spec)]))
         md_tables["Policies side by side"] = (off, side_spec, T.legend(side_spec) + "\n")
-        sections.append(("Throughput and the optimal bound", "", F.throughput_bars(off, order)))
+        spread = T.seed_spread(off)
+        if len(spread):
+            sspec2 = T.present(spread, T.SEEDS)
+            note = (f"Each grid point ran {int(spread['seeds'].max())} seeds (sweep --seeds): a different trace "
+                    "and policy seed each. The interval says how far a different seed could move the figure.")
+            sections.append(("Seed spread: 95% confidence intervals", f"<p>{html.escape(note)}</p><p class=legend>"
+                             f"{html.escape(T.legend(sspec2))}</p>", [T.to_html(spread, sspec2)]))
+            md_tables["Seed spread: 95% confidence intervals"] = (spread, sspec2, f"{note}\n\n{T.legend(sspec2)}\n")
+            csvs["seed_spread.csv"] = spread
+        sections.append(("Throughput and the lower bound T_o", "", F.throughput_bars(off, order)))
         heat = F.speedup_heatmaps(off, base, order)
         if heat:
             sections.append(("Speedup over the density × sharing grid", "", heat))
@@ -134,7 +167,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
                          "(optimal sharing 0), so there is no sharing to compare.</p>", []))
     group = S.pick_workload(df, steps_workload)
     if all(Path(p, "steps.parquet").exists() for p in df.loc[df["group"] == group, "run_path"]):
-        sections.append(("Compute vs memory time per step", "", S.step_figures(df, group, steps_policies, order)))
+        sections.append(("Compute vs memory time per step", "", S.step_figures(df, group, steps_policies, order, steps_x)))
     sections.append(("Run directories", "", [_run_dirs(df)]))
     md_tables["Run directories"] = (df, [("group", "workload", "s"), ("label", "policy", "s"),
                                          *T.present(df, T.PROVENANCE)], "")
@@ -197,18 +230,34 @@ def _provenance(inputs, markdown: bool) -> str:
         text += (f" {len(r)} simulated run(s), {r['group'].nunique()} workload(s); {'; '.join(how)}; engine "
                  f"overhead: {', '.join(sorted(set(r['engine'].astype(str))))}. Run directories are listed at "
                  "the end.")
-    design = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
-    where = "docs/DESIGN.md in the blendsim repository"
+        text += _trace_note(r)
+    # the repository's own file, named, not linked: a file:// link breaks as soon as the report moves
+    where = "docs/DESIGN.md (sections Metrics and Bounds that bound) in the blendsim repository"
     if markdown:
-        return f"{text} Metric definitions: [{where}]({design.as_uri()})." if design.exists() else \
-            f"{text} Metric definitions: {where}."
-    link = f'<a href="{html.escape(design.as_uri())}">{html.escape(where)}</a>' if design.exists() else html.escape(where)
-    return f"{html.escape(text)} Metric definitions: {link}."
+        return f"{text} Metric definitions: {where}."
+    return f"{html.escape(text)} Metric definitions: {html.escape(where)}."
+
+
+def _trace_note(r: pd.DataFrame) -> str:
+    """Whether models and hardware ran one trace per workload (sweep --fixed-trace) or each its own."""
+    if "trace_for" not in r or r["trace_for"].isna().all():
+        return ""
+    deps = r["model"].astype(str) + "/" + r["hardware"].astype(str)
+    if deps.nunique() < 2:
+        return ""
+    per = r.groupby("workload")["trace_for"].nunique()
+    if (per == 1).all():
+        src = ", ".join(sorted(set(r["trace_for"].dropna().astype(str))))
+        return (f" Every model and hardware ran the same trace per workload (synthesised for {src}: "
+                "sweep --fixed-trace), so a model comparison compares one job.")
+    return (" Each model and hardware ran its own trace per workload (sweep --trace-per-model: synthesised to "
+            "hit the grid's density on each), so the jobs differ between models.")
 
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right;
-white-space:nowrap}td.t,th{text-align:left}th{background:#f3f3f3;position:sticky;top:0}
+white-space:nowrap}td.t,th{text-align:left}td.t{white-space:normal;overflow-wrap:break-word}
+th{white-space:normal}tr.reason td{text-align:left;white-space:normal;color:#555;border-top:none}th{background:#f3f3f3;position:sticky;top:0}
 .scroll{max-height:520px;overflow:auto;margin-bottom:1em;max-width:100%}figure{margin:1em 0}img{max-width:100%}
 figcaption{font-size:13px;color:#444}.legend{font-size:12px;color:#555}.warn{background:#fff4e0;padding:4px 8px;
 border-left:4px solid #e69a00}ul.dirs{font-size:12px}code{font-size:12px}"""

@@ -75,8 +75,10 @@ def read_steps(run_path: str, columns=("replica", "compute_s", "memory_s")) -> d
     return {c: col.to_numpy(t.column(c)) for c in columns}
 
 
-def step_figures(df: pd.DataFrame, group: str, policies: list[str] | None, order: list[str]) -> list[Figure]:
-    """Compute and memory time per step for ``policies`` (default: all) on ``group``; replica 0."""
+def step_figures(df: pd.DataFrame, group: str, policies: list[str] | None, order: list[str],
+                 x_axis: str = "step") -> list[Figure]:
+    """Compute and memory time per step for ``policies`` (default: all) on ``group``; replica 0; against the
+    step index or (``x_axis="time"``) the step's end time."""
     g = df[df["group"] == group]
     labels = [p for p in order if p in set(g["label"])]
     if policies:
@@ -90,11 +92,14 @@ def step_figures(df: pd.DataFrame, group: str, policies: list[str] | None, order
     notes = []
     for ax, p in zip(axes[:, 0], labels, strict=True):
         row = g[g["label"] == p].iloc[0]
-        s = read_steps(row["run_path"])
+        s = read_steps(row["run_path"], ("replica", "compute_s", "memory_s", "t_end_s") if x_axis == "time"
+                       else ("replica", "compute_s", "memory_s"))
         mine = s["replica"] == 0
         for name, key, ops in (("compute", "compute_s", "GEMMs, prefill attention"),
                                ("memory", "memory_s", "decode attention, KV writes")):
             x, mean, lo, hi = binned(s[key][mine] * 1e3)
+            if x_axis == "time":  # the same bins, placed at their steps' mean end time
+                x = binned(s["t_end_s"][mine])[1]
             ax.plot(x, mean, color=col[name], lw=1.2, label=f"{name}-bound operators ({ops}): bin mean")
             ax.fill_between(x, lo, hi, color=col[name], alpha=0.2, lw=0, label=f"{name}: 10-90th percentile")
         n = int(mine.sum())
@@ -105,9 +110,9 @@ def step_figures(df: pd.DataFrame, group: str, policies: list[str] | None, order
     handles, names = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, names, fontsize=7, ncol=2, loc="outside lower center")
     axes[0, 0].set_ylim(bottom=0)
-    axes[-1, 0].set_xlabel("step")
+    axes[-1, 0].set_xlabel("step" if x_axis == "step" else "time (s, end of step)")
     fig.suptitle(f"Compute vs memory time per step — {group}", fontsize=10)
-    return [Figure("steps", f"Per-step compute vs memory time — {group}",
+    return [Figure("steps", f"Per-step compute vs memory time — {group}" + (" (over time)" if x_axis == "time" else ""),
                    f"Time of the cost model's compute-bound and memory-bound operators in each step (the "
                    f"step's compute_s and memory_s). Steps cut into {BINS} equal spans: line = mean, band = "
                    f"10-90th percentile. " + "; ".join(notes)

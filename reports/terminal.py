@@ -55,6 +55,60 @@ def table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str
     return out
 
 
+def records(width: int, columns: list[tuple[str, str]], rows: list[tuple[str, list[str], str]],
+            name_head: str = "") -> list[str]:
+    """Lines of a table whose first column is a long name (an id, a source) that must stay whole.
+
+    ``columns`` are the figure columns ((header, "left"|"right")), ``rows`` (name, figures, note). When
+    names and figures fit ``width`` side by side, one line per row; otherwise the name gets a line of
+    its own and the figures go on the next, indented. A note (a skip reason) goes under its row, wrapped
+    on words. Nothing is cut: no "…" anywhere."""
+    import textwrap
+
+    w = [max([len(h)] + [len(r[1][i]) for r in rows]) for i, (h, _) in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(k) if j == "right" else c.ljust(k)
+                         for c, k, (_, j) in zip(cells, w, columns, strict=True)).rstrip()
+
+    figs = sum(w) + 2 * (len(w) - 1)
+    nw = max([len(name_head)] + [len(r[0]) for r in rows])
+    wide = nw + 2 + figs <= width
+    out = [(name_head.ljust(nw) + "  " if wide else "  ") + line([h for h, _ in columns])]
+    out.append("-" * min(width, (nw + 2 if wide else 2) + figs))
+    wrap = textwrap.TextWrapper(width=max(width, 20), initial_indent="    ", subsequent_indent="    ",
+                                break_long_words=False, break_on_hyphens=False)
+    for name, cells, note in rows:
+        if wide:
+            out.append((name.ljust(nw) + "  " + line(cells)).rstrip())
+        else:
+            out.extend(textwrap.wrap(name, width=max(width, 20), break_long_words=False, break_on_hyphens=True)
+                       or [""])
+            out.append("  " + line(cells))
+        if note:
+            out.extend(wrap.wrap(note))
+    return out
+
+
+def path_lines(path, width: int, indent: int = 2) -> list[str]:
+    """A file path on lines of at most ``width`` columns, broken after a "/" (whole folder names stay on
+    one line; only a single name longer than the line is split)."""
+    text, pad = str(path), " " * indent
+    parts = [p + "/" for p in text.split("/")[:-1]] + [text.split("/")[-1]]
+    lines, cur = [], ""
+    room = max(width - indent, 10)
+    for part in parts:
+        if cur and len(cur) + len(part) > room:
+            lines.append(cur)
+            cur = ""
+        while len(part) > room:  # one name longer than the line
+            lines.append(part[:room])
+            part = part[room:]
+        cur += part
+    lines.append(cur)
+    return [pad + x for x in lines if x]
+
+
 def show(c: Console, items: list) -> None:
     for it in items:
         c.print(it)
@@ -102,12 +156,15 @@ def run_summary_lines(s: dict) -> list[str]:
                      + f", goodput {s['goodput_tok_s']:,.0f} tok/s")
     if online:
         arr = f" (the last request arrives at {s['last_arrival_s']:,.2f} s)" if "last_arrival_s" in s else ""
-        lines.append(f"makespan {s['makespan_s']:,.2f} s{arr}, throughput {s['throughput_tok_s']:,.0f} tok/s")
+        lines.append(f"makespan {s['makespan_s']:,.2f} s{arr}, throughput {s['throughput_tok_s']:,.0f} tok/s"
+                     + _per_gpu(s))
         lines.append(f"offline bounds, for reference only (they assume every request is there at t=0): T_o "
-                     f"{s['t_opt_s']:,.2f} s, practical optimum {s['t_opt_practical_s']:,.2f} s")
+                     f"{s['t_opt_s']:,.2f} s, blended reference {_ref(s):,.2f} s")
     else:
-        lines.append(f"makespan {s['makespan_s']:,.2f} s, throughput {s['throughput_tok_s']:,.0f} tok/s, "
-                     f"{pct(s['frac_of_opt'])} of T_o ({pct(s['frac_of_practical_opt'])} of the practical optimum)")
+        lines.append(f"makespan {s['makespan_s']:,.2f} s, throughput {s['throughput_tok_s']:,.0f} tok/s"
+                     + _per_gpu(s) + ", "
+                     f"{pct(s['frac_of_opt'])} of T_o, the lower bound ({pct(_ref(s) / s['makespan_s'] if s['makespan_s'] else 0.0)} "
+                     f"of the blended reference, an estimate that runs may beat)")
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
                  f"compute density {density_text(s.get('compute_density'))}")
@@ -115,6 +172,19 @@ def run_summary_lines(s: dict) -> list[str]:
         lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
     return lines
+
+
+def _per_gpu(s: dict) -> str:
+    """Output tokens/s and throughput per GPU: the figures engines' benchmarks publish."""
+    if "output_tok_s" not in s:
+        return ""
+    return (f" (output {s['output_tok_s']:,.0f} tok/s; per GPU of {s['gpus']}: {s['throughput_tok_s_per_gpu']:,.0f} "
+            f"tok/s, output {s['output_tok_s_per_gpu']:,.0f} tok/s)")
+
+
+def _ref(s: dict) -> float:
+    """The blended reference of a run (``t_opt_practical_s`` in summaries written before issue 28)."""
+    return float(s.get("t_reference_s", s.get("t_opt_practical_s", 0.0)))
 
 
 def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None) -> None:
@@ -144,26 +214,31 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
         say(c, "Options of one policy, their defaults and sources: blendsim policies NAME. Set one with "
                "--opt key=value (simulate, sweep, validate).", 0)
         return
-    from blendsim.reports.policy_help import PAPERS, option_source
+    from blendsim.policies.base import option_records
     from blendsim.sim.errors import UserError
 
     if name not in policy_names():
         raise UserError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
     cls = get_policy(name)
     c.print(Text(f"{name}: {cls.description}", style="bold"))
-    if name in PAPERS:
-        say(c, f"source: {PAPERS[name]}", 2)
+    if cls.paper:
+        say(c, f"source: {cls.paper}", 2)
     eng = ", ".join(f"{k}={v}" for k, v in cls.engine_defaults.items())
-    say(c, f"engine: {cls.default_engine} overhead" + (f"; {eng}" if eng else "; the engine's defaults")
+    say(c, "scheduler: " + (f"{eng} (over the engine's)" if eng else "the engine's defaults")
+        + ("; turns prefix caching on" if cls.needs_prefix_caching else "")
         + f"; router: {cls.router}", 2)
     if not cls.options:
         say(c, "options: none", 2)
         return
     say(c, f"options ({len(cls.options)}; set with --opt key=value, true/false for switches):", 2)
-    for k, (d, h) in cls.options.items():
-        c.print(Text(f"  {k} = {_default(d)}", style="bold"))
-        say(c, h, 6)
-        say(c, f"source: {option_source(name, k) or '–'}", 6)
+    for k, o in option_records(cls).items():
+        c.print(Text(f"  {k} = {_default(o.default)}", style="bold"))
+        say(c, o.meaning, 6)
+        if o.choices or o.lo is not None or o.hi is not None:
+            say(c, "accepts: " + (", ".join(map(str, o.choices)) if o.choices else
+                                  f"{_default(o.lo) if o.lo is not None else '-inf'} .. "
+                                  f"{_default(o.hi) if o.hi is not None else 'inf'}"), 6)
+        say(c, f"source: {o.source or '–'}", 6)
     say(c, "Sources: the paper's section or algorithm; the public code's behaviour where it differs (offered as "
            "an option); ours where the paper is silent.", 0)
 
@@ -210,14 +285,15 @@ def print_trace_stats(stats: dict, title: str, c: Console | None = None) -> None
     show(c, table(title, [("statistic", "left"), ("value", "right")], rows))
     if "model" in stats:
         say(c, f"rho, T_comp, T_mem and T_o are for {stats['model']} on {stats['hardware']} (change with --model, "
-               "--hardware, --tp); T_o = max((1 - s_o) T_comp, T_mem) on one replica.", 0)
+               "--hardware, --tp); this T_o = max((1 - s_o) T_comp, T_mem) on one replica is the paper's, at roofline "
+               "rates: a run reports its own T_o, priced by its engine and mode.", 0)
 
 
 # ---- demo ----------------------------------------------------------------------------------------------
 
 DEMO_LEGEND = [("tok/s", "throughput, (input + output tokens) / makespan"), ("vs B", "speedup over baseline B"),
                ("time s", "makespan"), ("shared", "prefix sharing ratio achieved"),
-               ("of s_o", "of the optimal sharing ratio"), ("of opt", "of the practical optimum's throughput"),
+               ("of s_o", "of the optimal sharing ratio"), ("of ref", "of the blended reference's throughput (an estimate, not a bound)"),
                ("preempt", "preemptions")]
 
 
@@ -227,12 +303,12 @@ def print_demo_table(summaries: dict, baseline: str = "dfs", c: Console | None =
     c = c or console()
     base = summaries.get(baseline)
     cols = [("policy", "left"), ("tok/s", "right"), (f"vs {baseline}", "right"), ("time s", "right"),
-            ("shared", "right"), ("of s_o", "right"), ("of opt", "right"), ("preempt", "right")]
+            ("shared", "right"), ("of s_o", "right"), ("of ref", "right"), ("preempt", "right")]
     rows = []
     for p, s in summaries.items():
         sp = s["throughput_tok_s"] / base["throughput_tok_s"] if base else math.nan
         rows.append([p, num(s["throughput_tok_s"]), num(sp, ".3f") + "×", num(s["makespan_s"], ",.1f"),
-                     pct(s["prefix_sharing_ratio"]), pct(s["sharing_frac_of_opt"]), pct(s["frac_of_practical_opt"]),
+                     pct(s["prefix_sharing_ratio"]), pct(s["sharing_frac_of_opt"]), pct(_ref(s) / s["makespan_s"] if s.get("makespan_s") else 0.0),
                      num(s["preemptions"], ",d")])
     legend = [(f"vs {baseline}" if h == "vs B" else h, m.replace("baseline B", baseline)) for h, m in DEMO_LEGEND]
     show(c, table("policies side by side" + (f" ({setting})" if setting else ""), cols, rows, legend))

@@ -8,7 +8,9 @@ when the schedule is recorded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+
+import numpy as np
 
 
 @dataclass(slots=True)
@@ -38,12 +40,26 @@ class Batch:
         return BatchFeatures.from_parts(self.prefill, self.num_decode, self.decode_ctx_sum, self.num_logits)
 
 
+def prefill_sums(prefill) -> tuple[int, int, int]:
+    """``(new tokens, causal (query, key) pairs, KV tokens read)`` of a step's prefill chunks
+    ``[(request, new_tokens, context_before, cached)]``: the one batch-to-features rule (BatchFeatures,
+    the engine's executor and the fidelity recorder use it). A chunk of n new tokens after c of context
+    attends causally, so token j sees c + j + 1 keys and the chunk n*c + n*(n+1)/2."""
+    tp = pairs = kv = 0
+    for _, n, c, _cached in prefill:
+        tp += n
+        pairs += n * c + n * (n + 1) // 2
+        kv += c + n
+    return tp, pairs, kv
+
+
 @dataclass(frozen=True, slots=True)
 class BatchFeatures:
-    """Everything the cost model needs to price a step; all counts are whole-replica.
+    """Everything the cost model needs to price a step; all counts are whole-replica. The one feature
+    record of the cost model: fields are numbers for one step or equal-length arrays for many
+    (:func:`features_arrays`; the fidelity re-pricer keeps recorded schedules this way).
 
-    ``attn_pairs`` counts (query, key) pairs of the prefill attention: a chunk of n new tokens after c
-    tokens of context attends causally, so token j sees c + j + 1 keys and the chunk n*c + n*(n+1)/2.
+    ``attn_pairs`` counts (query, key) pairs of the prefill attention (see :func:`prefill_sums`).
     """
 
     num_tokens: int = 0  # all new tokens (prefill + decode): the GEMMs' M
@@ -57,11 +73,7 @@ class BatchFeatures:
 
     @staticmethod
     def from_parts(prefill, num_decode: int, decode_ctx_sum: int, num_logits: int) -> BatchFeatures:
-        tp = pairs = kv = 0
-        for _, n, c, _cached in prefill:
-            tp += n
-            pairs += n * c + n * (n + 1) // 2
-            kv += c + n
+        tp, pairs, kv = prefill_sums(prefill)
         return BatchFeatures(tp + num_decode, tp, len(prefill), pairs, kv, num_decode, decode_ctx_sum, num_logits)
 
     @staticmethod
@@ -76,4 +88,12 @@ class BatchFeatures:
         return BatchFeatures(seqs, 0, 0, 0, 0, seqs, seqs * context, seqs)
 
 
-__all__ = ["Batch", "BatchFeatures"]
+FEATURE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(BatchFeatures))
+
+
+def features_arrays(**arrays) -> BatchFeatures:
+    """BatchFeatures of many steps: arrays named like its fields (missing ones are 0)."""
+    return BatchFeatures(**{k: np.asarray(v) for k, v in arrays.items()})
+
+
+__all__ = ["Batch", "BatchFeatures", "FEATURE_FIELDS", "features_arrays", "prefill_sums"]

@@ -10,8 +10,9 @@ For a request with prompt p and output d on a deployment:
   steps reads; B is the achievable bandwidth (peak x memory efficiency).
 * rho(R) = (1 - s) sum Comp / sum Mem for a request set R with sharing ratio s.
 * T_o = max((1 - s_o) T_comp, T_mem); ``t_opt_overlap_s`` adds the overlap model's interference share
-  of the shorter side. (Run summaries report a tighter practical optimum, the work priced as perfectly
-  blended steps by the run's own cost model: ``blendsim.sim.metrics.blended_optimum``.)
+  of the shorter side. These are the paper's figures at roofline rates, for workload statistics and the
+  recipes' density targets; a run's summary reports its own T_o, priced by its cost model, engine and mode
+  (``blendsim.sim.bounds``), and a blended reference (``blendsim.sim.metrics.blended_optimum``).
 
 Differences from the paper, deliberately: P_gemm counts the weights a token really multiplies (layer
 GEMMs, plus the LM head per sampled row) instead of all parameters (the embedding lookup is no GEMM);
@@ -91,7 +92,7 @@ class Bounds:
     sharing: float  # s_o
     density: float  # rho of the whole trace, with s_o
     t_opt_s: float  # max((1 - s_o) T_comp, T_mem)
-    t_opt_overlap_s: float  # practical optimum: plus interference on the shorter side
+    t_opt_overlap_s: float  # plus interference on the shorter side
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__slots__}

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from blendsim.sim.cost import RooflineTimer
-
-MOE_GEMMS = ("moe_gate_up", "moe_down")  # sim.ops' routed-expert GEMMs
+from blendsim.sim.ops import MOE_GEMMS
+from blendsim.sim.timers import RooflineTimer
 
 # name -> (lower, upper) bound of every fittable efficiency
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -79,9 +78,7 @@ class EfficiencyTimer(RooflineTimer):
         hw = dep.hardware
         self.eff = eff
         if eff.gemm_eff is not None:
-            self.gemm_rate *= eff.gemm_eff / hw.compute_efficiency
-            if hasattr(self, "lowp_rate"):  # GEMMs in the weights' precision
-                self.lowp_rate *= eff.gemm_eff / hw.compute_efficiency
+            self.gemm_rate *= eff.gemm_eff / hw.compute_efficiency  # lowp_ratio scales the weights' GEMMs
         if eff.mem_eff is not None:
             self.bw *= eff.mem_eff / hw.memory_efficiency
         if eff.attn_eff is not None:
@@ -98,51 +95,7 @@ class EfficiencyTimer(RooflineTimer):
             return super().op_time(op, flops * (base / self.eff.moe_eff), nbytes, kernels, f)
         if op == "a2a" and self.eff.a2a_eff is not None:
             return super().op_time(op, flops, nbytes / self.eff.a2a_eff, kernels, f)
-        if op == "attn_decode":
-            import numpy as np
-
-            return np.maximum(flops / self.gemm_rate, nbytes / self.attn_bw) + kernels * self.launch
         return super().op_time(op, flops, nbytes, kernels, f)
-
-    def attn_scalars(self):
-        from blendsim.sim.ops import attn_coefs
-
-        prefill, _ = super().attn_scalars()
-        _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self.shapes)
-        gr, bw, la = self.gemm_rate, self.attn_bw, self.launch
-
-        def decode(D, Cd):
-            keys = Cd + D
-            a = fd * keys / gr
-            m = (bdk * keys + bds * D) / bw
-            return (a if a > m else m) + la
-
-        return prefill, decode
 
 
 __all__ = ["BOUNDS", "Efficiency", "EfficiencyTimer"]
-
-
-def profile_cost_model(dep, mode: str, engine: str, calibration=None, params: dict | None = None):
-    """The cost model of engine profile ``engine`` (``blendsim.sim.engines``): its overhead, CUDA-graph padding and
-    the fitted efficiencies of its regime on ``dep``'s hardware (a calibration profile's measured kernels
-    replace the fitted efficiencies)."""
-    from blendsim.sim.cost import CostModel, EngineOverhead
-    from blendsim.sim.engines import get_profile, load_params
-
-    params = load_params() if params is None else params
-    prof = get_profile(engine, params)
-    ovh = EngineOverhead(prof.name, prof.fixed_s, prof.per_seq_s, prof.per_token_s, source=prof.source)
-    if calibration is not None:
-        from blendsim.sim.profile import ProfileTimer, load_profile
-
-        cal = load_profile(calibration) if not hasattr(calibration, "ops") else calibration
-        cm = CostModel(dep, mode, ovh, timer=ProfileTimer(cal, dep), interference=cal.interference)
-    else:
-        eff = Efficiency.lookup(params, prof.regime, dep.hardware.name)
-        cm = CostModel(dep, mode, ovh, timer=EfficiencyTimer(dep, eff), interference=eff.kappa)
-    cm.graph_cap = prof.cuda_graph_max
-    return cm
-
-
-__all__ += ["profile_cost_model"]

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import simpy
 
-from blendsim.sim.batch import Batch
+from blendsim.sim.batch import Batch, prefill_sums
 from blendsim.sim.errors import UserError
 
 
@@ -27,11 +27,7 @@ class SimExecutor:
         self.last = (0.0, 0.0)  # compute and memory seconds of the last step
 
     def run(self, batch: Batch) -> float:
-        tp = pairs = pkv = 0
-        for _, n, c, _ in batch.prefill:
-            tp += n
-            pairs += n * c + n * (n + 1) // 2
-            pkv += c + n
+        tp, pairs, pkv = prefill_sums(batch.prefill)
         D = batch.num_decode
         t, comp, mem = self.cm.step(tp + D, tp, len(batch.prefill), pairs, pkv, D, batch.decode_ctx_sum,
                                     batch.num_logits, batch.prefill)

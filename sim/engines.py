@@ -6,15 +6,23 @@ scheduling, sampling and launches the GPU waits for), its CUDA-graph capture siz
 runs at the next captured batch size: padded rows cost GEMM time), its execution mode (operator overlap
 only where the engine overlaps) and the name of its kernel-efficiency regime (``blendsim.sim.efficiency``).
 
-``--engine NAME`` selects one everywhere; a policy keeps its own ordering on any engine. The fixed numbers
-are cited below; the few fitted ones (the trtllm overhead, the hardware efficiencies) are read from
-``sim/engine_params.json``, written by ``blendsim fidelity --refit``.
+This module is the only place an engine is defined (``ideal``, pure kernel time, is a profile too).
+``--engine KEY`` selects one everywhere, where KEY is ``NAME[@VERSION][:field=value,...]``
+(:func:`parse_key`): ``NAME`` alone is the newest registered version of that engine, and the fields after
+the colon (:data:`OVERRIDABLE`) override *that profile's* values and nothing else; ``field=value,...``
+with no name starts from ``ideal``. Profiles are registered under ``(name, version)`` (:func:`register`);
+today every engine has one, unversioned (``version`` ""). A policy keeps its own ordering on any engine.
+The fixed numbers are cited below; the few fitted ones (the trtllm overhead, the hardware efficiencies)
+are read from ``sim/engine_params.json``, written by ``blendsim fidelity --refit``.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from blendsim.sim.errors import UserError
 
@@ -26,6 +34,7 @@ class EngineProfile:
     """One serving engine."""
 
     name: str
+    version: str = ""  # "" = unversioned; NAME@VERSION selects one, NAME the newest
     # scheduler defaults (sim.seq.EngineConfig fields; a policy's own defaults and the CLI override them)
     scheduler: dict = field(default_factory=dict)
     # per-step overhead: fixed + per sequence + per token (seconds); fitted values replace these
@@ -35,10 +44,23 @@ class EngineProfile:
     # largest CUDA-graph batch; decode-only steps up to it are padded to the next capture size; 0 = eager
     cuda_graph_max: int = 0
     mode: str = "sequential"  # sequential | overlap (NanoFlow-style operator overlap)
-    regime: str = "default"  # kernel-efficiency regime: the key of its fitted efficiencies
+    # kernel-efficiency regime: the key of its fitted efficiencies (sim.efficiency); None = the plain
+    # roofline at the hardware preset's efficiencies
+    regime: str | None = "default"
     fitted: tuple = ()  # overhead fields fitted from the catalogue (the rest are cited constants)
     tuned_by: str = ""  # "trtllm-bench": batch and token limits from the dataset (trtllm_bench_settings)
     source: str = ""
+    key: str = ""  # the key it was selected by when that adds a version or overrides (see label)
+
+    @property
+    def label(self) -> str:
+        """How runs and reports name it: the key that selected it when it named a version or overrides
+        (``vllm:fixed_s=0.002``, ``vllm-v0@0.5``), else the name."""
+        return self.key or self.name
+
+    def overhead(self, num_seqs, num_tokens):
+        """Per-step engine overhead, seconds (numbers or arrays): the one overhead rule of the cost model."""
+        return self.fixed_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
 
     def graph_size(self, n: int) -> int:
         """The captured batch size a decode-only step of ``n`` sequences runs at."""
@@ -47,6 +69,52 @@ class EngineProfile:
     def with_params(self, values: dict) -> EngineProfile:
         keep = {k: float(v) for k, v in values.items() if k in ("fixed_s", "per_seq_s", "per_token_s")}
         return replace(self, **keep)
+
+
+# fields ``--engine NAME:field=value`` may override: (type, meaning)
+OVERRIDABLE: dict[str, tuple[type, str]] = {
+    "fixed_s": (float, "per-step overhead, seconds"),
+    "per_seq_s": (float, "per-step overhead per sequence, seconds"),
+    "per_token_s": (float, "per-step overhead per token, seconds"),
+    "cuda_graph_max": (int, "largest CUDA-graph decode batch (0: eager)"),
+}
+
+
+class EngineKey(NamedTuple):
+    """A parsed ``--engine`` value: ``NAME[@VERSION][:field=value,...]``."""
+
+    name: str
+    version: str  # "" = the newest registered
+    overrides: dict
+
+
+def parse_key(text: str) -> EngineKey:
+    """Split ``NAME[@VERSION][:field=value,...]`` (or bare ``field=value,...``, from ``ideal``) and check the
+    overrides' names and values; unknown names are left to :func:`get_profile`."""
+    text = str(text).strip()
+    head, sep, spec = text.partition(":")
+    if not sep and "=" in head:  # fixed_s=...,per_seq_s=...: the user's own overhead, from ideal
+        head, spec = "", head
+    name, _, version = head.partition("@")
+    name = name.strip() or "ideal"
+    values: dict = {}
+    for part in (spec.split(",") if spec.strip() else []):
+        k, eq, val = part.partition("=")
+        k = k.strip()
+        if k not in OVERRIDABLE:
+            raise UserError(f"engine {text!r}: unknown field {k!r}; use {', '.join(OVERRIDABLE)}")
+        kind = OVERRIDABLE[k][0]
+        try:
+            v = kind(val.strip()) if eq else None
+        except ValueError:
+            v = None
+        if v is None:
+            what = "a number of seconds" if kind is float else "a whole number"
+            raise UserError(f"engine {text!r}: {k} must be {what}, got {val!r}")
+        if not (v >= 0 and math.isfinite(v)):
+            raise UserError(f"engine {text!r}: {k} must be a finite number >= 0, got {val!r}")
+        values[k] = v
+    return EngineKey(name, version.strip(), values)
 
 
 def graph_size(n: int, cap: int) -> int:
@@ -100,9 +168,16 @@ def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: fl
 _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V0 CPU overheads "
                "(microsoft/vidur data/profiling/a100/cpu_overheads.csv); vLLM PR #46112")
 
-PROFILES: dict[str, EngineProfile] = {
-    p.name: p
-    for p in [
+# NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
+# prices: CPU work the GPU waits for (scheduling, input preparation, output processing, inter-process hops)
+# plus GPU sampling, which no operator in sim/ops.py covers (about 1 us per sequence on an A100: two or
+# three passes over a 128K-entry float32 logit row, 0.5 MB, at ~1.6 TB/s). They model engines, never
+# policies: they were fixed from the measurements cited here (or fitted to the fidelity catalogue where
+# ``fitted`` says so), not fitted to any scheduling result.
+_BUILTIN = [
+        # No engine: pure kernel time at the hardware preset's efficiencies (the plain roofline), no per-step
+        # overhead, no CUDA-graph padding; the scheduler's own defaults (sim.seq.EngineConfig).
+        EngineProfile("ideal", regime=None, source="pure kernel time, no engine overhead"),
         # TensorRT-LLM as trtllm-bench runs it (perf-overview.md): inflight batching with context and
         # generation requests in one step under max_num_tokens, batch up to max_batch_size (8192 and 8192
         # by default; trtllm-bench sets both from the dataset: trtllm_bench_settings), CUDA graphs padded up
@@ -121,25 +196,55 @@ PROFILES: dict[str, EngineProfile] = {
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench "
                              "settings); overhead fitted by blendsim fidelity"),
         # vLLM V1 (default since 0.8): 8192-token chunked prefill, 256 sequences, 16-token blocks, prefix
-        # cache, greedy admission with recompute-preemption, CUDA graphs up to 512; overhead as sim.cost.
+        # cache, greedy admission with recompute-preemption, CUDA graphs up to 512. Synchronous scheduling
+        # (async scheduling came later as an opt-in flag, vLLM PR #19970). Overhead: start from V0 as Vidur
+        # measured it (vllm-v0@0.5 below: 1.28 ms + 106 us/seq); 0.6's async output processing hides
+        # process_model_outputs (62 us/seq): 1.15 ms + 44 us/seq. The V1 blog (2025-01-27) reports up to 1.7x
+        # the throughput of V0 without multi-step, for Llama-3.1-8B with ShareGPT (taken as one H100), from
+        # CPU-overhead cuts alone. At 256 sequences and ShareGPT's ~290-token mean context the decode
+        # roofline of llama-3-8b on h100-80gb is 12.0 ms, so V0 takes 12.0 + 1.15 + 0.044 x 256 = 24.3 ms and
+        # V1 24.3 / 1.7 = 14.3 ms: 2.3 ms of overhead at 256 sequences = 0.8 ms + 6 us/seq (the fixed part
+        # keeps GPU sampling launch, the host sync and the EngineCore-worker hop; V1's update_from_output
+        # alone costs 0.29 ms at batch 256, ~1.1 us/seq, vLLM PR #46112). Input preparation is numpy over a
+        # persistent batch: ~20 ns per token (ten passes at ~2 ns each).
         EngineProfile("vllm", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.8e-3, per_seq_s=6e-6, per_token_s=0.02e-6, cuda_graph_max=512,
                       regime="cuda-graph", source=_CITED_VLLM),
-        # vLLM V0 (<= 0.6): prefill-first steps (no chunked prefill by default), 256 sequences, overhead as
+        # vLLM V0 0.6: prefill-first steps (no chunked prefill by default), 256 sequences, overhead as
         # sim.cost's vllm-v0 (Vidur's A100 CPU profile); 0.6's multi-step scheduling (--num-scheduler-steps
-        # 10) amortises the per-step CPU work over ten steps: the per-sequence share drops tenfold.
-        EngineProfile("vllm-v0", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
+        # 10) amortises the per-step CPU work over ten steps: the per-sequence share of vllm-v0@0.5's
+        # overhead drops tenfold.
+        EngineProfile("vllm-v0", version="0.6", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
                                             "mix": "prefill-first", "prefix_caching": False,
                                             "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6,
                       cuda_graph_max=256, regime="cuda-graph",
                       source="microsoft/vidur cpu_overheads.csv (V0 on A100); vLLM 0.6 release blog "
                              "2024-09-05 (multi-step scheduling)"),
+        # vLLM V0 <= 0.5.x (the vLLM of mid-2024 baselines such as NanoFlow's): fully synchronous, so every
+        # CPU stage is exposed. Vidur measured it on A100 (microsoft/vidur data/profiling/a100/
+        # cpu_overheads.csv, Llama-2-7B TP1, medians at batch 8 -> 64): schedule 0.165 -> 0.952 ms,
+        # prepare_inputs 0.293 -> 1.163, sampler 0.888 -> 1.370, process_model_outputs 0.624 -> 4.108,
+        # ray_comm 0.156 -> 0.455; in sum 2.13 -> 8.05 ms = 1.28 ms + 106 us/seq (vLLM issue #6801
+        # independently reports ~20 ms between steps at batch 200: 1.28 + 21.1 = 22.4). The 2024-09-05 vLLM
+        # blog found the same regime on Llama-3-8B/H100 with v0.5.3: scheduling and input preparation 29% of
+        # the time against 38% of GPU execution. Prompt inputs were built with Python lists, three appends
+        # per token: ~0.1 us per token. Scheduler as 0.6 (prefill-first, 256 sequences, no prefix cache).
+        EngineProfile("vllm-v0", version="0.5", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
+                                                           "mix": "prefill-first", "prefix_caching": False,
+                                                           "gpu_memory_utilization": 0.90, "admission": "greedy"},
+                      fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
+                      source="microsoft/vidur data/profiling/a100/cpu_overheads.csv (Llama-2-7B TP1); "
+                             "vLLM blog 2024-09-05; vLLM issue #6801"),
         # SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
         # 8192 in 0.3), token-granular radix cache, reserve-style admission (new_token_ratio), CUDA graphs up
-        # to 160 (0.3) -- larger decode batches run eagerly; overhead as sim.cost's sglang.
+        # to 160 (0.3) -- larger decode batches run eagerly. Overhead: SGLang >= 0.4 runs its scheduler one
+        # batch ahead of the GPU ("zero-overhead" overlapped scheduler, SGLang v0.4 blog 2024-12-04: +10%
+        # throughput, i.e. the CPU share it removed was ~9% of a step; its Nsight trace of five decode
+        # batches shows no GPU idle time). What stays on the critical path is GPU sampling (~1 us/seq, see
+        # the NOTE above) and a small per-step synchronisation and attention-plan gap: 0.15 ms.
         EngineProfile("sglang", scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1,
                                            "mix": "prefill-first", "prefix_caching": True,
                                            "gpu_memory_utilization": 0.88, "admission": "reserve",
@@ -147,14 +252,46 @@ PROFILES: dict[str, EngineProfile] = {
                       fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
                       source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults"),
         # NanoFlow (OSDI'25): dense batch of 1024 tokens in multiples of 128 (sec. 4), operator overlap of
-        # nano-batches, asynchronous scheduling (sec. 4.2); BlendServe's engine (App. A.2).
+        # nano-batches, asynchronous scheduling (sec. 4.2); BlendServe's engine (App. A.2). Overhead: batch
+        # i+1 is formed on the CPU while the GPU runs batch i and EOS is detected one iteration late, so no
+        # CPU stage is exposed; left: GPU sampling (~1 us/seq) and one device-to-host token copy and event
+        # wait per iteration (~50 us). Nano-batch splitting is GPU time, carried by the overlap mode's
+        # interference term; the extra decode step per request from late EOS detection (< 1% at >100-token
+        # mean outputs) is a scheduling effect, not a per-step cost.
         EngineProfile("nanoflow", scheduler={"token_budget": 1024, "round_tokens": 128, "block_size": 1,
                                              "mix": "decode-first", "prefix_caching": True,
                                              "gpu_memory_utilization": 0.90, "admission": "reserve"},
                       fixed_s=0.05e-3, per_seq_s=1e-6, mode="overlap", regime="nanoflow",
                       source="NanoFlow OSDI'25 sec. 4 and 4.2; BlendServe ASPLOS'26 App. A.2"),
-    ]
-}
+]
+
+# The engine every run is priced on when none is given (--engine): pure kernel time at the hardware
+# preset's efficiencies, no engine overhead. Every policy of a comparison runs on one engine.
+DEFAULT_ENGINE = "ideal"
+
+# every registered profile by (name, version), and the newest version of each name
+VERSIONS: dict[tuple[str, str], EngineProfile] = {}
+PROFILES: dict[str, EngineProfile] = {}
+
+
+def _version_order(v: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in v.replace("-", ".").split(".")) if v else ()
+
+
+def register(profile: EngineProfile) -> EngineProfile:
+    """Add a profile under ``(name, version)``; ``NAME`` alone then means the newest version."""
+    key = (profile.name, profile.version)
+    if key in VERSIONS:
+        raise ValueError(f"engine {profile.label} is registered twice")
+    VERSIONS[key] = profile
+    cur = PROFILES.get(profile.name)
+    if cur is None or _version_order(profile.version) > _version_order(cur.version):
+        PROFILES[profile.name] = profile
+    return profile
+
+
+for _p in _BUILTIN:
+    register(_p)
 
 
 def profile_names() -> list[str]:
@@ -162,7 +299,14 @@ def profile_names() -> list[str]:
 
 
 def is_profile(name: str | None) -> bool:
-    return bool(name) and name in PROFILES
+    """Whether ``name`` selects a registered engine (a key with a version or overrides counts)."""
+    if not name:
+        return False
+    try:
+        k = parse_key(name)
+    except UserError:
+        return False
+    return (k.name, k.version) in VERSIONS if k.version else k.name in PROFILES
 
 
 def load_params(path: str | Path | None = None) -> dict:
@@ -173,19 +317,35 @@ def load_params(path: str | Path | None = None) -> dict:
     p = Path(path) if path else PARAMS_FILE
     if not p.exists():
         return {}
-    return check_params(read_json(p, "fitted engine parameters file"), str(p))
+    return check_params(read_json(p, "fitted engine parameters file"), str(p), PROFILES)
 
 
-def get_profile(name: str, params: dict | None = None) -> EngineProfile:
-    """Profile ``name`` with its fitted overhead applied (``params``: a loaded params file)."""
-    try:
-        prof = PROFILES[name]
-    except KeyError:
-        raise UserError(f"unknown engine {name!r}; profiles: {', '.join(PROFILES)}") from None
+def get_profile(key: str | EngineProfile | None = None, params: dict | None = None) -> EngineProfile:
+    """The engine ``key`` selects (``NAME[@VERSION][:field=value,...]``, :func:`parse_key`; None: ``ideal``)
+    with its fitted overhead applied (``params``: a loaded params file) and then the key's overrides. A
+    profile passes through unchanged."""
+    if isinstance(key, EngineProfile):
+        return key
+    text = "ideal" if key is None else str(key)
+    k = parse_key(text)
+    prof = VERSIONS.get((k.name, k.version)) if k.version else PROFILES.get(k.name)
+    if prof is None:
+        if k.name in PROFILES:
+            have = ", ".join(v or "(unversioned)" for n, v in VERSIONS if n == k.name)
+            raise UserError(f"engine {text!r}: no version {k.version!r} of {k.name}; registered: {have}")
+        raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (optionally "
+                        f"NAME:field=value,... with fields {', '.join(OVERRIDABLE)})")
     params = load_params() if params is None else params
-    fitted = params.get("engine", {}).get(name)
-    return prof.with_params(fitted) if fitted else prof
+    fitted = params.get("engine", {}).get(prof.name)
+    if fitted:
+        prof = prof.with_params(fitted)
+    if k.overrides or k.version:
+        prof = replace(prof, **k.overrides, key=text)
+        if k.overrides:
+            prof = replace(prof, source=f"{prof.source}; user-given {', '.join(f'{a}={b}' for a, b in k.overrides.items())}")
+    return prof
 
 
-__all__ = ["EngineProfile", "PARAMS_FILE", "PROFILES", "get_profile", "graph_pad", "is_profile", "load_params",
-           "profile_names", "trtllm_bench_settings"]
+__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "OVERRIDABLE", "PARAMS_FILE", "PROFILES", "VERSIONS", "get_profile",
+           "graph_pad", "graph_size", "is_profile", "load_params", "parse_key", "profile_names", "register",
+           "trtllm_bench_settings"]

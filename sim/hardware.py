@@ -61,6 +61,9 @@ class HardwareSpec:
     source: str = ""
     peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s; 0: no FP8 tensor cores
     peak_flops_fp4: float = 0.0  # dense FP4 tensor-core FLOP/s; 0: no FP4 tensor cores
+    # lower-case pieces of the device names (torch.cuda.get_device_name) this preset describes; the longest
+    # piece found wins, then the preset whose memory is closest to the device's (preset_for_device)
+    device_names: tuple = ()
 
     def __post_init__(self) -> None:
         for f in ("peak_flops", "mem_bandwidth", "memory_bytes"):
@@ -112,54 +115,65 @@ PRESETS: dict[str, HardwareSpec] = {
     for h in [
         # Ampere has no FP8 tensor cores: FP8 weights run weight-only at the 16-bit peak.
         HardwareSpec("a100-80gb", 312 * TB, 2.039 * TB, 80 * GiB, peak_flops_fp32=19.5 * TB,
+                     device_names=('a100',),
                      link_bandwidth=300e9, num_sms=108,
                      source="NVIDIA A100 datasheet (SXM4 80GB): 312 TFLOPS BF16 dense, no FP8, 2,039 GB/s, "
                             "NVLink 600 GB/s bidirectional"),
         HardwareSpec("a100-40gb", 312 * TB, 1.555 * TB, 40 * GiB, peak_flops_fp32=19.5 * TB,
+                     device_names=('a100',),
                      link_bandwidth=300e9, num_sms=108,
                      source="NVIDIA A100 datasheet (SXM4 40GB): 312 TFLOPS BF16 dense, no FP8, 1,555 GB/s"),
         HardwareSpec("h100-80gb", 989.4 * TB, 3.35 * TB, 80 * GiB, peak_flops_fp32=66.9 * TB,
+                     device_names=('h100',),
                      peak_flops_fp8=1978.9 * TB, link_bandwidth=450e9, num_sms=132,
                      source="NVIDIA H100 datasheet (SXM5): 989 TFLOPS BF16 and 1,979 TFLOPS FP8 dense (half "
                             "the with-sparsity figures), 3.35 TB/s, NVLink 900 GB/s bidirectional"),
         HardwareSpec("h100-pcie", 756 * TB, 2.0 * TB, 80 * GiB, peak_flops_fp32=51.2 * TB,
+                     device_names=('h100 pcie',),
                      peak_flops_fp8=1513 * TB, link_bandwidth=64e9, num_sms=114,
                      source="NVIDIA H100 datasheet (PCIe 80GB): 756 TFLOPS BF16 and 1,513 TFLOPS FP8 dense, "
                             "51 TFLOPS FP32, 2.0 TB/s, PCIe Gen5 x16 128 GB/s bidirectional (no NVLink bridge)"),
         # NOTE: "141 GB" is the marketing figure; the board exposes 143,771 MiB (140.4 GiB, nvidia-smi),
         # as the "80GB" boards expose about 80 GiB, so the presets count memory alike.
         HardwareSpec("h200", 989.4 * TB, 4.8 * TB, 143_771 * MiB, peak_flops_fp32=66.9 * TB,
+                     device_names=('h200',),
                      peak_flops_fp8=1978.9 * TB, link_bandwidth=450e9, num_sms=132,
                      source="NVIDIA H200 datasheet (SXM): 989 TFLOPS BF16 and 1,979 TFLOPS FP8 dense, 4.8 TB/s, "
                             "141 GB (143,771 MiB as nvidia-smi reports it), NVLink 900 GB/s bidirectional"),
         # The export-market Hopper: full HBM and NVLink, a fraction of the tensor cores.
         HardwareSpec("h20", 148 * TB, 4.0 * TB, 96 * GiB, peak_flops_fp32=44 * TB, peak_flops_fp8=296 * TB,
+                     device_names=('h20',),
                      link_bandwidth=450e9, num_sms=78,
                      source="NVIDIA HGX H20 product brief (as reported by SemiAnalysis, 2023-11-09): 148 "
                             "TFLOPS BF16 and 296 TFLOPS FP8 dense, 44 TFLOPS FP32, 96 GB HBM3 at 4.0 TB/s, "
                             "NVLink 900 GB/s bidirectional"),
         # Blackwell: the datasheets give FP4/FP8/BF16 "with sparsity"; dense is half of each.
         HardwareSpec("b200", 2250 * TB, 8.0 * TB, 183_359 * MiB, peak_flops_fp32=75 * TB,
+                     device_names=('b200',),
                      peak_flops_fp8=4500 * TB, peak_flops_fp4=9000 * TB, link_bandwidth=900e9, num_sms=148,
                      source="NVIDIA DGX B200 datasheet (8 GPUs: 72 PFLOPS FP8 and 144 PFLOPS FP4 with "
                             "sparsity, 1,440 GB at 64 TB/s, NVLink 5 14.4 TB/s): per GPU 2.25/4.5/9 PFLOPS "
                             "BF16/FP8/FP4 dense, 8 TB/s, 1.8 TB/s NVLink bidirectional; 183,359 MiB as "
                             "nvidia-smi reports it; 75 TFLOPS FP32 (HGX B200 datasheet)"),
         HardwareSpec("gb200", 2500 * TB, 8.0 * TB, 186 * GiB, peak_flops_fp32=80 * TB,
+                     device_names=('gb200',),
                      peak_flops_fp8=5000 * TB, peak_flops_fp4=10000 * TB, link_bandwidth=900e9, num_sms=148,
                      source="NVIDIA GB200 NVL72 datasheet, per GPU (1/72): 360/720/1,440 PFLOPS FP16/FP8/FP4 "
                             "with sparsity -> 2.5/5/10 PFLOPS dense, 13.4 TB HBM3e -> 186 GB at 576 TB/s -> "
                             "8 TB/s, NVLink 130 TB/s -> 1.8 TB/s bidirectional; 5,760 TFLOPS FP32 -> 80"),
         HardwareSpec("a6000", 154.8 * TB, 0.768 * TB, 48 * GiB, peak_flops_fp32=38.7 * TB,
+                     device_names=('a6000',),
                      link_bandwidth=56.25e9, num_sms=84,
                      source="NVIDIA RTX A6000 datasheet: 154.8 TFLOPS FP16 tensor dense, no FP8, 768 GB/s, "
                             "NVLink bridge 112.5 GB/s bidirectional"),
         HardwareSpec("l40s", 362.05 * TB, 0.864 * TB, 48 * GiB, peak_flops_fp32=91.6 * TB,
+                     device_names=('l40s',),
                      peak_flops_fp8=733 * TB, link_bandwidth=32e9, num_sms=142,
                      source="NVIDIA L40S datasheet: 362 TFLOPS BF16 and 733 TFLOPS FP8 dense (half the "
                             "with-sparsity figures), 864 GB/s, PCIe 4.0 x16 64 GB/s bidirectional"),
         # AMD: fully connected by 7 Infinity Fabric links per GPU in an 8-GPU platform.
         HardwareSpec("mi300x", 1307.4 * TB, 5.3 * TB, 192 * GiB, peak_flops_fp32=163.4 * TB,
+                     device_names=('mi300x',),
                      peak_flops_fp8=2614.9 * TB, link_bandwidth=448e9, num_sms=304,
                      source="AMD Instinct MI300X datasheet: 1,307.4 TFLOPS FP16/BF16 and 2,614.9 TFLOPS FP8 "
                             "dense, 163.4 TFLOPS FP32 matrix, 192 GB HBM3 at 5.3 TB/s, no FP4; Infinity Fabric "
@@ -174,6 +188,15 @@ PRESETS: dict[str, HardwareSpec] = {
 }
 
 
+def preset_for_device(device_name: str, memory_bytes: int = 0) -> str | None:
+    """The preset describing a device by its reported name (and memory, between presets of one name), or
+    None: the longest matching entry of the presets' ``device_names`` wins."""
+    name = device_name.lower()
+    hits = [(len(d), -abs(h.memory_bytes - memory_bytes), h.name) for h in PRESETS.values()
+            for d in h.device_names if d in name]
+    return max(hits)[2] if hits else None
+
+
 def hardware_names() -> list[str]:
     return list(PRESETS)
 
@@ -185,4 +208,4 @@ def get_hardware(name: str) -> HardwareSpec:
         raise UserError(f"unknown hardware {name!r}; presets: {', '.join(PRESETS)}") from None
 
 
-__all__ = ["GiB", "HardwareSpec", "PRESETS", "get_hardware", "hardware_names"]
+__all__ = ["GiB", "HardwareSpec", "PRESETS", "get_hardware", "hardware_names", "preset_for_device"]

@@ -4,9 +4,11 @@
 * prefix sharing ratio s = 1 - (prefill tokens computed - recomputed) / prompt tokens (BatchLLM Eq. 2,
   recomputation of preempted requests excluded as BlendServe sec. 6.4 does), shown against the optimal
   s_o of the trace;
-* frac_of_opt = T_o / makespan, T_o = max((1 - s_o) T_comp, T_mem) per replica-GPU capacity;
-* frac_of_practical_opt = practical optimum / makespan: the trace's work as perfectly blended full steps,
-  priced by the run's cost model under the overlap mode (:func:`blended_optimum`);
+* frac_of_opt = T_o / makespan, T_o a lower bound on the makespan priced by the run's own cost model, engine,
+  mode, parallelism and precision (``blendsim.sim.bounds``; docs/DESIGN.md "Bounds that bound"): <= 1 always;
+* frac_of_reference = blended reference / makespan: the trace's work as perfectly blended full steps,
+  priced by the run's cost model under the overlap mode (:func:`blended_optimum`): an estimate, not a
+  bound (a run may pass 1);
 * latency (JCT), TTFT and TBT when requests have arrival times or SLOs; SLO attainment and goodput
   only when the trace has SLOs (absent from the summary otherwise);
 * t_critical_s: the longest request's own chain of steps alone on the engine, a second lower bound
@@ -137,7 +139,8 @@ def blended_optimum(trace, sharing: float, cost_model, token_budget: int, kv_tok
     LM head, interference, engine overhead) and nothing a bad order adds (unbalanced steps, short
     steps in the tail, recomputation). A step decodes no more sequences than the KV cache holds at
     their mean context (``kv_tokens``) or the sequence cap allows; when that binds, the decodes need
-    more, smaller steps. An estimate, not a bound (T_o is the bound).
+    more, smaller steps. An estimate, not a bound (T_o is the bound): summaries call it the blended
+    reference (``t_reference_s``), and reports draw it as a marker, never as a ceiling.
     """
     from blendsim.sim.batch import BatchFeatures
     from blendsim.sim.cost import CostModel
@@ -165,6 +168,12 @@ def blended_optimum(trace, sharing: float, cost_model, token_budget: int, kv_tok
     overlap = cost_model if cost_model.mode == "overlap" else CostModel(
         cost_model.dep, "overlap", cost_model.engine, timer=cost_model.timer, interference=cost_model.kappa)
     return float(steps * overlap.cost(f).time_s)
+
+
+def _tree(trace):
+    from blendsim.sim.prefix_tree import PrefixTree
+
+    return PrefixTree(trace)
 
 
 def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -205,7 +214,7 @@ def latency_summary(per_req: dict) -> dict:
 
 
 def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_cfg, kv_stats, per_req,
-              extra=None) -> dict:
+              extra=None, tree=None) -> dict:
     """The summary.json content: no wall-clock fields, so equal runs give equal files."""
     n = trace.n
     p_tot = int(trace.input_len.sum())
@@ -216,10 +225,17 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     cached = int(rec.cached_tokens.sum())
     s = 1.0 - (computed - recomputed) / p_tot if p_tot else 0.0
     n_gpu = cfg.replicas
-    t_opt = bounds.t_opt_s / n_gpu
-    # NOTE: never below T_o; on several replicas each gets 1/n of the work
-    t_prac = max(blended_optimum(trace, bounds.sharing, cost_model, engine_cfg.token_budget,
-                                 kv_stats["total"] * engine_cfg.block_size, engine_cfg.max_seqs) / n_gpu, t_opt)
+    gpus = int(cost_model.dep.tp * getattr(cost_model.dep, "pp", 1) * cfg.replicas)  # every GPU the run holds
+    from blendsim.sim.bounds import lower_bound, trace_work
+
+    max_t = max((max(c["num_tokens"]) for c in steps_by_replica if len(c["num_tokens"])), default=0)
+    lb = lower_bound(trace_work(trace, tree) if tree is not None else trace_work(trace, _tree(trace)), cost_model,
+                     engine_cfg.token_budget, engine_cfg.max_seqs, kv_stats["total"] * engine_cfg.block_size,
+                     n_gpu, int(max_t))
+    t_opt = lb["t_lb_s"]  # T_o: no schedule on this engine finishes sooner (docs/DESIGN.md)
+    # the blended reference: an estimate of a good schedule, not a bound (runs may beat it)
+    t_ref = blended_optimum(trace, bounds.sharing, cost_model, engine_cfg.token_budget,
+                            kv_stats["total"] * engine_cfg.block_size, engine_cfg.max_seqs) / n_gpu
     dt = np.concatenate([np.asarray(c["dt_s"]) for c in steps_by_replica]) if steps_by_replica else np.zeros(0)
     comp = np.concatenate([np.asarray(c["compute_s"]) for c in steps_by_replica]) if dt.size else dt
     mem = np.concatenate([np.asarray(c["memory_s"]) for c in steps_by_replica]) if dt.size else dt
@@ -238,7 +254,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         **({"expert_skew": cost_model.dep.expert_skew} if cost_model.dep.model.is_moe else {}),
         "replicas": cfg.replicas,
         "mode": cost_model.mode,
-        "engine": cost_model.engine.name,
+        "engine": cost_model.engine.label,
         "cost_model": cost_model.timer_name,
         "token_budget": engine_cfg.token_budget,
         "max_seqs": engine_cfg.max_seqs,
@@ -254,6 +270,11 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "output_tokens": d_tot,
         "makespan_s": makespan,
         "throughput_tok_s": (p_tot + d_tot) / makespan if makespan > 0 else 0.0,
+        # what engines' benchmarks and the fidelity catalogue report: output tokens, per GPU
+        "gpus": gpus,
+        "output_tok_s": d_tot / makespan if makespan > 0 else 0.0,
+        "throughput_tok_s_per_gpu": (p_tot + d_tot) / makespan / gpus if makespan > 0 else 0.0,
+        "output_tok_s_per_gpu": d_tot / makespan / gpus if makespan > 0 else 0.0,
         "prefix_sharing_ratio": s,
         "optimal_sharing_ratio": bounds.sharing,
         "sharing_frac_of_opt": s / bounds.sharing if bounds.sharing > 0 else 1.0,
@@ -266,9 +287,10 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "t_comp_s": bounds.t_comp_s,
         "t_mem_s": bounds.t_mem_s,
         "t_opt_s": t_opt,
-        "t_opt_practical_s": t_prac,
+        "t_opt_exact": bool(lb["exact"]),
+        "t_reference_s": t_ref,
         "frac_of_opt": t_opt / makespan if makespan > 0 else 0.0,
-        "frac_of_practical_opt": t_prac / makespan if makespan > 0 else 0.0,
+        "frac_of_reference": t_ref / makespan if makespan > 0 else 0.0,
         "t_critical_s": critical_path(trace, cost_model),
         "steps": int(dt.size),
         "mean_tokens_per_step": float(toks.mean()) if dt.size else 0.0,

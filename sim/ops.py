@@ -20,50 +20,71 @@ int4 shrink them) and the KV cache (``kv_dtype``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from blendsim.sim.deployment import Deployment
 
-# operator -> (class, scope). class decides how the execution mode combines times; scope "layer"
-# ops run once per decoder layer they belong to (see Shapes.layers_of), "model" ops once per step.
-OPS: dict[str, tuple[str, str]] = {
-    "qkv_proj": ("compute", "layer"),
-    "rope": ("other", "layer"),
-    "kv_write": ("memory", "layer"),
-    "attn_prefill": ("compute", "layer"),
-    "kv_up_proj": ("compute", "layer"),  # MLA prefill: latent -> per-head keys and values
-    "attn_decode": ("memory", "layer"),
-    "attn_absorb": ("compute", "layer"),  # MLA decode: W_UK into the query, W_UV out of the latent
-    "o_proj": ("compute", "layer"),
-    "norm": ("other", "layer"),
-    "gate_up_proj": ("compute", "layer"),  # dense MLP (dense layers only)
-    "act": ("other", "layer"),
-    "down_proj": ("compute", "layer"),
-    "router": ("compute", "layer"),  # MoE layers from here to a2a
-    "moe_combine": ("other", "layer"),
-    "moe_gate_up": ("compute", "layer"),
-    "moe_act": ("other", "layer"),
-    "moe_down": ("compute", "layer"),
-    "shared_gate_up": ("compute", "layer"),
-    "shared_down": ("compute", "layer"),
-    "a2a": ("comm", "layer"),
-    "embedding": ("other", "model"),
-    "lm_head": ("compute", "model"),
-    "allreduce": ("comm", "model"),
+
+class Op(NamedTuple):
+    """One operator of a step: every fact the cost model, the timers and calibration need about its name."""
+
+    cls: str  # compute | memory | other | comm: how the execution mode combines its time
+    scope: str  # layer (once per decoder layer it belongs to, see Shapes.layers_of) | model (once per step)
+    kind: str = ""  # gemm (priced with GEMM tiles and the GEMM rate), attention, elementwise or comm
+    lowp: bool = False  # a GEMM whose weights are stored in the ``weights`` precision (runs at its peak)
+    feature: bool = False  # priced from more than the step's token counts (context, prefill keys, decodes)
+    group: str = ""  # dense (dense MLP layers only), moe (MoE layers), moe-experts (routed-expert GEMMs), mla
+    vars: tuple = ()  # what a calibration profile's polynomial for it reads (sim.profile); () = not profiled
+    base: bool = False  # one of a dense model's GEMMs
+
+
+T = ("tokens",)
+# THE operator table: every other list of operator names is derived from it
+OP_TABLE: dict[str, Op] = {
+    "qkv_proj": Op("compute", "layer", "gemm", lowp=True, vars=T, base=True),
+    "rope": Op("other", "layer", "elementwise", vars=T),
+    "kv_write": Op("memory", "layer", "elementwise", vars=T),
+    "attn_prefill": Op("compute", "layer", "attention", feature=True, vars=("tokens", "context")),
+    "kv_up_proj": Op("compute", "layer", "gemm", lowp=True, feature=True, group="mla"),  # latent -> per-head K, V
+    "attn_decode": Op("memory", "layer", "attention", feature=True, vars=("batch", "context")),
+    "attn_absorb": Op("compute", "layer", "gemm", feature=True, group="mla"),  # W_UK into q, W_UV out of the latent
+    "o_proj": Op("compute", "layer", "gemm", lowp=True, vars=T, base=True),
+    "norm": Op("other", "layer", "elementwise", vars=T),
+    "gate_up_proj": Op("compute", "layer", "gemm", lowp=True, group="dense", vars=T, base=True),
+    "act": Op("other", "layer", "elementwise", group="dense", vars=T),
+    "down_proj": Op("compute", "layer", "gemm", lowp=True, group="dense", vars=T, base=True),
+    "router": Op("compute", "layer", "gemm", group="moe"),
+    "moe_combine": Op("other", "layer", "elementwise", group="moe"),
+    "moe_gate_up": Op("compute", "layer", "gemm", lowp=True, group="moe-experts"),
+    "moe_act": Op("other", "layer", "elementwise", group="moe"),
+    "moe_down": Op("compute", "layer", "gemm", lowp=True, group="moe-experts"),
+    "shared_gate_up": Op("compute", "layer", "gemm", lowp=True, group="moe"),
+    "shared_down": Op("compute", "layer", "gemm", lowp=True, group="moe"),
+    "a2a": Op("comm", "layer", "comm", group="moe"),
+    "embedding": Op("other", "model", "elementwise", vars=T),
+    "lm_head": Op("compute", "model", "gemm", vars=T, base=True),  # 16-bit: stays in the activation dtype
+    "allreduce": Op("comm", "model", "comm", vars=T),
 }
-GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")  # a dense model's GEMMs
-# every GEMM, with MLA's and the MoE layers' (priced with GEMM tiles and the GEMM rate)
-ALL_GEMM_OPS = GEMM_OPS + ("kv_up_proj", "attn_absorb", "router", "moe_gate_up", "moe_down", "shared_gate_up",
-                           "shared_down")
-# GEMMs whose weights are stored in the ``weights`` precision (and run at its tensor-core peak); the LM
-# head, routers and MLA's absorbed up-projections stay in the activation dtype
-LOWP_GEMMS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "kv_up_proj", "moe_gate_up", "moe_down",
-              "shared_gate_up", "shared_down")
-# operators priced from more than the step's token counts (attention-side: context, prefill keys, decodes)
-FEATURE_OPS = ("attn_prefill", "attn_decode", "kv_up_proj", "attn_absorb")
-DENSE_MLP_OPS = ("gate_up_proj", "act", "down_proj")
-MOE_OPS = ("router", "moe_combine", "moe_gate_up", "moe_act", "moe_down", "shared_gate_up", "shared_down", "a2a")
+del T
+
+
+def _ops(pred) -> tuple[str, ...]:
+    return tuple(k for k, o in OP_TABLE.items() if pred(o))
+
+
+# operator -> (class, scope)
+OPS: dict[str, tuple[str, str]] = {k: (o.cls, o.scope) for k, o in OP_TABLE.items()}
+GEMM_OPS = _ops(lambda o: o.base)  # a dense model's GEMMs
+ALL_GEMM_OPS = GEMM_OPS + tuple(k for k in _ops(lambda o: o.kind == "gemm") if k not in GEMM_OPS)
+LOWP_GEMMS = _ops(lambda o: o.lowp)
+FEATURE_OPS = _ops(lambda o: o.feature)
+DENSE_MLP_OPS = _ops(lambda o: o.group == "dense")
+MOE_GEMMS = _ops(lambda o: o.group == "moe-experts")  # routed-expert (grouped) GEMMs
+MOE_OPS = _ops(lambda o: o.group in ("moe", "moe-experts"))
+MLA_OPS = _ops(lambda o: o.group == "mla")
+PROFILED_OPS: dict[str, tuple] = {k: o.vars for k, o in OP_TABLE.items() if o.vars}  # op -> profile variables
 LAYER_OPS = tuple(k for k, v in OPS.items() if v[1] == "layer")
 MODEL_OPS = tuple(k for k, v in OPS.items() if v[1] == "model")
 
@@ -158,7 +179,7 @@ class Shapes:
 
     def applies(self, op: str) -> bool:
         """Whether the model has ``op`` at all (dense models show exactly their dense operators)."""
-        if op in ("kv_up_proj", "attn_absorb"):
+        if op in MLA_OPS:
             return self.mla
         if op in ("shared_gate_up", "shared_down"):
             return self.moe_layers > 0 and self.sh_inter > 0
@@ -342,7 +363,7 @@ def gemm_m(op: str, f, s: Shapes | None = None):
         return f.prefill_kv_tokens
     if op == "attn_absorb":
         return f.num_decode
-    if op in ("moe_gate_up", "moe_down") and s is not None:
+    if op in MOE_GEMMS and s is not None:
         T = np.asarray(f.num_tokens, dtype=float)
         touched = np.asarray(s.experts_touched(T), dtype=float)
         return np.where(touched > 0, s.expert_assignments(T) / np.maximum(touched, 1e-300), 0.0)
@@ -357,6 +378,7 @@ def _pos(x):
         return 1 if x > 0 else 0
 
 
-__all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MODEL_OPS", "MOE_OPS", "OPS",
+__all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MLA_OPS", "MODEL_OPS",
+           "MOE_GEMMS", "MOE_OPS", "OPS", "OP_TABLE", "Op", "PROFILED_OPS",
            "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
            "op_counts"]

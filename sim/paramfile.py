@@ -34,12 +34,12 @@ def _short(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_params(obj, where: str = "parameters") -> dict:
+def check_params(obj, where: str = "parameters", profiles=()) -> dict:
     """``obj`` (a parsed parameters file) if every field is well-formed; else UserError naming ``where`` and
-    the field."""
+    the field. ``profiles``: the engine profiles' names (``blendsim.sim.engines``, which calls this)."""
     from blendsim.sim.efficiency import BOUNDS
-    from blendsim.sim.engines import PROFILES
 
+    PROFILES = tuple(profiles)
     def fail(field: str, what: str):
         raise UserError(f"{where}: field {field}: {what}")
 

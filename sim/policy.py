@@ -42,8 +42,8 @@ class RouterLike(Protocol):
 class PolicyLike(Protocol):
     """A prepared policy as the runner drives it.
 
-    Class attributes the runner also reads: ``name``, ``default_engine`` (engine-overhead style),
-    ``engine_defaults`` (``blendsim.sim.seq.EngineConfig`` fields) and ``options`` (name -> (default, help)).
+    Class attributes the runner also reads: ``name``, ``engine_defaults`` (``blendsim.sim.seq.EngineConfig``
+    fields it needs, over the engine's), ``needs_prefix_caching``, ``reads_cost_model`` and ``options``.
     """
 
     ctx: PolicyContext

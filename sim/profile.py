@@ -39,19 +39,15 @@ from blendsim.sim.deployment import Deployment
 from blendsim.sim.errors import UserError
 from blendsim.sim.io import read_json, write_json
 from blendsim.sim.models import DTYPE_BYTES
+from blendsim.sim.ops import MLA_OPS, MOE_OPS, OPS, PROFILED_OPS
 from blendsim.sim.profile_check import check_profile
+from blendsim.sim.timers import RooflineTimer
 
 SCHEMA = "blendsim.profile"
 SCHEMA_VERSION = 1
 SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size",
               "head_dim")
-# which features feed each operator's polynomial
-OP_VARS = {
-    "qkv_proj": ("tokens",), "o_proj": ("tokens",), "gate_up_proj": ("tokens",), "down_proj": ("tokens",),
-    "lm_head": ("tokens",), "norm": ("tokens",), "rope": ("tokens",), "act": ("tokens",),
-    "kv_write": ("tokens",), "embedding": ("tokens",), "allreduce": ("tokens",),
-    "attn_prefill": ("tokens", "context"), "attn_decode": ("batch", "context"),
-}
+OP_VARS = PROFILED_OPS  # which features feed each operator's polynomial (sim.ops.OP_TABLE)
 
 
 @dataclass
@@ -195,8 +191,6 @@ class ProfileTimer:
     name = "profile"
 
     def __init__(self, profile: Profile, dep: Deployment):
-        from blendsim.sim.cost import RooflineTimer
-
         profile.check_matches(dep)
         self.profile = profile
         self.roofline = RooflineTimer(dep)
@@ -206,10 +200,17 @@ class ProfileTimer:
                                and not (op == "rope" and not dep.model.rope))
 
     def notes(self) -> list[str]:
-        if not self._missing:
-            return []
-        return [f"profile {self.profile.path or ''} lacks {', '.join(self._missing)}: "
-                f"using the roofline for {'it' if len(self._missing) == 1 else 'them'}"]
+        out = []
+        if self._missing:
+            out.append(f"profile {self.profile.path or ''} lacks {', '.join(self._missing)}: "
+                       f"using the roofline for {'it' if len(self._missing) == 1 else 'them'}")
+        s = self.shapes
+        own = [op for op in OPS if s.applies(op) and op not in self.profile.ops
+               and (op in MLA_OPS or op in MOE_OPS)]
+        if own:
+            out.append(f"profile {self.profile.path or ''} has no MoE/MLA operators: using the roofline for "
+                       f"{', '.join(own)}")
+        return out
 
     def op_time(self, op, flops, nbytes, kernels, f):
         fit = self.profile.ops.get(op)

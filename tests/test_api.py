@@ -232,3 +232,22 @@ def test_the_docs_python_examples_run(doc, tmp_path, monkeypatch, capsys):
 def test_the_policy_walkthrough_shows_the_example_file_whole():
     blocks = python_blocks((ROOT / "docs/writing-a-policy.md").read_text())
     assert (ROOT / "docs/examples/shortest_prompt_first.py").read_text() in blocks
+
+
+def test_the_api_warns_about_a_dominating_critical_path_as_the_cli_does(tmp_path):
+    """Issue 28 item 6: a tail-dominated run says so in Result.notes and as a Python warning."""
+    import warnings
+
+    import blendsim
+
+    trace = blendsim.make_trace(input_len=[100] * 20 + [50], output_len=[10] * 20 + [4000])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = blendsim.simulate(trace, policy="fcfs")
+    assert any("critical path" in n for n in r.notes)
+    assert any("critical path" in str(w.message) for w in caught)
+    big = blendsim.make_trace(input_len=[100] * 200, output_len=[50] * 200)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = blendsim.simulate(big, policy="fcfs")
+    assert not any("critical path" in n for n in r.notes) and not caught

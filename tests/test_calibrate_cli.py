@@ -214,3 +214,20 @@ def test_oom_point_during_a_run_is_skipped_and_recorded(monkeypatch, tmp_path):
     assert oom and oom[0]["point"] == [1024] and "out of memory" in oom[0]["reason"]
     p.save(tmp_path / "p.json")
     assert load_profile(tmp_path / "p.json").skipped == p.skipped
+
+
+@pytest.mark.parametrize("mode", ["sequential", "overlap"])
+def test_runs_priced_by_a_calibration_profile_stay_above_their_t_o(quick, mode):
+    """Issue 28: T_o is a bound for fitted profiles too (their attention fits count 0 in it; docs/DESIGN.md)."""
+    import numpy as np
+
+    from blendsim.runner import RunConfig, run_simulation
+    from tests.helpers import random_trace
+
+    out, _ = quick
+    for seed in range(3):
+        trace = random_trace(np.random.default_rng(seed), n=30)
+        for policy in ("fcfs", "dfs"):
+            s = run_simulation(trace, RunConfig(policy=policy, model="tiny", hardware="cpu", profile=str(out),
+                                                mode=mode)).summary
+            assert s["t_opt_exact"] and 0 < s["frac_of_opt"] <= 1 + 1e-9, (seed, policy, s["frac_of_opt"])

@@ -9,10 +9,10 @@ import pytest
 
 from blendsim.calibrate import grids
 from blendsim.calibrate.fit import fit_op, forms, monomials, refit
+from blendsim.calibrate.grids import heldout_points
 from blendsim.calibrate.measure import measure_op
 from blendsim.calibrate.overlap import fit_interference
 from blendsim.calibrate.timing import Clock, Timing, is_oom, summarize
-from blendsim.calibrate.validate import heldout_points
 from blendsim.sim.profile import OpFit, Profile, load_profile
 
 TOKENS = grids.token_grid("cpu", quick=True)

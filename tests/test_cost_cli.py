@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.cost import build_cost_model
+from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import get_model
@@ -132,3 +132,18 @@ def test_user_errors_exit_2_with_one_line(args, message):
     assert r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr
     assert "Traceback" not in r.output
+
+
+def test_engine_overrides_change_only_that_profiles_overhead():
+    """``--engine vllm:fixed_s=A`` prices kernels exactly as ``--engine vllm`` and adds A of overhead."""
+    args = ("--model", "llama-3-8b", "--hardware", "h100-80gb", "--prefill-tokens", "300", "--context", "200",
+            "--decode-seqs", "100")
+    base = cost_json(*args, "--engine", "vllm")
+    one = cost_json(*args, "--engine", "vllm:fixed_s=0.001")
+    two = cost_json(*args, "--engine", "vllm:fixed_s=0.002")
+    parts = ("compute_s", "memory_s", "other_s", "comm_s")
+    assert [one[k] for k in parts] == [two[k] for k in parts] == [base[k] for k in parts]
+    assert one["cost_model"] == two["cost_model"] == base["cost_model"] == "roofline+fitted"
+    assert two["overhead_s"] - one["overhead_s"] == pytest.approx(0.001, abs=1e-15)
+    assert (one["engine"], two["engine"]) == ("vllm:fixed_s=0.001", "vllm:fixed_s=0.002")
+    assert base["per_layer"] == one["per_layer"] and base["whole_model"] == one["whole_model"]

@@ -18,13 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blendsim.sim.batch import Batch, BatchFeatures
-from blendsim.sim.cost import ENGINES, CostModel, RooflineTimer, build_cost_model, features_arrays, get_engine
+from blendsim.sim.batch import Batch, BatchFeatures, features_arrays
+from blendsim.sim.build_cost import build_cost_model
+from blendsim.sim.cost import CostModel
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import PROFILES, get_profile
 from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import ModelSpec, get_model
 from blendsim.sim.profile import OpFit, Profile, ProfileTimer, load_profile, model_shape
+from blendsim.sim.timers import RooflineTimer
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +41,8 @@ def dep(model: str = "llama-3-8b", hw: str = "a100-80gb", tp: int = 1) -> Deploy
 @cache
 def cm(model: str = "llama-3-8b", hw: str = "a100-80gb", tp: int = 1, mode: str = "sequential",
        engine: str = "ideal") -> CostModel:
-    return CostModel(dep(model, hw, tp), mode, engine)
+    """The roofline at the preset's efficiencies with ``engine``'s per-step overhead (no CUDA graphs)."""
+    return CostModel(dep(model, hw, tp), mode, get_profile(engine, {}))
 
 
 def rows(model_cm: CostModel, f: BatchFeatures) -> dict[str, tuple[float, float]]:
@@ -262,7 +266,7 @@ MODELS = ("llama-3-8b", "llama-2-7b", "opt-13b")
 
 @FAST
 @given(model=st.sampled_from(MODELS), mode=st.sampled_from(["sequential", "overlap"]),
-       engine=st.sampled_from(sorted(ENGINES)), t1=st.integers(1, 8192), t2=st.integers(1, 8192),
+       engine=st.sampled_from(sorted(PROFILES)), t1=st.integers(1, 8192), t2=st.integers(1, 8192),
        ctx=st.integers(0, 16384))
 def test_more_prefill_tokens_never_faster(model, mode, engine, t1, t2, ctx):
     lo, hi = sorted((t1, t2))
@@ -316,7 +320,7 @@ def test_overlap_between_max_and_sequential(f, model, tp):
 
 @FAST
 @given(f=batches(), model=st.sampled_from(MODELS), tp=st.sampled_from([1, 2]),
-       mode=st.sampled_from(["sequential", "overlap"]), engine=st.sampled_from(sorted(ENGINES)))
+       mode=st.sampled_from(["sequential", "overlap"]), engine=st.sampled_from(sorted(PROFILES)))
 def test_step_equals_cost(f, model, tp, mode, engine):
     c = cm(model, tp=tp, mode=mode, engine=engine)
     exact = c.cost(f)
@@ -327,7 +331,7 @@ def test_step_equals_cost(f, model, tp, mode, engine):
 
 
 def test_step_grows_its_tables_past_4096_tokens():
-    c = CostModel(dep("llama-3-8b"), "overlap", "vllm")
+    c = CostModel(dep("llama-3-8b"), "overlap", get_profile("vllm", {}))
     f = BatchFeatures.from_parts([(0, 20_000, 3000, 0)], 17, 17 * 900, 18)
     assert step_of(c, f)[0] == pytest.approx(c.cost(f).time_s, rel=1e-9)
 
@@ -349,7 +353,7 @@ def test_fast_paths_agree_when_communication_dominates():
     # a 1 GB/s link makes the all-reduce the longest of the three overlapped resources
     slow = Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb").with_(link_bandwidth=1e9), 2,
                       kv_capacity_override=10**12)
-    c = CostModel(slow, "overlap", "sglang")
+    c = CostModel(slow, "overlap", get_profile("sglang", {}))
     fs = [PREFILL, DECODE, MIXED, BatchFeatures.decode_only(300, 4000)]
     many = c.cost_many(features_arrays(**{k: [getattr(f, k) for f in fs] for k in BatchFeatures.__slots__}))
     for i, f in enumerate(fs):
@@ -376,21 +380,46 @@ def test_unknown_mode_and_engine_are_user_errors():
     with pytest.raises(UserError, match="unknown mode 'fast'"):
         CostModel(dep(), "fast")
     with pytest.raises(UserError, match="unknown engine 'trt'"):
-        get_engine("trt")
+        get_profile("trt")
 
 
 def test_users_own_engine_overhead_replaces_the_defaults():
-    own = get_engine("fixed_s=0.002,per_seq_s=1e-5")
-    assert own(100, 4096) == pytest.approx(0.002 + 100 * 1e-5)
-    based = get_engine("vllm:per_token_s=0")
-    v = ENGINES["vllm"]
-    assert based(10, 1000) == pytest.approx(v.fixed_s + 10 * v.per_seq_s)
-    c = CostModel(dep(), "sequential", engine="fixed_s=0.01")
+    own = get_profile("fixed_s=0.002,per_seq_s=1e-5", {})
+    assert own.overhead(100, 4096) == pytest.approx(0.002 + 100 * 1e-5)
+    assert own.regime is None and own.cuda_graph_max == 0  # from ideal
+    based = get_profile("vllm:per_token_s=0", {})
+    v = PROFILES["vllm"]
+    assert based.overhead(10, 1000) == pytest.approx(v.fixed_s + 10 * v.per_seq_s)
+    assert (based.scheduler, based.cuda_graph_max, based.regime) == (v.scheduler, v.cuda_graph_max, v.regime)
+    assert based.label == "vllm:per_token_s=0"
+    c = build_cost_model(dep(), "sequential", "fixed_s=0.01")
     assert c.cost(BatchFeatures.decode_only(8, 1000)).overhead_s == pytest.approx(0.01)
     for bad, msg in (("fixed_s=abc", "must be a number"), ("speed=1", "unknown field"),
-                     ("fixed_s=-1", ">= 0"), ("trt:fixed_s=1", "unknown engine 'trt'")):
+                     ("fixed_s=-1", ">= 0"), ("trt:fixed_s=1", "unknown engine 'trt'"),
+                     ("vllm:cuda_graph_max=1.5", "whole number"), ("vllm@9.9", "no version '9.9'")):
         with pytest.raises(UserError, match=msg):
-            get_engine(bad)
+            get_profile(bad)
+
+
+def test_override_changes_only_the_overhead_of_that_profile():
+    # --engine vllm:fixed_s=A prices kernels exactly as --engine vllm (its regime's timer, its CUDA graphs)
+    f = BatchFeatures.decode_only(100, 1000)  # padded to the 104-row CUDA graph under vllm
+    base = build_cost_model(dep(), "sequential", "vllm").cost(f)
+    for fixed in (0.001, 0.002):
+        c = build_cost_model(dep(), "sequential", f"vllm:fixed_s={fixed}")
+        assert c.timer_name == "roofline+fitted" and c.graph_cap == PROFILES["vllm"].cuda_graph_max
+        sc = c.cost(f)
+        assert (sc.compute_s, sc.memory_s, sc.other_s, sc.comm_s) == \
+            (base.compute_s, base.memory_s, base.other_s, base.comm_s)
+        v = PROFILES["vllm"]
+        assert sc.overhead_s == fixed + v.per_seq_s * 100 + v.per_token_s * 100
+
+
+def test_engine_keys_select_versions():
+    assert get_profile("vllm-v0", {}).version == "0.6"  # NAME alone: the newest
+    old = get_profile("vllm-v0@0.5", {})
+    assert (old.version, old.label) == ("0.5", "vllm-v0@0.5")
+    assert get_profile("vllm-v0@0.5:fixed_s=0", {}).per_seq_s == old.per_seq_s
 
 
 # ---- BlendServe Table 1: Llama-3-8B on A100-80GB, one layer, decode at context 1024 ----------------
@@ -520,12 +549,12 @@ def test_splitwise_real_engine_times():
 
 
 def test_engine_presets_and_step_overhead():
-    assert {"ideal", "vllm", "sglang", "nanoflow"} <= set(ENGINES)
-    assert ENGINES["ideal"](1000, 8192) == 0.0
-    for e in ENGINES.values():
+    assert {"ideal", "vllm", "sglang", "nanoflow"} <= set(PROFILES)
+    assert PROFILES["ideal"].overhead(1000, 8192) == 0.0
+    for e in PROFILES.values():
         assert min(e.fixed_s, e.per_seq_s, e.per_token_s) >= 0 and e.source
     f = MIXED  # 1 prefill sequence + 100 decodes, 356 tokens
-    v = ENGINES["vllm"]
+    v = PROFILES["vllm"]
     sc = cm("llama-3-8b", engine="vllm").cost(f)
     assert sc.overhead_s == pytest.approx(v.fixed_s + 101 * v.per_seq_s + 356 * v.per_token_s, rel=1e-12)
     assert sc.time_s == pytest.approx(cm("llama-3-8b").cost(f).time_s + sc.overhead_s, rel=1e-12)
@@ -533,8 +562,8 @@ def test_engine_presets_and_step_overhead():
 
 @pytest.mark.parametrize("seqs, tokens", [(1, 1), (64, 64), (256, 2048), (1024, 8192)])
 def test_engines_ordered_by_how_much_cpu_work_they_expose(seqs, tokens):
-    o = {k: e(seqs, tokens) for k, e in ENGINES.items()}
-    assert o["ideal"] <= o["nanoflow"] <= o["sglang"] <= o["vllm"] <= o["vllm-v0"]
+    o = {k: get_profile(k, {}).overhead(seqs, tokens) for k in ("ideal", "nanoflow", "sglang", "vllm", "vllm-v0@0.5")}
+    assert o["ideal"] <= o["nanoflow"] <= o["sglang"] <= o["vllm"] <= o["vllm-v0@0.5"]
 
 
 def test_vllm_v0_preset_reproduces_vidur_cpu_overheads():
@@ -542,10 +571,10 @@ def test_vllm_v0_preset_reproduces_vidur_cpu_overheads():
     # + process_model_outputs + ray_comm at batch 8 and 64; vLLM issue #6801: ~20 ms at batch 200.
     at8 = 0.16513 + 0.29317 + 0.88781 + 0.62438 + 0.15646
     at64 = 0.95218 + 1.16300 + 1.37026 + 4.10826 + 0.45470
-    v0 = ENGINES["vllm-v0"]
-    assert v0(8, 8) * 1e3 == pytest.approx(at8, rel=0.02)
-    assert v0(64, 64) * 1e3 == pytest.approx(at64, rel=0.02)
-    assert v0(200, 200) * 1e3 == pytest.approx(20.0, rel=0.15)
+    v0 = get_profile("vllm-v0@0.5", {})
+    assert v0.overhead(8, 8) * 1e3 == pytest.approx(at8, rel=0.02)
+    assert v0.overhead(64, 64) * 1e3 == pytest.approx(at64, rel=0.02)
+    assert v0.overhead(200, 200) * 1e3 == pytest.approx(20.0, rel=0.15)
 
 
 def test_vllm_v1_preset_reproduces_the_v1_blog_speedup():

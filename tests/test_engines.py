@@ -9,12 +9,13 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from blendsim.policies.base import get_policy
-from blendsim.runner import RunConfig, engine_config, run_simulation
+from blendsim.runner import RunConfig, engine_config, run_simulation, scheduler_settings
 from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.cost import build_cost_model
+from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import make_deployment
 from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
 from blendsim.sim.engines import PROFILES, get_profile, graph_pad, graph_size
+from blendsim.sim.errors import UserError
 from blendsim.workloads.trace import from_columns
 
 
@@ -50,9 +51,28 @@ def test_profile_defaults_sit_between_the_policy_and_explicit_options():
         assert getattr(eng, k) == v
     eng = engine_config(RunConfig(policy="fcfs", engine="trtllm", token_budget=512, max_seqs=7), fcfs)
     assert (eng.token_budget, eng.max_seqs) == (512, 7)
-    # without a profile the policy's own defaults hold
+    # on an engine without them the policy's declared settings hold
     eng = engine_config(RunConfig(policy="vllm", engine="ideal"), get_policy("vllm"))
     assert (eng.token_budget, eng.max_seqs) == (8192, 256)
+
+
+def test_policy_settings_apply_over_the_engines_and_are_printed():
+    eng, notes = scheduler_settings(RunConfig(policy="sarathi", engine="vllm"), get_policy("sarathi"))
+    assert (eng.token_budget, eng.max_seqs, eng.prefix_caching) == (512, 128, False)
+    assert "sarathi: token_budget 512 (policy) over vllm's 8192" in notes
+    assert "sarathi: max_seqs 128 (policy) over vllm's 256" in notes
+    # an engine without prefix caching: a policy that orders for reuse gets it, with a note ...
+    eng, notes = scheduler_settings(RunConfig(policy="dfs", engine="trtllm"), get_policy("dfs"))
+    assert eng.prefix_caching and "dfs: prefix_caching on (the policy orders for prefix reuse) over trtllm's off" in notes
+    # ... others are told what the engine changes
+    eng, notes = scheduler_settings(RunConfig(policy="fcfs", engine="trtllm"), get_policy("fcfs"))
+    assert not eng.prefix_caching and notes == ["trtllm: prefix_caching off (engine): fcfs reuses no cached prefix"]
+    # and turning it off by hand is refused in one line
+    for p in ("dfs", "blendserve", "batchllm", "e2"):
+        with pytest.raises(UserError, match=f"policy {p} orders requests for prefix reuse"):
+            scheduler_settings(RunConfig(policy=p, prefix_caching=False), get_policy(p))
+    # nothing to say when the policy declares nothing and the engine keeps the defaults
+    assert scheduler_settings(RunConfig(policy="fcfs"), get_policy("fcfs"))[1] == []
 
 
 def test_a_policy_keeps_its_ordering_on_any_engine():
@@ -92,3 +112,28 @@ def test_simulate_cli_takes_an_engine_profile(tmp_path):
     assert res.exit_code == 0, res.output
     s = json.loads(res.stdout)
     assert s["engine"] == "trtllm" and s["cost_model"] == "roofline+fitted"
+
+
+def test_hardware_presets_name_the_devices_they_match():
+    from blendsim.sim.hardware import PRESETS, GiB, preset_for_device
+
+    assert preset_for_device("NVIDIA A100-SXM4-80GB", 80 * GiB) == "a100-80gb"
+    assert preset_for_device("NVIDIA A100-SXM4-40GB", 40 * GiB) == "a100-40gb"  # same name, memory decides
+    assert preset_for_device("NVIDIA H100 PCIe", 80 * GiB) == "h100-pcie"  # the longer name wins
+    assert preset_for_device("NVIDIA H100 80GB HBM3", 80 * GiB) == "h100-80gb"
+    assert preset_for_device("NVIDIA H200", 141 * GiB) == "h200" and preset_for_device("NVIDIA H20") == "h20"
+    assert preset_for_device("Tesla T4", 16 * GiB) is None
+    for h in PRESETS.values():
+        for d in h.device_names:
+            assert d == d.lower() and preset_for_device(f"NVIDIA {d.upper()}", h.memory_bytes) == h.name
+
+
+def test_operator_lists_derive_from_one_table():
+    from blendsim.sim import ops
+    from blendsim.sim.profile import OP_VARS
+
+    t = ops.OP_TABLE
+    assert set(ops.OPS) == set(t) and set(OP_VARS) == {k for k, o in t.items() if o.vars}
+    assert set(ops.ALL_GEMM_OPS) == {k for k, o in t.items() if o.kind == "gemm"}
+    assert set(ops.MOE_GEMMS) <= set(ops.MOE_OPS) and set(ops.LOWP_GEMMS) <= set(ops.ALL_GEMM_OPS)
+    assert ops.GEMM_OPS == ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")

@@ -14,9 +14,10 @@ from functools import cache
 import numpy as np
 import pytest
 
-from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.cost import CostModel, features_arrays
+from blendsim.sim.batch import BatchFeatures, features_arrays
+from blendsim.sim.cost import CostModel
 from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
 from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.models import PRESETS, get_model, load_hf_config
@@ -206,7 +207,7 @@ FEATS = [ONE, BIG, BatchFeatures.from_parts([(0, 256, 512, 0)], 100, 150_000, 10
                                dep("deepseek-v3", hw="b200", tp=8, ep=8, weights="fp4", kv="fp8")])
 @pytest.mark.parametrize("mode", ["sequential", "overlap"])
 def test_step_and_cost_many_equal_cost(d, mode):
-    c = CostModel(d, mode, "vllm")
+    c = CostModel(d, mode, get_profile("vllm", {}))
     for f in FEATS:
         ref = c.cost(f)
         t, comp, mem = c.step(f.num_tokens, f.num_prefill_tokens, f.num_prefill_seqs, f.attn_pairs,
@@ -409,7 +410,7 @@ def test_deepseek_v2_lite_config_without_q_lora(tmp_path):
 
 
 def test_a_dense_profile_on_a_moe_model_says_what_it_does_not_cover(tmp_path):
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.profile import OpFit, Profile, model_shape
 
     # Mixtral's attention has Mistral-7B's shapes, so a Mistral profile prices it; its experts are roofline
@@ -442,13 +443,13 @@ def test_api_cost_equals_the_command_for_moe():
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 def test_engine_profile_cost_models_price_moe_and_mla_consistently(engine):
     """The engine profiles' cost models (fitted efficiencies, CUDA-graph padding) keep step == cost."""
-    from blendsim.sim.efficiency import profile_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.engines import PROFILES
 
     if engine not in PROFILES:
         pytest.skip(f"no engine profile {engine}")
     for d in (dep("deepseek-v3", hw="h200", tp=8, kv="fp8"), dep("mixtral-8x7b", tp=2, ep=2)):
-        c = profile_cost_model(d, "sequential", engine)
+        c = build_cost_model(d, "sequential", engine)
         for f in FEATS:
             ref = c.cost(f)
             t, comp, mem = c.step(f.num_tokens, f.num_prefill_tokens, f.num_prefill_seqs, f.attn_pairs,

@@ -41,7 +41,7 @@ def test_pivot_on_a_hand_worked_sweep():
 
 
 def test_pivot_of_opt13b_on_a100_near_the_papers_768():
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
@@ -64,7 +64,7 @@ def test_eq6_ignores_the_context_that_budget_model_cost_prices():
     # tokens of context (attention = the linear layers) the same chunk takes about twice the SLO;
     # budget_model=cost's chunk there (largest_fit on the cost model) fits.
     from blendsim.policies.accelgen.budget import largest_fit, prefill_step_time
-    from blendsim.sim.cost import build_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model

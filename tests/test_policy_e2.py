@@ -13,7 +13,7 @@ from blendsim.policies.base import PolicyContext
 from blendsim.policies.e2.local import ADMIT, EVICT, FINISH, E2Scheduler, PriorityGroups
 from blendsim.policies.e2.router import EXPLOIT, EXPLORE, OPTIONS, PD, E2Router
 from blendsim.runner import RunConfig, run_simulation
-from blendsim.sim.cost import build_cost_model
+from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.hardware import get_hardware
 from blendsim.sim.kv import KVCache
@@ -36,7 +36,7 @@ def router(prompts, R=4, kv_tokens=1_000_000, **opts):
             for _ in range(R)]
     ctx = PolicyContext(trace=trace, tree=tree, deployment=DEP, cost_model=CM, engine=EngineConfig(block_size=1),
                         replicas=R)
-    o = {k: d for k, (d, _h) in OPTIONS.items()}
+    o = {k: opt.default for k, opt in OPTIONS.items()}
     o.update(opts)
     return E2Router(ctx, reps, opt=o)
 

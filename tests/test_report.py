@@ -69,7 +69,7 @@ def test_every_figure_type_is_rendered_and_embedded(report):
     d = report.parent
     assert report.name == "index.html"
     figs = sorted(p.stem for p in (d / "figures").glob("*.png"))
-    dep = "llama-3-8b_a100-80gb_overlap"
+    dep = "llama-3-8b_a100-80gb_overlap_tp1_pp1_ep1_x1_w_bf16_kv_bf16"  # the full deployment (issue 28)
     assert figs == sorted([f"throughput-{dep}-0", f"sharing-{dep}-0", f"heatmap-fcfs-vs-dfs-{dep}",
                            f"heatmap-random-vs-dfs-{dep}", "steps", "validation-0"])
     page = report.read_text()
@@ -115,7 +115,7 @@ def test_baseline_choice_changes_speedups(sweep_dir, tmp_path):
     side = pd.read_csv(page.parent / "policies.csv")
     assert (side[side["label"] == "random"]["speedup"] == 1.0).all()
     assert sorted(p.stem for p in (page.parent / "figures").glob("heatmap-*")) == [
-        "heatmap-dfs-vs-random-llama-3-8b_a100-80gb_overlap", "heatmap-fcfs-vs-random-llama-3-8b_a100-80gb_overlap"]
+        f"heatmap-{p}-vs-random-llama-3-8b_a100-80gb_overlap_tp1_pp1_ep1_x1_w_bf16_kv_bf16" for p in ("dfs", "fcfs")]
 
 
 def test_binned_downsampling():
@@ -235,7 +235,7 @@ def test_averages_pair_each_policy_with_the_baseline(sweep_dir, tmp_path):
     assert "fcfs also ran on 3 workload(s) without a dfs run, left out of its row" in md
     runs2 = _copy_runs(sweep_dir, tmp_path / "runs2", lambda w, p: w in (one, "d1.2-s0.35") and (p != "random" or w == one))
     summ2 = pd.read_csv(write_report([runs2], tmp_path / "r2").parent / "policy_summary.csv").set_index("policy")
-    assert list(summ2["n"]) == [2, 2, 1] and "throughput_tok_s" not in summ2  # unlike rows: no mean throughput
+    assert list(summ2.loc[["dfs", "fcfs", "random"], "n"]) == [2, 2, 1] and "throughput_tok_s" not in summ2  # unlike rows: no mean throughput
 
 
 def test_online_workloads_are_compared_by_latency(tmp_path):
@@ -358,7 +358,7 @@ def _fake_runs(n_work: int, n_pol: int, tmp: Path) -> pd.DataFrame:
                                      "memory_s": 0.02 + 0.01 * np.cos(k)}), run / "steps.parquet")
             rows.append(dict(group=f"d{d}-s{s}", label=p, policy=p, deployment="llama-3-8b/a100-80gb/overlap",
                              grid_density=d, grid_sharing=s, throughput_tok_s=4000.0 + 90 * j + 10 * w,
-                             input_tokens=1e6, output_tokens=3e5, t_opt_s=80.0, t_opt_practical_s=110.0,
+                             input_tokens=1e6, output_tokens=3e5, t_opt_s=80.0 + j, t_reference_s=110.0,
                              prefix_sharing_ratio=s - 0.01 * j, optimal_sharing_ratio=s, makespan_s=300.0 + j,
                              latency_p50_s=4.0 + j, latency_mean_s=5.0 + j, latency_p99_s=12.0 + j,
                              ttft_mean_s=0.1 * (j + 1), ttft_p99_s=0.5 * (j + 1), run_path=str(run)))
@@ -384,16 +384,31 @@ def test_figures_have_no_clipped_or_overlapping_text(tmp_path, n_work, n_pol):
 
 
 def test_heatmap_centres_on_one_and_marks_ties():
-    from blendsim.reports.figures import NOISE, _heatmap
+    from blendsim.reports.figures import _heatmap
 
     m = pd.DataFrame([[1.004, 1.2], [0.9, np.nan]], index=[0.9, 1.1], columns=[0.15, 0.35])
-    f = _heatmap(m, "p", "dfs", "dep")
+    f = _heatmap(m, "p", "dfs", "dep", 0.2)
     norm = f.fig.axes[0].images[0].norm
     assert norm.vcenter == 1.0 and norm.vmin == pytest.approx(0.8) and norm.vmax == pytest.approx(1.2)
     assert "hatched cells (1 of 3)" in f.caption
-    flat = _heatmap(pd.DataFrame([[1.001, 0.999]], index=[1.0], columns=[0.1, 0.2]), "p", "dfs", "dep")
-    assert flat.fig.axes[0].images[0].norm.vmax == pytest.approx(1 + 3 * NOISE)  # near-ties stay pale
-    assert "hatched cells (2 of 2)" in flat.caption
+
+
+def test_every_heatmap_of_a_report_shares_one_colour_scale(tmp_path):
+    """Issue 28 item 8: a report's heatmaps had ±17/19/25% scales; equal colours now mean equal speedups,
+    and a grid of near-ties stays pale (at least ±3 x NOISE)."""
+    from blendsim.reports import figures as F
+
+    df = _fake_runs(4, 4, tmp_path)
+    order = list(dict.fromkeys(df["label"]))
+    heat = F.speedup_heatmaps(df, "dfs", order)
+    assert len(heat) == 3
+    spans = {(f.fig.axes[0].images[0].norm.vmin, f.fig.axes[0].images[0].norm.vmax) for f in heat}
+    assert len(spans) == 1
+    lo, hi = spans.pop()
+    shown = df[df["label"] != "dfs"]["speedup"]
+    assert hi - 1 == pytest.approx(max(abs(shown - 1).max(), 3 * F.NOISE)) and 1 - lo == pytest.approx(hi - 1)
+    for f in heat:
+        F.plt.close(f.fig)
 
 
 def test_simple_report_from_a_table_and_a_figure(tmp_path):
@@ -413,3 +428,22 @@ def test_simple_report_from_a_table_and_a_figure(tmp_path):
     md = (d / "report.md").read_text()
     assert md.startswith("# fidelity") and "| a | 1,234 | 1.000× |" in md and "tok/s: throughput" in md
     assert "<title>fidelity</title>" in page.read_text() and "Two things compared." in page.read_text()
+
+
+def test_step_plots_can_use_time(tmp_path):
+    """Issue 28 item 8: per-step plots against the step's end time as well as its index."""
+    from blendsim.reports import steps as S
+    from blendsim.reports.inputs import load_inputs
+    from tests.helpers import random_trace
+
+    trace = random_trace(np.random.default_rng(3), n=40)
+    runs = [_simulate(trace, p, tmp_path / "runs" / p) for p in ("fcfs", "dfs")]
+
+    df = load_inputs(runs).runs
+    for axis, label in (("step", "step"), ("time", "time (s, end of step)")):
+        (f,) = S.step_figures(df, df["group"].iloc[0], None, ["fcfs", "dfs"], axis)
+        assert any(a.get_xlabel() == label for a in f.fig.axes)
+        if axis == "time":
+            xs = f.fig.axes[0].lines[0].get_xdata()
+            assert xs[-1] <= df["makespan_s"].max() + 1e-9 and xs[-1] > xs[0]
+        S.plt.close(f.fig)

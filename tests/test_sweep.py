@@ -177,6 +177,7 @@ def test_unreachable_grid_point_fails_its_cells_only(tmp_path):
 
 def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
     from blendsim.policies.base import get_policy
+    from blendsim.sim.engines import DEFAULT_ENGINE
 
     eng = get_policy("blendserve").engine_defaults
     d = tmp_path / "s"
@@ -187,7 +188,7 @@ def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
     assert [row["policy"] for row in rows] == ["dfs", "random"]
     for row in rows:
         assert (row["token_budget"], row["block_size"]) == (eng["token_budget"], eng["block_size"])
-        assert row["engine"] == get_policy("blendserve").default_engine
+        assert row["engine"] == DEFAULT_ENGINE  # one engine for every cell
     r = sweep("--densities", "1.0", "--sharing", "0.25", "--engine-of", "nope", "-o", str(tmp_path / "t"))
     assert r.exit_code == 2 and "unknown policy 'nope'" in r.stderr
 
@@ -238,6 +239,7 @@ def _not_a_sweep(tmp_path) -> str:
     (["--recipe-opt", "source=nope"], "--source must be one of"),
     (["--recipe-opt", "colour=red"], "no such option"),
     (["--recipe-opt", "requests=5"], "set it with --requests"),
+    (["--recipe-opt", "novalue"], "--recipe-opt 'novalue': expected key=value"),
     (["--jobs", "0"], "--jobs must be >= 1"),
     (["--backend", "slurm"], "--backend 'slurm'"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),
@@ -261,3 +263,48 @@ def test_sweep_dir_that_is_something_else(tmp_path):
 def test_resuming_with_other_settings_is_refused(reference):
     r = sweep(*[a if a != "3" else "4" for a in GRID], "--jobs", "1", "-o", str(reference))
     assert r.exit_code == 2 and "other settings (seed=3)" in r.stderr and "--no-resume" in r.stderr
+
+
+def test_a_multi_model_sweep_runs_one_trace_everywhere_by_default(tmp_path):
+    """Issue 28 item 2: a model comparison compares one job. Several models: each grid point is synthesised
+    once (for the first model and hardware) and every model runs it; --trace-per-model gives each its own."""
+    import pandas as pd
+
+    from blendsim.reports.render import write_report
+
+    grid = ["--recipe", "blendserve", "--densities", "1.0", "--sharing", "0.2", "--policies", "dfs",
+            "--requests", "300", "--models", "llama-3-8b,qwen3-8b", "--jobs", "1", "--quiet"]
+    r = sweep(*grid, "-o", str(tmp_path / "fixed"))
+    assert r.exit_code == 0, r.output
+    assert "one trace per grid point, synthesised for llama-3-8b/a100-80gb" in r.output
+    assert len(list((tmp_path / "fixed" / "traces").rglob("*.parquet"))) == 1
+    res = pd.read_parquet(tmp_path / "fixed" / "results.parquet")
+    assert res["input_tokens"].nunique() == 1 and res["output_tokens"].nunique() == 1 and len(res) == 2
+    assert set(res["trace_for"]) == {"llama-3-8b/a100-80gb"}
+    page = write_report([tmp_path / "fixed"], tmp_path / "rep").read_text()
+    assert "ran the same trace per workload" in page and "tp1 pp1 ep1 x1 w:bf16 kv:bf16" in page
+    r = sweep(*grid, "--trace-per-model", "-o", str(tmp_path / "own"))
+    assert r.exit_code == 0, r.output
+    assert len(list((tmp_path / "own" / "traces").rglob("*.parquet"))) == 2
+    page = write_report([tmp_path / "own"], tmp_path / "rep2").read_text()
+    assert "ran its own trace per workload" in page
+
+
+def test_seed_replicates_give_a_confidence_interval(tmp_path):
+    """Issue 28 item 5: --seeds N runs N seeds per grid point; the report shows a 95% CI per policy."""
+    import pandas as pd
+
+    from blendsim.reports.render import write_report
+
+    r = sweep("--recipe", "blendserve", "--densities", "1.0", "--sharing", "0.2", "--policies", "dfs,fcfs",
+              "--requests", "300", "--seeds", "3", "--jobs", "1", "--quiet", "-o", str(tmp_path / "s"))
+    assert r.exit_code == 0, r.output
+    res = pd.read_parquet(tmp_path / "s" / "results.parquet")
+    assert sorted(res["grid_seed"].unique()) == [0, 1, 2] and len(res) == 6
+    assert res.groupby("policy")["seed"].nunique().eq(3).all()  # the policies' seed follows the replicate
+    assert res.groupby("grid_seed")["input_tokens"].nunique().eq(1).all() and res["input_tokens"].nunique() == 3
+    page = write_report([tmp_path / "s"], tmp_path / "rep")
+    spread = pd.read_csv(page.parent / "seed_spread.csv")
+    assert set(spread["seeds"]) == {3} and spread["throughput_ci"].gt(0).all()
+    assert (spread["speedup_lo"] <= spread["speedup"]).all() and (spread["speedup"] <= spread["speedup_hi"]).all()
+    assert "95% confidence intervals" in page.read_text()

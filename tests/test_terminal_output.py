@@ -13,6 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
+from blendsim.policies.base import option_records
 from blendsim.reports import terminal as TT
 from blendsim.sim.metrics import CRITICAL_SHARE, critical_path_warning
 from tests.helpers import random_trace
@@ -86,18 +87,34 @@ def test_policy_list_and_every_policy_fit(width):
         assert flat(get_policy(n).description) in flat(out)
         one = render(TT.print_policies, width, n)
         fits(one, width)
-        for k, (default, meaning) in get_policy(n).options.items():
-            assert f"{k} = {TT._default(default)}" in one, (n, k)
-            assert flat(meaning) in flat(one), (n, k)
+        for k, o in option_records(get_policy(n)).items():
+            assert f"{k} = {TT._default(o.default)}" in one, (n, k)
+            assert flat(o.meaning) in flat(one), (n, k)
 
 
-def test_every_option_has_a_source():
+def test_every_option_is_a_record_with_a_source():
     from blendsim.policies.base import get_policy, policy_names
-    from blendsim.reports.policy_help import SOURCES
+    from blendsim.policies.option import Option
 
     for n in policy_names():
-        assert set(SOURCES.get(n, {})) == set(get_policy(n).options), n
-        assert all(SOURCES[n].values()) if n in SOURCES else True
+        cls = get_policy(n)
+        assert cls.paper, n
+        for k, o in cls.options.items():
+            assert isinstance(o, Option) and o.source and o.meaning, (n, k)
+
+
+def test_options_validate_themselves():
+    from blendsim.policies.option import Option
+    from blendsim.sim.errors import UserError
+
+    frac = Option(0.5, "a fraction", "ours", lo=0.0, hi=1.0)
+    assert frac.coerce("f", "0.25") == 0.25
+    with pytest.raises(UserError, match=r"option f: expected a value in \[0, 1\], got '2'"):
+        frac.coerce("f", "2")
+    mode = Option("a", "a or b", "ours", choices=("a", "b"))
+    with pytest.raises(UserError, match="option m: expected one of a, b, got 'c'"):
+        mode.coerce("m", "c")
+    assert Option.of((3, "legacy pair")) == Option(3, "legacy pair")
 
 
 def test_policies_name_on_the_command_line():

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.workloads.loaders import jsonl_lines
+from blendsim.workloads.jsonl import jsonl_lines
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS
 
 FORMATS = ("mooncake", "hashed")

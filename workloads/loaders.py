@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.sim.errors import UserError
+from blendsim.workloads.jsonl import jsonl_lines
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
 FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed")
@@ -280,26 +281,6 @@ def load_jsonl(path, limit: int | None = None):
                   output_len_hint=hint, source=source, **opt)
     trace.meta = {"loader": "jsonl", "file": str(path), **({"limit": limit} if limit else {})}
     return trace
-
-
-def jsonl_lines(path: Path):
-    """(line number, text) of each non-blank line of a UTF-8 JSONL file (a byte-order mark is allowed, as
-    for CSVs); a missing, unreadable or undecodable file ends in one line naming it."""
-    try:
-        fh = path.open("r", encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: cannot read (it is a directory, not a JSONL file)") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    with fh:
-        try:
-            for lineno, line in enumerate(fh, start=1):
-                if line.strip():
-                    yield lineno, line
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not a UTF-8 text file (undecodable bytes)") from None
 
 
 def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:

@@ -24,6 +24,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    # help wraps at the terminal's width (COLUMNS when piped), not click's 80-column cap
+    context_settings={"max_content_width": 200},
 )
 
 
@@ -53,6 +55,9 @@ def _mount() -> None:
     app.command("sweep")(sweep_cmd)
     register_reports(app)
     register_fidelity(app)
+    from blendsim.cli.plan import register as register_plan
+
+    register_plan(app)
 
 
 @app.command("models")

@@ -37,6 +37,7 @@ def calibrate_cmd(
                                                      "out of the fit, to report a true held-out error (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs."),
     out: Path = typer.Option(None, "-o", "--out", help=OUT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Profile the model's operators on DEVICE, fit them, and write a profile (or run a subcommand)."""
     if ctx.invoked_subcommand is not None:
@@ -54,7 +55,7 @@ def calibrate_cmd(
     cfg = CalibrationConfig(model=model, device=device, dtype=dtype, tp=tp, quick=quick, threads=threads,
                             seed=seed, holdout=holdout, command=_command(ctx))
     cal = Calibrator(cfg)
-    profile = _with_progress(cal)
+    profile = _with_progress(cal, quiet)
     profile.save(out)
     profile.path = str(out)
     c = Console()
@@ -142,19 +143,15 @@ def _command(ctx: typer.Context) -> str:
     """The command as given (options in canonical form), for ``produced_by``."""
     parts = [ctx.command_path]
     for k, v in ctx.params.items():
-        if v is None or v is False:
+        if v is None or v is False or k == "quiet":  # display only: the profile is the same
             continue
         flag = "--" + k.replace("_", "-")
         parts += [flag] if v is True else [flag, shlex.quote(str(v))]
     return " ".join(parts)
 
 
-def _with_progress(cal):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _with_progress(cal, quiet: bool = False):
+    from blendsim.progress import Progress
 
-    console = Console(stderr=True)
-    with Progress(TextColumn("calibrating {task.fields[op]:<12}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task("calibrate", total=cal.total_steps(), op="")
-        return cal.run(advance=lambda label: bar.update(task, advance=1, op=label))
+    with Progress("calibrating", total=cal.total_steps(), unit="points", quiet=quiet) as bar:
+        return cal.run(advance=lambda label: bar.update(bar.done + 1, detail=label))

@@ -22,12 +22,12 @@ def fidelity_cmd(
     params_file: Path = typer.Option(None, "--params-file", help="Parameters JSON to predict with "
                                                                  "(default: the shipped sim/engine_params.json)."),
     only: list[str] = typer.Option(None, "--only", help="Only the rows whose id matches this shell pattern "
-                                                        "(repeatable), e.g. 'blendserve-t3-*-dp1'."),
+                                                        "(repeatable), e.g. 'trtllm-*' or 'nanoflow-blendserve-t3-*-dp1'."),
     cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-model-out and "
                                                        "leave-one-hardware-out errors (refits per group)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
-    import sys
 
     from blendsim.fidelity.suite import SHIPPED_CATALOGUE, cv_summary, load_suite, predictions, summarise
     from blendsim.fidelity.suite import refit as do_refit
@@ -56,30 +56,27 @@ def fidelity_cmd(
         from blendsim.sim.io import check_output_file
 
         check_output_file(save, inputs=paths)
-    tty = sys.stderr.isatty() and not as_json
+    from blendsim.progress import Progress
 
-    def progress(i, n, rid):
-        if tty:
-            typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
+    with Progress("fidelity", unit="rows", quiet=quiet) as bar:
+        suite = load_suite(paths, params, lambda i, n, rid: bar.update(i + 1, n, rid), only)
+        if refit:
+            bar.update(bar.done, detail="refitting the parameters")
+            params = do_refit(suite)
+            if save:
+                from blendsim.fidelity.suite import check_fit_size
+                from blendsim.sim.io import atomic_path
 
-    suite = load_suite(paths, params, progress, only)
-    if tty:
-        typer.echo("", err=True)
-    if refit:
-        params = do_refit(suite)
-        if save:
-            from blendsim.fidelity.suite import check_fit_size
-            from blendsim.sim.io import atomic_path
-
-            check_fit_size(suite, f"--save {save}")
-            with atomic_path(save) as tmp:
-                tmp.write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
-            typer.echo(f"wrote {save}", err=True)
-    pred = predictions(suite, params)
-    result = summarise(suite, pred)
-    if cv:
-        result["cv"] = {"leave_one_model_out": cv_summary(suite, "model"),
-                        "leave_one_hardware_out": cv_summary(suite, "hardware")}
+                check_fit_size(suite, f"--save {save}")
+                with atomic_path(save) as tmp:
+                    tmp.write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
+                typer.echo(f"wrote {save}", err=True)
+        pred = predictions(suite, params)
+        result = summarise(suite, pred)
+        if cv:
+            bar.update(bar.done, detail="cross-validating (a refit per model and per hardware)")
+            result["cv"] = {"leave_one_model_out": cv_summary(suite, "model"),
+                            "leave_one_hardware_out": cv_summary(suite, "hardware")}
     bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
     if out:
         from blendsim.reports.fidelity import write_fidelity_report
@@ -128,43 +125,52 @@ def _pct(x) -> str:
 
 
 def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
+    """Predicted vs measured per row, then |error| by group, at the terminal's width (80 or 120 columns
+    keep every id and reason whole: a narrow terminal puts an id on its own line; a skipped row's reason
+    goes under it)."""
     from rich.console import Console
-    from rich.table import Table
 
-    con = Console(soft_wrap=True)
+    from blendsim.reports.terminal import records
+
+    width = Console().width
     byid = {r.id: r for r in suite.rows}
-    t = Table(title="predicted vs measured")
-    for c in ("id", "engine", "predicted", "measured", "error", "bound by"):
-        t.add_column(c, justify="left" if c in ("id", "engine", "bound by") else "right")
+    rows = []
     for x in res["rows"]:
         r = byid[x["id"]]
         if x["status"] == "ok":
             b = bounds[x["id"]]
             top = max(b, key=b.get)
-            t.add_row(x["id"], r.engine, f"{x['predicted']:.0f}", f"{x['measured']:.0f}", f"{100 * x['error']:+.1f}%",
-                      f"{top} {100 * b[top]:.0f}%")
+            rows.append((x["id"], [r.engine, f"{x['predicted']:,.0f}", f"{x['measured']:,.0f}",
+                                   f"{100 * x['error']:+.1f}%", f"{top} {100 * b[top]:.0f}%"], ""))
         else:
-            t.add_row(x["id"], r.engine, "skipped", f"{x['measured']:.0f}", "", x["reason"][:80])
-    con.print(t)
+            rows.append((x["id"], [r.engine, "skipped", f"{x['measured']:,.0f}", "", ""], f"skipped: {x['reason']}"))
+    cols = [("engine", "left"), ("predicted", "right"), ("measured", "right"), ("error", "right"),
+            ("bound by", "left")]
+    out = ["predicted vs measured (output tokens/s of the whole deployment)", *records(width, cols, rows, "id")]
     cvs = res.get("cv", {})
     for key, groups in res["by"].items():
-        g = Table(title=f"|error| by {key}")
-        for c in ("group", "n", "median", "p90", "LOMO median", "LOHO median"):
-            g.add_column(c, justify="left" if c == "group" else "right")
+        grows = []
         for name, s in groups.items():
             lomo = cvs.get("leave_one_model_out", {}).get("by", {}).get(key, {}).get(name, {})
             loho = cvs.get("leave_one_hardware_out", {}).get("by", {}).get(key, {}).get(name, {})
-            g.add_row(str(name)[:60], str(s["n"]), _pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
-                      _pct(lomo.get("median_abs_error")), _pct(loho.get("median_abs_error")))
-        con.print(g)
+            grows.append((str(name), [str(s["n"]), _pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
+                                      _pct(lomo.get("median_abs_error")), _pct(loho.get("median_abs_error"))], ""))
+        gcols = [("n", "right"), ("median", "right"), ("p90", "right"), ("LOMO", "right"), ("LOHO", "right")]
+        out += ["", f"|error| by {key}", *records(width, gcols, grows, key)]
+    out.append("LOMO, LOHO: median |error| when the row's model (hardware) was left out of the fit.")
     what = "in-sample (refitted here)" if refit else "with the shipped parameters"
-    con.print(f"{res['n_ok']} rows predicted, {res['n_skipped']} skipped; {what}: median |error| "
-              f"{_pct(res['median_abs_error'])}, p90 {_pct(res['p90_abs_error'])}")
+    out.append(f"{res['n_ok']} rows predicted, {res['n_skipped']} skipped; {what}: median |error| "
+               f"{_pct(res['median_abs_error'])}, p90 {_pct(res['p90_abs_error'])}")
     for k, label in (("leave_one_model_out", "leave-one-model-out"), ("leave_one_hardware_out", "leave-one-hardware-out")):
         if k in cvs:
             c = cvs[k]
-            con.print(f"{label}: median |error| {_pct(c['median_abs_error'])}, p90 {_pct(c['p90_abs_error'])} "
-                      f"({c['n']} rows)")
+            out.append(f"{label}: median |error| {_pct(c['median_abs_error'])}, p90 {_pct(c['p90_abs_error'])} "
+                       f"({c['n']} rows)")
+    import textwrap
+
+    for line in out:  # prose lines wrap on words; table lines already fit
+        typer.echo("\n".join(textwrap.wrap(line, width, break_long_words=False, break_on_hyphens=False,
+                                            subsequent_indent="  ")) if len(line) > width else line)
 
 
 def register(app: typer.Typer) -> None:

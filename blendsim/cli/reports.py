@@ -18,13 +18,18 @@ def report_cmd(
                                                                       "time is drawn (default: the middle one)."),
     steps_policies: str = typer.Option(None, "--steps-policies", help="Comma list of policies drawn per step "
                                                                       "(default: all)."),
+    steps_x: str = typer.Option("step", "--steps-x", help="x axis of the per-step plots: step (index) or time "
+                                                          "(the step's end, seconds)."),
+    mixed: bool = typer.Option(False, "--mixed", help="Rank runs priced by different engines or cost models "
+                                                      "together, naming the engine in every row (refused "
+                                                      "otherwise)."),
 ) -> None:
     """Write REPORT_DIR/index.html (self-contained: tables and plots), report.md and CSV tables.
 
     Online workloads (requests with arrival times) are compared by latency (mean, p50, p99, TTFT, TBT;
     SLO attainment and goodput when the traces have SLOs). Offline workloads are compared by
     throughput: speedup over the baseline (averaged only over the workloads each policy shares with
-    it), prefix sharing and its fraction of optimal, fraction of T_o and of the practical optimum.
+    it), prefix sharing and its fraction of optimal, fraction of T_o (each run's own lower bound) and of its blended reference (an estimate).
     Plots: latency per policy, throughput with the optimal bound, speedup heatmaps over a sweep's
     grid, prefix sharing vs optimal, per-step compute vs memory time, and predicted vs measured step
     time for validation directories. Runs whose makespan one long request dominates are flagged.
@@ -37,7 +42,12 @@ def report_cmd(
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")
     check_output_dir(out, "blendsim report directory", MARKER, inputs)
     pols = list(parse_names(steps_policies, "--steps-policies")) if steps_policies else None
-    page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols)
+    if steps_x not in ("step", "time"):
+        from blendsim.sim.errors import UserError
+
+        raise UserError(f"--steps-x must be step or time, got {steps_x!r}")
+    page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols,
+                        steps_x=steps_x, mixed=mixed)
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")
 
 

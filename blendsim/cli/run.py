@@ -27,9 +27,9 @@ def cost_cmd(
     prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="New prompt tokens in the step (one chunk)."),
     decode_seqs: int = typer.Option(0, "--decode-seqs", help="Decoding sequences in the step."),
     context: int = typer.Option(0, "--context", help="Context before each sequence's new tokens."),
-    engine: str = typer.Option("ideal", "--engine", help="Engine overhead style: ideal, vllm, vllm-v0, sglang, "
-                               "nanoflow, or your own fixed_s=A,per_seq_s=B,per_token_s=C (seconds; after "
-                               "'PRESET:' to start from a preset)."),
+    engine: str = typer.Option("ideal", "--engine", help="Engine profile NAME[@VERSION][:field=value,...]: "
+                               "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm; fields fixed_s, per_seq_s, "
+                               "per_token_s, cuda_graph_max override that profile (no NAME: from ideal)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
@@ -78,11 +78,12 @@ def simulate_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
-    engine: str = typer.Option(None, "--engine", help="Engine profile: trtllm, vllm, vllm-v0, sglang, nanoflow "
-                                                       "(its scheduler defaults, overheads, CUDA graphs and fitted "
-                                                       "kernel efficiencies; the policy keeps its ordering; explicit "
-                                                       "options win), ideal, or fixed_s=A,per_seq_s=B,per_token_s=C "
-                                                       "(default: the policy's own)."),
+    engine: str = typer.Option(None, "--engine", help="Engine profile NAME[@VERSION][:field=value,...] that "
+                                                       "prices the run: ideal, vllm, vllm-v0, sglang, nanoflow, trtllm "
+                                                       "(scheduler defaults, overheads, CUDA graphs, fitted kernel "
+                                                       "efficiencies; the policy's own settings apply on top and are "
+                                                       "printed; explicit options win). Default: ideal, for every "
+                                                       "policy, so runs compare in one report."),
     token_budget: int = typer.Option(None, "--token-budget", help="New tokens per step, chunked prefill "
                                                                   "(default: the policy's)."),
     max_seqs: int = typer.Option(None, "--max-seqs", help="Running sequences per replica, 0 = no cap "

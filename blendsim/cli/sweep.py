@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -32,11 +31,11 @@ def sweep_cmd(
     mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
     engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
                                                       "scheduler defaults, overheads, CUDA graphs, fitted kernel "
-                                                      "efficiencies; policies keep their ordering) or ideal "
-                                                      "(default: each policy's own)."),
-    engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's engine settings "
-                                                            "(token budget, block size, rounding, overhead style), "
-                                                            "so only the scheduling differs (default: each its own)."),
+                                                      "efficiencies; policies keep their ordering) or ideal: one "
+                                                      "engine for every policy (default: ideal)."),
+    engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's declared scheduler "
+                                                            "settings (token budget, block size, rounding), so only "
+                                                            "the scheduling differs (default: each its own)."),
     recipe_opt: list[str] = typer.Option(None, "--recipe-opt", help="Further recipe option key=value "
                                                                     "(e.g. source=azure; repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workloads and the policies."),
@@ -47,6 +46,16 @@ def sweep_cmd(
                                                                 "or auto; default: a local Ray for this run)."),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="Keep finished cells of an earlier run "
                                                                   "of this sweep (--no-resume starts over)."),
+    fixed_trace: bool = typer.Option(None, "--fixed-trace/--trace-per-model",
+                                     help="Synthesise each grid point once, for the first model and hardware, and "
+                                          "run that one trace everywhere, so models and hardware are compared on "
+                                          "the same job (default: on when --models or --hardware lists more than "
+                                          "one), or a trace per model and hardware that hits the grid's density "
+                                          "on each."),
+    seeds: int = typer.Option(1, "--seeds", help="Replicates per grid point (seeds --seed, --seed + 1, ...: "
+                                                 "trace and policies); the report shows a 95% confidence "
+                                                 "interval of each policy's throughput and speedup."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every policy on a density x sharing grid of synthetic workloads; write OUT/results.parquet.
 
@@ -54,6 +63,7 @@ def sweep_cmd(
     interrupted sweep resumes where it stopped. Compare the policies with `blendsim report OUT`.
     """
     from blendsim.options import parse_names, parse_opts
+    from blendsim.progress import Progress
     from blendsim.sim.errors import UserError
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import describe, failure_line, run_sweep
@@ -61,6 +71,8 @@ def sweep_cmd(
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
+    if seeds < 1:
+        raise UserError(f"--seeds must be >= 1, got {seeds}")
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {jobs}")
     spec = check_spec(SweepSpec(
@@ -69,15 +81,18 @@ def sweep_cmd(
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
         precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep))
-                   if v is not None and not (k == "ep" and v == 1)}))
+                   if v is not None and not (k == "ep" and v == 1)}, fixed_trace=fixed_trace, seeds=seeds))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)
     n = len(spec.cells())
+    if spec.fixed and len(spec.models) * len(spec.hardware) > 1:
+        typer.echo(f"sweep: one trace per grid point, synthesised for {spec.settings()['fixed_trace']} and run on "
+                   f"every model and hardware (--trace-per-model for a trace of each's own density)")
     typer.echo(f"sweep: {len(spec.workloads())} workload(s) x {len(spec.policies)} polic{'y' if len(spec.policies) == 1 else 'ies'}"
                f" = {n} cells, {spec.requests} requests each, {backend} backend, {be.capacity} in parallel")
     try:
-        with _Bar(sys.stderr.isatty()) as bar:
-            outcome = run_sweep(spec, out, be, resume=resume, progress=bar.update)
+        with Progress("sweep", unit="cells", quiet=quiet) as bar:
+            outcome = run_sweep(spec, out, be, resume=resume, progress=lambda done, total: bar.update(done, total))
     except KeyboardInterrupt:
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
@@ -96,51 +111,6 @@ def sweep_cmd(
     for line in sweep_warnings(out):
         typer.echo(f"warning: {line}", err=True)
     typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
-
-
-class _Bar:
-    """A rich progress bar of cells: done/total, cells per second, elapsed time and ETA."""
-
-    def __init__(self, show: bool):
-        self.show = show
-        self._task = None
-
-    def __enter__(self):
-        if self.show:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                ProgressColumn,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-            from rich.text import Text
-
-            class Rate(ProgressColumn):
-                def render(self, task):
-                    return Text(f"{task.speed:.2f} cells/s" if task.speed else "- cells/s")
-
-            self._bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("cells"),
-                                 Rate(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                 console=Console(stderr=True), transient=False)
-            self._bar.__enter__()
-        return self
-
-    def update(self, done: int, total: int) -> None:
-        if not self.show:
-            return
-        if self._task is None:  # cells finished by an earlier run do not count towards the rate
-            self._task = self._bar.add_task("sweep", total=total, completed=done)
-        else:
-            self._bar.update(self._task, completed=done)
-
-    def __exit__(self, *exc):
-        if self.show:
-            self._bar.__exit__(*exc)
-        return False
 
 
 __all__ = ["sweep_cmd"]

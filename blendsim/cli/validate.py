@@ -41,10 +41,10 @@ def validate_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and of every random choice."),
     out: Path = typer.Option(..., "-o", "--out", help="Validation folder to write."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of a table."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
 ) -> None:
     """Simulate TRACE, replay its schedule on the device, and write VAL_DIR/{summary.json, steps.parquet,
     ops.parquet}: predicted vs measured step times, per-operator-class and end-to-end errors."""
-    import sys
 
     from blendsim.validate import ValidateConfig, run_validation
 
@@ -54,8 +54,19 @@ def validate_cmd(
                          replicas=replicas, max_steps=max_steps, repeats=repeats, op_every=op_every, threads=threads,
                          seed=seed, token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
                          gpu_memory_utilization=gpu_mem, device_memory_bytes=int(device_memory_gb * 2**30))
-    say = (lambda text: typer.echo(text, err=True)) if sys.stderr.isatty() else None
-    summary = run_validation(trace, cfg, out, say)
+    from blendsim.progress import Progress
+
+    # a terminal sees every step's line as before; a pipe gets the latest one every 10 s
+    with Progress("validate", quiet=quiet) as bar:
+        if quiet:
+            say = None
+        elif bar.tty:
+            def say(text):
+                typer.echo(text, err=True)
+        else:
+            def say(text):
+                bar.update(0, detail=text)
+        summary = run_validation(trace, cfg, out, say)
     if as_json:
         typer.echo(json.dumps(summary, indent=2, sort_keys=True))
     else:

@@ -165,6 +165,7 @@ def _summary(trace, output: Path, what: str, extra: dict) -> None:
     import numpy as np
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     s = trace.summary()
     rows = {"requests": f"{s['requests']:,}", "input tokens (mean)": f"{s['input_tokens']:,} ({s['mean_input_len']:.1f})",
@@ -181,10 +182,18 @@ def _summary(trace, output: Path, what: str, extra: dict) -> None:
         if k in measured:
             rows[f"measured {k}"] = f"{measured[k]:.4f}"
     rows.update({k: str(v) for k, v in extra.items()})
-    tab = Table(title=f"{what} -> {output}")
-    tab.add_column("statistic")
+    from blendsim.reports.terminal import path_lines
+
+    c = Console()
+    # each path on lines of its own, broken after a "/" (a title would centre and cut them mid-word)
+    head, _, src = what.partition(" ")
+    lines = [head, *path_lines(src, c.width)] if head == "loaded" else [what]
+    for line in [*lines, "->", *path_lines(output, c.width)]:
+        c.print(Text(line), soft_wrap=True)
+    tab = Table()
+    tab.add_column("statistic", no_wrap=True)
     tab.add_column("value", justify="right")
     for k, v in rows.items():
         tab.add_row(k, v)
-    Console().print(tab)
+    c.print(tab)
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from blendsim.sim.cost import _Feat, combine_times
+from blendsim.sim.batch import FEATURE_FIELDS as FIELDS
+from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.cost import PARTS, combine_times, price_parts
 from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
 from blendsim.sim.engines import graph_pad
-from blendsim.sim.ops import OPS, Shapes, op_counts
-
-from .runner import FIELDS
+from blendsim.sim.ops import Shapes, op_counts
 
 
 class RowPricer:
@@ -39,7 +39,7 @@ class RowPricer:
             if compress:
                 w, f = _compress(w, f)
             tok0 = f.pop("tokens0")
-            feat = _Feat(**f)
+            feat = BatchFeatures(**f)
             counts = op_counts(shapes, feat)
             self.parts.append((w, feat, counts, tok0))
 
@@ -51,23 +51,14 @@ class RowPricer:
 
     def components(self, params: dict) -> list[dict]:
         """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
-        prof = self.profile
-        fitted = params.get("engine", {}).get(prof.name, {})
-        fixed = fitted.get("fixed_s", prof.fixed_s)
-        per_seq = fitted.get("per_seq_s", prof.per_seq_s)
-        per_tok = fitted.get("per_token_s", prof.per_token_s)
+        prof = self.profile.with_params(params.get("engine", {}).get(self.profile.name, {}))
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
         timer = EfficiencyTimer(self.dep, eff)
         out = []
         for w, f, counts, tok0 in self.parts:
-            acc = {"compute": 0.0, "memory": 0.0, "other": 0.0, "comm": 0.0}
-            for op, (flops, nbytes, kernels) in counts.items():
-                cls, _scope = OPS[op]
-                t = timer.op_time(op, flops, nbytes, kernels, f)
-                acc[cls] = acc[cls] + t * self.shapes.layers_of(op)
-            seqs = f.num_prefill_seqs + f.num_decode
-            ovh = fixed + per_seq * seqs + per_tok * tok0
-            out.append({"weight": w, **{k: np.asarray(v, dtype=float) + 0 * w for k, v in acc.items()},
+            acc = price_parts(timer, self.shapes, f, counts)
+            ovh = prof.overhead(f.num_prefill_seqs + f.num_decode, tok0)
+            out.append({"weight": w, **{k: np.asarray(acc[k], dtype=float) + 0 * w for k in PARTS},
                         "overhead": ovh + 0 * w})
         return out
 

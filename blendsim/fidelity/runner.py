@@ -4,7 +4,7 @@ Offline rows release every request at t=0. With a scheduler that does not read t
 model (the engines' own FCFS schedulers), which Batch runs at each step depends only on the queue and
 KV state, not on how long steps take -- so a row's schedule is simulated once and its makespan under
 parameters theta is ``max over replicas of sum(step_time(features; theta))``, vectorised (tested in
-tests/test_fidelity.py). Policies whose plan reads the cost model (``COST_AWARE``) are re-simulated
+tests/test_fidelity.py). Policies whose plan reads the cost model (``Policy.reads_cost_model``: :func:`reads_cost_model`) are re-simulated
 with the final parameters.
 
 Runs of pure-decode steps (the engine's fast-forward) are kept as up to ``GROUPS`` weighted groups
@@ -17,12 +17,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from blendsim.sim.batch import FEATURE_FIELDS, prefill_sums
 from blendsim.sim.errors import UserError
 
-COST_AWARE = ("blendserve", "accelgen", "e2")
+
+def reads_cost_model(policy: str) -> bool:
+    """Whether ``policy``'s plan reads step prices (its class says so): its schedule then depends on the
+    parameters and is re-simulated with the final ones."""
+    from blendsim.policies.base import resolve_policy
+
+    return bool(resolve_policy(policy or "fcfs").cls.reads_cost_model)
+
 GROUPS = 8
-FIELDS = ("num_tokens", "num_prefill_tokens", "num_prefill_seqs", "attn_pairs", "prefill_kv_tokens", "num_decode",
-          "decode_ctx_sum", "num_logits")
+FIELDS = FEATURE_FIELDS  # a recorded step: BatchFeatures' fields, in order
 
 
 class Skip(Exception):
@@ -38,11 +45,7 @@ class _Recorder:
         self.last = (0.0, 0.0)
 
     def run(self, b) -> float:
-        tp = pairs = pkv = 0
-        for _, n, c, _ in b.prefill:
-            tp += n
-            pairs += n * c + n * (n + 1) // 2
-            pkv += c + n
+        tp, pairs, pkv = prefill_sums(b.prefill)
         D = b.num_decode
         self.rows.append((1.0, tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits))
         t, comp, mem = self.cm.step(tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits,
@@ -105,7 +108,7 @@ def apply_precision(spec, hw, weights: str, kv_dtype: str):
 def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     """Simulate ``row`` on ``trace`` under its engine profile and record every step's features."""
     from blendsim.runner import RunConfig, prepare_run
-    from blendsim.sim.efficiency import profile_cost_model
+    from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.engine import Cluster, Replica
     from blendsim.sim.engines import get_profile, trtllm_bench_settings
     from blendsim.sim.kv import KVCache
@@ -126,7 +129,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
                     replicas=row.replicas, mode=prof.mode, engine=row.engine, offline=True, **limits)
     run = prepare_run(trace, cfg, deployment=dep,
-                      cost_model=lambda d: profile_cost_model(d, prof.mode, prof.name, params=params))
+                      cost_model=lambda d: build_cost_model(d, prof.mode, prof, params=params))
     rec = RequestRecords(run.trace.n)
     P, Dl = run.trace.input_len.tolist(), run.trace.output_len.tolist()
     hints = run.trace.output_len_hint.tolist()
@@ -149,4 +152,4 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
                        float(makespan), cfg.policy)
 
 
-__all__ = ["COST_AWARE", "FIELDS", "RowSchedule", "Skip", "apply_precision", "deployment_for", "simulate_row"]
+__all__ = ["reads_cost_model", "FIELDS", "RowSchedule", "Skip", "apply_precision", "deployment_for", "simulate_row"]

@@ -13,7 +13,7 @@ from blendsim.sim.errors import UserError
 from .catalogue import Row, build_workload, read_catalogue
 from .fit import cross_validate, fit, predict
 from .price import RowPricer
-from .runner import COST_AWARE, Skip, simulate_row
+from .runner import Skip, reads_cost_model, simulate_row
 
 SHIPPED_CATALOGUE = Path(__file__).with_name("catalogue.csv")
 GROUP_KEYS = ("source", "engine", "model", "hardware")
@@ -98,7 +98,7 @@ def predictions(suite: Suite, params: dict) -> dict:
     """``{row id: predicted}``; rows whose policy reads the cost model are re-simulated under ``params``."""
     out = {}
     for row, pr in suite.ok:
-        if (row.policy or "fcfs") in COST_AWARE and _key(pr, params) != pr.sim_key:
+        if reads_cost_model(row.policy) and _key(pr, params) != pr.sim_key:
             pr = prepare_row(row, params)
             suite.pricers[row.id] = pr
         out[row.id] = predict(row, pr, params)

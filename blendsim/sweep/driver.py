@@ -53,9 +53,11 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, backend, resume: bool = Tr
     cells = spec.cells()
     todo = [c for c in cells if not store.cell_done(d, c)]
     out = SweepOutcome(d, len(cells), len(cells) - len(todo), 0)
-    by_workload: dict = {}
+    by_workload: dict = {}  # one synthesis per trace file (with --fixed-trace, workloads share one)
+    first: dict = {}
     for c in todo:
-        by_workload.setdefault(c.workload, []).append(c)
+        w = first.setdefault(c.workload.trace_relpath(), c.workload)
+        by_workload.setdefault(w, []).append(c)
     ready: deque = deque()  # (cell, trace argument)
     to_synth: deque = deque()
     for w, cs in by_workload.items():

@@ -82,17 +82,31 @@ class Workload:
     model: str  # model argument as given (preset name or config.json path)
     model_name: str  # resolved model name (the ModelSpec's)
     hardware: str  # hardware preset
+    # --fixed-trace: the model and hardware the trace is synthesised for (every model runs that one trace);
+    # empty: this workload's own
+    trace_model: str = ""
+    trace_model_name: str = ""
+    trace_hardware: str = ""
+    seed: int = -1  # --seeds: this replicate's seed (trace and policies); -1: the sweep's --seed
+
+    @property
+    def synth_model(self) -> str:
+        return self.trace_model or self.model
+
+    @property
+    def synth_hardware(self) -> str:
+        return self.trace_hardware or self.hardware
 
     @property
     def name(self) -> str:
-        return workload_name(self.density, self.sharing)
+        return workload_name(self.density, self.sharing) + (f"-seed{self.seed}" if self.seed >= 0 else "")
 
     @property
     def key(self) -> tuple:
-        return (self.model_name, self.hardware, self.density, self.sharing)
+        return (self.model_name, self.hardware, self.density, self.sharing, self.seed)
 
     def trace_relpath(self) -> str:
-        return f"traces/{slug(self.model_name)}/{slug(self.hardware)}/{self.name}.parquet"
+        return f"traces/{slug(self.trace_model_name or self.model_name)}/{slug(self.synth_hardware)}/{self.name}.parquet"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +128,9 @@ class Cell:
         """The cell's identity columns in results.parquet (also its cell.json)."""
         w = self.workload
         return {"workload": w.name, "model": w.model_name, "hardware": w.hardware, "grid_density": w.density,
-                "grid_sharing": w.sharing, "policy": self.policy, "run_dir": self.run_relpath()}
+                "grid_sharing": w.sharing, "policy": self.policy, "run_dir": self.run_relpath(),
+                "trace_for": f"{w.trace_model_name or w.model_name}/{w.synth_hardware}",
+                **({"grid_point": workload_name(w.density, w.sharing), "grid_seed": w.seed} if w.seed >= 0 else {})}
 
 
 @dataclass(frozen=True)
@@ -129,12 +145,21 @@ class SweepSpec:
     hardware: tuple[str, ...]
     requests: int
     mode: str = "sequential"
-    engine: str | None = None  # None: each policy's own engine-overhead style
+    engine: str | None = None  # the one engine every cell is priced on (None: sim.engines.DEFAULT_ENGINE)
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
     precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
+    # one trace for every model and hardware, synthesised for the first of each (None: so when there are
+    # several models or hardware, else each workload its own)
+    fixed_trace: bool | None = None
+    seeds: int = 1  # replicates per grid point, seeds seed, seed + 1, ... (trace and policies)
+
+    @property
+    def fixed(self) -> bool:
+        return bool(self.fixed_trace) if self.fixed_trace is not None else (
+            len(self.models) > 1 or len(self.hardware) > 1)
 
     def settings(self) -> dict:
         """The settings that define every cell besides its grid point, policy, model and hardware."""
@@ -142,25 +167,32 @@ class SweepSpec:
                "engine_of": self.engine_of, "seed": self.seed, "recipe_options": dict(sorted(self.recipe_options.items()))}
         if self.precision:  # only when given, so sweeps made before these options still resume
             out["precision"] = dict(sorted(self.precision.items()))
+        if self.seeds > 1:  # likewise
+            out["seeds"] = self.seeds
+        if self.fixed:  # likewise: only when on
+            out["fixed_trace"] = f"{self.model_names.get(self.models[0], self.models[0])}/{self.hardware[0]}"
         return out
 
     def run_settings(self) -> dict:
         """RunConfig fields every cell shares: mode, engine and, with ``engine_of``, that policy's
-        engine settings (token budget, block size, ...) and engine-overhead style."""
-        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}
+        declared scheduler settings (token budget, block size, ...)."""
+        out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision}  # cells: their own seed
         if self.engine_of:
             from blendsim.policies.base import get_policy
             from blendsim.runner import ENGINE_FIELDS
 
             pol = get_policy(self.engine_of)
             out.update({k: v for k, v in pol.engine_defaults.items() if k in ENGINE_FIELDS})
-            out["engine"] = self.engine or pol.default_engine
         return out
 
     def workloads(self) -> list[Workload]:
         """Every workload, in a fixed order (model, hardware, density, sharing)."""
-        return [Workload(d, s, m, self.model_names.get(m, m), h)
-                for m in self.models for h in self.hardware for d in self.densities for s in self.sharing]
+        ref = (self.models[0], self.model_names.get(self.models[0], self.models[0]), self.hardware[0]) if self.fixed \
+            else ("", "", "")
+        seeds = [self.seed + i for i in range(self.seeds)] if self.seeds > 1 else [-1]
+        return [Workload(d, s, m, self.model_names.get(m, m), h, *ref, seed=k)
+                for m in self.models for h in self.hardware for d in self.densities for s in self.sharing
+                for k in seeds]
 
     def cells(self) -> list[Cell]:
         """Every cell, grouped by workload; policies in the order given."""
@@ -172,8 +204,8 @@ class SweepSpec:
 
         names = {f.name for f in dataclasses.fields(get_recipe(self.recipe).options)}
         kw = {"density": w.density, "sharing": w.sharing}
-        for k, v in (("requests", self.requests), ("model", w.model), ("hardware", w.hardware),
-                     ("seed", self.seed)):
+        for k, v in (("requests", self.requests), ("model", w.synth_model), ("hardware", w.synth_hardware),
+                     ("seed", w.seed if w.seed >= 0 else self.seed)):
             if k in names:
                 kw[k] = v
         kw.update(self.recipe_options)

@@ -20,7 +20,8 @@ SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--re
 def check_spec(spec: SweepSpec) -> SweepSpec:
     """``spec`` validated, with recipe options coerced to their types and model names resolved."""
     from blendsim.policies.base import get_policy
-    from blendsim.sim.cost import MODES, get_engine
+    from blendsim.sim.cost import MODES
+    from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
     from blendsim.workloads.recipes import get_recipe
@@ -52,10 +53,8 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         get_hardware(h)
     if spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
-    from blendsim.sim.engines import is_profile
-
-    if spec.engine is not None and not is_profile(spec.engine):  # a profile (sim.engines) or an overhead style
-        get_engine(spec.engine)
+    if spec.engine is not None:
+        get_profile(spec.engine)  # an engine key (sim.engines): one clear line if unknown
     if spec.seed < 0:
         raise UserError(f"--seed must be >= 0, got {spec.seed}")
     if spec.requests < 1:

@@ -93,7 +93,8 @@ def _cell(spec, cell, trace, sweep_dir):
             trace = path
         t = read_trace(trace)
         w = cell.workload
-        cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware, **spec.run_settings())
+        cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware,
+                        **{**spec.run_settings(), **({"seed": w.seed} if w.seed >= 0 else {})})
         result = run_simulation(t, cfg)
         if sweep_dir is None:
             run = write_run(result, Path(tmp) / "run")

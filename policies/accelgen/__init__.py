@@ -80,6 +80,8 @@ from blendsim.policies.accelgen.queue import SlackQueue
 from blendsim.policies.accelgen.scheduler import AccelGenScheduler, Params
 from blendsim.policies.accelgen.slack import SloBook
 from blendsim.policies.base import Policy, register
+from blendsim.policies.option import EXT, OURS, Option
+from blendsim.sim.engines import PROFILES
 from blendsim.sim.errors import UserError
 
 _CHOICES = {"era": ("prefill", "request", "off"), "budget_model": ("eq4", "eq6", "cost"),
@@ -92,31 +94,31 @@ _INTS = ("long_prompt", "max_window", "tmax_window", "preempt_limit")
 class AccelGen(Policy):
     description = ("AccelGen: Eq. 6 SLO budgets in Eq. 4 operations, T_r order, ERA, dynamic chunks, "
                    "Euclidean compute/KV batching")
-    default_engine = "vllm"
-    engine_defaults = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "prefix_caching": True,
-                       "mix": "decode-first", "admission": "greedy"}
+    paper = 'AccelGen (2025)'
+    engine_defaults = dict(PROFILES["vllm"].scheduler)  # AccelGen is built on vLLM's scheduler
+    reads_cost_model = True
     options = {
-        "pivot_tol": (0.01, "pivot forward size: throughput within this fraction of the best"),
-        "default_tbt": (0.1875, "TBT SLO (s) of online requests that give none (the paper's reading speed)"),
-        "gamma": (0.75, "Alg. 2 window: candidates with T_r within T_r^1 + gamma seconds"),
-        "urgent_factor": (1.0, "urgent when T_r < urgent_factor x T_max"),
-        "long_prompt": (4096, "prompts of at least this many tokens are long (ERA)"),
-        "era": ("prefill", "exclusive request allocation: prefill | request | off"),
-        "era_urgent": (True, "ERA also holds back urgent long prompts (false: urgent ones are exempt)"),
-        "max_window": (64, "most candidates Alg. 2 and the fill look at per step"),
-        "tmax_window": (64, "steps over which T_max is the largest step time"),
-        "lc_alpha": (0.125, "weight of each new cut chunk in the average chunk length L_c"),
-        "jct_budget": (False, "JCT requests also bound S_b by SLO_JCT / iterations"),
-        "jct_output": ("hint", "S_g for JCT conversion: hint (else replica mean) | oracle"),
-        "budget_model": ("eq4", "token budget: eq4 (Eq. 6's S_b in Eq. 4 operations, each chunk's context "
-                                "priced) | eq6 (S_b tokens) | cost (cost-model step time fits SLO_min)"),
-        "distance": ("tokens", "Alg. 2 distance: tokens (paper) | normalized"),
-        "best_effort_slack": (math.inf, "requests without SLOs: deadline arrival + this (inf: lowest tier)"),
-        "urgent_preempt": (True, "urgent requests preempt running ones with a larger T_r (Alg. 1)"),
-        "order": ("slack", "queue order: slack (T_r, sec. 4.3) | fcfs (the paper's /Order ablation)"),
-        "select": ("euclid", "batching: euclid (Alg. 2) | order (queue order, the paper's /Batch ablation)"),
-        "preempt_limit": (4, "a request preempted this often is no longer preempted for compute or for an "
-                             "urgent request (memory preemptions go on)"),
+        "pivot_tol": Option(0.01, "pivot forward size: throughput within this fraction of the best", source=OURS),
+        "default_tbt": Option(0.1875, "TBT SLO (s) of online requests that give none (the paper's reading speed)", source='paper (reading speed)'),
+        "gamma": Option(0.75, "Alg. 2 window: candidates with T_r within T_r^1 + gamma seconds", source="paper sec. 6.1 (Alg. 2's window)"),
+        "urgent_factor": Option(1.0, "urgent when T_r < urgent_factor x T_max", source='paper Alg. 1'),
+        "long_prompt": Option(4096, "prompts of at least this many tokens are long (ERA)", source=OURS),
+        "era": Option("prefill", "exclusive request allocation: prefill | request | off", source='paper sec. 4.2 (ERA); ending it with the prefill is ours'),
+        "era_urgent": Option(True, "ERA also holds back urgent long prompts (false: urgent ones are exempt)", source='paper sec. 4.2 (no exception stated)'),
+        "max_window": Option(64, "most candidates Alg. 2 and the fill look at per step", source=OURS),
+        "tmax_window": Option(64, "steps over which T_max is the largest step time", source=OURS),
+        "lc_alpha": Option(0.125, "weight of each new cut chunk in the average chunk length L_c", source=OURS),
+        "jct_budget": Option(False, "JCT requests also bound S_b by SLO_JCT / iterations", source=EXT),
+        "jct_output": Option("hint", "S_g for JCT conversion: hint (else replica mean) | oracle", source='paper (output hint)'),
+        "budget_model": Option("eq4", "token budget: eq4 (Eq. 6's S_b in Eq. 4 operations, each chunk's context "
+                                "priced) | eq6 (S_b tokens) | cost (cost-model step time fits SLO_min)", source='paper sec. 4.2, Eq. 4 + Eq. 6 (eq4); cost is an extension'),
+        "distance": Option("tokens", "Alg. 2 distance: tokens (paper) | normalized", source='paper Alg. 2 (tokens)'),
+        "best_effort_slack": Option(math.inf, "requests without SLOs: deadline arrival + this (inf: lowest tier)", source=OURS),
+        "urgent_preempt": Option(True, "urgent requests preempt running ones with a larger T_r (Alg. 1)", source='paper Alg. 1'),
+        "order": Option("slack", "queue order: slack (T_r, sec. 4.3) | fcfs (the paper's /Order ablation)", source='paper sec. 4.3 (slack); fcfs = sec. 6.3 /Order ablation'),
+        "select": Option("euclid", "batching: euclid (Alg. 2) | order (queue order, the paper's /Batch ablation)", source='paper sec. 4.4, Alg. 2 (euclid); order = sec. 6.3 /Batch'),
+        "preempt_limit": Option(4, "a request preempted this often is no longer preempted for compute or for an "
+                             "urgent request (memory preemptions go on)", source='extension (progress guarantee, not in the paper; issue 14)'),
     }
 
     def prepare(self) -> None:

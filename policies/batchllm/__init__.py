@@ -57,7 +57,7 @@ import numpy as np
 from blendsim.policies.base import Policy, Router, register
 from blendsim.policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
 from blendsim.policies.batchllm.scheduler import BatchLLMScheduler
-from blendsim.sim.errors import UserError
+from blendsim.policies.option import Option
 
 ORDERS = ("r_group", "r_group_hint", "tree")
 BATCHING = ("memory", "count")
@@ -83,26 +83,19 @@ class Plan:
 @register("batchllm")
 class BatchLLM(Policy):
     description = "BatchLLM: enlarged first-level prefix groups, R_group order, KV-threshold batching"
-    default_engine = "vllm"
+    paper = 'BatchLLM (Zheng et al., 2024)'
+    needs_prefix_caching = True
     engine_defaults = {"token_budget": 2048, "max_seqs": 0, "block_size": 16, "prefix_caching": True,
                        "mix": "decode-first", "admission": "greedy"}
     options = {
-        "order": ("r_group", "r_group (Eq. 4), r_group_hint (Eq. 3 with output hints) or tree (fork)"),
-        "batching": ("memory", "memory (Alg. 2: KV threshold, no request cap) or count (fork: 356 requests)"),
-        "kv_threshold": (0.9, "M_threshold of Alg. 2 as a fraction of the KV blocks (paper gives none)"),
-        "share": ("group", "group (reuse only the group's common prefix) or cache (reuse any cached block)"),
-        "enlarge": (True, "enlarge the first-level prefixes with Alg. 1's dynamic programming"),
-        "shared_attention": (True, "sec. 4.4's prefix-shared attention kernel: decodes read each group's "
-                                   "prefix KV once (False: scheduling only)"),
+        "order": Option("r_group", "r_group (Eq. 4), r_group_hint (Eq. 3 with output hints) or tree (fork)", source='paper Eq. 4 (r_group); tree = public code', choices=ORDERS),
+        "batching": Option("memory", "memory (Alg. 2: KV threshold, no request cap) or count (fork: 356 requests)", source='paper Alg. 2 (memory); count = public code', choices=BATCHING),
+        "kv_threshold": Option(0.9, "M_threshold of Alg. 2 as a fraction of the KV blocks (paper gives none)", source='ours (paper Alg. 2 gives no value)', lo=1e-9, hi=1.0),
+        "share": Option("group", "group (reuse only the group's common prefix) or cache (reuse any cached block)", source='paper sec. 4.3 (group); cache = public code', choices=SHARE),
+        "enlarge": Option(True, "enlarge the first-level prefixes with Alg. 1's dynamic programming", source='paper Alg. 1'),
+        "shared_attention": Option(True, "sec. 4.4's prefix-shared attention kernel: decodes read each group's "
+                                   "prefix KV once (False: scheduling only)", source='paper sec. 4.4'),
     }
-
-    def __init__(self, ctx):
-        super().__init__(ctx)
-        for key, allowed in (("order", ORDERS), ("batching", BATCHING), ("share", SHARE)):
-            if self.opt[key] not in allowed:
-                raise UserError(f"option {key}: choose one of {', '.join(allowed)}, got {self.opt[key]!r}")
-        if not 0 < self.opt["kv_threshold"] <= 1:
-            raise UserError(f"option kv_threshold: must be in (0, 1], got {self.opt['kv_threshold']}")
 
     # ---- offline ------------------------------------------------------------------------------
     def prepare(self) -> None:

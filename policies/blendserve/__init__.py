@@ -28,7 +28,7 @@ Choices the paper leaves open (each is also noted where it is made):
   multiples of 128 tokens and a dense token budget of 1,024 (NanoFlow's dense batch for 8B models,
   also the largest batch of BlendServe's Table 1); token-granular prefix cache (block_size 1), as the
   SGLang radix tree BlendServe's runtime cache is built on. Pass --token-budget 2048 for 70B (TP8).
-  Engine-overhead style stays ``ideal``: compare policies with the same explicit ``--engine``.
+  Pricing is the engine's (``--engine``, default ``ideal``), the same for every policy compared.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from blendsim.policies.base import Policy, Router, register, register_router
 from blendsim.policies.blendserve.plan import Plan, build_plan
 from blendsim.policies.blendserve.scanner import DualScanScheduler
 from blendsim.policies.blendserve.split import SPLIT_MODES
-from blendsim.sim.errors import UserError
+from blendsim.policies.option import EXT, OURS, Option
 
 WARMUP_MODES = ("barrier", "none")
 
@@ -61,62 +61,41 @@ class PartitionRouter(Router):
 @register("blendserve")
 class BlendServe(Policy):
     description = "BlendServe: density-sorted prefix tree, dual scanner blending compute/memory-bound requests"
-    default_engine = "ideal"
+    paper = "BlendServe (ASPLOS'26)"
+    needs_prefix_caching = True
+    reads_cost_model = True
     engine_defaults = {"token_budget": 1024, "round_tokens": 128, "block_size": 1}
     router = "blendserve-dp"
     options = {
-        "sample": (0.01, "fraction of requests sampled for their output length (sec. 5.1)"),
-        "warmup": ("barrier", "barrier: sampled requests run first and the scan waits for them; none: they "
-                              "stay in the scan with their known lengths"),
-        "default_output": (256.0, "output-length estimate when nothing is sampled or hinted"),
-        "keep_sharing": (0.99, "splits may cost at most (1 - this) of the trace's shared prompt tokens"),
-        "split": ("subtree", "unit a split moves under the root: subtree (the highest node whose requests are all "
-                             "outliers, its shared prefix paid once; Alg. 2) or leaf (outlier requests one by one)"),
-        "split_threshold": (-1.0, "t: most recomputed tokens one split may cost; -1 = the whole budget"),
-        "split_divide": (False, "Alg. 2 literally: divide t by the fan-out at every level"),
-        "max_rounds": (64, "cap on sort -> split -> resort rounds (C1/C2 normally stop it first)"),
-        "merge_cap": (1.0, "merged scan units hold about this many KV caches of requests (p + d/2 each)"),
-        "fill": ("both", "after Alg. 3's per-side prompt rates, the rest of a step goes to sides with room in "
-                         "their share: both, left (the right side keeps Alg. 3's pace) or none"),
-        "relocate": (2.0, "online adjustment: a left request that has generated more than this many times "
-                          "its estimate (severely underestimated) moves to M_R; 0 = never"),
-        "footprint": ("mean", "how a running request is booked against its share: mean (p + d_est/2, Alg. 3) or "
-                              "peak (p + d_est)"),
-        "guard": ("fluid", "KV guard inside the shares: fluid (peak of the expected KV over the newcomer's life, "
-                           "finishes included), horizon (the engine's reserve rule over its life) or none"),
-        "balance": (0.0, "extension: while memory-intensive requests wait, cap a step's prompt tokens so its "
-                         "compute time stays within this many times its memory time; 0 = off"),
-        "mem_cap": ("balanced", "M of Alg. 3's partition: balanced (the KV cache, capped at what a full token-budget "
-                                "step can read within its compute time; an extension) or kv (the whole cache)"),
-        "degenerate": ("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
-                               "side nearer the target) or even (M split in half, both scanners keep moving)"),
+        "sample": Option(0.01, "fraction of requests sampled for their output length (sec. 5.1)", source='paper sec. 5.1', lo=0.0, hi=1.0),
+        "warmup": Option("barrier", "barrier: sampled requests run first and the scan waits for them; none: they "
+                              "stay in the scan with their known lengths", source='paper sec. 5.1 (barrier); none is ours', choices=WARMUP_MODES),
+        "default_output": Option(256.0, "output-length estimate when nothing is sampled or hinted", source=OURS, lo=1.0),
+        "keep_sharing": Option(0.99, "splits may cost at most (1 - this) of the trace's shared prompt tokens", source='paper sec. 5.2 (keep 99% of sharing)', lo=0.0, hi=1.0),
+        "split": Option("subtree", "unit a split moves under the root: subtree (the highest node whose requests are all "
+                             "outliers, its shared prefix paid once; Alg. 2) or leaf (outlier requests one by one)", source='paper Alg. 2 (subtree); leaf is ours', choices=SPLIT_MODES),
+        "split_threshold": Option(-1.0, "t: most recomputed tokens one split may cost; -1 = the whole budget", source=OURS),
+        "split_divide": Option(False, "Alg. 2 literally: divide t by the fan-out at every level", source='paper Alg. 2, literal reading (off: ours)'),
+        "max_rounds": Option(64, "cap on sort -> split -> resort rounds (C1/C2 normally stop it first)", source=OURS, lo=0),
+        "merge_cap": Option(1.0, "merged scan units hold about this many KV caches of requests (p + d/2 each)", source=OURS, lo=1e-9),
+        "fill": Option("both", "after Alg. 3's per-side prompt rates, the rest of a step goes to sides with room in "
+                         "their share: both, left (the right side keeps Alg. 3's pace) or none", source=OURS, choices=("both", "left", "none")),
+        "relocate": Option(2.0, "online adjustment: a left request that has generated more than this many times "
+                          "its estimate (severely underestimated) moves to M_R; 0 = never", source="paper sec. 5.4 ('severely'); factor ours"),
+        "footprint": Option("mean", "how a running request is booked against its share: mean (p + d_est/2, Alg. 3) or "
+                              "peak (p + d_est)", source='paper Alg. 3 (mean)', choices=("peak", "mean")),
+        "guard": Option("fluid", "KV guard inside the shares: fluid (peak of the expected KV over the newcomer's life, "
+                           "finishes included), horizon (the engine's reserve rule over its life) or none", source=OURS, choices=("fluid", "horizon", "none")),
+        "balance": Option(0.0, "extension: while memory-intensive requests wait, cap a step's prompt tokens so its "
+                         "compute time stays within this many times its memory time; 0 = off", source=EXT, lo=0.0),
+        "mem_cap": Option("balanced", "M of Alg. 3's partition: balanced (the KV cache, capped at what a full token-budget "
+                                "step can read within its compute time; an extension) or kv (the whole cache)", source=EXT + '; kv = paper Alg. 3', choices=("balanced", "kv")),
+        "degenerate": Option("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
+                               "side nearer the target) or even (M split in half, both scanners keep moving)", source=OURS, choices=("even", "clip")),
     }
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        o = self.opt
-        if o["warmup"] not in WARMUP_MODES:
-            raise UserError(f"option warmup: choose one of {', '.join(WARMUP_MODES)}, got {o['warmup']!r}")
-        if not 0 <= o["sample"] <= 1:
-            raise UserError(f"option sample: must be in [0, 1], got {o['sample']}")
-        if not 0 <= o["keep_sharing"] <= 1:
-            raise UserError(f"option keep_sharing: must be in [0, 1], got {o['keep_sharing']}")
-        if o["split"] not in SPLIT_MODES:
-            raise UserError(f"option split: choose one of {', '.join(SPLIT_MODES)}, got {o['split']!r}")
-        if o["fill"] not in ("both", "left", "none"):
-            raise UserError(f"option fill: choose both, left or none, got {o['fill']!r}")
-        if o["guard"] not in ("fluid", "horizon", "none"):
-            raise UserError(f"option guard: choose fluid, horizon or none, got {o['guard']!r}")
-        if o["degenerate"] not in ("even", "clip"):
-            raise UserError(f"option degenerate: choose even or clip, got {o['degenerate']!r}")
-        if o["footprint"] not in ("peak", "mean"):
-            raise UserError(f"option footprint: choose peak or mean, got {o['footprint']!r}")
-        if o["mem_cap"] not in ("balanced", "kv"):
-            raise UserError(f"option mem_cap: choose balanced or kv, got {o['mem_cap']!r}")
-        if o["balance"] < 0:
-            raise UserError(f"option balance: must be >= 0, got {o['balance']}")
-        if o["merge_cap"] <= 0 or o["max_rounds"] < 0 or o["default_output"] < 1:
-            raise UserError("options merge_cap > 0, max_rounds >= 0 and default_output >= 1 are required")
         self.plan: Plan | None = None
         self.schedulers: list = []
 

@@ -62,7 +62,9 @@ from blendsim.policies.e2.router import OPTIONS, E2Router
 @register("e2")
 class E2(Policy):
     description = "Preble E2: prompt-aware exploit/explore routing + priority-group local scheduler"
-    default_engine = "sglang"
+    paper = "Preble (ICLR'25), E2 scheduler"
+    needs_prefix_caching = True
+    reads_cost_model = True
     engine_defaults = {"token_budget": 512, "block_size": 1, "prefix_caching": True, "mix": "decode-first"}
     options = OPTIONS
     scheduler_cls = E2Scheduler

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from blendsim.policies.base import Router, _coerce, register_router
+from blendsim.policies.base import Router, register_router
 from blendsim.policies.e2.balance import Balancer, OverloadDetector
 from blendsim.policies.e2.codeload import CodeLoad
 from blendsim.policies.e2.evict import lru_victims
@@ -29,34 +29,35 @@ from blendsim.policies.e2.load import OutputStats, PaperLoad
 from blendsim.policies.e2.local import ADMIT, EVICT, FINISH
 from blendsim.policies.e2.timing import TimeModel
 from blendsim.policies.e2.tree import GlobalTree
+from blendsim.policies.option import Option
 from blendsim.sim.errors import UserError
 
 HIT_WINDOW_S = 30.0  # prefill/decode balancing's hit-ratio window (Preble's code)
 
 OPTIONS = {
-    "window_s": (180.0, "history window H in seconds (paper: 3 minutes)"),
-    "cost": ("lmp", "load cost terms: lmp = L + M + P (paper, Alg. 2); lm = L + M (Preble's code)"),
-    "load": ("paper", "L: paper = per-request PT(missed) + DT(mean output) over H; code = per key node "
-                      "miss x count x PT(node) / routed replicas + outstanding x output x TPOT"),
-    "eviction_cost": (True, "include M, the cost of what the replica's LRU would evict"),
-    "pd_balance": (True, "explored requests go to a decode-heavy replica (hit ratio >= pd_threshold)"),
-    "pd_threshold": (0.7, "30 s prefix-hit ratio above which a replica counts as decode-heavy"),
-    "rebalance": (True, "post-assignment load adjustment: rebalancing key nodes from the heaviest replica "
-                        "(false also turns autoscaling off)"),
-    "th_bal": (1.5, "rebalance when the heaviest load >= th_bal x the lightest"),
-    "autoscale": ("paper", "replicate an overloaded prefix on the lightest replica: paper = the prefix of "
+    "window_s": Option(180.0, "history window H in seconds (paper: 3 minutes)", source='paper (3-minute window)'),
+    "cost": Option("lmp", "load cost terms: lmp = L + M + P (paper, Alg. 2); lm = L + M (Preble's code)", source='paper Alg. 2 (lmp); lm = Preble code'),
+    "load": Option("paper", "L: paper = per-request PT(missed) + DT(mean output) over H; code = per key node "
+                      "miss x count x PT(node) / routed replicas + outstanding x output x TPOT", source='paper; code = Preble code'),
+    "eviction_cost": Option(True, "include M, the cost of what the replica's LRU would evict", source='paper (M term)'),
+    "pd_balance": Option(True, "explored requests go to a decode-heavy replica (hit ratio >= pd_threshold)", source='paper and Preble code'),
+    "pd_threshold": Option(0.7, "30 s prefix-hit ratio above which a replica counts as decode-heavy", source='Preble code (paper gives none)'),
+    "rebalance": Option(True, "post-assignment load adjustment: rebalancing key nodes from the heaviest replica "
+                        "(false also turns autoscaling off)", source='paper and Preble code'),
+    "th_bal": Option(1.5, "rebalance when the heaviest load >= th_bal x the lightest", source='Preble code (paper gives none)'),
+    "autoscale": Option("paper", "replicate an overloaded prefix on the lightest replica: paper = the prefix of "
                            "each assigned request when overloaded; code = only inside rebalancing, for a "
-                           "heavy replica with one movable node; off"),
-    "overload_signal": ("queue", "autoscaling trigger: queue = mean queueing time doubles over H (paper); "
-                                 "ttft = mean TTFT doubles (Preble's code)"),
-    "exploit": ("paper", "exploit rule: paper = missed < matched tokens (Alg. 1: a fully matched prompt "
+                           "heavy replica with one movable node; off", source='paper; code = Preble code'),
+    "overload_signal": Option("queue", "autoscaling trigger: queue = mean queueing time doubles over H (paper); "
+                                 "ttft = mean TTFT doubles (Preble's code)", source='paper (queue); ttft = Preble code'),
+    "exploit": Option("paper", "exploit rule: paper = missed < matched tokens (Alg. 1: a fully matched prompt "
                          "exploits); code = the matched leaf's own tokens < the tokens before it when the "
-                         "whole prompt matched (Preble's code)"),
-    "route_map": ("evict", "a replica leaves a prefix's route map: evict = when its cache evicts the prefix "
-                           "(paper); window = when no request through it is left in H (Preble's code)"),
-    "groups": (10, "local scheduler: number of priority groups P (1 = FCFS)"),
-    "quota_unit": (1, "local scheduler: group g admits (g+1) x quota_unit per pointer visit "
-                      "(paper's example: 1; Preble's code: 10)"),
+                         "whole prompt matched (Preble's code)", source='paper Alg. 1; code = Preble code'),
+    "route_map": Option("evict", "a replica leaves a prefix's route map: evict = when its cache evicts the prefix "
+                           "(paper); window = when no request through it is left in H (Preble's code)", source='paper (evict); window = Preble code'),
+    "groups": Option(10, "local scheduler: number of priority groups P (1 = FCFS)", source='Preble code (paper gives none)'),
+    "quota_unit": Option(1, "local scheduler: group g admits (g+1) x quota_unit per pointer visit "
+                      "(paper's example: 1; Preble's code: 10)", source="paper's example (1); 10 = Preble code"),
 }
 CHOICES = {"cost": ("lmp", "lm"), "load": ("paper", "code"), "autoscale": ("paper", "code", "off"),
            "overload_signal": ("queue", "ttft"), "exploit": ("paper", "code"),
@@ -71,7 +72,7 @@ class E2Router(Router):
 
     def __init__(self, ctx, replicas: list, opt: dict | None = None):
         super().__init__(ctx, replicas)
-        o = {k: _coerce(k, ctx.options.get(k, d), d) for k, (d, _h) in OPTIONS.items()}
+        o = {k: opt.coerce(k, ctx.options.get(k, opt.default)) for k, opt in OPTIONS.items()}
         o.update(opt or {})
         self.opt = o
         R = len(replicas)

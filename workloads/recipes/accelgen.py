@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.workloads.recipes import Recipe, poisson_arrivals, require_positive, rngs
+from blendsim.workloads.recipes.base import Recipe, poisson_arrivals, require_positive, rngs
 from blendsim.workloads.sources import ALPACA, BOOKCORPUS, SHAREGPT_2K
 
 READING_TBT_S = 0.1875  # AccelGen sec. 4.3: normal reading speed, s per token
@@ -69,13 +69,15 @@ def prefill_time(p: np.ndarray, dep, engine: str = "ideal") -> np.ndarray:
     """Seconds to process each prompt alone in one step: the cost model's full step (every operator,
     launches included; roofline), like the isolated runs the paper measured; ``engine`` adds that
     engine's per-step overhead (the recipe prices without: ``ideal``)."""
-    from blendsim.sim.cost import CostModel, features_arrays
+    from blendsim.sim.batch import features_arrays
+    from blendsim.sim.cost import CostModel
+    from blendsim.sim.engines import get_profile
 
     p = np.asarray(p, dtype=np.int64)
     one = np.ones_like(p)
     f = features_arrays(num_tokens=p, num_prefill_tokens=p, num_prefill_seqs=one, attn_pairs=p * (p + 1) // 2,
                         prefill_kv_tokens=p, num_decode=0 * p, decode_ctx_sum=0 * p, num_logits=one)
-    return CostModel(dep, engine=engine).cost_many(f)["time_s"]
+    return CostModel(dep, engine=get_profile(engine, {})).cost_many(f)["time_s"]
 
 
 def build(opts: AccelGenOptions):

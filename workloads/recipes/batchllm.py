@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.workloads.recipes import Recipe, paths, require_positive
+from blendsim.workloads.recipes.base import Recipe, paths, require_positive
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.workloads.recipes import Recipe, paths, rngs
+from blendsim.workloads.recipes.base import Recipe, paths, rngs
 from blendsim.workloads.sources import COMPUTE_SOURCES, MMLU, OPENVID, get_source
 
 

@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.workloads.recipes import Recipe, lengths_with_mean_sd, paths, poisson_arrivals, popularity, rngs
+from blendsim.workloads.recipes.base import (
+    Recipe,
+    lengths_with_mean_sd,
+    paths,
+    poisson_arrivals,
+    popularity,
+    rngs,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,101 @@
+"""``blendsim plan``: the cheapest deployment that finishes a batch job by its deadline (blendsim.plan)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+
+def plan_cmd(
+    trace: Path = typer.Argument(..., help="The job's trace (Parquet; see `blendsim workloads`). Every request "
+                                           "is released at t=0 (an offline batch job)."),
+    model: str = typer.Option("llama-3-8b", "--model", "-m", help="Model preset or a HuggingFace config.json."),
+    deadline: str = typer.Option(..., "--deadline", help="When the job must be done: 30m, 24h, 2d, or seconds."),
+    hardware: str = typer.Option(None, "--hardware", help="GPU kinds, comma list (default: every preset with a "
+                                                         "price in the price file)."),
+    max_gpus: int = typer.Option(64, "--max-gpus", help="Most GPUs for the job (replicas x TP x PP)."),
+    engines: str = typer.Option(None, "--engines", help="Engine profiles, comma list (default: vllm,sglang,trtllm)."),
+    policies: str = typer.Option(None, "--policies", help="Policies, comma list (default: dfs,random,blendserve)."),
+    weights: str = typer.Option(None, "--weights", help="Weight precisions to try, comma list (default: the "
+                                                       "model's)."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtypes to try, comma list (default: the "
+                                                         "model's)."),
+    tp: int = typer.Option(8, "--tp", help="Largest tensor-parallel degree (powers of two up to it)."),
+    pp: int = typer.Option(1, "--pp", help="Largest pipeline-parallel degree. Accepted, but only pp=1 is searched: "
+                                           "the simulator does not model pipelining yet."),
+    ep: int = typer.Option(8, "--ep", help="Largest expert-parallel degree (MoE models; divides TP)."),
+    budget: float = typer.Option(None, "--budget", help="Most USD the job may cost (optional)."),
+    prices: Path = typer.Option(None, "--prices", help="Price CSV with columns hardware,usd_per_gpu_hour (default: "
+                                                      "the shipped on-demand list prices, blendsim/plan/prices.csv)."),
+    billing_hour: bool = typer.Option(False, "--billing-hour", help="Bill every started hour in full."),
+    sample: int = typer.Option(20_000, "--sample", help="Traces with more requests are searched on a seeded "
+                                                        "sample of this many, extrapolated, and checked on full runs."),
+    verify: int = typer.Option(2, "--verify", help="Full-trace runs that check the sampled estimates (the "
+                                                   "recommended one always)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the policies."),
+    jobs: int = typer.Option(None, "--jobs", "-j", help="Parallel simulations (default: CPU count)."),
+    backend: str = typer.Option("local", "--backend", help="local (processes) or ray."),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (with --backend ray)."),
+    out: Path = typer.Option(None, "-o", "--out", help="Folder for report.html, pareto.png and the answer JSON; a "
+                                                       "rerun there resumes."),
+    no_fidelity: bool = typer.Option(False, "--no-fidelity", help="Skip the catalogue check of each engine x GPU."),
+    as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
+) -> None:
+    """The cheapest deployment (GPU kind, TP/EP, replicas, engine, policy, precision) that finishes TRACE by
+    the deadline, with the Pareto front of makespan vs cost."""
+    from blendsim.plan import plan
+    from blendsim.plan.report import print_answer
+
+    t0 = time.perf_counter()
+    tty = sys.stderr.isatty()
+    with _Progress(tty) as bar:
+        answer = plan(trace, model, deadline, hardware=hardware, max_gpus=max_gpus, engines=engines,
+                      policies=policies, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, budget=budget,
+                      prices=prices, billing_hour=billing_hour, sample=sample, verify=verify, seed=seed, jobs=jobs,
+                      backend=backend, ray_address=ray_address, out=out, fidelity=not no_fidelity,
+                      progress=bar.update)
+    typer.echo(f"plan: {answer['simulated']} deployment(s) simulated in {time.perf_counter() - t0:.0f} s"
+               + (f"; report: {answer['report']}" if answer.get("report") else ""), err=True)
+    if as_json:
+        from blendsim.plan.report import _finite
+
+        typer.echo(json.dumps(_finite(answer), indent=2, sort_keys=True, allow_nan=False))
+    else:
+        print_answer(answer)
+
+
+class _Progress:
+    """A spinner with a count on a terminal; a line every 10 simulations when piped."""
+
+    def __init__(self, tty: bool):
+        self.tty = tty
+        self._bar = None
+
+    def __enter__(self):
+        if self.tty:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(SpinnerColumn(), TextColumn("plan: {task.completed} simulated, last {task.description}"),
+                                 TimeElapsedColumn(), transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("-", total=None)
+        return self
+
+    def update(self, done: int, key: str) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, description=key)
+        elif done % 10 == 0:
+            typer.echo(f"plan: {done} simulated (last: {key})", err=True)
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)

@@ -1,0 +1,136 @@
+"""`blendsim plan`: the cheapest deployment that finishes an offline batch job by its deadline.
+
+>>> import blendsim                                                          # doctest: +SKIP
+>>> a = blendsim.plan("job.parquet", model="llama-3-8b", deadline="2h", hardware="a100-80gb,h100-80gb",
+...                   max_gpus=8, engines="vllm,sglang", policies="dfs,random")
+>>> a["recommended"]["gpus"], a["recommended"]["cost_usd"], a["recommendation"]
+
+The search (``search.py``) enumerates GPU kind x TP/EP x replicas x engine x policy x precision, skips what
+cannot fit or provably cannot win (lower bounds from ``sim.density``), simulates the rest with the sweep
+backends (local processes or Ray), on a seeded sample of a large trace with a check on full runs; prices
+come from ``prices.csv`` or the user's file (``prices.py``); ``report.py`` builds the answer and the HTML.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+from blendsim.sim.errors import UserError
+
+DEFAULT_ENGINES = ("vllm", "sglang", "trtllm")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_deadline(text) -> float:
+    """``30m``, ``24h``, ``2d``, ``90s`` or plain seconds -> seconds."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        v = float(text)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([smhd]?)\s*", str(text))
+        if not m:
+            raise UserError(f"--deadline {text!r}: give a duration like 30m, 24h, 2d, or seconds")
+        v = float(m.group(1)) * UNITS[m.group(2) or "s"]
+    if not v > 0 or v == float("inf"):
+        raise UserError(f"--deadline {text!r}: must be a positive duration")
+    return v
+
+
+def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max_gpus: int = 64, engines=None,
+         policies=None, weights=None, kv_dtype=None, tp: int = 8, pp: int = 1, ep: int = 8, budget: float | None = None,
+         prices=None, billing_hour: bool = False, sample: int = 20_000, verify: int = 2, seed: int = 0,
+         jobs: int | None = None, backend: str = "local", ray_address: str | None = None, out=None,
+         fidelity: bool = True, progress=None, prune: bool = True) -> dict:
+    """`blendsim plan TRACE`: the answer as `--json` prints it (``pareto``, ``recommended``, ``candidates``,
+    ``pruned``, ``sampling``, ...). ``hardware``, ``engines``, ``policies``, ``weights`` and ``kv_dtype`` take a
+    comma list or a list; ``tp``, ``pp`` and ``ep`` are upper limits (pp: only 1 is searched until the
+    simulator models pipelining). ``out`` writes the HTML report there and makes the search resumable.
+    ``progress(simulated, deployment)`` is called as simulations finish."""
+    from blendsim.api import _as_trace
+    from blendsim.options import parse_names
+    from blendsim.sim.models import get_model
+    from blendsim.sweep.backends import make_backend
+    from blendsim.sweep.grid import default_policies
+
+    from .prices import read_prices
+    from .report import build_answer, write_report
+    from .search import run_search
+    from .space import Space
+
+    def names(v, flag):
+        if v is None:
+            return None
+        return parse_names(v, flag) if isinstance(v, str) else tuple(dict.fromkeys(str(x) for x in v))
+
+    deadline_s = parse_deadline(deadline)
+    for flag, v, low in (("--max-gpus", max_gpus, 1), ("--tp", tp, 1), ("--pp", pp, 1), ("--ep", ep, 1),
+                         ("--sample", sample, 100), ("--verify", verify, 0), ("--seed", seed, 0)):
+        if int(v) != v or v < low:
+            raise UserError(f"{flag} must be an integer >= {low}, got {v}")
+    if jobs is not None and jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {jobs}")
+    if budget is not None and not budget > 0:
+        raise UserError(f"--budget must be a positive number of USD, got {budget}")
+    table = read_prices(prices)
+    hw = names(hardware, "--hardware") or tuple(h for h in table.prices)
+    from blendsim.policies.base import resolve_policy
+    from blendsim.sim.engines import get_profile
+    from blendsim.sim.hardware import get_hardware
+
+    for h in hw:
+        get_hardware(h)
+        table.price_of(h)
+    eng = names(engines, "--engines") or DEFAULT_ENGINES
+    for e in eng:
+        get_profile(e)  # an unknown engine or version is one line
+    pols = names(policies, "--policies") or default_policies()
+    for p in pols:
+        resolve_policy(p)
+    get_model(model)
+    w = names(weights, "--weights") or ()
+    kv = names(kv_dtype, "--kv-dtype") or ()
+    for x in w:
+        get_model(model, None, x, None)
+    for x in kv:
+        get_model(model, None, None, x)
+    space = Space(str(model), hw, eng, pols, w, kv, max_gpus=int(max_gpus), max_tp=int(tp), max_pp=int(pp),
+                  max_ep=int(ep))
+    path = Path(trace) if isinstance(trace, (str, Path)) else None
+    t = _as_trace(trace)
+    store = None
+    if out is not None:
+        from blendsim.sim.rundir import file_sha256
+
+        from .store import PlanStore
+
+        store = PlanStore(out, {"trace_sha256": file_sha256(path) if path else None, "n_requests": t.n,
+                                "model": str(model), "sample": int(sample), "seed": int(seed)})
+    be = make_backend(backend, jobs, ray_address)
+    try:
+        res = run_search(t, space, deadline_s, table, budget=budget, billing_hour=billing_hour, sample=int(sample),
+                         verify=int(verify), seed=int(seed), backend=be, store=store, prune=prune, progress=progress,
+                         trace_path=path)
+    except BaseException:
+        be.close(cancel=True)
+        raise
+    be.close()
+    answer = build_answer(res, trace_path=path, n_requests=t.n, model=str(model), deadline_s=deadline_s,
+                          budget=budget, prices=table, billing_hour=billing_hour, seed=int(seed), fidelity=fidelity)
+    if out is not None:
+        answer["report"] = str(write_report(answer, list(res.points.values()), Path(out)))
+    return answer
+
+
+__all__ = ["parse_deadline", "plan"]
+
+
+class _CallablePlan(types.ModuleType):
+    """``blendsim.plan`` is both this package and its ``plan`` function (whichever an import left there)."""
+
+    def __call__(self, *args, **kwargs):
+        return plan(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePlan

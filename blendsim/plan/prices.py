@@ -1,0 +1,105 @@
+"""Per-GPU-hour prices: the shipped table (``prices.csv``) or the user's own file.
+
+A price file is a CSV with at least the columns ``hardware,usd_per_gpu_hour`` (the shipped one adds
+``kind``, ``source`` and ``date`` for every row). Prices are what one GPU of that hardware preset costs for
+an hour, in US dollars; the shipped ones are cloud on-demand list prices (one approximate quote, marked
+in its ``kind`` column), so a reserved, spot or owned fleet should bring its own (``--prices``).
+
+A bad file stops with one line naming the file, row and field: an unknown preset, a price that is not a
+finite number or is negative, a repeated preset, or (checked by :func:`price_of`) a preset the search
+needs that has no price.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from blendsim.sim.errors import UserError
+
+SHIPPED_PRICES = Path(__file__).with_name("prices.csv")
+REQUIRED = ("hardware", "usd_per_gpu_hour")
+
+
+@dataclass(frozen=True)
+class Price:
+    """One GPU kind's price."""
+
+    hardware: str  # hardware preset name
+    usd_per_gpu_hour: float
+    kind: str = ""  # on-demand list, approximate quote, reserved, spot, owned, ... (free text)
+    source: str = ""
+    date: str = ""
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Prices by hardware preset, and the file they came from."""
+
+    path: Path
+    prices: dict  # hardware -> Price
+
+    def price_of(self, hardware: str) -> Price:
+        """The price of ``hardware``; a one-line error when the file has none."""
+        try:
+            return self.prices[hardware]
+        except KeyError:
+            raise UserError(f"{self.path}: no price for {hardware} (in the search's --hardware); add a row "
+                            f"'{hardware},USD_PER_GPU_HOUR' or leave {hardware} out of --hardware") from None
+
+    def to_dict(self) -> dict:
+        return {"file": str(self.path), "prices": {h: p.__dict__ for h, p in self.prices.items()}}
+
+
+def read_prices(path: str | Path | None = None) -> PriceTable:
+    """Read a price file (``None``: the shipped table)."""
+    from blendsim.sim.hardware import PRESETS
+
+    path = Path(path) if path is not None else SHIPPED_PRICES
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = [h.strip() for h in (reader.fieldnames or [])]
+            missing = [c for c in REQUIRED if c not in header]
+            if missing:
+                raise UserError(f"{path}: missing column(s) {', '.join(missing)}; a price file has the columns "
+                                f"hardware,usd_per_gpu_hour (source, date, kind optional)")
+            rows = [{(k or "").strip(): (v or "").strip() if isinstance(v, str) else "" for k, v in r.items()}
+                    for r in reader]
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the price file ({e.strerror or e})") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f"{path}: not a readable CSV file ({e})") from None
+    prices: dict = {}
+    for i, r in enumerate(rows, start=2):  # line 1 is the header
+        hw, raw = r.get("hardware", ""), r.get("usd_per_gpu_hour", "")
+        where = f"{path} row {i}"
+        if hw not in PRESETS:
+            raise UserError(f"{where}, hardware: {hw!r} is not a hardware preset ({', '.join(PRESETS)})")
+        try:
+            usd = float(raw)
+        except ValueError:
+            raise UserError(f"{where}, usd_per_gpu_hour: {raw!r} is not a number") from None
+        if not math.isfinite(usd):
+            raise UserError(f"{where}, usd_per_gpu_hour: {raw!r} is not a finite number")
+        if usd < 0:
+            raise UserError(f"{where}, usd_per_gpu_hour: {raw} is negative")
+        if hw in prices:
+            raise UserError(f"{where}, hardware: {hw} has a price already (one row per preset)")
+        prices[hw] = Price(hw, usd, r.get("kind", ""), r.get("source", ""), r.get("date", ""))
+    if not prices:
+        raise UserError(f"{path}: no prices (a row per GPU: hardware,usd_per_gpu_hour)")
+    return PriceTable(path, prices)
+
+
+def job_cost(gpus: int, usd_per_gpu_hour: float, makespan_s: float, billing_hour: bool = False) -> float:
+    """GPUs x hours of the makespan x price; ``billing_hour`` bills every started hour in full."""
+    hours = makespan_s / 3600.0
+    if billing_hour:
+        hours = float(math.ceil(hours))
+    return gpus * usd_per_gpu_hour * hours
+
+
+__all__ = ["Price", "PriceTable", "SHIPPED_PRICES", "job_cost", "read_prices"]

@@ -1,0 +1,240 @@
+"""The answer of `blendsim plan`: its JSON object, the terminal table, and the HTML report with its figure."""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+from .search import front, recommend
+
+
+def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests, fidelity: dict) -> dict:
+    """One deployment as the answer lists it."""
+    c = p.cand
+    e = dict(c.settings())
+    price = prices.price_of(c.shape.hardware).usd_per_gpu_hour
+    e.update(
+        makespan_s=p.makespan_s, cost_usd=p.cost_usd, usd_per_gpu_hour=price,
+        meets_deadline=p.makespan_s <= deadline_s,
+        within_budget=budget is None or p.cost_usd <= budget,
+        tokens_per_usd=p.tokens / p.cost_usd if p.cost_usd > 0 else None,
+        throughput_tok_s_per_gpu=p.tokens / p.makespan_s / c.gpus,
+        makespan_from="full simulation" if p.full else f"sample of {sample_requests:,} of {n_requests:,} requests, "
+                                                         f"extrapolated",
+        fidelity=fidelity.get(f"{c.shape.engine}@{c.shape.hardware}", {}).get("summary", ""),
+    )
+    if p.estimate_s is not None:
+        e["sampled_estimate_s"] = p.estimate_s
+    return e
+
+
+def simulate_command(trace_path, model: str, e: dict) -> str:
+    """The `blendsim simulate` line that re-runs a deployment."""
+    t = str(trace_path) if trace_path is not None else "TRACE.parquet"
+    return (f"blendsim simulate {t} --model {model} --hardware {e['hardware']} --tp {e['tp']} --ep {e['ep']} "
+            f"--replicas {e['replicas']} --engine {e['engine']} --policy {e['policy']} --weights {e['weights']} "
+            f"--kv-dtype {e['kv_dtype']} --offline -o RUN_DIR")
+
+
+def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: float, budget, prices,
+                 billing_hour: bool, seed: int, fidelity: bool = True) -> dict:
+    """The JSON object: ``pareto``, ``recommended``, ``candidates``, ``pruned`` and how the numbers were made."""
+    from .trust import fidelity_of
+
+    f = front(out, deadline_s, budget)
+    rec = recommend(out, deadline_s, budget)
+    pairs = {(p.cand.shape.engine, p.cand.shape.hardware) for p in f}
+    fid = fidelity_of(pairs, model) if fidelity and pairs else {}
+
+    def mk(p):
+        e = entry(p, deadline_s, budget, prices, n_requests, out.sample_requests, fid)
+        e["simulate_command"] = simulate_command(trace_path, model, e)
+        return e
+
+    recd = mk(rec) if rec is not None else None
+    if rec is None:
+        say = "no deployment could be simulated (see failures)"
+    elif out.meets_any:
+        say = (f"cheapest that meets the {_dur(deadline_s)} deadline" + (f" within ${budget:,.2f}" if budget is not None
+                                                                         else "") +
+               f": {_label(recd)}, {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}")
+    else:
+        why = "the deadline" + (" within the budget" if budget is not None else "")
+        say = (f"NO deployment in the search space meets {why} ({_dur(deadline_s)}); the fastest is "
+               f"{_label(recd)}: {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}")
+    checks = out.checks
+    sampling = None
+    if out.sample_requests is not None:
+        sampling = {"sample_requests": out.sample_requests, "full_requests": n_requests, "seed": seed,
+                    "checks": checks,
+                    "max_abs_error": max((abs(c["error"]) for c in checks), default=None)}
+    return {
+        "trace": str(trace_path) if trace_path is not None else None, "n_requests": n_requests, "model": model,
+        "deadline_s": deadline_s, "budget_usd": budget, "billing_hour": billing_hour,
+        "prices": {"file": str(prices.path),
+                   "used": {h: prices.prices[h].__dict__ for h in sorted({p.cand.shape.hardware for p in f})}},
+        "candidates": out.candidates, "simulated": len(out.points), "pruned": dict(sorted(out.pruned.items())),
+        "failures": out.failures, "pareto": [mk(p) for p in f], "recommended": recd, "recommendation": say,
+        "sampling": sampling, "fidelity": fid,
+    }
+
+
+def _label(e: dict) -> str:
+    par = f"TP{e['tp']}" + (f" PP{e['pp']}" if e["pp"] > 1 else "") + (f" EP{e['ep']}" if e["ep"] > 1 else "")
+    return (f"{e['replicas']} x {par} on {e['gpus']} {e['hardware']} ({e['engine']}, {e['policy']}, "
+            f"{e['weights']}/{e['kv_dtype']})")
+
+
+def _dur(s: float) -> str:
+    if s >= 86400 * 2:
+        return f"{s / 86400:.1f} d"
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.0f} s"
+
+
+def rows(answer: dict) -> list[dict]:
+    """The table of the front (terminal and HTML)."""
+    out = []
+    for e in answer["pareto"]:
+        rec = answer["recommended"] is not None and e["simulate_command"] == answer["recommended"]["simulate_command"]
+        out.append({"": "*" if rec else "", "GPUs": f"{e['gpus']} {e['hardware']}",
+                    "TP/PP/EP": f"{e['tp']}/{e['pp']}/{e['ep']}", "replicas": str(e["replicas"]),
+                    "engine": e["engine"], "policy": e["policy"], "precision": f"{e['weights']}/{e['kv_dtype']}",
+                    "makespan": _dur(e["makespan_s"]), "cost": f"${e['cost_usd']:,.2f}",
+                    "tok/$": f"{e['tokens_per_usd']:,.0f}" if e["tokens_per_usd"] else "-",
+                    "tok/s/GPU": f"{e['throughput_tok_s_per_gpu']:,.0f}",
+                    "deadline": "met" if e["meets_deadline"] else "missed",
+                    "from": "full" if e["makespan_from"] == "full simulation" else "sample"})
+    return out
+
+
+def notes(answer: dict) -> list[str]:
+    """Lines under the table: pruning, the sampled-vs-full check, fidelity."""
+    lines = [f"{answer['candidates']} deployment(s) in the space, {answer['simulated']} simulated; pruned: "
+             + (", ".join(f"{v} {k}" for k, v in answer["pruned"].items()) or "none")]
+    s = answer["sampling"]
+    if s is not None:
+        if s["checks"]:
+            errs = ", ".join(f"{c['deployment']}: {100 * c['error']:+.1f}%" for c in s["checks"])
+            lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests (seed {s['seed']}); "
+                         f"sampled-vs-full makespan error on {len(s['checks'])} full run(s): {errs}")
+        else:
+            lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests; no full run checked "
+                         f"the extrapolation")
+    for k, f in sorted(answer["fidelity"].items()):
+        lines.append(f"fidelity {k}: {f['summary']}")
+    for f in answer["failures"][:3]:
+        lines.append(f"failed: {f['deployment']}: {f['error']}")
+    return lines
+
+
+def print_answer(answer: dict) -> None:
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table, box
+
+    c = Console() if sys.stdout.isatty() else Console(width=200)  # piped: the whole table, not a cut one
+    r = rows(answer)
+    if r:
+        t = Table(title="Pareto front (makespan vs cost); * recommended", box=box.SIMPLE_HEAD, pad_edge=False)
+        for k in r[0]:
+            t.add_column(k, no_wrap=True, justify="left" if k in ("", "GPUs", "engine", "policy") else "right")
+        for x in r:
+            t.add_row(*x.values())
+        c.print(t)
+    c.print(answer["recommendation"], soft_wrap=True)
+    if answer["recommended"] is not None:
+        c.print(f"re-run: {answer['recommended']['simulate_command']}", soft_wrap=True)
+    for line in notes(answer):
+        c.print(line, soft_wrap=True)
+
+
+def plot(answer: dict, points: list, path: Path) -> Path:
+    """makespan vs cost of every simulated deployment: colour by GPU, marker by policy, the deadline as a
+    line, the front joined, the recommended ringed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hws = sorted({p.cand.shape.hardware for p in points})
+    pols = sorted({p.cand.shape.policy for p in points})
+    marks = "os^Dv<>Px*"
+    colours = plt.get_cmap("tab10")
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+    for i, hw in enumerate(hws):
+        for j, pol in enumerate(pols):
+            pts = [p for p in points if p.cand.shape.hardware == hw and p.cand.shape.policy == pol]
+            if pts:
+                ax.scatter([p.makespan_s / 3600 for p in pts], [p.cost_usd for p in pts], s=22, alpha=0.75,
+                           color=colours(i % 10), marker=marks[j % len(marks)], label=f"{hw}, {pol}")
+    f = answer["pareto"]
+    if f:
+        ax.plot([e["makespan_s"] / 3600 for e in f], [e["cost_usd"] for e in f], color="black", lw=1,
+                label="Pareto front")
+    ax.axvline(answer["deadline_s"] / 3600, color="red", ls="--", lw=1, label="deadline")
+    rec = answer["recommended"]
+    if rec is not None:
+        ax.scatter([rec["makespan_s"] / 3600], [rec["cost_usd"]], s=160, facecolors="none", edgecolors="red",
+                   lw=1.5, label="recommended")
+    ax.set_xlabel("makespan (hours)")
+    ax.set_ylabel("cost (USD)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_title(f"{answer['model']}, {answer['n_requests']:,} requests: every simulated deployment", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path
+
+
+def write_report(answer: dict, points: list, folder: Path) -> Path:
+    """``folder/report.html`` (the figure ``pareto.png`` beside it) and ``folder/plan_answer.json``."""
+    from blendsim.sim.io import write_json
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    plot(answer, points, folder / "pareto.png")
+    write_json(folder / "plan_answer.json", _finite(answer))
+    r = rows(answer)
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in (r[0] if r else {}))
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in x.values()) + "</tr>" for x in r)
+    notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes(answer))
+    rec = answer["recommended"]
+    rerun = f"<p>Re-run it: <code>{html.escape(rec['simulate_command'])}</code></p>" if rec else ""
+    doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>blendsim plan</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:1em auto}}td,th{{padding:2px 8px;text-align:right}}
+table{{border-collapse:collapse}}tr:nth-child(even){{background:#f3f3f3}}</style></head><body>
+<h1>blendsim plan: {html.escape(answer['model'])}, {answer['n_requests']:,} requests, deadline {_dur(answer['deadline_s'])}</h1>
+<p><b>{html.escape(answer['recommendation'])}</b></p>{rerun}
+<img src="pareto.png" alt="makespan vs cost of every simulated deployment">
+<h2>Pareto front</h2><table><tr>{head}</tr>{body}</table>
+<ul>{notes_html}</ul>
+<p>Cost = GPUs x makespan x price per GPU-hour ({html.escape(answer['prices']['file'])}); prices used:
+{html.escape('; '.join(f"{h} ${p['usd_per_gpu_hour']}/GPU-h ({p['kind'] or 'user price'}, {p['source'] or 'no source'}, {p['date'] or 'no date'})" for h, p in answer['prices']['used'].items()))}.</p>
+</body></html>
+"""
+    path = folder / "report.html"
+    path.write_text(doc)
+    return path
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+__all__ = ["build_answer", "plot", "print_answer", "rows", "write_report"]

@@ -1,0 +1,260 @@
+"""The search of `blendsim plan`: enumerate, bound, prune, simulate (a sample, extrapolated), verify.
+
+1. Enumerate replica shapes (``space.shapes``) and replica counts up to the GPU limit; a shape that cannot
+   hold the model or the longest request is dropped for every count.
+2. Bound every deployment from below (makespan and cost, ``space``) and simulate in rounds, cheapest bound
+   first. Before each round a deployment is skipped when its bounds already lose: it cannot meet the
+   deadline, it cannot fit the budget, or a simulated deployment that meets both is at least as fast and
+   as cheap as its bounds (it can only be dominated). The front over the deployments that meet the deadline
+   (and budget) is therefore the one an exhaustive run finds (tests/test_plan.py compares them).
+   If none meets the deadline, the search goes on without the deadline (the same dominance rule over every
+   deployment) and recommends the fastest, saying so.
+3. A trace larger than ``sample`` requests is simulated as a seeded random sample (plus the request with
+   the longest output, which sets the tail); a deployment's makespan is the sample's times the ratio of the
+   whole trace's work bound to the sample's (T_o at that shape). The recommended deployment and the next
+   ``verify - 1`` front points are then simulated on the whole trace: their figures replace the estimates
+   and the sampled-vs-full error is reported.
+
+Rounds are of fixed composition (``max(8, workers)`` deployments, in bound order), so the same inputs and
+``--jobs`` simulate the same deployments and give the same answer; the answer holds no timings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .prices import job_cost
+from .space import Candidate, shape_bounds, shapes, work_bound
+
+ROUND = 8
+DEADLINE = "cannot meet the deadline (lower bound)"
+BUDGET = "over the budget (lower bound)"
+DOMINATED = "dominated (lower bounds)"
+
+
+@dataclass
+class Point:
+    """A simulated deployment."""
+
+    cand: Candidate
+    makespan_s: float
+    cost_usd: float
+    tokens: int  # input + output tokens of the whole trace
+    sampled_makespan_s: float | None = None  # the sample's own makespan (sampled runs)
+    estimate_s: float | None = None  # the extrapolated makespan, kept after a full run replaced it
+    full: bool = True  # the figures come from a simulation of the whole trace
+
+
+@dataclass
+class Search:
+    """Everything the answer is built from."""
+
+    points: dict = field(default_factory=dict)  # key -> Point
+    pruned: dict = field(default_factory=dict)  # reason -> count
+    failures: list = field(default_factory=list)  # {"deployment": key, "error": line}
+    candidates: int = 0
+    meets_any: bool = False
+    checks: list = field(default_factory=list)  # sampled-vs-full comparisons
+    sample_requests: int | None = None
+
+
+def pareto(points: list) -> list:
+    """The points no other point beats on both makespan and cost (ties: the first by key), fastest first."""
+    out, best = [], math.inf
+    for p in sorted(points, key=lambda p: (p.makespan_s, p.cost_usd, p.cand.key)):
+        if p.cost_usd < best:
+            out.append(p)
+            best = p.cost_usd
+    return out
+
+
+def run_search(trace, space, deadline_s: float, prices, *, budget: float | None = None, billing_hour: bool = False,
+               sample: int = 20_000, verify: int = 2, seed: int = 0, backend=None, store=None, prune: bool = True,
+               progress=None, trace_path=None) -> Search:
+    """Search ``space`` for ``trace`` (offline: every request at t=0). ``backend``: a sweep backend
+    (``blendsim.sweep.backends``); ``store``: a :class:`PlanStore` (resumable) or None; ``prune=False``
+    simulates every feasible deployment (the exhaustive reference the tests compare with)."""
+    from blendsim.sim.prefix_tree import PrefixTree
+    from blendsim.sweep.backends import InlineBackend
+
+    from .tasks import simulate_task
+
+    backend = backend or InlineBackend()
+    trace = trace.offline()
+    for hw in space.hardware:
+        prices.price_of(hw)
+    feasible, infeasible = shapes(space, trace)
+    out = Search(pruned=dict(infeasible))
+    s_full = PrefixTree(trace).optimal_sharing_ratio()
+    sampled = trace.n > sample
+    sub = _sample(trace, sample, seed) if sampled else trace
+    if sampled:
+        out.sample_requests = sub.n
+        s_sub = PrefixTree(sub).optimal_sharing_ratio()
+    tokens = int(trace.input_len.sum() + trace.output_len.sum())
+    files = (store.trace_files(trace, sub if sampled else None, trace_path) if store
+             else _TempFiles(trace, sub if sampled else None, trace_path))
+    full_arg = backend.trace_arg(files.full)
+    sub_arg = backend.trace_arg(files.sample) if sampled else full_arg
+
+    bounds, scale, cands = {}, {}, []
+    for shape, dep in feasible:
+        sb = shape_bounds(trace, dep, s_full, shape.engine)
+        scale[shape] = sb.work_s / work_bound(sub, dep, s_sub) if sampled else 1.0
+        for r in range(1, space.max_gpus // shape.gpus_per_replica + 1):
+            c = Candidate(shape, r)
+            price = prices.price_of(shape.hardware).usd_per_gpu_hour
+            lb_m = sb.makespan(r)
+            bounds[c] = (lb_m, job_cost(c.gpus, price, lb_m, billing_hour))
+            cands.append(c)
+    out.candidates = len(cands) + sum(infeasible.values())
+    done = [0]
+
+    def cost(c, m):
+        return job_cost(c.gpus, prices.price_of(c.shape.hardware).usd_per_gpu_hour, m, billing_hour)
+
+    def evaluate(batch, whole: bool):
+        arg = full_arg if whole or not sampled else sub_arg
+        kind = "full" if whole or not sampled else "sample"
+        results, handles = {}, {}
+        for c in batch:
+            cached = store.get(c.key, kind) if store else None
+            if cached is not None:
+                results[c] = cached
+            else:
+                handles[backend.submit(simulate_task, space.model, c.shape.policy, c.run_options(), seed, arg)] = c
+        while handles:
+            for h, res in backend.wait():
+                c = handles.pop(h)
+                if res["ok"] and store:
+                    store.put(c.key, kind, res["value"])
+                results[c] = res["value"] if res["ok"] else {"error": res["error"]}
+                done[0] += 1
+                if progress:
+                    progress(done[0], c.key)
+        for c in batch:
+            res = results[c]
+            if "error" in res:
+                out.failures.append({"deployment": c.key, "error": res["error"]})
+                continue
+            m = float(res["makespan_s"])
+            if whole or not sampled:
+                p = out.points.get(c.key)
+                if p is not None and not p.full:  # a check of an estimate
+                    out.checks.append({"deployment": c.key, "sampled_estimate_s": p.makespan_s, "full_s": m,
+                                       "error": p.makespan_s / m - 1.0})
+                    p.estimate_s = p.makespan_s
+                out.points[c.key] = Point(c, m, cost(c, m), tokens, p.sampled_makespan_s if p else None,
+                                          p.estimate_s if p else None, True)
+            else:
+                est = max(m * scale[c.shape], bounds[c][0])
+                out.points[c.key] = Point(c, est, cost(c, est), tokens, m, None, False)
+
+    def ok(p):
+        return p.makespan_s <= deadline_s and (budget is None or p.cost_usd <= budget)
+
+    def search(order, reason_of):
+        todo = list(order)
+        width = max(ROUND, getattr(backend, "capacity", 1))
+        while todo:
+            keep = []
+            for c in todo:
+                why = reason_of(c) if prune else None
+                if why:
+                    out.pruned[why] = out.pruned.get(why, 0) + 1
+                else:
+                    keep.append(c)
+            if not keep:
+                return
+            evaluate(keep[:width], whole=False)
+            todo = keep[width:]
+
+    def dominated(c, ref):
+        lm, lc = bounds[c]
+        return any(p.makespan_s <= lm and p.cost_usd <= lc and (p.makespan_s < lm or p.cost_usd < lc) for p in ref)
+
+    def phase1(c):
+        lm, lc = bounds[c]
+        if lm > deadline_s:
+            return DEADLINE
+        if budget is not None and lc > budget:
+            return BUDGET
+        return DOMINATED if dominated(c, pareto([p for p in out.points.values() if ok(p)])) else None
+
+    by_cost = sorted(cands, key=lambda c: (bounds[c][1], bounds[c][0], c.key))
+    counted = dict(out.pruned)
+    search(by_cost, phase1)
+    out.meets_any = any(ok(p) for p in out.points.values())
+    if not out.meets_any:  # nothing meets the deadline: the whole front, and the fastest on it
+        out.pruned = counted
+        rest = [c for c in by_cost if c.key not in out.points]
+        search(rest, lambda c: DOMINATED if dominated(c, pareto(list(out.points.values()))) else None)
+    if sampled:
+        _verify(out, evaluate, deadline_s, budget, verify)
+    return out
+
+
+def front(out: Search, deadline_s: float, budget: float | None) -> list:
+    pts = [p for p in out.points.values()
+           if not out.meets_any or (p.makespan_s <= deadline_s and (budget is None or p.cost_usd <= budget))]
+    return pareto(pts)
+
+
+def recommend(out: Search, deadline_s: float, budget: float | None):
+    """The cheapest deployment that meets the deadline (and budget); else the fastest."""
+    f = front(out, deadline_s, budget)
+    if not f:
+        return None
+    if out.meets_any:
+        return min(f, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
+    return f[0]
+
+
+def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, verify: int) -> None:
+    """Simulate the recommended deployment and its front neighbours (by cost) on the whole trace; again
+    while the recommendation moves to a deployment known only by its estimate."""
+    for _ in range(verify + 3):
+        out.meets_any = any(p.makespan_s <= deadline_s and (budget is None or p.cost_usd <= budget)
+                            for p in out.points.values())
+        rec = recommend(out, deadline_s, budget)
+        if rec is None:
+            return
+        near = sorted(front(out, deadline_s, budget), key=lambda p: (abs(p.cost_usd - rec.cost_usd), p.cand.key))
+        todo = [p.cand for p in near if not p.full][:max(0, verify - len(out.checks))]
+        if not rec.full and rec.cand not in todo:
+            todo.insert(0, rec.cand)
+        if not todo:
+            return
+        evaluate(todo, whole=True)
+
+
+def _sample(trace, m: int, seed: int):
+    """A seeded random sample of ``m`` requests that keeps the request with the longest output."""
+    rng = np.random.default_rng(seed)
+    longest = int(np.argmax(trace.output_len))
+    rest = np.delete(np.arange(trace.n), longest)
+    idx = np.sort(np.append(rng.choice(rest, size=m - 1, replace=False), longest))
+    return trace.take(idx)
+
+
+class _TempFiles:
+    """The trace (and sample) as files for the workers, in a temporary folder removed at exit."""
+
+    def __init__(self, trace, sample, path=None):
+        import atexit
+        import shutil
+        import tempfile
+
+        from blendsim.workloads.trace import write_trace
+
+        self._dir = Path(tempfile.mkdtemp(prefix="blendsim-plan-"))
+        atexit.register(shutil.rmtree, self._dir, True)
+        self.full = Path(path) if path is not None else write_trace(trace, self._dir / "trace.parquet")
+        self.sample = write_trace(sample, self._dir / "sample.parquet") if sample is not None else None
+
+
+__all__ = ["Point", "Search", "front", "pareto", "recommend", "run_search"]

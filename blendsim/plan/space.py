@@ -1,0 +1,192 @@
+"""The search space of `blendsim plan`: deployments, what makes one infeasible, and its lower bounds.
+
+A deployment is a replica shape (GPU kind, TP x PP x EP, engine, policy, weight and KV precision) times a
+replica count. A shape that cannot hold the model, or has no KV room for the trace's longest request, is
+infeasible for every replica count. Every feasible deployment gets a lower bound on its makespan that the
+simulator can never beat, so the search may skip it safely:
+
+* work: T_o = max((1 - s_o) T_comp, T_mem) of the whole trace (``sim.density``) at the GPU's *datasheet*
+  peaks (efficiency 1: fitted efficiencies may exceed the preset's, so the preset's T_o is not a bound for
+  every engine), spread over the replicas: T_o / replicas (replicas share prefixes at most as well as one);
+* tail: the request with the longest output needs that many steps one after another (its prefill step, then
+  one decode step per further token), and every step reads the replica's active GEMM weights at most at
+  peak HBM bandwidth: (d_max - 1) x active weight bytes / (tp x bandwidth).
+
+The cost bound is GPUs x price x the makespan bound. tests/test_plan.py checks both against simulation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from blendsim.sim.errors import UserError
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """One replica: everything of a deployment but the replica count."""
+
+    hardware: str
+    tp: int
+    pp: int
+    ep: int
+    engine: str
+    policy: str
+    weights: str  # GEMM weight precision (the model's when not chosen)
+    kv_dtype: str  # KV-cache dtype
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One deployment: ``replicas`` copies of ``shape``."""
+
+    shape: Shape
+    replicas: int
+
+    @property
+    def gpus(self) -> int:
+        return self.shape.gpus_per_replica * self.replicas
+
+    @property
+    def key(self) -> str:
+        """A file-name-safe, unique, readable name."""
+        s = self.shape
+        return (f"{s.hardware}_tp{s.tp}_pp{s.pp}_ep{s.ep}_x{self.replicas}_{s.engine}_{s.policy}_"
+                f"w-{s.weights}_kv-{s.kv_dtype}")
+
+    def settings(self) -> dict:
+        """The deployment's fields as the JSON answer names them."""
+        s = self.shape
+        return {"hardware": s.hardware, "gpus": self.gpus, "tp": s.tp, "pp": s.pp, "ep": s.ep,
+                "replicas": self.replicas, "engine": s.engine, "policy": s.policy, "weights": s.weights,
+                "kv_dtype": s.kv_dtype}
+
+    def run_options(self) -> dict:
+        """``blendsim.simulate``'s options for this deployment (an offline job: every request at t=0)."""
+        s = self.shape
+        return {"hardware": s.hardware, "tp": s.tp, "replicas": self.replicas, "engine": s.engine, "weights": s.weights,
+                "kv_dtype": s.kv_dtype, "ep": s.ep, "offline": True}
+
+
+@dataclass(frozen=True)
+class Space:
+    """The choices of a search (the command's options, checked)."""
+
+    model: str
+    hardware: tuple
+    engines: tuple
+    policies: tuple
+    weights: tuple  # () = the model's own
+    kv_dtypes: tuple  # () = the model's own
+    max_gpus: int = 64
+    max_tp: int = 8
+    max_pp: int = 1
+    max_ep: int = 8
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, k = [], 1
+    while k <= limit:
+        out.append(k)
+        k *= 2
+    return out
+
+
+def shapes(space: Space, trace) -> tuple[list, dict]:
+    """Every replica shape of ``space``: ``(feasible shapes, {reason: count of infeasible deployments})``.
+
+    NOTE: pipeline parallelism is accepted in the limits but only pp=1 is enumerated: the simulator does not
+    model pipelining yet (the pp branch adds it)."""
+    from blendsim.policies.base import resolve_policy
+    from blendsim.runner import RunConfig, engine_config
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
+
+    base = get_model(space.model)
+    longest = int((trace.input_len + trace.output_len).max())
+    feasible, pruned = [], {}
+    for hw_name in space.hardware:
+        hw = get_hardware(hw_name)
+        for w in (space.weights or (base.weights,)):
+            for kv in (space.kv_dtypes or (base.kv_dtype,)):
+                model = get_model(space.model, None, w, kv)
+                for tp in _powers_of_two(min(space.max_tp, space.max_gpus)):
+                    eps = [e for e in _powers_of_two(min(space.max_ep, tp)) if tp % e == 0] if model.is_moe else [1]
+                    for ep in eps:
+                        for engine in space.engines:
+                            for policy in space.policies:
+                                shape = Shape(hw_name, tp, 1, ep, engine, policy, model.weights, model.kv_dtype)
+                                n = space.max_gpus // shape.gpus_per_replica
+                                eng = engine_config(RunConfig(policy=policy, engine=engine),
+                                                    resolve_policy(policy).cls)
+                                try:
+                                    dep = Deployment(model, hw, tp, ep=ep,
+                                                     gpu_memory_utilization=eng.gpu_memory_utilization,
+                                                     max_batched_tokens=eng.token_budget,
+                                                     max_seqs=eng.max_seqs or 1024)
+                                except UserError:
+                                    pruned["does not fit"] = pruned.get("does not fit", 0) + n
+                                    continue
+                                B = eng.block_size
+                                if -(-longest // B) > dep.num_blocks(B):
+                                    pruned["no KV room for the longest request"] = \
+                                        pruned.get("no KV room for the longest request", 0) + n
+                                    continue
+                                feasible.append((shape, dep))
+    return feasible, pruned
+
+
+@dataclass(frozen=True)
+class ShapeBounds:
+    """Lower bounds of one shape on one trace."""
+
+    work_s: float  # T_o of the whole trace on one replica, at datasheet peaks
+    tail_s: float  # the longest request's steps, each at least one read of the active weights
+
+    def makespan(self, replicas: int) -> float:
+        return max(self.work_s / replicas, self.tail_s)
+
+
+def peak_rates(dep):
+    """``sim.density.Rates`` of ``dep`` at the datasheet peaks (efficiency 1, no interference)."""
+    from blendsim.sim.density import Rates
+
+    m, hw = dep.model, dep.hardware
+    return dataclasses.replace(Rates.of(dep, 0.0), flops=max(hw.flops_for(m.dtype), hw.flops_for(m.weights)) * dep.tp,
+                               bandwidth=hw.mem_bandwidth * dep.tp)
+
+
+def work_bound(trace, dep, sharing: float) -> float:
+    """T_o of ``trace`` (optimal sharing ``sharing``) on one replica of ``dep`` at datasheet peaks."""
+    from blendsim.sim.density import bounds
+
+    return bounds(trace.input_len, trace.output_len, sharing, peak_rates(dep)).t_opt_s
+
+
+def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> ShapeBounds:
+    """The bounds of ``dep`` run by ``engine`` (an engine profile name: its per-step overhead, which the cost
+    model adds to every step's kernel time, joins the tail bound)."""
+    from blendsim.sim.build_cost import build_cost_model
+    from blendsim.sim.engines import get_profile
+    from blendsim.sim.models import WEIGHT_BYTES
+
+    m = dep.model
+    weights = m.gemm_params_active * WEIGHT_BYTES[m.weights] / (dep.tp * dep.hardware.mem_bandwidth)
+    step = weights
+    if engine is not None:
+        mode = get_profile(engine).mode
+        cm = build_cost_model(dep, mode, engine)
+        # NOTE: sequential mode adds the operator classes' times, overlap mode takes at least the larger of
+        # the compute and memory groups, so at least half of their sum; the engine overhead is added to both
+        step = (weights if mode == "sequential" else weights / 2) + float(cm.engine.overhead(1, 1))
+    d_max = int(trace.output_len.max())
+    return ShapeBounds(work_bound(trace, dep, sharing), max(d_max - 1, 0) * step)
+
+
+__all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "shape_bounds", "shapes", "work_bound"]

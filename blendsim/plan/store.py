@@ -1,0 +1,72 @@
+"""The plan directory (``-o DIR``): its marker, the sample trace, one small JSON per simulated deployment.
+
+Like a sweep's, a plan directory resumes: a rerun with the same trace, model, sample size and seed reuses
+every deployment already simulated (the deadline, prices and budget may change: they do not change a
+simulation). A directory of another plan, or one that is no plan directory, is refused; nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from blendsim.sim.errors import UserError
+from blendsim.sim.io import read_json, write_json
+
+MARKER = "plan.json"
+
+
+class PlanStore:
+    def __init__(self, folder: str | Path, settings: dict):
+        self.dir = Path(folder)
+        d = self.dir
+        if d.exists() and not d.is_dir():
+            raise UserError(f"{d}: exists and is not a directory; choose another -o")
+        marker = d / MARKER
+        if d.exists() and any(d.iterdir()) and not marker.exists():
+            raise UserError(f"{d}: exists and is not a blendsim plan directory (no {MARKER}); choose another -o")
+        settings = json.loads(json.dumps(settings, sort_keys=True))
+        if marker.exists():
+            old = read_json(marker, "plan marker")
+            was = old.get("settings") if isinstance(old, dict) else None
+            if not isinstance(was, dict):
+                raise UserError(f"{marker}: not a blendsim plan marker")
+            if was != settings:
+                diff = ", ".join(f"{k}={was.get(k)!r}" for k in sorted(settings) if was.get(k) != settings[k])
+                raise UserError(f"{d}: was planned with other settings ({diff}); choose another -o")
+        else:
+            write_json(marker, {"kind": "blendsim-plan", "schema_version": 1, "settings": settings})
+        self.settings = settings
+
+    def _cell(self, key: str, kind: str) -> Path:
+        return self.dir / "cells" / f"{key}.{kind}.json"
+
+    def get(self, key: str, kind: str) -> dict | None:
+        try:
+            v = json.loads(self._cell(key, kind).read_text())
+        except (OSError, ValueError):
+            return None
+        return v if isinstance(v, dict) and "makespan_s" in v else None
+
+    def put(self, key: str, kind: str, value: dict) -> None:
+        write_json(self._cell(key, kind), value)
+
+    def trace_files(self, trace, sample, path: Path | None = None):
+        """Where workers read the trace (its own file when given) and the sample (written here once)."""
+        from blendsim.workloads.trace import write_trace
+
+        full = Path(path) if path is not None else self.dir / "trace.parquet"
+        if path is None and not full.exists():
+            write_trace(trace, full)
+        s = self.dir / "sample.parquet"
+        if sample is not None and not s.exists():
+            write_trace(sample, s)
+        return _Files(full, s if sample is not None else None)
+
+
+class _Files:
+    def __init__(self, full, sample):
+        self.full, self.sample = full, sample
+
+
+__all__ = ["MARKER", "PlanStore"]

@@ -1,0 +1,45 @@
+"""Build the cost model an engine selects: a deployment + an engine key + (optionally) fitted parameters or
+a calibration profile -> :class:`blendsim.sim.cost.CostModel`.
+
+The engine profile (``blendsim.sim.engines``) decides everything about pricing besides the kernels' shapes:
+its overhead, its CUDA-graph sizes and its kernel-efficiency regime -- ``None`` (``ideal``) prices with the
+plain roofline at the hardware preset's efficiencies (:class:`~blendsim.sim.timers.RooflineTimer`), a named
+regime with the efficiencies fitted to it (:class:`~blendsim.sim.efficiency.EfficiencyTimer`). A calibration
+profile (``--profile``: kernels measured on a device) replaces the timer on any engine.
+"""
+
+from __future__ import annotations
+
+from blendsim.sim.cost import CostModel
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
+from blendsim.sim.engines import EngineProfile, get_profile, load_params
+from blendsim.sim.errors import UserError
+from blendsim.sim.profile import Profile, ProfileTimer, load_profile
+from blendsim.sim.timers import RooflineTimer
+
+
+def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str | EngineProfile | None = "ideal",
+                     profile=None, params: dict | None = None) -> CostModel:
+    """The cost model of engine ``engine`` (a key, ``NAME[@VERSION][:field=value,...]``, or a profile) on
+    ``dep`` under ``mode``. ``profile``: a calibration profile (path or Profile) whose measured kernels
+    replace the roofline; ``params``: fitted parameters (default: ``sim/engine_params.json``)."""
+    params = load_params() if params is None else params
+    prof = get_profile(engine, params)
+    if profile is not None:
+        cal = profile if isinstance(profile, Profile) else load_profile(profile)
+        m = dep.model
+        for what, v in (("--weights", m.weights), ("--kv-dtype", m.kv_dtype)):
+            if v != m.dtype:  # a profile measures one dtype throughout
+                raise UserError(f"{cal.path or 'profile'}: measured in {cal.dtype}, but the run uses {what} {v}; "
+                                f"calibrate with that precision or drop {what}")
+        timer, kappa = ProfileTimer(cal, dep), cal.interference
+    elif prof.regime is None:
+        timer, kappa = RooflineTimer(dep), None
+    else:
+        eff = Efficiency.lookup(params, prof.regime, dep.hardware.name)
+        timer, kappa = EfficiencyTimer(dep, eff), eff.kappa
+    return CostModel(dep, mode, prof, timer=timer, interference=kappa, graph_cap=prof.cuda_graph_max)
+
+
+__all__ = ["build_cost_model"]

@@ -1,0 +1,111 @@
+"""Op timers: the seconds of one operator from its FLOPs, bytes and kernel launches (numbers or arrays).
+
+A timer is anything with the :class:`OpTimer` shape: :class:`RooflineTimer` here (FLOPs and bytes
+against the device's peaks times measured efficiencies, GEMM rows padded to the kernel tile, plus a
+launch overhead per kernel), ``blendsim.sim.efficiency.EfficiencyTimer`` (the roofline at an engine
+regime's fitted efficiencies) and ``blendsim.sim.profile.ProfileTimer`` (polynomials fitted to kernels
+profiled on a real device). The cost model (``blendsim.sim.cost``) sums and combines what they return.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.ops import ALL_GEMM_OPS, LOWP_GEMMS, Shapes, attn_coefs, gemm_m
+
+
+class OpTimer(Protocol):
+    """What the cost model asks of a timer."""
+
+    name: str  # "roofline", "roofline+fitted", "profile": recorded as a run's cost model
+    shapes: Shapes  # the deployment's per-GPU widths
+
+    def op_time(self, op: str, flops, nbytes, kernels, f):
+        """Seconds of ``op`` (one layer for layer operators); ``f`` is the step's BatchFeatures."""
+
+    def attn_scalars(self):
+        """``(prefill(Tp, Np, pairs, pkv, chunks), decode(D, Cd))``: one layer's attention from scalars."""
+
+    def notes(self) -> list[str]:
+        """Messages for the user about this timer (e.g. operators a profile lacks)."""
+
+
+class RooflineTimer:
+    """Operator time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + launches."""
+
+    name = "roofline"
+
+    def __init__(self, dep: Deployment):
+        self.dep = dep
+        hw, m = dep.hardware, dep.model
+        self.shapes = Shapes.of(dep)
+        peak = hw.flops_for(m.dtype)
+        self.gemm_rate = peak * hw.compute_efficiency  # 16-bit GEMMs (LM head, routers) and decode attention
+        # GEMMs with weights in the ``weights`` precision run at its tensor-core peak where the device has one:
+        # this ratio to the 16-bit rate (1 for 16-bit weights), so timers that rescale gemm_rate keep it
+        self.lowp_ratio = hw.flops_for(m.weights) / peak
+        self.attn_rate = peak * hw.attention_compute_efficiency
+        self.bw = hw.mem_bandwidth * hw.memory_efficiency
+        self.attn_bw = self.bw  # decode attention reading the paged KV cache (EfficiencyTimer fits its own)
+        self.ew_bw = hw.mem_bandwidth * hw.elementwise_efficiency
+        self.launch = hw.kernel_launch_s
+        self.tile = max(1, hw.gemm_tile_m)
+        self.blend = hw.gemm_roofline_blend
+        self.link_bw = hw.link_bandwidth
+        self.link_lat = hw.link_latency_s
+
+    def op_time(self, op: str, flops, nbytes, kernels, f):
+        """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
+        launch = kernels * self.launch
+        if op in ALL_GEMM_OPS:
+            m = np.asarray(gemm_m(op, f, self.shapes))
+            tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
+            pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
+            tc = flops * pad / (self.gemm_rate * self.lowp_ratio if op in LOWP_GEMMS else self.gemm_rate)
+            tm = nbytes / self.bw
+            if self.blend:
+                # NOTE: a p-norm instead of max(): near the ridge neither bound is reached (see hardware.py)
+                return (tc ** self.blend + tm ** self.blend) ** (1.0 / self.blend) + launch
+            return np.maximum(tc, tm) + launch
+        if op == "attn_prefill":
+            return np.maximum(flops / self.attn_rate, nbytes / self.bw) + launch
+        if op == "attn_decode":
+            return np.maximum(flops / self.gemm_rate, nbytes / self.attn_bw) + launch
+        if op == "allreduce":
+            if self.shapes.tp == 1 or self.link_bw <= 0:
+                return 0.0 * nbytes
+            t = self.shapes.tp
+            return kernels * self.link_lat + 2 * (t - 1) / t * nbytes / self.link_bw
+        if op == "a2a":
+            # dispatch and combine: every GPU sends and receives its share at once over its links
+            if self.link_bw <= 0:
+                return 0.0 * nbytes
+            return kernels * self.link_lat + nbytes / self.link_bw
+        return nbytes / self.ew_bw + launch
+
+    def attn_scalars(self):
+        """Closures pricing one layer's prefill and decode attention from scalars (engine hot path)."""
+        fp, bq, bkey, fd, bdk, bds = attn_coefs(self.shapes)
+        ar, gr, bw, abw, la = self.attn_rate, self.gemm_rate, self.bw, self.attn_bw, self.launch
+
+        def prefill(Tp, Np, pairs, pkv, chunks=None):
+            a = fp * pairs / ar
+            m = (bq * Tp + bkey * pkv) / bw
+            return (a if a > m else m) + la
+
+        def decode(D, Cd):
+            keys = Cd + D
+            a = fd * keys / gr
+            m = (bdk * keys + bds * D) / abw
+            return (a if a > m else m) + la
+
+        return prefill, decode
+
+    def notes(self) -> list[str]:
+        return []
+
+
+__all__ = ["OpTimer", "RooflineTimer"]

@@ -1,0 +1,67 @@
+"""A comparison has one engine: every policy run as a user would (``simulate`` per policy, then ``report``)
+is priced on the same engine profile, and ``report`` refuses runs priced differently unless ``--mixed``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.sim.engines import DEFAULT_ENGINE
+from blendsim.workloads.trace import write_trace
+from tests.helpers import random_trace
+
+SIX = ("fcfs", "dfs", "blendserve", "vllm", "batchllm", "e2")
+
+
+def cli(*args: str):
+    return CliRunner().invoke(get_app(), list(args))
+
+
+def simulate(trace, policy: str, out, *extra: str):
+    r = cli("simulate", str(trace), "--policy", policy, "--model", "llama-3-8b", "--hardware", "a100-80gb",
+            "--offline", "-o", str(out), *extra)
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def test_six_policies_from_simulate_and_report_are_priced_on_one_engine(tmp_path):
+    trace = tmp_path / "t.parquet"
+    write_trace(random_trace(np.random.default_rng(11), n=60), trace)
+    said = {p: simulate(trace, p, tmp_path / "runs" / p).output for p in SIX}
+    summaries = {p: json.loads((tmp_path / "runs" / p / "summary.json").read_text()) for p in SIX}
+    assert {s["engine"] for s in summaries.values()} == {DEFAULT_ENGINE}
+    assert {s["cost_model"] for s in summaries.values()} == {"roofline"}
+    # the vllm policy's scheduler settings are declared over the engine's, and printed
+    assert "vllm: token_budget 8192 (policy) over ideal's 2048" in said["vllm"]
+    r = cli("report", str(tmp_path / "runs"), "-o", str(tmp_path / "rep"))
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"All runs are priced on one engine: engine {DEFAULT_ENGINE}, roofline cost model." in md
+    side = pd.read_csv(tmp_path / "rep" / "policies.csv")
+    assert sorted(side["label"]) == sorted(SIX)
+    # the same six on --engine vllm: every run on vllm, the report says so
+    for p in SIX:
+        simulate(trace, p, tmp_path / "on-vllm" / p, "--engine", "vllm")
+    assert {json.loads((tmp_path / "on-vllm" / p / "summary.json").read_text())["engine"] for p in SIX} == {"vllm"}
+    r = cli("report", str(tmp_path / "on-vllm"), "-o", str(tmp_path / "rep-vllm"))
+    assert r.exit_code == 0, r.output
+    assert "priced on one engine: engine vllm, roofline+fitted cost model" in (tmp_path / "rep-vllm" / "report.md").read_text()
+
+
+def test_report_refuses_runs_of_two_engines_without_mixed(tmp_path):
+    trace = tmp_path / "t.parquet"
+    write_trace(random_trace(np.random.default_rng(12), n=30), trace)
+    simulate(trace, "fcfs", tmp_path / "runs" / "fcfs")
+    simulate(trace, "dfs", tmp_path / "runs" / "dfs", "--engine", "vllm")
+    r = cli("report", str(tmp_path / "runs"), "-o", str(tmp_path / "rep"))
+    assert r.exit_code == 2
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and "priced differently" in err and "--mixed" in err
+    r = cli("report", str(tmp_path / "runs"), "-o", str(tmp_path / "rep"), "--mixed")
+    assert r.exit_code == 0, r.output
+    side = pd.read_csv(tmp_path / "rep" / "policies.csv")
+    assert sorted(side["label"]) == ["dfs [vllm]", "fcfs [ideal]"]

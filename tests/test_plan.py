@@ -1,0 +1,193 @@
+"""`blendsim plan`: pruning keeps the front, bounds are bounds, impossible deadlines, price files, sampling."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.plan import parse_deadline
+from blendsim.plan.prices import read_prices
+from blendsim.plan.search import front, recommend, run_search
+from blendsim.plan.space import Space, shape_bounds, shapes
+from blendsim.sim.errors import UserError
+from blendsim.sim.prefix_tree import PrefixTree
+from tests.helpers import one_line_error, random_trace
+
+SPACE = Space("llama-3-8b", ("a100-80gb", "h100-80gb"), ("vllm", "sglang"), ("dfs", "random"), (), (), max_gpus=4)
+SMALL = Space("llama-3-8b", ("a100-80gb", "h100-80gb"), ("sglang",), ("dfs", "random"), (), (), max_gpus=4)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return random_trace(np.random.default_rng(3), n=300, max_out=300)
+
+
+@pytest.fixture(scope="module")
+def exhaustive(trace):
+    return run_search(trace, SPACE, 1e9, read_prices(), prune=False)
+
+
+def _front(out, deadline):
+    return [(p.cand.key, p.makespan_s, p.cost_usd) for p in front(out, deadline, None)]
+
+
+@pytest.mark.parametrize("job", ["tail_heavy", "short"])
+def test_bounds_never_exceed_simulation(request, job):
+    if job == "short":
+        space, (trace, ex) = SMALL, request.getfixturevalue("short_job")
+    else:
+        space, trace, ex = SPACE, request.getfixturevalue("trace"), request.getfixturevalue("exhaustive")
+    s = PrefixTree(trace.offline()).optimal_sharing_ratio()
+    checked = 0
+    for shape, dep in shapes(space, trace)[0]:
+        b = shape_bounds(trace, dep, s, shape.engine)
+        for p in ex.points.values():
+            if p.cand.shape == shape:
+                assert b.makespan(p.cand.replicas) <= p.makespan_s, p.cand.key
+                checked += 1
+    assert checked == len(ex.points) == {"short": 28, "tail_heavy": 56}[job]
+
+
+def test_hardware_reaches_the_simulation(exhaustive):
+    """An H100 deployment is simulated on H100s (not the simulator's default GPU)."""
+    a = exhaustive.points["a100-80gb_tp1_pp1_ep1_x1_vllm_dfs_w-bf16_kv-bf16"]
+    h = exhaustive.points["h100-80gb_tp1_pp1_ep1_x1_vllm_dfs_w-bf16_kv-bf16"]
+    assert h.makespan_s < a.makespan_s
+
+
+@pytest.fixture(scope="module")
+def short_job():
+    """A job of many short requests (work, not one long request, sets its time) and its exhaustive search."""
+    trace = random_trace(np.random.default_rng(7), n=600, max_out=40)
+    return trace, run_search(trace, SMALL, 1e9, read_prices(), prune=False)
+
+
+@pytest.mark.parametrize("quantile", [0.1, 0.5])
+def test_pruning_never_drops_a_front_deployment(short_job, quantile):
+    """With a deadline some deployments provably miss, the pruned search simulates fewer deployments and finds
+    the exhaustive search's front and recommendation."""
+    trace, exhaustive = short_job
+    ms = sorted(p.makespan_s for p in exhaustive.points.values())
+    deadline = ms[int(quantile * len(ms))]
+    pruned = run_search(trace, SMALL, deadline, read_prices())
+    assert sum(pruned.pruned.values()) > 0  # the comparison means something only if pruning pruned
+    assert len(pruned.points) < len(exhaustive.points)
+    assert _front(pruned, deadline) == _front(exhaustive, deadline)
+    rec, ref = recommend(pruned, deadline, None), recommend(exhaustive, deadline, None)
+    assert rec.cand == ref.cand and rec.makespan_s <= deadline
+
+
+def test_impossible_deadline_gives_the_fastest(trace, exhaustive):
+    out = run_search(trace, SPACE, 0.01, read_prices())
+    assert not out.meets_any
+    fastest = min(exhaustive.points.values(), key=lambda p: (p.makespan_s, p.cost_usd, p.cand.key))
+    rec = recommend(out, 0.01, None)
+    assert rec.cand == fastest.cand
+    assert _front(out, 0.01) == _front(exhaustive, 1e9)
+
+
+def test_impossible_deadline_is_said_plainly(tmp_path, trace):
+    from blendsim.workloads.trace import write_trace
+
+    path = write_trace(trace, tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["plan", str(path), "--deadline", "1", "--hardware", "a100-80gb",
+                                       "--max-gpus", "2", "--engines", "vllm", "--policies", "dfs", "--jobs", "1",
+                                       "--no-fidelity", "--json"])
+    assert r.exit_code == 0, r.output
+    a = json.loads(r.stdout)
+    assert a["recommended"]["meets_deadline"] is False
+    assert a["recommendation"].startswith("NO deployment in the search space meets the deadline")
+    assert a["recommended"]["makespan_s"] == min(e["makespan_s"] for e in a["pareto"])
+
+
+def test_cli_answer_and_report(tmp_path, trace):
+    from blendsim.workloads.trace import write_trace
+
+    path = write_trace(trace, tmp_path / "t.parquet")
+    args = ["plan", str(path), "--deadline", "30m", "--hardware", "a100-80gb,h100-80gb", "--max-gpus", "2",
+            "--engines", "vllm", "--policies", "dfs", "--jobs", "1", "--no-fidelity", "--json",
+            "-o", str(tmp_path / "plan")]
+    r = CliRunner().invoke(get_app(), args)
+    assert r.exit_code == 0, r.output
+    a = json.loads(r.stdout)
+    rec = a["recommended"]
+    for k in ("hardware", "gpus", "tp", "pp", "ep", "replicas", "engine", "policy", "weights", "kv_dtype",
+              "makespan_s", "cost_usd", "meets_deadline"):
+        assert k in rec
+    assert rec["meets_deadline"] and rec["pp"] == 1
+    price = read_prices().price_of(rec["hardware"]).usd_per_gpu_hour
+    assert rec["cost_usd"] == pytest.approx(rec["gpus"] * price * rec["makespan_s"] / 3600, rel=1e-12)
+    assert (tmp_path / "plan" / "report.html").exists() and (tmp_path / "plan" / "pareto.png").exists()
+    assert a["candidates"] == 2 * 3 and isinstance(a["pruned"], dict)
+    # re-simulating the recommended deployment with its settings gives its makespan
+    import blendsim
+
+    res = blendsim.simulate(trace, policy=rec["policy"], model="llama-3-8b", hardware=rec["hardware"], tp=rec["tp"],
+                            replicas=rec["replicas"], engine=rec["engine"], weights=rec["weights"],
+                            kv_dtype=rec["kv_dtype"], ep=rec["ep"], offline=True)
+    assert res.summary["makespan_s"] == pytest.approx(rec["makespan_s"], rel=1e-9)
+    # a rerun resumes (no simulation) and gives the same answer
+    r2 = CliRunner().invoke(get_app(), args)
+    assert r2.exit_code == 0 and json.loads(r2.stdout) == a
+
+
+def test_sampled_search_reports_its_check(trace):
+    import blendsim
+
+    big = random_trace(np.random.default_rng(5), n=900, max_out=200)
+    a = blendsim.plan(big, "llama-3-8b", "1h", hardware="a100-80gb", max_gpus=2, engines="vllm", policies="dfs",
+                      sample=300, verify=2, jobs=1, fidelity=False)
+    s = a["sampling"]
+    assert s["sample_requests"] == 300 and s["full_requests"] == 900
+    assert 1 <= len(s["checks"]) and s["max_abs_error"] is not None
+    assert a["recommended"]["makespan_from"] == "full simulation"
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("hardware,usd_per_gpu_hour\na100-80gb,2.7\n", "no price for h100-80gb"),
+    ("hardware,usd_per_gpu_hour\na100-80gb,2.7\nh100-80gb,-1\n", "row 3, usd_per_gpu_hour: -1 is negative"),
+    ("hardware,usd_per_gpu_hour\na100-80gb,cheap\nh100-80gb,6\n", "row 2, usd_per_gpu_hour: 'cheap' is not a number"),
+    ("hardware,usd_per_gpu_hour\na100-80gb,nan\nh100-80gb,6\n", "is not a finite number"),
+    ("hardware,usd_per_gpu_hour\nh1000,2\n", "row 2, hardware: 'h1000' is not a hardware preset"),
+    ("hardware,price\na100-80gb,2\n", "missing column(s) usd_per_gpu_hour"),
+])
+def test_bad_price_file_is_one_line(tmp_path, trace, body, needle):
+    from blendsim.workloads.trace import write_trace
+
+    prices = tmp_path / "prices.csv"
+    prices.write_text(body)
+    path = write_trace(trace, tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["plan", str(path), "--deadline", "2h", "--hardware", "a100-80gb,h100-80gb",
+                                       "--prices", str(prices), "--max-gpus", "1"])
+    one_line_error(r, str(prices), needle)
+
+
+def test_shipped_prices_cover_presets_with_sources():
+    from blendsim.sim.hardware import PRESETS
+
+    t = read_prices()
+    assert set(t.prices) <= set(PRESETS)
+    for p in t.prices.values():
+        assert p.usd_per_gpu_hour > 0 and p.source and p.date and p.kind in ("on-demand list", "approximate quote")
+
+
+@pytest.mark.parametrize("text, seconds", [("30m", 1800), ("24h", 86400), ("2d", 172800), ("90", 90), ("1.5h", 5400)])
+def test_deadline(text, seconds):
+    assert parse_deadline(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-1h", "0", "3w"])
+def test_bad_deadline(text):
+    with pytest.raises(UserError, match="--deadline"):
+        parse_deadline(text)
+
+
+def test_budget_nothing_fits_gives_the_fastest(trace, exhaustive):
+    out = run_search(trace, SPACE, 1e9, read_prices(), budget=1e-9)
+    assert not out.meets_any
+    fastest = min(exhaustive.points.values(), key=lambda p: (p.makespan_s, p.cost_usd, p.cand.key))
+    assert recommend(out, 1e9, 1e-9).cand == fastest.cand
