@@ -18,7 +18,6 @@ are read from ``sim/engine_params.json``, written by ``blendsim fidelity --refit
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
