@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from blendsim.sim import checks as C
 from blendsim.sim.errors import UserError
 
 BlendsimError = UserError  # the one exception type of user mistakes (the CLI's one-line errors)
@@ -28,14 +29,38 @@ BlendsimError = UserError  # the one exception type of user mistakes (the CLI's 
 TRACE_FORMAT = "trace"  # blendsim's own Parquet trace (what `blendsim workloads` writes)
 
 
+def _boundary(fn):
+    """A public function whose call itself is checked: a missing, extra or unknown argument is a
+    BlendsimError naming it (as Python's TypeError would, in one line); each function then checks its
+    arguments' types and values with the command line's checks (``blendsim.sim.checks``)."""
+    import functools
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            params = ", ".join(n for n in sig.parameters if n != "self")
+            raise UserError(f"{fn.__qualname__}(): {e}; its arguments are {params or 'none'}") from None
+        return fn(*args, **kwargs)
+
+    return call
+
+
 # ---- traces ----------------------------------------------------------------------------------------
+@_boundary
 def load_trace(path, format: str | None = None, limit: int | None = None):  # noqa: A002 (the CLI's --format)
     """Read a trace: blendsim's Parquet trace, or a trace of another format as `blendsim workloads
     load --format` reads it (burstgpt, azure, vidur, jsonl). ``format=None`` goes by the file name
     (``.parquet``: blendsim's own, ``.jsonl``: jsonl). ``limit`` keeps the first N requests."""
     from blendsim.workloads.loaders import FORMATS, load
 
-    p = Path(path)
+    p = C.path(path, "load_trace: path")
+    C.optional(C.text, format, "--format")
+    C.optional(C.integer, limit, "--limit", 1)
     fmt = format or {".parquet": TRACE_FORMAT, ".jsonl": "jsonl"}.get(p.suffix.lower())
     if fmt is None:
         raise UserError(f"{p}: cannot tell the trace format from the name; give format= one of "
@@ -50,13 +75,19 @@ def load_trace(path, format: str | None = None, limit: int | None = None):  # no
     return trace.head(limit) if limit is not None else trace
 
 
+@_boundary
 def write_trace(trace, path) -> Path:
     """Write ``trace`` as blendsim's Parquet trace (what `blendsim simulate` reads)."""
+    from blendsim.sim.io import check_output_file
+    from blendsim.workloads.trace import Trace
     from blendsim.workloads.trace import write_trace as write
 
-    return write(trace, path)
+    if not isinstance(trace, Trace):
+        raise UserError(f"write_trace: trace must be a blendsim Trace, got {C.describe(trace)}")
+    return write(trace, check_output_file(C.path(path, "write_trace: path")))
 
 
+@_boundary
 def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
     """A trace from Python columns: ``input_len`` and ``output_len`` per request; ``prompts[i]`` a list of
     token ids, or of ``(segment_id, length)`` pairs (requests that share leading segments share that
@@ -69,12 +100,13 @@ def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
     return trace
 
 
+@_boundary
 def synthesize(recipe: str, **params):
     """The trace of a workload recipe, as `blendsim workloads synth RECIPE` makes it; ``params`` are
     the recipe's options with underscores (``requests=2000, density=1.1, sharing=0.3, seed=0``)."""
     from blendsim.workloads.recipes import synthesize as synth
 
-    return synth(recipe, **params)
+    return synth(C.text(recipe, "recipe"), **params)
 
 
 # ---- simulation --------------------------------------------------------------------------------------
@@ -117,13 +149,15 @@ class Result:
         tab = schedule_arrow(self.run)
         return None if tab is None else tab.to_pandas()
 
+    @_boundary
     def write(self, run_dir, force: bool = False) -> Path:
         """Write the run directory (summary.json, steps.parquet, requests.parquet, schedule.parquet)
         exactly as `blendsim simulate -o RUN_DIR [--force]` does; returns its path. As there, a run
         directory of another trace file is replaced only with ``force``."""
         from blendsim.sim.rundir import check_run_dir, write_run
 
-        check_run_dir(run_dir, self.summary.get("trace_sha256"), force)
+        run_dir = C.path(run_dir, "Result.write: run_dir")
+        check_run_dir(run_dir, self.summary.get("trace_sha256"), C.boolean(force, "--force"))
         return write_run(self.run, run_dir)
 
     def __repr__(self) -> str:
@@ -133,6 +167,7 @@ class Result:
                 f"throughput_tok_s={s['throughput_tok_s']:.4g})")
 
 
+@_boundary
 def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a100-80gb", progress=None,
              **run_options) -> Result:
     """Simulate ``trace`` (a Trace or a trace file's path) under ``policy`` on ``model`` x ``hardware``.
@@ -147,21 +182,22 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     Unlike the CLI (``fcfs``), the default policy is ``dfs``. Given a file, summary.json records its
     SHA-256 as ``trace_sha256``, as the command does.
     """
-    from blendsim.options import check_seed
     from blendsim.runner import RunConfig, run_simulation
     from blendsim.sim.rundir import file_sha256
 
+    if progress is not None and not callable(progress):
+        raise UserError(f"simulate: progress must be a function of the finished requests, got {C.describe(progress)}")
+    if isinstance(model, os.PathLike):  # a config.json
+        model = os.fspath(model)
     digest = file_sha256(trace) if isinstance(trace, (str, os.PathLike)) else None
     trace = _as_trace(trace)
     known = sorted(f.name for f in dataclasses.fields(RunConfig) if f.name not in ("policy", "model", "hardware"))
     unknown = sorted(set(run_options) - set(known))
     if unknown:
         raise UserError(f"simulate: unknown option(s) {', '.join(unknown)}; options are {', '.join(known)}")
-    if run_options.get("profile") is not None:
-        run_options["profile"] = str(run_options["profile"])
-    check_seed(run_options.get("seed", 0))
-    cfg = RunConfig(policy=policy if isinstance(policy, type) else str(policy), model=str(model),
-                    hardware=str(hardware), **run_options)
+    if isinstance(run_options.get("profile"), os.PathLike):
+        run_options["profile"] = os.fspath(run_options["profile"])
+    cfg = RunConfig(policy=policy, model=model, hardware=hardware, **run_options)  # checks every field
     run = run_simulation(trace, cfg, progress)
     if digest is not None:
         run.summary["trace_sha256"] = digest
@@ -188,7 +224,7 @@ def _as_trace(trace):
         return trace
     if isinstance(trace, (str, os.PathLike)):
         return load_trace(trace)
-    raise UserError(f"trace: expected a blendsim Trace or a trace file's path, got {type(trace).__name__}")
+    raise UserError(f"trace: expected a blendsim Trace or a trace file's path, got {C.describe(trace)}")
 
 
 # ---- sweeps ----------------------------------------------------------------------------------------
@@ -218,6 +254,7 @@ class SweepResult:
         return f"SweepResult(dir={str(self.dir)!r}, cells={o.total}, ran={o.ran}, skipped={o.skipped})"
 
 
+@_boundary
 def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharing="0.05:0.45:0.10",
           policies=None, models="llama-3-8b", hardware="a100-80gb", requests: int = 40_000,
           mode: str = "sequential", engine: str | None = None, engine_of: str | None = None,
@@ -241,18 +278,31 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
-    if jobs is not None and jobs < 1:
-        raise UserError(f"--jobs must be >= 1, got {jobs}")
-    if int(seeds) < 1:
-        raise UserError(f"--seeds must be >= 1, got {seeds}")
+    out = C.path(out, "sweep: out")
+    C.optional(C.integer, jobs, "--jobs", 1)
+    C.text(recipe, "--recipe")
+    C.text(mode, "--mode")
+    C.text(backend, "--backend")
+    for v, flag in ((engine, "--engine"), (engine_of, "--engine-of"), (ray_address, "--ray-address")):
+        C.optional(C.text, v, flag)
+    C.boolean(resume, "--resume")
+    if progress is not None and not callable(progress):
+        raise UserError(f"sweep: progress must be a function of (done, total), got {C.describe(progress)}")
+    if recipe_options is not None and not (isinstance(recipe_options, dict)
+                                           and all(isinstance(k, str) for k in recipe_options)):
+        raise UserError(f"--recipe-opt (recipe_options) must be a dict of option name -> value, got "
+                        f"{C.describe(recipe_options)}")
+    C.integer(seeds, "--seeds", 1)
+    C.optional(C.boolean, fixed_trace, "--fixed-trace")
     pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
-        requests=int(requests), mode=mode, engine=engine, engine_of=engine_of, seed=int(seed),
-        recipe_options=dict(recipe_options or {}), fixed_trace=fixed_trace, seeds=int(seeds)))
-    check_sweep_dir(Path(out), spec, resume)
-    outcome = run_sweep(spec, Path(out), make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
+        requests=C.integer(requests, "--requests", 1), mode=mode, engine=engine, engine_of=engine_of,
+        seed=C.integer(seed, "--seed", 0, C.MAX_SEED), recipe_options=dict(recipe_options or {}),
+        fixed_trace=fixed_trace, seeds=seeds))
+    check_sweep_dir(out, spec, resume)
+    outcome = run_sweep(spec, out, make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
     if outcome.failures:
         raise (UserError if all(f["user_error"] for f in outcome.failures) else RuntimeError)(failure_line(outcome))
     result = SweepResult(Path(out), outcome)
@@ -268,8 +318,12 @@ def _values(v, flag: str) -> tuple[float, ...]:
 
     if isinstance(v, str):
         return parse_values(v, flag)
-    items = [v] if isinstance(v, (int, float)) else list(v)
-    return parse_values(",".join(repr(float(x)) for x in items), flag) if items else parse_values("", flag)
+    try:
+        items = [v] if not hasattr(v, "__iter__") else list(v)
+    except TypeError:
+        items = [v]
+    values = [C.number(x, f"{flag} value") for x in items]
+    return parse_values(",".join(repr(x) for x in values), flag) if values else parse_values("", flag)
 
 
 def _names(v, flag: str, each=str) -> tuple[str, ...]:
@@ -277,7 +331,14 @@ def _names(v, flag: str, each=str) -> tuple[str, ...]:
 
     if isinstance(v, str):
         return parse_names(v, flag)
-    names = tuple(dict.fromkeys(each(x) for x in ([v] if isinstance(v, type) else v)))
+    if isinstance(v, type):
+        v = [v]
+    if not isinstance(v, (list, tuple)):
+        raise UserError(f"{flag} must be a comma list or a list of names, got {C.describe(v)}")
+    for x in v:
+        if not (isinstance(x, str) and x.strip()) and not (isinstance(x, type) and each is not str):
+            raise UserError(f"{flag} must list names (strings), got {C.describe(x)}")
+    names = tuple(dict.fromkeys(each(x) for x in v))
     if not names:
         raise UserError(f"{flag}: give at least one name")
     return names
@@ -298,7 +359,7 @@ def _policy_spec(p) -> str:
         return p.name
     try:
         f = inspect.getsourcefile(p)
-    except TypeError:
+    except (TypeError, OSError):  # a notebook's class: no source file
         f = None
     if not f or p.__module__ == "__main__" or "<" in p.__qualname__ or not Path(f).is_file():
         raise UserError(f"policy {p.__qualname__}: a sweep's workers import policies by name; put the class "
@@ -309,13 +370,16 @@ def _policy_spec(p) -> str:
 
 
 # ---- one step's cost ---------------------------------------------------------------------------------
+@_boundary
 def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_tokens: int = 0,
          decode_seqs: int = 0, context: int = 0, tp: int = 1, mode: str = "sequential", engine: str = "ideal",
          profile=None, dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None,
          ep: int = 1, expert_skew: float = 0.0, pp: int = 1) -> dict:
     """`blendsim cost --json`: the price of one step (a prefill chunk of ``prefill_tokens`` and/or
     ``decode_seqs`` decoding sequences, each after ``context`` tokens) and its per-operator rows."""
-    out, _rows, _dep, cm = price_step(str(model), hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
+    if isinstance(model, os.PathLike):  # a config.json
+        model = os.fspath(model)
+    out, _rows, _dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                       context=context, tp=tp, mode=mode, engine=engine, profile=profile,
                                       dtype=dtype, weights=weights, kv_dtype=kv_dtype, ep=ep,
                                       expert_skew=expert_skew, pp=pp)
@@ -328,9 +392,21 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     from blendsim.sim.batch import BatchFeatures
     from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import make_deployment
+    from blendsim.workloads.trace import MAX_TOKENS
 
-    if min(prefill_tokens, decode_seqs, context) < 0:
-        raise UserError("--prefill-tokens, --decode-seqs and --context must be >= 0")
+    C.text(model, "--model")
+    C.text(hardware, "--hardware")
+    for v, flag in ((prefill_tokens, "--prefill-tokens"), (decode_seqs, "--decode-seqs"), (context, "--context")):
+        C.integer(v, flag, 0, MAX_TOKENS)
+    C.integer(tp, "--tp", 1, C.MAX_GPUS)
+    C.integer(ep, "--ep", 1, C.MAX_GPUS)
+    C.number(expert_skew, "--expert-skew", 0.0)
+    C.text(mode, "--mode")
+    C.text(engine, "--engine")
+    for v, flag in ((dtype, "--dtype"), (weights, "--weights"), (kv_dtype, "--kv-dtype")):
+        C.optional(C.text, v, flag)
+    if profile is not None:
+        profile = C.path(profile, "--profile")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
     dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp)
@@ -375,6 +451,7 @@ def pipeline_step(dep, f, cost_model_of) -> dict:
             "pipe_full_step_s": max(x["step_time_s"] for x in stages)}
 
 
+@_boundary
 def policy_names() -> list[str]:
     """The policies known by name: this package's and those installed packages register."""
     from blendsim.policies.base import policy_names as names

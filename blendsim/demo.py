@@ -14,10 +14,12 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
     """Synthesise the workload, simulate each policy, write run dirs (and a report); return summaries."""
     from blendsim.policies.base import policy_names
     from blendsim.runner import RunConfig, run_simulation, write_run
+    from blendsim.sim.io import check_output_dir
     from blendsim.workloads.recipes import synthesize
     from blendsim.workloads.trace import write_trace
 
-    out = Path(out)
+    # a new or empty folder, or an earlier demo's: never the current folder or one of the user's own
+    out = check_output_dir(out, "blendsim demo folder (trace.parquet, runs/)", ("trace.parquet", "runs"))
     t0 = time.perf_counter()
     trace = synthesize("blendserve", density=density, sharing=sharing, requests=requests, model=model,
                        hardware=hardware, seed=seed)

@@ -63,8 +63,9 @@ class RunConfig:
     options: dict = field(default_factory=dict)  # policy-specific options
 
     def __post_init__(self) -> None:
-        if self.replicas < 1:
-            raise UserError(f"--replicas must be >= 1, got {self.replicas}")
+        from blendsim.sim.checks import check_run_config
+
+        check_run_config(self)  # types and ranges of every field, whoever builds the configuration
 
 
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:

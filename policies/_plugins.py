@@ -78,10 +78,17 @@ def _import_file(spec: str, path: Path, modname: str) -> types.ModuleType:
     except UserError:
         del sys.modules[modname]
         raise
+    except SystemExit as e:
+        del sys.modules[modname]
+        raise UserError(f"policy {spec}: importing {path} called sys.exit({e.code!r}){_where(e, path)}") from e
+    except KeyboardInterrupt as e:
+        del sys.modules[modname]
+        raise UserError(f"policy {spec}: importing {path} was interrupted (KeyboardInterrupt)"
+                        f"{_where(e, path)}") from e
     except Exception as e:
         del sys.modules[modname]
         raise UserError(f"policy {spec}: importing {path} failed{_where(e, path)}: "
-                        f"{type(e).__name__}: {_first_line(e)}") from None
+                        f"{type(e).__name__}: {_first_line(e)}") from e
     return mod
 
 
@@ -138,3 +145,67 @@ def entry_point_source(ep) -> str:
 
 __all__ = ["GROUP", "entry_point_source", "entry_points", "is_file_spec", "load_entry_point", "load_file",
            "split_file_spec"]
+
+
+# ---- a user's code failing, as one line ---------------------------------------------------------------------
+def is_users(cls: type) -> bool:
+    """Whether ``cls`` is a user's class (not one of blendsim's own)."""
+    return not str(getattr(cls, "__module__", "")).startswith("blendsim.")
+
+
+def code_file(fn) -> str:
+    """The file a function was defined in (``<string>`` for exec'd code, e.g. a notebook cell)."""
+    code = getattr(fn, "__code__", None)
+    return code.co_filename if code is not None else "?"
+
+
+def user_code_error(owner: str, what: str, fn, e: BaseException) -> UserError:
+    """One line for exception ``e`` raised by the user's function ``fn`` (its file and line: the deepest frame
+    in that file). The exception stays the error's ``__cause__`` (``--debug`` / BLENDSIM_DEBUG=1 print it)."""
+    path = code_file(fn)
+    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+    line = lines[-1] if lines else getattr(getattr(fn, "__code__", None), "co_firstlineno", "?")
+    if isinstance(e, SystemExit):
+        why = f"called sys.exit({e.code!r})"
+    else:
+        why = f"raised {type(e).__name__}" + (f": {_first_line(e)}" if _first_line(e) else "")
+    return UserError(f"{owner}: {what} {why} ({path}, line {line}; --debug or BLENDSIM_DEBUG=1 shows the "
+                     "traceback)")
+
+
+def bad_result(owner: str, what: str, fn, problem: str) -> UserError:
+    """One line for a user's function ``fn`` that returned something unusable."""
+    line = getattr(getattr(fn, "__code__", None), "co_firstlineno", "?")
+    return UserError(f"{owner}: {what} {problem} ({code_file(fn)}, line {line})")
+
+
+def guard(owner_of, name: str, fn, check=None):
+    """``fn`` (a user's method ``name``) wrapped so that an exception it raises, or a result ``check(self,
+    result)`` refuses (it returns a problem text), ends in one line naming the user's file and line."""
+    import functools
+
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        try:
+            out = fn(self, *args, **kwargs)
+        except UserError:
+            raise
+        except (Exception, SystemExit) as e:
+            raise user_code_error(owner_of(self), f"{name}()", fn, e) from e
+        if check is not None:
+            problem = check(self, out)
+            if problem:
+                raise bad_result(owner_of(self), f"{name}()", fn, problem)
+        return out
+
+    call.__blendsim_guarded__ = True
+    return call
+
+
+def describe(value) -> str:
+    """A short description of a returned value, for messages."""
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+__all__ += ["bad_result", "code_file", "describe", "guard", "is_users", "user_code_error"]

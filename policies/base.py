@@ -93,11 +93,13 @@ def resolve_policy(spec) -> PolicyRef:
         if not issubclass(spec, Policy):
             raise UserError(f"policy {spec.__qualname__}: not a subclass of blendsim.Policy")
         _name_after_class(spec)
+        check_policy_class(spec)
         return PolicyRef(spec, spec.name, *_class_source(spec))
     spec = str(spec).strip()
     if _plugins.is_file_spec(spec):
         cls, path, digest = _plugins.load_file(spec, Policy)
         _name_after_class(cls)
+        check_policy_class(cls)
         return PolicyRef(cls, spec, str(path), digest)
     if spec not in _REGISTRY:
         _discover()
@@ -110,6 +112,7 @@ def resolve_policy(spec) -> PolicyRef:
     cls = _plugins.load_entry_point(ep, Policy, _REGISTRY)
     if "name" not in cls.__dict__:
         cls.name = spec
+    check_policy_class(cls)
     return PolicyRef(cls, spec, _plugins.entry_point_source(ep), _class_source(cls)[1])
 
 
@@ -136,14 +139,37 @@ def _class_source(cls: type) -> tuple[str, str | None]:
 
     try:
         f = Path(inspect.getsourcefile(cls) or "")
-    except TypeError:  # defined in an interactive session
-        return f"{cls.__module__}.{cls.__qualname__}", None
-    if not f.is_file():
-        return f"{cls.__module__}.{cls.__qualname__}", None
+    except (TypeError, OSError):  # defined in an interactive session (a notebook cell, exec): no source file
+        f = None
+    codes = {_plugins.code_file(getattr(v, "__wrapped__", v)) for v in vars(cls).values() if inspect.isfunction(v)}
+    if f is None or not f.is_file() or (codes and str(f) not in codes and str(f.resolve()) not in codes):
+        # no file, or not the one its code came from (a class exec'd in a script's __main__)
+        return _interactive_source(cls), None
     root = Path(__file__).resolve().parent
     if cls.__module__.startswith("blendsim.policies.") and f.resolve().is_relative_to(root):
         return f.resolve().relative_to(root.parent).as_posix(), None
     return str(f.resolve()), hashlib.sha256(f.read_bytes()).hexdigest()
+
+
+def _interactive_source(cls: type) -> str:
+    """What can be recorded of a class with no source file (a notebook's): where it was defined and a digest
+    of its methods' code (the same class body gives the same digest in the same Python)."""
+    import hashlib
+    import marshal
+    import sys
+
+    h = hashlib.sha256()
+    files = set()
+    for k in sorted(vars(cls)):
+        fn = vars(cls)[k]
+        fn = getattr(fn, "__wrapped__", fn)
+        code = getattr(fn, "__code__", None)
+        if code is not None:
+            files.add(code.co_filename)
+            h.update(k.encode() + b"\0" + marshal.dumps(code.replace(co_filename="", co_firstlineno=1)))
+    where = f" in {', '.join(sorted(files))}" if files else ""
+    return (f"{cls.__module__}.{cls.__qualname__} (defined interactively{where}, no source file; code sha256 "
+            f"{h.hexdigest()[:16]}, Python {sys.version_info.major}.{sys.version_info.minor})")
 
 
 def get_router(name: str) -> type:
@@ -166,6 +192,27 @@ class Router(ABC):
     @abstractmethod
     def route(self, req: int, now: float) -> int:
         """The replica index for request ``req`` arriving at ``now``."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if _plugins.is_users(cls):  # a user's router: its failures and bad indices become one line
+            for name, check in (("__init__", None), ("route", _check_route)):
+                fn = cls.__dict__.get(name)
+                if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
+                    setattr(cls, name, _plugins.guard(_owner, name, fn, check))
+
+
+def _owner(obj) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    kind = "router" if issubclass(cls, Router) else "policy"
+    return f"{kind} {cls.__qualname__}"
+
+
+def _check_route(router, out) -> str | None:
+    n = len(router.replicas)
+    if isinstance(out, (bool, np.bool_)) or not isinstance(out, (int, np.integer)) or not 0 <= int(out) < n:
+        return f"returned {_plugins.describe(out)}; it must return a replica index in 0..{n - 1}"
+    return None
 
 
 @register_router("round-robin")
@@ -197,6 +244,14 @@ class Policy:
     scheduler_cls: ClassVar[type] = Scheduler
     router: ClassVar[str] = "round-robin"
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if _plugins.is_users(cls):  # a user's policy: its failures and unusable results become one line
+            for name, check in _USER_METHODS.items():
+                fn = cls.__dict__.get(name)
+                if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
+                    setattr(cls, name, _plugins.guard(_owner, name, fn, check))
+
     def __init__(self, ctx: PolicyContext):
         self.ctx = ctx
         unknown = set(ctx.options) - set(self.options)
@@ -225,7 +280,102 @@ class Policy:
 
     # called by the runner once, after prepare()
     def _finalize(self) -> None:
-        self._rank = np.asarray(self.rank())
+        out = self.rank()
+        problem = _rank_problem(out, self.ctx.trace.n)
+        if problem:
+            fn = type(self).rank
+            raise _plugins.bad_result(_owner(self), "rank()", getattr(fn, "__wrapped__", fn), problem)
+        self._rank = np.asarray(out)
+
+
+def _rank_problem(out, n: int) -> str | None:
+    """What is wrong with ``rank()``'s result for ``n`` requests (None: one finite number per request)."""
+    want = f"it must return one finite number per request ({n})"
+    if out is None or isinstance(out, (dict, str, bytes, set)) or inspect.isgenerator(out) or np.isscalar(out):
+        return f"returned {_plugins.describe(out)}; {want}"
+    try:
+        a = np.asarray(out)
+    except (TypeError, ValueError) as e:
+        return f"returned {_plugins.describe(out)} ({e}); {want}"
+    if a.dtype.kind not in "biuf":
+        return f"returned values of type {a.dtype} ({_plugins.describe(out)}); {want}"
+    if a.shape != (n,):
+        return f"returned an array of shape {a.shape}; {want}"
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        return f"returned NaN or infinite values (first at request {int(np.flatnonzero(~np.isfinite(a))[0])}); {want}"
+    return None
+
+
+def _check_scheduler(policy, out) -> str | None:
+    if not isinstance(out, Scheduler):
+        return f"returned {_plugins.describe(out)}; it must return a blendsim.sim.scheduler.Scheduler"
+    return None
+
+
+def _check_router(policy, out) -> str | None:
+    if not isinstance(out, Router):
+        return f"returned {_plugins.describe(out)}; it must return a blendsim.Router"
+    return None
+
+
+def _check_extra(policy, out) -> str | None:
+    import json
+
+    from blendsim.sim.rundir import json_safe
+
+    if not isinstance(out, dict):
+        return f"returned {_plugins.describe(out)}; it must return a dict of JSON values for summary.json"
+    try:
+        json.dumps(json_safe(out), allow_nan=False, default=_no_json)
+    except (TypeError, ValueError) as e:
+        return f"returned a dict that is not JSON ({e}); it must return a dict of JSON values for summary.json"
+    return None
+
+
+def _no_json(o):
+    if isinstance(o, (np.integer, np.floating)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} is not a JSON value")
+
+
+# a user's methods the runner calls, and what their results must be (rank(): checked in _finalize)
+_USER_METHODS = {"__init__": None, "prepare": None, "rank": None, "make_router": _check_router,
+                 "make_scheduler": _check_scheduler, "summary_extra": _check_extra}
+
+
+def check_policy_class(cls: type) -> None:
+    """A user's policy class declares what the runner reads: ``engine_defaults`` (EngineConfig fields),
+    ``options`` (name -> (default, help)), ``default_engine``, ``router``, ``scheduler_cls``. One line naming
+    the class's file otherwise."""
+    import dataclasses
+
+    from blendsim.sim.seq import EngineConfig
+
+    if not _plugins.is_users(cls):
+        return
+    where = f"policy {cls.__qualname__} ({_class_source(cls)[0]})"
+    ed = cls.engine_defaults
+    fields = [f.name for f in dataclasses.fields(EngineConfig)]
+    if not isinstance(ed, dict):
+        raise UserError(f"{where}: engine_defaults must be a dict of EngineConfig fields, got {_plugins.describe(ed)}")
+    unknown = sorted(str(k) for k in ed if k not in fields)
+    if unknown:
+        raise UserError(f"{where}: engine_defaults has unknown field(s) {', '.join(unknown)}; fields are "
+                        f"{', '.join(fields)}")
+    opts = cls.options
+    if not isinstance(opts, dict):
+        raise UserError(f"{where}: options must be a dict of name -> (default, help), got {_plugins.describe(opts)}")
+    for k, v in opts.items():
+        from blendsim.policies.option import Option
+
+        if not isinstance(k, str) or not (isinstance(v, Option) or (isinstance(v, tuple) and len(v) == 2)):
+            raise UserError(f"{where}: options[{k!r}] must be a (default, help) pair, got {_plugins.describe(v)}")
+    if not isinstance(cls.router, str):
+        raise UserError(f"{where}: router must be a registered router's name (a string)")
+    if not (isinstance(cls.scheduler_cls, type) and issubclass(cls.scheduler_cls, Scheduler)):
+        raise UserError(f"{where}: scheduler_cls must be a subclass of blendsim.sim.scheduler.Scheduler")
 
 
 def option_records(policy) -> dict[str, Option]:

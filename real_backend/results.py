@@ -51,9 +51,9 @@ class ValidationStopped(UserError):
 
 def check_val_dir(out: str | Path) -> Path:
     """Refuse to overwrite a folder that holds something other than an earlier validation."""
-    from blendsim.sim.io import read_json
+    from blendsim.sim.io import read_json, refuse_unsafe_dir
 
-    d = Path(out)
+    d = refuse_unsafe_dir(out)
     if d.exists() and (not d.is_dir() or any(d.iterdir())):
         s = d / "summary.json"
         if not (d.is_dir() and s.exists() and read_json(s, "summary").get("kind") == KIND):
@@ -71,7 +71,7 @@ def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> P
     from blendsim.sim.rundir import run_dir_name, write_run
 
     d = check_val_dir(out)
-    with atomic_dir(d) as tmp:
+    with atomic_dir(d, "summary.json", "blendsim validation folder") as tmp:
         write_json(tmp / "summary.json", summary)
         for name, rows in tables.items():
             if rows is not None and len(rows):

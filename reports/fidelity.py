@@ -77,6 +77,10 @@ def _by(df: pd.DataFrame, key: str) -> F.Figure:
     return F.Figure(f"fidelity_error_by_{key}", f"Error by {key}", "predicted / measured - 1 per row.", fig)
 
 
+REPORT_KIND = "blendsim fidelity report folder"
+REPORT_FILES = ("index.html", "fidelity.csv")  # what makes a folder one (fidelity -o may replace)
+
+
 def write_fidelity_report(result: dict, rows: list, bounds: dict, out) -> Path:
     out = Path(out)
     df = fidelity_frame(result, rows, bounds)
@@ -86,7 +90,7 @@ def write_fidelity_report(result: dict, rows: list, bounds: dict, out) -> Path:
                f"{_pct(result['median_abs_error'])}, p90 {_pct(result['p90_abs_error'])}.")
     for k, v in result.get("cv", {}).items():
         summary += f" {k.replace('_', '-')}: median {_pct(v['median_abs_error'])}, p90 {_pct(v['p90_abs_error'])}."
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, REPORT_FILES, REPORT_KIND) as tmp:
         (tmp / "figures").mkdir()
         body = [f"<p>{html.escape(summary)}</p>"]
         md = ["# blendsim fidelity report\n", summary + "\n"]

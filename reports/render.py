@@ -195,7 +195,7 @@ def _run_dirs(df: pd.DataFrame) -> str:
 
 def _write(out: Path, sections, md_tables, csvs, md_head: str, html_head: str,
            page_title: str = "blendsim report") -> Path:
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, MARKER, "blendsim report directory") as tmp:
         (tmp / "figures").mkdir()
         body, md = [], [f"# {page_title}\n\n{md_head}\n"]
         for name, (df, spec, text) in md_tables.items():

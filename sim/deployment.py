@@ -22,6 +22,10 @@ from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import GiB, HardwareSpec
 from blendsim.sim.models import ModelSpec
 
+# Zipf exponent beyond which expert popularities i^-skew underflow float64 for 256 experts (a skew of 100
+# already sends every token to the top-k experts: the second expert is 2^-100 as popular as the first)
+MAX_EXPERT_SKEW = 100.0
+
 
 @dataclass(frozen=True, slots=True)
 class Deployment:
@@ -78,8 +82,9 @@ class Deployment:
             if m.shared_intermediate_size % self.tp:
                 raise UserError(f"--tp {self.tp} does not divide {m.name}'s shared-expert width "
                                 f"{m.shared_intermediate_size}")
-        if not (math.isfinite(self.expert_skew) and self.expert_skew >= 0):
-            raise UserError(f"expert skew must be a finite number >= 0, got {self.expert_skew}")
+        if not (math.isfinite(self.expert_skew) and 0 <= self.expert_skew <= MAX_EXPERT_SKEW):
+            raise UserError(f"--expert-skew: the expert skew must be a number in 0..{MAX_EXPERT_SKEW:g} (the limit: "
+                            f"beyond it the rarer experts' Zipf weights underflow), got {self.expert_skew}")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise UserError("gpu_memory_utilization must be in (0, 1]")
         self._check_links()

@@ -18,7 +18,6 @@ are read from ``sim/engine_params.json``, written by ``blendsim fidelity --refit
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -439,14 +438,14 @@ def is_profile(name: str | None) -> bool:
 
 
 def load_params(path: str | Path | None = None) -> dict:
-    """The fitted parameters (``{}`` when the file is absent)."""
+    """The fitted parameters (``{}`` when the file is absent), every field checked (sim.paramfile)."""
+    from blendsim.sim.io import read_json
+    from blendsim.sim.paramfile import check_params
+
     p = Path(path) if path else PARAMS_FILE
     if not p.exists():
         return {}
-    try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"{p}: cannot read fitted engine parameters: {e}") from None
+    return check_params(read_json(p, "fitted engine parameters file"), str(p), PROFILES)
 
 
 PROFILE_KIND = "blendsim-engine-profile"

@@ -22,17 +22,26 @@ def umask() -> int:
     return mask
 
 
-def check_output_file(path: str | Path) -> Path:
-    """Fail now, with one line, when ``path`` cannot become a file (a folder is there, or a parent is a
-    file); before the work whose result it will hold."""
+def check_output_file(path: str | Path, inputs=()) -> Path:
+    """Fail now, with one line, when ``path`` cannot become a file (a folder is there, a parent is a file, the
+    place is read-only, or it is one of the ``inputs``); before the work whose result it will hold."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a folder; give a file name to write")
+    for i in inputs or ():
+        if i is not None and Path(i).exists() and path.exists() and path.resolve() == Path(i).resolve():
+            raise UserError(f"{path}: is the input {i}; give the output another name")
     probe = path.parent
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise UserError(f"{path}: {probe} is not a folder")
+    try:  # a read-only place fails now, not after the work
+        fd, tmp = tempfile.mkstemp(prefix=".blendsim-probe.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write there ({e.strerror or e})") from None
     return path
 
 
@@ -74,19 +83,71 @@ def staging_dir(final: str | Path) -> Path:
         raise UserError(f"{final}: cannot write there ({e.strerror or e})") from None
 
 
+def _contains(outer: Path, inner: Path) -> bool:
+    return outer == inner or outer in inner.parents
+
+
+def refuse_unsafe_dir(final: str | Path, inputs=()) -> Path:
+    """Refuse, with one line, an output folder whose replacement would take what the command did not make:
+    the current folder or one above it (``-o .``), or an input file or a folder holding one."""
+    final = Path(final)
+    where = final.resolve()
+    cwd = Path.cwd().resolve()
+    if _contains(where, cwd):
+        what = "the current folder" if where == cwd else f"a folder above the current one ({cwd})"
+        raise UserError(f"{final}: is {what}; give the name of a new folder to write")
+    for i in inputs or ():
+        if i is not None and _contains(where, Path(i).resolve()):
+            raise UserError(f"{final}: holds the input {i}; give the name of a new folder to write")
+    return final
+
+
+def _is_own(folder: Path, own) -> bool:
+    if own is None:
+        return False
+    if callable(own):
+        return bool(own(folder))
+    return all((folder / name).exists() for name in ([own] if isinstance(own, str) else own))
+
+
+def check_output_dir(final: str | Path, what: str, own=None, inputs=()) -> Path:
+    """Fail now, with one line, unless ``final`` can become an output folder of kind ``what``: absent, empty,
+    or one ``own`` recognises (a marker file name, names, or a predicate) -- never the current folder, one
+    above it, or a folder holding an input (:func:`refuse_unsafe_dir`), never a file; and writable."""
+    final = refuse_unsafe_dir(final, inputs)
+    if final.exists() or final.is_symlink():
+        if not final.is_dir():
+            raise UserError(f"{final}: exists and is not a folder; give the name of a folder to write")
+        if any(final.iterdir()) and not _is_own(final, own):
+            raise UserError(f"{final}: exists and is not a {what}; choose another -o")
+    staging_dir(final).rmdir()
+    return final
+
+
 @contextlib.contextmanager
-def atomic_dir(final: str | Path):
-    """Yield an empty staging folder beside ``final``; it replaces ``final`` only if the block succeeds
-    (an earlier ``final`` is removed then), and is removed if the block fails."""
+def atomic_dir(final: str | Path, own=None, what: str = "blendsim output folder"):
+    """Yield an empty staging folder beside ``final``; it replaces ``final`` only if the block succeeds, and is
+    removed if the block fails. An earlier ``final`` is replaced only when it is empty or of the writer's own
+    kind (``own``: see :func:`check_output_dir`), never when it is the current folder, one above it or not a
+    folder: nothing the command did not make is removed."""
     import shutil
 
-    final = Path(final)
+    final = check_output_dir(final, what, own)
     tmp = staging_dir(final)
     try:
         yield tmp
+        old = None
         if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+            final.rename(old / "x")
+        try:
+            tmp.rename(final)
+        except OSError as e:
+            if old is not None:
+                (old / "x").rename(final)
+            raise UserError(f"{final}: cannot write ({e.strerror or e})") from None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -94,6 +155,7 @@ def atomic_dir(final: str | Path):
 
 def check_writable(final: str | Path) -> Path:
     """Fail now, with one line, if ``final`` could not be written later (before hours of work)."""
+    refuse_unsafe_dir(final)
     staging_dir(final).rmdir()
     return Path(final)
 

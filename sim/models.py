@@ -634,6 +634,9 @@ def _weights_of(c: _Cfg, top: dict) -> str:
         return "int4"
     if method == "compressed-tensors":
         groups = q.get("config_groups") or {}
+        if not isinstance(groups, dict):
+            raise c.err(f"field 'quantization_config.config_groups' must be an object of groups, got "
+                        f"{type(groups).__name__}")
         w = next((g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")), None)
         if isinstance(w, dict):
             bits, typ = w.get("num_bits"), w.get("type")

@@ -13,7 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import atomic_dir, check_writable
+from blendsim.sim.io import atomic_dir, check_output_dir
+
+RUN_DIR_KIND = "blendsim run directory"
+RUN_DIR_MARKER = "summary.json"  # what makes a folder a run directory (one -o may replace)
 
 
 @dataclass
@@ -53,13 +56,12 @@ def run_dir_name(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(label)).strip("._") or "_"
 
 
-def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: bool = False) -> Path:
-    """Refuse to overwrite a folder that holds something other than an earlier run; with
-    ``trace_sha256`` (the new run's trace file digest, recorded in summary.json), also an earlier run
-    of another trace — or of an unrecorded one — unless ``force``."""
-    d = Path(run_dir)
-    if d.exists() and (not d.is_dir() or (any(d.iterdir()) and not (d / "summary.json").exists())):
-        raise UserError(f"{d}: exists and is not a blendsim run directory; choose another -o")
+def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: bool = False, inputs=()) -> Path:
+    """Refuse to overwrite a folder that holds something other than an earlier run (or the current folder,
+    one above it, or one holding an ``inputs`` file: sim.io.check_output_dir); with ``trace_sha256`` (the new
+    run's trace file digest, recorded in summary.json), also an earlier run of another trace — or of an
+    unrecorded one — unless ``force``."""
+    d = check_output_dir(run_dir, RUN_DIR_KIND, RUN_DIR_MARKER, inputs)
     if trace_sha256 is not None and not force and (d / "summary.json").exists():
         import json
 
@@ -70,7 +72,7 @@ def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: b
         if old != trace_sha256:
             which = "another trace" if old else "a trace it does not record"
             raise UserError(f"{d}: holds a run of {which}; choose another -o, or --force to replace it")
-    return check_writable(d)
+    return d
 
 
 def file_sha256(path: str | Path) -> str:
@@ -95,7 +97,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     from blendsim.sim.io import write_json
 
     d = check_run_dir(run_dir)
-    with atomic_dir(d) as tmp:
+    with atomic_dir(d, RUN_DIR_MARKER, RUN_DIR_KIND) as tmp:
         write_json(tmp / "summary.json", json_safe(result.summary))
         pq.write_table(steps_table(result), tmp / "steps.parquet", compression="zstd")
         pq.write_table(requests_table(result), tmp / "requests.parquet", compression="zstd")

@@ -37,6 +37,7 @@ import numpy as np
 
 from blendsim.sim.errors import UserError
 from blendsim.workloads.jsonl import jsonl_lines
+from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS
 
 FORMATS = ("mooncake", "hashed")
 MOONCAKE_BLOCK = 512
@@ -63,14 +64,17 @@ def load_hashed(path, fmt: str = "hashed", *, block_size: int | None = None, tim
     if block_size is None:
         raise UserError("--format hashed needs --block-size N (tokens per hashed block: 16 for ServeGen, "
                         "512 for Mooncake)")
-    if block_size < 1:
-        raise UserError(f"--block-size must be at least 1, got {block_size}")
+    if not 1 <= block_size <= MAX_TOKENS:
+        raise UserError(f"--block-size must be a whole number of tokens in 1..{MAX_TOKENS:,} (MAX_TOKENS), "
+                        f"got {block_size}")
     if time_unit is not None and time_unit not in TIME_UNITS:
         raise UserError(f"--time-unit {time_unit!r}: choose s or ms")
     if output_len is not None and output_from is not None:
         raise UserError("give --output-len or --output-from, not both")
-    if output_len is not None and output_len < 1:
-        raise UserError(f"--output-len must be at least 1, got {output_len}")
+    if output_len is not None and not 1 <= output_len <= MAX_TOKENS:
+        raise UserError(f"--output-len must be in 1..{MAX_TOKENS:,} (MAX_TOKENS), got {output_len}")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise UserError(f"--seed must be >= 0, got {seed}")
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
 
@@ -114,7 +118,17 @@ def load_hashed(path, fmt: str = "hashed", *, block_size: int | None = None, tim
 
     arrival = None
     if ts is not None:
-        arrival = (ts - ts.min()) * TIME_UNITS[time_unit]
+        # relative times, checked before any arithmetic could overflow (+-1e308 would warn, then blame inf)
+        scale = TIME_UNITS[time_unit]
+        first = float(ts.min())
+        with np.errstate(over="ignore", invalid="ignore"):
+            rel = (ts - first) * scale
+        late = np.flatnonzero(~np.isfinite(rel) | (rel > MAX_TIME_S))
+        if len(late):
+            i = int(late[0])
+            raise UserError(f"{path}: line {int(lines[i])}, field timestamp: {float(ts[i])!r} is over "
+                            f"{MAX_TIME_S:.0e} s after the first ({first!r}; MAX_TIME_S)")
+        arrival = rel
     trace = from_segment_arrays(p, d, offsets, seg_ids, seg_lens, ids=ids, arrival_s=arrival,
                                 source=np.full(n, fmt, dtype=object))
     trace.meta = {
@@ -263,10 +277,11 @@ def output_lengths(spec: str) -> tuple[np.ndarray, str]:
         vals, col = _jsonl_lengths(path, col)
     else:
         vals, col = _csv_lengths(path, col)
-    bad = np.flatnonzero(~np.isfinite(vals) | (vals != np.floor(vals)) | (vals < 0))
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~np.isfinite(vals) | (vals != np.floor(vals)) | (vals < 0) | (vals > MAX_TOKENS))
     if len(bad):
-        raise UserError(f"--output-from {path}: row {int(bad[0]) + 1}, field {col}: {vals[bad[0]]!r} "
-                        "is not a whole number of tokens")
+        raise UserError(f"--output-from {path}: row {int(bad[0]) + 1}, field {col}: {float(vals[bad[0]])!r} "
+                        f"is not a whole number of tokens in 0..{MAX_TOKENS:,} (MAX_TOKENS)")
     pool = vals[vals >= 1].astype(np.int64)
     if not len(pool):
         raise UserError(f"--output-from {path}: column {col} has no length >= 1")
@@ -325,7 +340,7 @@ def _csv_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
 def parse_max_context(value: str) -> tuple[int, str]:
     """``--max-context``: a number of tokens, or a model (preset or config.json) whose context is used."""
     text = str(value).strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # str.isdigit() also accepts '²' and other digits int() refuses
         n = int(text)
         if n < 2:
             raise UserError(f"--max-context must be at least 2 tokens, got {n}")

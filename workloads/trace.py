@@ -27,6 +27,9 @@ MAX_TOKEN_ID = (1 << 31) - 1
 # resolves 0.1 us, so step times of microseconds still advance the clock.
 MAX_TOKENS = 10_000_000
 MAX_TIME_S = 1e9
+# Most requests a synthetic recipe makes (BlendServe's workloads hold 400,000; the full BurstGPT log ~5.3M):
+# a typo such as requests=10**12 would otherwise ask for terabytes before anything else is checked.
+MAX_REQUESTS = 10_000_000
 MAX_SEGMENT_ID = (1 << 62) - SEGMENT_BASE  # SEGMENT_BASE + id stays inside int64
 TOO_LONG = f"exceeds {MAX_TOKENS:,} tokens (MAX_TOKENS: longer than any model's context)"
 TOO_LATE = f"exceeds {MAX_TIME_S:.0e} seconds (MAX_TIME_S)"
@@ -233,11 +236,45 @@ def from_columns(
     prompt of ``input_len[i]`` tokens is made, so no false sharing). Without ``prompts`` every prompt is
     unique.
     """
-    input_len = np.asarray(input_len, dtype=np.int64)
-    output_len = np.asarray(output_len, dtype=np.int64)
+    input_len = _length_column("input_len", input_len)
+    output_len = _length_column("output_len", output_len)
     n = len(input_len)
     if prompts is None:
         prompts = [None] * n
+    if not isinstance(prompts, (list, tuple)) or len(prompts) != n:
+        raise UserError(f"prompts: expected a list of {n} prompts (one per request, None for a unique one), got "
+                        f"{type(prompts).__name__}" + (f" of {len(prompts)}" if isinstance(prompts, (list, tuple))
+                                                       else ""))
+    try:
+        return _from_prompts(input_len, output_len, prompts, ids, optional)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise UserError(f"make_trace: {str(e).splitlines()[0][:160]}") from None
+
+
+def _length_column(name: str, v) -> np.ndarray:
+    """A column of whole token counts as int64, or one line naming the column and the first bad row (a float
+    NaN, a fraction or a value beyond int64 would otherwise fail or wrap inside numpy)."""
+    try:
+        a = np.asarray(v)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{name}: not a column of numbers ({e})") from None
+    if a.ndim != 1:
+        raise UserError(f"{name}: expected one number per request (a list or 1-D array), got shape {a.shape}")
+    if a.size == 0:
+        return a.astype(np.int64)
+    if a.dtype.kind not in "iuf":
+        raise UserError(f"{name}: expected whole numbers of tokens, got values of type {a.dtype}")
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(a.astype(np.float64)) | (a != np.floor(a)) | (a < 1) | (a > MAX_TOKENS)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise UserError(f"{name}: row {i + 1}: {a[i].item()!r} is not a whole number of tokens in "
+                        f"1..{MAX_TOKENS:,} (MAX_TOKENS)")
+    return a.astype(np.int64)
+
+
+def _from_prompts(input_len, output_len, prompts, ids, optional) -> Trace:
+    n = len(input_len)
     counts = np.empty(n, dtype=np.int64)
     syms: list[int] = []
     lens: list[int] = []
@@ -259,10 +296,7 @@ def from_columns(
             counts[i] = len(pr)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    if ids is None:
-        ids = np.array([str(i) for i in range(n)], dtype=object)
-    else:
-        ids = np.array([str(x) for x in ids], dtype=object)
+    ids = np.array([str(i) for i in range(n)], dtype=object) if ids is None else _opt_array("ids", ids)
     return Trace(ids=ids, input_len=input_len, output_len=output_len, unit_offsets=offsets,
                  unit_sym=np.array(syms, dtype=np.int64), unit_len=np.array(lens, dtype=np.int64),
                  **{k: _opt_array(k, v) for k, v in optional.items()})
@@ -314,13 +348,22 @@ def _unique_segment_start(prompts) -> int:
 def _opt_array(name: str, v):
     if v is None:
         return None
-    if name in ("source", "ids"):
-        return np.asarray([str(x) for x in v], dtype=object)
     if name == "meta":
         return v
+    if isinstance(v, (str, bytes, dict)) or np.ndim(v) != 1:
+        raise UserError(f"{name}: expected one value per request (a list or 1-D array), got {type(v).__name__}")
+    if name in ("source", "ids"):
+        return np.asarray([str(x) for x in v], dtype=object)
     if name == "output_len_hint":
-        return np.asarray(v, dtype=np.int64)
-    return np.asarray(v, dtype=np.float64)
+        a = np.asarray(v)
+        if a.dtype.kind not in "iu" and not (a.dtype.kind == "f" and np.isfinite(a).all() and (a == np.floor(a)).all()
+                                           and np.abs(a).max(initial=0) <= MAX_TOKENS):
+            raise UserError(f"{name}: expected whole numbers of tokens (-1: none), got {a.dtype} values")
+        return a.astype(np.int64)
+    a = np.asarray(v)
+    if a.dtype.kind not in "iuf":
+        raise UserError(f"{name}: expected numbers (seconds), got values of type {a.dtype}")
+    return a.astype(np.float64)
 
 
 # ---- Parquet I/O --------------------------------------------------------------------------

@@ -29,6 +29,16 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root(ctx: typer.Context,
+          debug: bool = typer.Option(False, "--debug", help="When your own policy or router fails, also print "
+                                     "its full traceback (or set BLENDSIM_DEBUG=1).")) -> None:
+    """Simulate, calibrate and compare schedulers for offline batch LLM inference."""
+    from blendsim.cli.kit import DEBUG_KEY
+
+    ctx.meta[DEBUG_KEY] = debug
+
+
 def _mount() -> None:
     from blendsim.cli.calibrate import register as register_calibrate
     from blendsim.cli.fidelity import register as register_fidelity

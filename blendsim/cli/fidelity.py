@@ -35,9 +35,9 @@ def fidelity_cmd(
     from blendsim.sim.engines import PARAMS_FILE, load_params
     from blendsim.sim.errors import UserError
 
-    params = load_params(params_file) if params_file else load_params()
     if params_file and not params_file.exists():
         raise UserError(f"--params-file {params_file}: no such file")
+    params = load_params(params_file) if params_file else load_params()
     if params_only:
         _print_params(params, params_file or PARAMS_FILE, as_json)
         return
@@ -47,6 +47,16 @@ def fidelity_cmd(
     for path in paths:
         if not Path(path).exists():
             raise UserError(f"catalogue {path} does not exist")
+    inputs = [*paths, params_file]
+    if out:  # before the work: never a folder this command did not make (sim.io.check_output_dir)
+        from blendsim.reports.fidelity import REPORT_FILES, REPORT_KIND
+        from blendsim.sim.io import check_output_dir
+
+        check_output_dir(out, REPORT_KIND, REPORT_FILES, inputs)
+    if save:
+        from blendsim.sim.io import check_output_file
+
+        check_output_file(save, inputs=paths)
     from blendsim.progress import Progress
 
     with Progress("fidelity", unit="rows", quiet=quiet) as bar:
@@ -55,7 +65,12 @@ def fidelity_cmd(
             bar.update(bar.done, detail="refitting the parameters")
             params = do_refit(suite)
             if save:
-                Path(save).write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
+                from blendsim.fidelity.suite import check_fit_size
+                from blendsim.sim.io import atomic_path
+
+                check_fit_size(suite, f"--save {save}")
+                with atomic_path(save) as tmp:
+                    tmp.write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
                 typer.echo(f"wrote {save}", err=True)
         pred = predictions(suite, params)
         result = summarise(suite, pred)

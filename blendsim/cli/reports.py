@@ -35,12 +35,12 @@ def report_cmd(
     time for validation directories. Runs whose makespan one long request dominates are flagged.
     """
     from blendsim.options import parse_names
-    from blendsim.reports.render import write_report
-    from blendsim.sim.io import check_writable
+    from blendsim.reports.render import MARKER, write_report
+    from blendsim.sim.io import check_output_dir
 
     if out is None:
         out = Path("reports/generated") / (inputs[0].resolve().name or "report")
-    check_writable(out)
+    check_output_dir(out, "blendsim report directory", MARKER, inputs)
     pols = list(parse_names(steps_policies, "--steps-policies")) if steps_policies else None
     if steps_x not in ("step", "time"):
         from blendsim.sim.errors import UserError

@@ -144,7 +144,7 @@ def simulate_cmd(
     check_seed(seed)
     t = read_trace(trace)
     digest = file_sha256(trace)
-    check_run_dir(out, digest, force)
+    check_run_dir(out, digest, force, inputs=[trace, profile])
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, tp=tp, replicas=replicas, mode=mode,
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
                     weights=weights, kv_dtype=kv_dtype, ep=ep, pp=pp, expert_skew=expert_skew,

@@ -120,7 +120,7 @@ def load_cmd(
     from blendsim.workloads.loaders import load
     from blendsim.workloads.trace import write_trace
 
-    check_output_file(output)
+    check_output_file(output, inputs=[file])
     opts = {"block_size": block_size, "time_unit": time_unit, "output_len": output_len,
             "output_from": output_from, "seed": seed}
     trace = context_option(load(file, fmt, limit, **{k: v for k, v in opts.items() if v is not None}),

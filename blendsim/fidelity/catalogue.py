@@ -34,11 +34,16 @@ from urllib.parse import parse_qsl
 import numpy as np
 
 from blendsim.sim.errors import UserError
+from blendsim.workloads.trace import MAX_TOKENS
 
 COLUMNS = ("id", "source", "model", "hardware", "gpus", "tp", "pp", "ep", "weights", "kv_dtype", "engine",
            "engine_version", "policy", "workload", "requests", "metric", "scope", "value", "note")
 METRICS = ("output_tok_s", "total_tok_s", "req_s")
 SCOPES = ("system", "per_gpu")
+# a row simulates every one of its requests on every one of its replicas: bounds that keep a typo (10**12
+# requests, 10**30 GPUs) from allocating terabytes or building replicas until memory runs out
+MAX_REQUESTS = 1_000_000
+MAX_GPUS = 4096
 _PAIRS = (("prompt_tokens", "output_tokens"), ("num_prefill_tokens", "num_decode_tokens"),
           ("ContextTokens", "GeneratedTokens"), ("input_len", "output_len"), ("input_length", "output_length"),
           ("Request tokens", "Response tokens"), ("prompt_len", "output_len"), ("isl", "osl"))
@@ -80,9 +85,13 @@ class Row:
 def read_catalogue(path: str | Path) -> list[Row]:
     path = Path(path)
     try:
-        with path.open(newline="") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark is no column
             reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
+            header = [h.strip() if isinstance(h, str) else h for h in (reader.fieldnames or [])]
+            dup = sorted({h for h in header if header.count(h) > 1 and h})
+            if dup:
+                raise UserError(f"{path}: column {dup[0]!r} appears more than once in the header")
+            reader.fieldnames = header
             missing = [c for c in COLUMNS if c not in header]
             if missing:
                 raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
@@ -107,7 +116,7 @@ def _row(path: Path, line: int, r: dict) -> Row:
     def where(field: str) -> str:
         return f"{path}: row {line} (id {r.get('id') or '?'}), field {field!r}"
 
-    def integer(field: str, default: int | None = None, minimum: int = 1) -> int:
+    def integer(field: str, default: int | None = None, minimum: int = 1, maximum: int | None = None) -> int:
         v = (r.get(field) or "").strip()
         if not v and default is not None:
             return default
@@ -117,6 +126,8 @@ def _row(path: Path, line: int, r: dict) -> Row:
             raise UserError(f"{where(field)}: expected an integer, got {v!r}") from None
         if x < minimum:
             raise UserError(f"{where(field)}: must be >= {minimum}, got {x}")
+        if maximum is not None and x > maximum:
+            raise UserError(f"{where(field)}: must be <= {maximum:,}, got {x}")
         return x
 
     def text(field: str, required: bool = True) -> str:
@@ -136,7 +147,7 @@ def _row(path: Path, line: int, r: dict) -> Row:
         raise UserError(f"{where('metric')}: {metric!r} is not one of {', '.join(METRICS)}")
     if scope not in SCOPES:
         raise UserError(f"{where('scope')}: {scope!r} is not one of {', '.join(SCOPES)}")
-    gpus, tp, pp = integer("gpus"), integer("tp", 1), integer("pp", 1)
+    gpus, tp, pp = integer("gpus", maximum=MAX_GPUS), integer("tp", 1, maximum=MAX_GPUS), integer("pp", 1, maximum=MAX_GPUS)
     if gpus % (tp * pp):
         raise UserError(f"{where('gpus')}: {gpus} GPUs is not a multiple of tp x pp = {tp * pp}")
     wl = text("workload")
@@ -152,9 +163,9 @@ def _row(path: Path, line: int, r: dict) -> Row:
             raise UserError(f"{where(field)}: {e}") from None
 
     return Row(id=text("id"), source=text("source", False), model=text("model"), hardware=text("hardware"),
-               gpus=gpus, tp=tp, pp=pp, ep=integer("ep", 1), weights=text("weights", False) or "bf16",
+               gpus=gpus, tp=tp, pp=pp, ep=integer("ep", 1, maximum=MAX_GPUS), weights=text("weights", False) or "bf16",
                kv_dtype=text("kv_dtype", False), engine=text("engine"), engine_version=text("engine_version", False),
-               policy=text("policy", False), workload=wl, requests=integer("requests"), metric=metric,
+               policy=text("policy", False), workload=wl, requests=integer("requests", maximum=MAX_REQUESTS), metric=metric,
                scope=scope, value=value, note=text("note", False), folder=path.resolve().parent, line=line,
                host_kv_gb=gb("host_kv_gb"), disk_kv_gb=gb("disk_kv_gb"))
 
@@ -191,8 +202,8 @@ def _const(row: Row, spec: str):
         isl, osl = (int(x) for x in spec.split("/"))
     except ValueError:
         raise _bad(row, f"const:{spec!r} is not const:ISL/OSL") from None
-    if isl < 1 or osl < 1:
-        raise _bad(row, "ISL and OSL must be >= 1")
+    if not (1 <= isl <= MAX_TOKENS and 1 <= osl <= MAX_TOKENS):
+        raise _bad(row, f"ISL and OSL must be in 1..{MAX_TOKENS:,} (MAX_TOKENS), got const:{spec}")
     n = row.requests
     return unique_prompts(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64))
 
@@ -241,6 +252,8 @@ def _file(row: Row, spec: str):
 
         t = load(path, "jsonl")
         idx = np.flatnonzero(_keep(t.input_len, t.output_len, lim))[:row.requests]
+        if len(idx) < row.requests:
+            raise _bad(row, f"{path} has {len(idx)} usable requests, fewer than requests={row.requests}")
         return t.take(idx).offline()
     import pandas as pd
 
@@ -256,6 +269,11 @@ def _file(row: Row, spec: str):
                         f"has {', '.join(map(str, df.columns))})")
     p = pd.to_numeric(df[pair[0]], errors="coerce").to_numpy()
     d = pd.to_numeric(df[pair[1]], errors="coerce").to_numpy()
+    for name, v in ((pair[0], p), (pair[1], d)):
+        big = np.flatnonzero(np.isfinite(v) & (v > MAX_TOKENS))
+        if len(big):  # cast to int64, it would wrap to a negative length
+            raise _bad(row, f"{path}: data row {int(big[0]) + 1}, column {name}: {float(v[big[0]])!r} is over "
+                            f"{MAX_TOKENS:,} tokens (MAX_TOKENS)")
     ok = np.isfinite(p) & np.isfinite(d) & (p >= 1) & (d >= 1) & _keep(np.nan_to_num(p), np.nan_to_num(d), lim)
     idx = np.flatnonzero(ok)[:row.requests]
     if len(idx) < row.requests:
@@ -316,4 +334,4 @@ def _synth(row: Row, spec: str):
     return recipe.make(**kw).offline()
 
 
-__all__ = ["COLUMNS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key", "read_catalogue"]
+__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key", "read_catalogue"]

@@ -119,7 +119,8 @@ def deployment_for(row, profile):
     spec = apply_precision(spec, hw, row.weights, row.kv_dtype)
     util = profile.scheduler.get("gpu_memory_utilization", 0.9)
     mt = profile.scheduler.get("token_budget", 8192)
-    return Deployment(spec, hw, row.tp, ep=row.ep if spec.num_experts else 1, pp=row.pp, gpu_memory_utilization=util,
+    return Deployment(spec, hw, row.tp, ep=row.ep, pp=row.pp,  # ep on a dense model: refused, as simulate does
+                      gpu_memory_utilization=util,
                       max_batched_tokens=mt,
                       max_seqs=min(profile.scheduler.get("max_seqs", 1024) or 1024, 1024))
 

@@ -171,5 +171,19 @@ def refit(suite: Suite) -> dict:
     return prm
 
 
-__all__ = ["CV_KEYS", "GROUP_KEYS", "engine_version_key", "SHIPPED_CATALOGUE", "SHIPPED_CATALOGUES", "SHIPPED_TRAINING", "Suite", "cv_summary", "load_suite", "predictions", "refit",
+def check_fit_size(suite: Suite, what: str) -> None:
+    """Refuse to keep a fit made on fewer runnable rows than it has free parameters (none at all: every
+    row skipped): saved, it would replace every shipped constant with presets or guesses."""
+    from .fit import free_params
+
+    n, k = len(suite.ok), len(free_params(suite.ok))
+    if n == 0 or n < k:
+        why = (f"every one of the {len(suite.rows)} row(s) was skipped (first: "
+               f"{next(iter(suite.reasons.values()), '?')[:100]})" if n == 0 else
+               f"only {n} runnable row(s) for {k} free parameters")
+        raise UserError(f"{what}: {why}; a fit needs at least one runnable row per free parameter, so nothing "
+                        "was written")
+
+
+__all__ = ["CV_KEYS", "GROUP_KEYS", "SHIPPED_CATALOGUE", "SHIPPED_CATALOGUES", "SHIPPED_TRAINING", "Suite", "check_fit_size", "cv_summary", "engine_version_key", "load_suite", "predictions", "refit",
            "summarise"]

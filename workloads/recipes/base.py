@@ -33,6 +33,18 @@ class Recipe:
         if missing:
             raise UserError(f"recipe {self.name}: missing option(s) "
                             f"{', '.join('--' + m.replace('_', '-') for m in missing)}")
+        import typing
+
+        from blendsim.sim.checks import by_type, flag_of, integer
+        from blendsim.workloads.trace import MAX_REQUESTS, MAX_TOKENS
+
+        hints = typing.get_type_hints(self.options)
+        for k, v in options.items():  # each of its declared type, before the recipe reads it (Python callers)
+            by_type(v, hints[k], flag_of(k))
+            if hints[k] is int and k != "seed":  # token counts, request counts, degrees: bounded (10**30 would
+                integer(v, flag_of(k), None, MAX_TOKENS)  # overflow numpy, 10**12 allocate terabytes)
+        if "requests" in options:
+            integer(options["requests"], "--requests", 0, MAX_REQUESTS)  # a recipe refuses 0 if 0 is no default
         return self.build(self.options(**options))
 
 

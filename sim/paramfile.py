@@ -1,0 +1,94 @@
+"""The fitted-parameters file (``sim/engine_params.json``, ``fidelity --params-file``): its one check.
+
+Every value a parameters file gives is checked where the file is read, so a hand-edited or foreign file
+stops with one line naming the file and the field (``engine.trtllm.fixed_s``) instead of predicting a
+negative or NaN throughput, or skipping every row for a reason it does not have. Layout::
+
+    {"engine":   {PROFILE: {"fixed_s" | "per_seq_s" | "per_token_s": seconds}},
+     "global":   {EFF: value},
+     "hardware": {HARDWARE: {EFF: value}},
+     "regime":   {REGIME: {"*" | HARDWARE: {EFF: value}}},
+     "bounds":   {"dotted.name": [lo, hi]},
+     "fitted_on": {"rows": N, ...}}
+
+``EFF`` is one of ``blendsim.sim.efficiency.BOUNDS``' names.
+"""
+
+from __future__ import annotations
+
+import math
+
+from blendsim.sim.errors import UserError
+
+TOP = ("engine", "global", "hardware", "regime", "bounds", "fitted_on")
+OVERHEADS = ("fixed_s", "per_seq_s", "per_token_s")
+MAX_OVERHEAD_S = 1.0  # a per-step, per-sequence or per-token engine overhead of a second or more is no engine's
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_params(obj, where: str = "parameters", profiles=()) -> dict:
+    """``obj`` (a parsed parameters file) if every field is well-formed; else UserError naming ``where`` and
+    the field. ``profiles``: the engine profiles' names (``blendsim.sim.engines``, which calls this)."""
+    from blendsim.sim.efficiency import BOUNDS
+
+    PROFILES = tuple(profiles)
+    def fail(field: str, what: str):
+        raise UserError(f"{where}: field {field}: {what}")
+
+    def table(v, field: str) -> dict:
+        if not isinstance(v, dict):
+            fail(field, f"expected an object ({{name: ...}}), got {_short(v)}")
+        for k in v:
+            if not isinstance(k, str) or not k:
+                fail(field, f"names must be non-empty strings, got {_short(k)}")
+        return v
+
+    def effs(v, field: str) -> None:
+        for k, x in table(v, field).items():
+            f = f"{field}.{k}"
+            if k not in BOUNDS:
+                fail(f, f"unknown parameter; parameters are {', '.join(BOUNDS)}")
+            lo_ok = (lambda y: y >= 0) if k == "kappa" else (lambda y: y > 0)
+            hi = max(1.0, BOUNDS[k][1])
+            if not (_number(x) and lo_ok(x) and x <= hi):
+                rng = f"0..{hi:g}" if k == "kappa" else f"a number > 0 and <= {hi:g}"
+                fail(f, f"must be {rng}, got {_short(x)}")
+
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: expected a JSON object of fitted parameters, got {type(obj).__name__}")
+    unknown = [k for k in obj if k not in TOP]
+    if unknown:
+        fail(str(unknown[0]), f"unknown section; sections are {', '.join(TOP)}")
+    for eng, vals in table(obj.get("engine", {}), "engine").items():
+        if eng not in PROFILES:
+            fail(f"engine.{eng}", f"unknown engine profile; profiles: {', '.join(PROFILES)}")
+        for k, x in table(vals, f"engine.{eng}").items():
+            if k not in OVERHEADS:
+                fail(f"engine.{eng}.{k}", f"unknown parameter; parameters are {', '.join(OVERHEADS)}")
+            if not (_number(x) and 0 <= x < MAX_OVERHEAD_S):
+                fail(f"engine.{eng}.{k}", f"must be a number of seconds >= 0 and < {MAX_OVERHEAD_S:g}, got {_short(x)}")
+    effs(obj.get("global", {}), "global")
+    for hw, vals in table(obj.get("hardware", {}), "hardware").items():
+        effs(vals, f"hardware.{hw}")
+    for reg, per in table(obj.get("regime", {}), "regime").items():
+        for hw, vals in table(per, f"regime.{reg}").items():
+            effs(vals, f"regime.{reg}.{hw}")
+    for k, b in table(obj.get("bounds", {}), "bounds").items():
+        if not (isinstance(b, list) and len(b) == 2 and all(_number(x) for x in b) and b[0] <= b[1]):
+            fail(f"bounds.{k}", f"expected [lower, upper] with lower <= upper, got {_short(b)}")
+    fitted = table(obj.get("fitted_on", {}), "fitted_on")
+    if "rows" in fitted and not (isinstance(fitted["rows"], int) and not isinstance(fitted["rows"], bool)
+                                 and fitted["rows"] >= 0):
+        fail("fitted_on.rows", f"expected a whole number >= 0, got {_short(fitted['rows'])}")
+    return obj
+
+
+__all__ = ["OVERHEADS", "TOP", "check_params"]

@@ -1,0 +1,241 @@
+"""Issue 22: a user's policy or router failing, or returning something unusable, ends in one line naming the
+user's file and line -- from the CLI, the API and a catalogue's ``policy`` column; ``--debug`` or
+BLENDSIM_DEBUG=1 add the traceback. A notebook's policy (no source file) runs and records what it can.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import blendsim
+from blendsim.cli import get_app
+from blendsim.workloads.trace import write_trace
+from tests.helpers import one_line_error, random_trace
+
+TINY = ["--model", "tiny", "--hardware", "cpu"]
+HEAD = "import numpy as np\nimport sys\nimport blendsim\nfrom blendsim.sim.scheduler import Scheduler\n\n\n"
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(get_app(), [str(a) for a in args], env=env)
+
+
+def policy_file(tmp_path, body: str, name="mine.py"):
+    p = tmp_path / name
+    p.write_text(HEAD + textwrap.dedent(body))
+    return p
+
+
+def line_of(path, needle: str) -> int:
+    return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln)
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    return write_trace(random_trace(np.random.default_rng(3), n=12), tmp_path / "t.parquet")
+
+
+# ---- exceptions from the user's methods ------------------------------------------------------------------
+RAISING = {
+    "rank": ("def rank(self):\n        return 1 / 0  # BOOM", "rank() raised ZeroDivisionError"),
+    "prepare": ("def prepare(self):\n        raise KeyError('x')  # BOOM", "prepare() raised KeyError"),
+    "__init__": ("def __init__(self, ctx):\n        super().__init__(ctx)\n        self.x = [][1]  # BOOM",
+                 "__init__() raised IndexError"),
+    "make_scheduler none": ("def make_scheduler(self, replica, **kw):\n        return None  # BOOM",
+                            "make_scheduler() returned NoneType"),
+    "make_router raises": ("def make_router(self, replicas):\n        raise RuntimeError('no')  # BOOM",
+                           "make_router() raised RuntimeError"),
+    "summary_extra object": ("def summary_extra(self):\n        return {'x': object()}  # BOOM",
+                             "summary_extra() returned a dict that is not JSON"),
+    "summary_extra list": ("def summary_extra(self):\n        return [1]  # BOOM", "summary_extra() returned list"),
+    "sys.exit": ("def prepare(self):\n        sys.exit(3)  # BOOM", "prepare() called sys.exit(3)"),
+}
+
+
+@pytest.mark.parametrize(("body", "needle"), RAISING.values(), ids=list(RAISING))
+def test_user_code_failing_is_one_line_naming_file_and_line(tmp_path, trace_file, body, needle):
+    src = policy_file(tmp_path, "class P(blendsim.Policy):\n    " + body + "\n")
+    want = line_of(src, "BOOM") if "returned" not in needle else line_of(src, "def ")
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY)
+    err = one_line_error(r, needle, f"{src}, line {want}")
+    assert "policy P" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_debug_flag_and_environment_show_the_traceback(tmp_path, trace_file):
+    src = policy_file(tmp_path, "class P(blendsim.Policy):\n    def rank(self):\n        return 1 / 0\n")
+    for args, env in ((["--debug"], None), ([], {"BLENDSIM_DEBUG": "1"})):
+        r = invoke(*args, "simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY, env=env)
+        assert r.exit_code == 2
+        assert "Traceback" in r.stderr and "ZeroDivisionError" in r.stderr and str(src) in r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("blendsim: error: ")
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY)
+    one_line_error(r, "ZeroDivisionError")
+
+
+def test_the_api_raises_blendsim_error_with_the_cause_kept(tmp_path, trace_file):
+    src = policy_file(tmp_path, "class P(blendsim.Policy):\n    def prepare(self):\n        raise ValueError('bad')\n")
+    with pytest.raises(blendsim.BlendsimError, match=r"prepare\(\) raised ValueError: bad") as e:
+        blendsim.simulate(trace_file, f"{src}:P", model="tiny", hardware="cpu")
+    assert isinstance(e.value.__cause__, ValueError)
+
+
+def test_a_catalogue_policy_column_naming_a_failing_policy_skips_the_row_with_one_line(tmp_path):
+    from tests.test_reliability_files import row, write_cat
+
+    src = policy_file(tmp_path, "class P(blendsim.Policy):\n    def rank(self):\n        return None\n")
+    cat = write_cat(tmp_path / "c.csv", [row(policy=f"{src}:P")])
+    r = invoke("fidelity", cat, "--json", "--no-cv")
+    assert r.exit_code == 0, r.output
+    reason = json.loads(r.stdout)["rows"][0]["reason"]
+    assert "rank() returned NoneType" in reason and str(src) in reason and "\n" not in reason
+
+
+@pytest.mark.parametrize(("attrs", "needle"), [
+    ("engine_defaults = {'token_budgett': 5}", "engine_defaults has unknown field(s) token_budgett"),
+    ("engine_defaults = 5", "engine_defaults must be a dict"),
+    ("options = {'x': 5}", "options['x'] must be a (default, help) pair"),
+    ("options = ['x']", "options must be a dict"),
+    ("scheduler_cls = int", "scheduler_cls must be a subclass"),
+])
+def test_bad_class_attributes_are_one_line(tmp_path, trace_file, attrs, needle):
+    src = policy_file(tmp_path, f"class P(blendsim.Policy):\n    {attrs}\n")
+    one_line_error(invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY), needle, str(src))
+
+
+@pytest.mark.parametrize("what", ["sys.exit(3)", "raise KeyboardInterrupt"])
+def test_a_policy_file_exiting_at_import_says_so(tmp_path, trace_file, what):
+    src = tmp_path / "exits.py"
+    src.write_text(f"import sys\n{what}\n")
+    err = one_line_error(invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY), str(src))
+    assert ("sys.exit(3)" in err) if "exit" in what else ("KeyboardInterrupt" in err)
+
+
+# ---- routers --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("index", ["-1", "99", "0.5", "None", "True"])
+def test_a_router_returning_a_bad_replica_index_is_one_line(tmp_path, trace_file, index):
+    src = policy_file(tmp_path, f"""\
+        class R(blendsim.Router):
+            def route(self, req, now):
+                return {index}
+
+
+        class P(blendsim.Policy):
+            def make_router(self, replicas):
+                return R(self.ctx, replicas)
+        """)
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", "--replicas", "2", *TINY)
+    one_line_error(r, "router R: route() returned", "replica index in 0..1", str(src))
+
+
+def test_a_router_raising_is_one_line(tmp_path, trace_file):
+    src = policy_file(tmp_path, """\
+        class R(blendsim.Router):
+            def route(self, req, now):
+                return {}[req]  # BOOM
+
+
+        class P(blendsim.Policy):
+            def make_router(self, replicas):
+                return R(self.ctx, replicas)
+        """)
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", "--replicas", "2", *TINY)
+    one_line_error(r, "route() raised KeyError", f"{src}, line {line_of(src, 'BOOM')}")
+
+
+# ---- any rank() result -------------------------------------------------------------------------------------
+N = 12
+RANKS = st.one_of(
+    st.none(), st.integers(), st.floats(allow_subnormal=False), st.text(max_size=3), st.dictionaries(st.integers(0, 3), st.integers()),
+    st.lists(st.integers(-5, 50), min_size=0, max_size=N + 2),
+    st.lists(st.floats(allow_subnormal=False), min_size=N, max_size=N),
+    st.lists(st.lists(st.integers(0, 9), min_size=2, max_size=2), min_size=N, max_size=N),
+    st.lists(st.one_of(st.integers(0, 9), st.text(max_size=2), st.none()), min_size=N, max_size=N),
+    st.permutations(list(range(N))),
+    st.sampled_from(["generator", "ndarray2d", "bools", "object"]),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(value=RANKS)
+def test_any_rank_result_runs_or_is_one_line_naming_the_users_file(value):
+    trace = random_trace(np.random.default_rng(3), n=N)
+    ns = {"blendsim": blendsim, "np": np, "VALUE": value, "N": N}
+    exec(textwrap.dedent("""\
+        class P(blendsim.Policy):
+            def rank(self):
+                v = VALUE
+                if v == "generator":
+                    return (i for i in range(N))
+                if v == "ndarray2d":
+                    return np.zeros((N, 2))
+                if v == "bools":
+                    return np.arange(N) % 2 == 0
+                if v == "object":
+                    return np.array([object()] * N)
+                return v
+        """), ns)
+    try:
+        r = blendsim.simulate(trace, ns["P"], model="tiny", hardware="cpu")
+    except blendsim.BlendsimError as e:
+        msg = str(e)
+        assert "\n" not in msg and "rank() returned" in msg and "<string>, line" in msg, msg
+        return
+    assert r.summary["n_requests"] == N
+
+
+# ---- any exception from user code ---------------------------------------------------------------------------
+EXCEPTIONS = st.sampled_from(["ValueError('v')", "KeyError(1)", "ZeroDivisionError()", "RuntimeError('')",
+                              "AssertionError()", "TypeError('t')", "MemoryError()", "RecursionError()",
+                              "SystemExit(4)", "StopIteration()", "NotImplementedError()", "OSError(2, 'x')"])
+METHODS = st.sampled_from(["__init__", "prepare", "rank", "make_router", "make_scheduler", "summary_extra", "route"])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(exc=EXCEPTIONS, method=METHODS)
+def test_any_exception_from_user_code_is_one_line_naming_the_users_file(tmp_path_factory, exc, method):
+    d = tmp_path_factory.mktemp("u")
+    body = {"__init__": "def __init__(self, ctx):\n        super().__init__(ctx)\n        raise EXC",
+            "prepare": "def prepare(self):\n        raise EXC", "rank": "def rank(self):\n        raise EXC",
+            "make_router": "def make_router(self, replicas):\n        raise EXC",
+            "make_scheduler": "def make_scheduler(self, replica, **kw):\n        raise EXC",
+            "summary_extra": "def summary_extra(self):\n        raise EXC",
+            "route": "def make_router(self, replicas):\n        return R(self.ctx, replicas)"}[method]
+    src = policy_file(d, f"class R(blendsim.Router):\n    def route(self, req, now):\n        raise {exc}\n\n\n"
+                         f"class P(blendsim.Policy):\n    {body.replace('EXC', exc)}\n")
+    t = write_trace(random_trace(np.random.default_rng(3), n=6), d / "t.parquet")
+    err = one_line_error(invoke("simulate", t, "-p", f"{src}:P", "-o", d / "run", *TINY), str(src), "line ")
+    assert f"{method}()" in err, err
+
+
+# ---- a notebook's policy -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("module", ["__main__", "__notebook_cell__"])
+def test_a_policy_defined_in_a_notebook_runs_and_records_its_code(module, monkeypatch):
+    import sys
+    import types
+
+    # IPython's __main__ is a module with no __file__: inspect then says "source code not available" (OSError)
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    ns = {"blendsim": blendsim, "np": np, "__name__": module}
+    exec("class Reverse(blendsim.Policy):\n    def rank(self):\n        return np.arange(self.ctx.trace.n)[::-1]\n",
+         ns)
+    trace = random_trace(np.random.default_rng(3), n=10)
+    r = blendsim.simulate(trace, ns["Reverse"], model="tiny", hardware="cpu")
+    s = r.summary
+    assert s["policy"] == "Reverse" and s["n_requests"] == 10
+    assert "defined interactively" in s["policy_source"] and "code sha256" in s["policy_source"]
+    again = {"blendsim": blendsim, "np": np, "__name__": module}
+    exec("class Reverse(blendsim.Policy):\n    def rank(self):\n        return np.arange(self.ctx.trace.n)[::-1]\n",
+         again)
+    s2 = blendsim.simulate(trace, again["Reverse"], model="tiny", hardware="cpu").summary
+    assert s2["policy_source"] == s["policy_source"]  # the same code records the same digest
+    assert s2["makespan_s"] == s["makespan_s"]
