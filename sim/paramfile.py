@@ -20,7 +20,8 @@ import math
 
 from blendsim.sim.errors import UserError
 
-TOP = ("engine", "global", "hardware", "regime", "bounds", "fitted_on")
+# "profile": the header `blendsim calibrate engine` writes (what was fitted, on what; sim.engines reads it)
+TOP = ("engine", "global", "hardware", "regime", "bounds", "fitted_on", "profile")
 OVERHEADS = ("fixed_s", "per_seq_s", "per_token_s")
 MAX_OVERHEAD_S = 1.0  # a per-step, per-sequence or per-token engine overhead of a second or more is no engine's
 
@@ -67,6 +68,10 @@ def check_params(obj, where: str = "parameters", profiles=()) -> dict:
     unknown = [k for k in obj if k not in TOP]
     if unknown:
         fail(str(unknown[0]), f"unknown section; sections are {', '.join(TOP)}")
+    head = table(obj.get("profile", {}), "profile")
+    for k in ("kind", "engine"):
+        if head and not isinstance(head.get(k), str):
+            fail(f"profile.{k}", f"must be a string, got {_short(head.get(k))}")
     for eng, vals in table(obj.get("engine", {}), "engine").items():
         if eng not in PROFILES:
             fail(f"engine.{eng}", f"unknown engine profile; profiles: {', '.join(PROFILES)}")

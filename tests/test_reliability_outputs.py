@@ -113,13 +113,13 @@ def test_result_write_refuses_the_current_folder(tmp_path, monkeypatch):
 
 
 def test_refit_save_on_a_catalogue_whose_rows_are_all_skipped_writes_nothing(tmp_path):
-    cat = catalogue(tmp_path / "cat.csv", pp=2, gpus=2)  # pipeline parallelism: skipped
+    cat = catalogue(tmp_path / "cat.csv", pp=2, gpus=2)  # two cpu "nodes" with no network: skipped
     saved = tmp_path / "params.json"
     saved.write_text('{"engine": {}}\n')
     before = snapshot(tmp_path)
     err = one_line_error(invoke("fidelity", cat, "--refit", "--save", saved, "--no-cv"), f"--save {saved}",
                          "skipped", "nothing was written")
-    assert "pipeline" in err
+    assert "network" in err
     assert snapshot(tmp_path) == before
 
 
