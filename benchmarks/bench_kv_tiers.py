@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blendsim.policies.base import policy_names
+from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.errors import UserError
 from blendsim.workloads.loaders import load

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from _data import add_data_option, data_file  # noqa: E402 (benchmarks/_data.py, beside this script)
 
-from blendsim.policies.base import policy_names
+from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.density import Rates, comp_time, mem_time
 from blendsim.sim.deployment import make_deployment

@@ -36,7 +36,7 @@ def main() -> None:
     add_data_option(ap)
     a = ap.parse_args()
 
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
     from blendsim.sweep import SweepSpec, check_spec, make_backend, parse_values, run_sweep
 
     known = set(policy_names())

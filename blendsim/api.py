@@ -351,7 +351,8 @@ def _policy_spec(p) -> str:
         return str(p)
     import inspect
 
-    from blendsim.policies.base import Policy, resolve_policy
+    from blendsim.policies.base import Policy
+    from blendsim.policies.registry import resolve_policy
 
     if not issubclass(p, Policy):
         raise UserError(f"policy {p.__qualname__}: not a subclass of blendsim.Policy")
@@ -454,7 +455,7 @@ def pipeline_step(dep, f, cost_model_of) -> dict:
 @_boundary
 def policy_names() -> list[str]:
     """The policies known by name: this package's and those installed packages register."""
-    from blendsim.policies.base import policy_names as names
+    from blendsim.policies.registry import policy_names as names
 
     return names()
 

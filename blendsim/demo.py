@@ -12,7 +12,7 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
              model: str = "llama-3-8b", hardware: str = "a100-80gb", mode: str = "overlap",
              policies: tuple = DEMO_POLICIES, seed: int = 0, echo=print) -> dict:
     """Synthesise the workload, simulate each policy, write run dirs (and a report); return summaries."""
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
     from blendsim.runner import RunConfig, run_simulation, write_run
     from blendsim.sim.io import check_output_dir
     from blendsim.workloads.recipes import synthesize
@@ -28,7 +28,7 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
     echo(f"workload: {trace.n} requests from the blendserve recipe (burstgpt + openvid + mmlu), "
          f"compute density {m.get('density', float('nan')):.3f}, optimal prefix sharing "
          f"{100 * m.get('sharing', float('nan')):.1f}%  [{time.perf_counter() - t0:.1f} s]")
-    from blendsim.policies.base import get_policy
+    from blendsim.policies.registry import get_policy
     from blendsim.runner import ENGINE_FIELDS
 
     engine = {k: v for k, v in get_policy("blendserve").engine_defaults.items() if k in ENGINE_FIELDS}

@@ -134,7 +134,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
 
     ``deployment`` (a Deployment) and ``cost_model`` (deployment -> CostModel) replace the ones built from
     ``cfg``'s names (``blendsim fidelity``: a row's precision and fitted parameters)."""
-    from blendsim.policies.base import resolve_policy
+    from blendsim.policies.registry import resolve_policy
     from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.engines import DEFAULT_ENGINE

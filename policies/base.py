@@ -20,9 +20,7 @@ the ``blendsim.policies`` entry-point group (name = the policy's name, value = `
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,14 +59,6 @@ def register_router(name: str):
     return deco
 
 
-def _discover() -> None:
-    from blendsim import policies
-
-    for m in pkgutil.iter_modules(policies.__path__):
-        if not m.name.startswith("_") and m.name != "base":
-            importlib.import_module(f"blendsim.policies.{m.name}")
-
-
 @dataclass(frozen=True)
 class PolicyRef:
     """A policy found by :func:`resolve_policy`: its class, how runs label it and where it came from."""
@@ -84,47 +74,6 @@ class PolicyRef:
         if self.sha256:
             out["policy_sha256"] = self.sha256
         return out
-
-
-def resolve_policy(spec) -> PolicyRef:
-    """The policy ``spec`` names: a registered name, an installed package's entry point, a file
-    (``path/to/file.py:ClassName``, or ``file.py`` when it defines one policy), or a Policy subclass."""
-    if isinstance(spec, type):
-        if not issubclass(spec, Policy):
-            raise UserError(f"policy {spec.__qualname__}: not a subclass of blendsim.Policy")
-        _name_after_class(spec)
-        check_policy_class(spec)
-        return PolicyRef(spec, spec.name, *_class_source(spec))
-    spec = str(spec).strip()
-    if _plugins.is_file_spec(spec):
-        cls, path, digest = _plugins.load_file(spec, Policy)
-        _name_after_class(cls)
-        check_policy_class(cls)
-        return PolicyRef(cls, spec, str(path), digest)
-    if spec not in _REGISTRY:
-        _discover()
-    if spec in _REGISTRY:
-        return PolicyRef(_REGISTRY[spec], spec, *_class_source(_REGISTRY[spec]))
-    ep = _plugins.entry_points().get(spec)
-    if ep is None:
-        raise UserError(f"unknown policy {spec!r}; choose one of {', '.join(policy_names())}, "
-                        f"or give a file: path/to/file.py:ClassName")
-    cls = _plugins.load_entry_point(ep, Policy, _REGISTRY)
-    if "name" not in cls.__dict__:
-        cls.name = spec
-    check_policy_class(cls)
-    return PolicyRef(cls, spec, _plugins.entry_point_source(ep), _class_source(cls)[1])
-
-
-def get_policy(spec) -> type:
-    """The Policy subclass ``spec`` names (see :func:`resolve_policy`)."""
-    return resolve_policy(spec).cls
-
-
-def policy_names() -> list[str]:
-    """Registered policies and those installed packages offer (files are not listed)."""
-    _discover()
-    return sorted(set(_REGISTRY) | set(_plugins.entry_points()))
 
 
 def _name_after_class(cls: type) -> None:
@@ -173,7 +122,9 @@ def _interactive_source(cls: type) -> str:
 
 
 def get_router(name: str) -> type:
-    _discover()
+    """The router class registered as ``name``. A policy's router is registered by the policy's own module
+    (imported before the policy can be named), and ``policies.registry.resolve_policy`` imports every built-in
+    policy module first, so no discovery is needed here."""
     try:
         return _ROUTERS[name]
     except KeyError:
@@ -383,5 +334,5 @@ def option_records(policy) -> dict[str, Option]:
     return {k: Option.of(v) for k, v in policy.options.items()}
 
 
-__all__ = ["Option", "option_records", "Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_policy", "get_router",
-           "policy_names", "register", "register_router", "resolve_policy"]
+__all__ = ["Option", "option_records", "Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_router",
+           "register", "register_router"]

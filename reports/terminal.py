@@ -211,7 +211,7 @@ def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None
 
 def print_policies(name: str | None = None, c: Console | None = None) -> None:
     """``blendsim policies``: every policy in one line each; with ``name``, that policy's options."""
-    from blendsim.policies.base import get_policy, policy_names
+    from blendsim.policies.registry import get_policy, policy_names
 
     c = c or console()
     if name is None:

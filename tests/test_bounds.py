@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from blendsim.policies.base import policy_names
+from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.bounds import hull_bound
 from blendsim.workloads.trace import from_columns

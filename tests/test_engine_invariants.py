@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blendsim.policies.base import policy_names
+from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim import engine
 from tests.helpers import random_trace, tiny_capacity_bytes

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from blendsim.policies.base import get_policy
+from blendsim.policies.registry import get_policy
 from blendsim.runner import RunConfig, engine_config, run_simulation, scheduler_settings
 from blendsim.sim.batch import BatchFeatures
 from blendsim.sim.build_cost import build_cost_model

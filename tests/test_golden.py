@@ -24,7 +24,7 @@ def test_results_match_stored_digests(name, key, kwargs):
 
 
 def test_every_policy_is_covered():
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
 
     assert set(policy_names()) <= set(golden.POLICIES)
     assert {c[0] for c in golden.cases()} == set(STORED)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from blendsim.policies.base import policy_names
+from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim import engine
 from blendsim.sim.models import get_model

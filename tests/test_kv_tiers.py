@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from blendsim.policies.base import policy_names
+from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, prepare_run, run_simulation, write_run
 from blendsim.sim import engine
 from blendsim.sim.batch import Batch

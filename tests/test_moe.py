@@ -296,7 +296,7 @@ def _trace(tmp_path):
 
 
 def test_every_policy_runs_on_moe_and_mla(tmp_path):
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
     from blendsim.runner import RunConfig, run_simulation
 
     trace, _ = _trace(tmp_path)

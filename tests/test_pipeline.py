@@ -196,7 +196,7 @@ def test_pp1_summaries_have_no_pipeline_fields():
 
 # ---- every policy under PP -------------------------------------------------------------------------------
 def _policies():
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
 
     return sorted(policy_names())
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blendsim.policies.base import PolicyContext, get_policy
+from blendsim.policies.base import PolicyContext
 from blendsim.policies.batchllm.grouping import enlarge_first_level, first_level_saving, multi_level_saving
+from blendsim.policies.registry import get_policy
 from blendsim.runner import RunConfig, run_simulation
 from blendsim.sim.errors import UserError
 from blendsim.sim.prefix_tree import PrefixTree

@@ -149,7 +149,7 @@ def test_schedule_parquet_round_trip_and_corruption(tmp_path):
 
 
 def _policies():
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
 
     return policy_names()
 

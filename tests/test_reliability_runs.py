@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app, main
-from blendsim.policies.base import policy_names
+from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, run_simulation, write_run
 from blendsim.sim.errors import UserError
 from blendsim.workloads.trace import from_columns, write_trace

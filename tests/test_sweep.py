@@ -177,7 +177,7 @@ def test_unreachable_grid_point_fails_its_cells_only(tmp_path):
 
 
 def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
-    from blendsim.policies.base import get_policy
+    from blendsim.policies.registry import get_policy
     from blendsim.sim.engines import DEFAULT_ENGINE
 
     eng = get_policy("blendserve").engine_defaults

@@ -79,7 +79,7 @@ def test_run_summary_wraps_between_words(summaries, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_policy_list_and_every_policy_fit(width):
-    from blendsim.policies.base import get_policy, policy_names
+    from blendsim.policies.registry import get_policy, policy_names
 
     out = render(TT.print_policies, width)
     fits(out, width)
@@ -93,8 +93,8 @@ def test_policy_list_and_every_policy_fit(width):
 
 
 def test_every_option_is_a_record_with_a_source():
-    from blendsim.policies.base import get_policy, policy_names
     from blendsim.policies.option import Option
+    from blendsim.policies.registry import get_policy, policy_names
 
     for n in policy_names():
         cls = get_policy(n)

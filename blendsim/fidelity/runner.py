@@ -24,7 +24,7 @@ from blendsim.sim.errors import UserError
 def reads_cost_model(policy: str) -> bool:
     """Whether ``policy``'s plan reads step prices (its class says so): its schedule then depends on the
     parameters and is re-simulated with the final ones."""
-    from blendsim.policies.base import resolve_policy
+    from blendsim.policies.registry import resolve_policy
 
     return bool(resolve_policy(policy or "fcfs").cls.reads_cost_model)
 

@@ -75,7 +75,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
         raise UserError(f"--budget must be a positive number of USD, got {budget}")
     table = read_prices(prices)
     hw = names(hardware, "--hardware") or tuple(h for h in table.prices)
-    from blendsim.policies.base import resolve_policy
+    from blendsim.policies.registry import resolve_policy
     from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
 

@@ -102,7 +102,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
 
     NOTE: pipeline parallelism is accepted in the limits but only pp=1 is enumerated: the simulator does not
     model pipelining yet (the pp branch adds it)."""
-    from blendsim.policies.base import resolve_policy
+    from blendsim.policies.registry import resolve_policy
     from blendsim.runner import RunConfig, engine_config
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.hardware import get_hardware

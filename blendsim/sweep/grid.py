@@ -26,7 +26,7 @@ DEFAULT_POLICIES = ("dfs", "random", "blendserve")  # a sweep's policies when no
 
 def default_policies() -> tuple[str, ...]:
     """Those of :data:`DEFAULT_POLICIES` that are registered (the command's and the API's default)."""
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
 
     known = set(policy_names())
     return tuple(p for p in DEFAULT_POLICIES if p in known)
@@ -182,7 +182,7 @@ class SweepSpec:
         out = {"mode": self.mode, "engine": self.engine, "seed": self.seed, **self.precision,  # cells: their own seed
                **self.tiers}
         if self.engine_of:
-            from blendsim.policies.base import get_policy
+            from blendsim.policies.registry import get_policy
             from blendsim.runner import ENGINE_FIELDS
 
             pol = get_policy(self.engine_of)

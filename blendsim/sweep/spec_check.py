@@ -19,7 +19,7 @@ SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--re
 
 def check_spec(spec: SweepSpec) -> SweepSpec:
     """``spec`` validated, with recipe options coerced to their types and model names resolved."""
-    from blendsim.policies.base import get_policy
+    from blendsim.policies.registry import get_policy
     from blendsim.sim.cost import MODES
     from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware

@@ -37,7 +37,7 @@ def warm_up(driver_pid: int | None = None) -> None:
     import blendsim.runner  # noqa: F401
     import blendsim.workloads.recipes  # noqa: F401
     import blendsim.workloads.trace  # noqa: F401
-    from blendsim.policies.base import policy_names
+    from blendsim.policies.registry import policy_names
 
     policy_names()  # imports every policy module once
 
