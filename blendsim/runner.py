@@ -8,7 +8,6 @@ cost model, and the metrics module turns the records into summary, step and requ
 from __future__ import annotations
 
 import dataclasses
-from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -222,9 +221,9 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
 
     rec = RequestRecords(trace.n)
     tick = (lambda: progress(rec.n_finished)) if progress else None
-    # typed int64 columns (8 bytes a request, not a boxed number and a pointer): indexed like lists
-    P, Dl, hints = (array("q", np.ascontiguousarray(a, dtype=np.int64).tobytes())
-                    for a in (trace.input_len, trace.output_len, trace.output_len_hint))
+    # plain lists: the schedulers index these per admission and per step, and a list item reads 2-3x faster than
+    # an array('q') item (measured: the array columns cost the 400,000-request dfs run about 5%)
+    P, Dl, hints = trace.input_len.tolist(), trace.output_len.tolist(), trace.output_len_hint.tolist()
     replicas = []
     ff = eng.fast_forward and not cfg.record_schedule
     pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None
