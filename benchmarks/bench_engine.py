@@ -15,40 +15,24 @@ trace, simulating, writing the run directory); peak memory is the largest child'
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _data import add_data_option, data_file  # noqa: E402 (benchmarks/_data.py, beside this script)
+from _proc import timed  # noqa: E402 (benchmarks/_proc.py, beside this script)
 
 VIDUR_S = 20.1
 AZURE = "azure_llm_inference_2023_conv.csv"
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one process."""
-    t0 = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, 1)
-        os.execvp(cmd[0], cmd)
-    _, status, usage = os.wait4(pid, 0)
-    wall = time.perf_counter() - t0
-    if status != 0:
-        sys.exit(f"command failed ({status}): {' '.join(cmd)}")
-    return wall, usage.ru_maxrss / 1024
-
-
 def bench(cmd: list[str], repeat: int) -> tuple[float, float, float, float]:
     runs = [timed(cmd) for _ in range(repeat)]
-    walls = [w for w, _ in runs]
-    return statistics.median(walls), min(walls), max(walls), max(m for _, m in runs)
+    walls = [r[0] for r in runs]
+    return statistics.median(walls), min(walls), max(walls), max(r[1] for r in runs)
 
 
 def main() -> None:

@@ -42,8 +42,9 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _proc import timed  # noqa: E402 (benchmarks/_proc.py, beside this script)
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AZURE_FILE = "azure_llm_inference_2023_conv.csv"
@@ -88,21 +89,6 @@ def make_trace(kind: str, n: int, data: Path, out: Path) -> Path:
         sys.exit(f"--workloads: unknown workload {kind!r} (azure, blendserve)")
     write_trace(trace, out)
     return out
-
-
-def timed(cmd: list[str]) -> tuple[float, float, float]:
-    """Wall seconds, peak RSS (MB) and CPU seconds (user + system) of one process."""
-    t0 = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, 1)
-        os.execvp(cmd[0], cmd)
-    _, status, usage = os.wait4(pid, 0)
-    wall = time.perf_counter() - t0
-    if status != 0:
-        sys.exit(f"command failed ({status}): {' '.join(cmd)}")
-    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main(argv=None) -> int:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("bench_scale", Path(__file__).parents[1] / "benchmarks" / "bench_scale.py")
+BENCH = Path(__file__).parents[1] / "benchmarks"
+if str(BENCH) not in sys.path:  # the benchmark imports its helper modules (_proc.py) from beside it
+    sys.path.insert(0, str(BENCH))
+spec = importlib.util.spec_from_file_location("bench_scale", BENCH / "bench_scale.py")
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
