@@ -81,11 +81,8 @@ def alarm(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.parametrize("policy", policy_names())
-@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=scenarios())
-def test_every_policy_keeps_the_invariants_and_progresses(policy, case):
-    trace, cfg, accelgen = case
+def run_checked(trace, cfg: dict, policy: str, accelgen: dict):
+    """Run ``policy`` with the KV checked after every step and a step cap; check the invariants. (result, cap)"""
     tokens = int(trace.input_len.sum() + trace.output_len.sum())
     cap = STEP_CAP_PER_TOKEN * tokens + 500
     options = accelgen if policy == "accelgen" else {}
@@ -94,6 +91,15 @@ def test_every_policy_keeps_the_invariants_and_progresses(policy, case):
         mp.setattr(engine.Replica, "max_steps", cap)
         r = run_simulation(trace, RunConfig(policy=policy, options=options, **cfg))
     check_invariants(trace, r)
+    return r, cap
+
+
+@pytest.mark.parametrize("policy", policy_names())
+@settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=scenarios())
+def test_every_policy_keeps_the_invariants_and_progresses(policy, case):
+    trace, cfg, accelgen = case
+    r, cap = run_checked(trace, cfg, policy, accelgen)
     assert all(len(c["dt_s"]) <= cap for c in r.steps)
     s = r.summary
     assert s["compute_density"] is None or s["compute_density"] > 0  # inf allowed in memory, never NaN

@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from blendsim.cli import get_app
 from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, prepare_run, run_simulation, write_run
-from blendsim.sim import engine
 from blendsim.sim.batch import Batch
 from blendsim.sim.engine import SimExecutor
 from blendsim.sim.errors import UserError
@@ -24,8 +23,7 @@ from blendsim.sim.kv_tiers import TieredKVCache
 from blendsim.sim.models import get_model
 from blendsim.workloads.trace import from_columns, write_trace
 from tests.helpers import one_line_error
-from tests.test_engine_invariants import check_invariants, check_kv_every_step
-from tests.test_hypothesis_policies import STEP_CAP_PER_TOKEN, alarm
+from tests.test_hypothesis_policies import run_checked
 
 KVB = get_model("tiny").kv_bytes_per_token  # 4096 bytes per token
 B = 16
@@ -194,14 +192,7 @@ def test_tier_capacities_are_never_exceeded(policy, case, host, disk, load):
     host, disk = host + 0.5 * (host > 0), disk + 0.5 * (disk > 0)  # whole blocks despite float rounding
     cfg = {**cfg, "hardware": "a100-80gb", "host_kv_gb": host * kvb / 1e9, "disk_kv_gb": disk * kvb / 1e9,
            "kv_load": load}
-    tokens = int(trace.input_len.sum() + trace.output_len.sum())
-    cap = STEP_CAP_PER_TOKEN * tokens + 500
-    options = accelgen if policy == "accelgen" else {}
-    with pytest.MonkeyPatch.context() as mp, alarm(60):
-        check_kv_every_step(mp)
-        mp.setattr(engine.Replica, "max_steps", cap)
-        r = run_simulation(trace, RunConfig(policy=policy, options=options, **cfg))
-    check_invariants(trace, r)
+    r, cap = run_checked(trace, cfg, policy, accelgen)
     s = r.summary
     assert sum(s["prefix_hit_tokens"].values()) >= 0 and s["kv_load_stall_s"] >= 0
     assert s["kv_load_bytes"] % kvb == 0 and s["kv_offload_bytes"] % kvb == 0
