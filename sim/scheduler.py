@@ -108,7 +108,10 @@ class Scheduler:
             D = self.n_dec
         if not chunks and D == 0:
             if self.prefilling:
-                # prefills stalled on memory with nothing decoding: free the newest and retry
+                # prefills stalled on memory with nothing decoding: free what the policy holds, else the
+                # newest running request, and retry
+                if self.free_held(now):
+                    return self.schedule(now)
                 v = self.pick_victim()
                 if v is None or len(self.running) < 2:  # it would only retake what it frees: no progress
                     raise RuntimeError(f"replica {self.replica}: request {self.prefilling[0].req} can neither "
@@ -161,6 +164,11 @@ class Scheduler:
     def pick_victim(self) -> Seq | None:
         """The running sequence to preempt when memory runs out: the newest (vLLM's rule)."""
         return next(reversed(self.running.values()), None)
+
+    def free_held(self, now: float) -> bool:
+        """Let go of KV the policy holds outside running requests (e.g. pinned prefixes) when prefills
+        stall on memory with nothing decoding; True when something was let go (the step is retried)."""
+        return False
 
     def on_admit(self, s: Seq, now: float) -> None:
         pass

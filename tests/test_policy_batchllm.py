@@ -262,3 +262,17 @@ def test_prefix_is_pinned_while_members_wait():
     assert [(c[0], c[3]) for c in b.prefill] == [(1, 32), (2, 32)]  # both hit the prefix
     assert not s.pinned and kv.evictable == 0  # now the members hold it themselves
     kv.check()
+
+
+def test_pins_give_way_when_they_hold_the_whole_cache():
+    """Two groups' leaders cache their prefixes in one step and both prefixes are pinned: the 8-token
+    cache is all pins and the first leader's last prompt token finds no block. The pins are let go (the
+    run finishes) instead of "can neither grow nor make room"."""
+    from blendsim.sim.models import get_model
+
+    prompts = [[(1, 4), (1000 + i, 1)] for i in range(4)] + [[(2, 4), (1004 + i, 1)] for i in range(2)]
+    trace = from_columns(input_len=[5] * 6, output_len=[1] * 6, prompts=prompts)
+    cfg = RunConfig(policy="batchllm", model="tiny", hardware="cpu", block_size=1, token_budget=16,
+                    kv_capacity_override=8 * get_model("tiny").kv_bytes_per_token)
+    r = run_simulation(trace, cfg)
+    assert np.isfinite(r.requests["finish_s"]).all() and len(r.requests["finish_s"]) == 6

@@ -256,6 +256,16 @@ class BatchLLMScheduler(Scheduler):
             self._drop_pins()
         return super().pick_victim()
 
+    def free_held(self, now: float) -> bool:
+        """Prefills stalled with nothing decoding: the pinned prefixes go first (a cache just above the
+        largest request can otherwise be held entirely by pins, e.g. two groups whose leaders both cached
+        their prefixes in one step)."""
+        if not self.pinned:
+            return False
+        self._now = now
+        self._drop_pins()
+        return True
+
     def _drop_pins(self) -> None:
         for g in sorted(self.pinned):
             self._unpin(g, self._now)
