@@ -194,6 +194,26 @@ def test_engine_of_runs_every_policy_on_one_engine(tmp_path):
     assert r.exit_code == 2 and "unknown policy 'nope'" in r.stderr
 
 
+def test_tp_runs_every_cell_on_that_many_gpus_per_replica(tmp_path):
+    """--tp (and the Python API's ``tp``) reaches every cell: the results say so, and TP2 prices the same
+    schedule differently from TP1."""
+    import warnings
+
+    import blendsim
+
+    args = ("--densities", "1.0", "--sharing", "0.25", "--policies", "dfs", "--requests", "300", "--jobs", "1")
+    assert sweep(*args, "-o", str(tmp_path / "tp1")).exit_code == 0
+    r = sweep(*args, "--tp", "2", "-o", str(tmp_path / "tp2"))
+    assert r.exit_code == 0, r.output
+    one, two = (pq.read_table(tmp_path / d / "results.parquet").to_pylist()[0] for d in ("tp1", "tp2"))
+    assert (one["tp"], one["gpus"], two["tp"], two["gpus"]) == (1, 1, 2, 2)
+    assert two["makespan_s"] != one["makespan_s"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        api = blendsim.sweep(tmp_path / "api", densities=1.0, sharing=0.25, policies="dfs", requests=300, jobs=1, tp=2)
+    assert (api.dir / "results.parquet").read_bytes() == (tmp_path / "tp2" / "results.parquet").read_bytes()
+
+
 # ---- backends -------------------------------------------------------------------------------
 def test_ray_backend_on_a_local_instance(reference, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'blendsim[ray]')")
@@ -242,6 +262,9 @@ def _not_a_sweep(tmp_path) -> str:
     (["--recipe-opt", "requests=5"], "set it with --requests"),
     (["--recipe-opt", "novalue"], "--recipe-opt 'novalue': expected key=value"),
     (["--jobs", "0"], "--jobs must be >= 1"),
+    (["--tp", "3"], "--tp 3 does not divide llama-3-8b's 32 attention heads"),
+    (["--tp", "0"], "--tp must be at least 1"),
+    (["--ep", "2"], "--ep 2: llama-3-8b has no experts"),
     (["--backend", "slurm"], "--backend 'slurm'"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),
 ])

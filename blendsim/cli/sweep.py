@@ -26,6 +26,7 @@ def sweep_cmd(
                                                         "fp4 or int4 (default: each model's)."),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtype: bf16, fp16 or fp8 (default: each "
                                                           "model's)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: GPUs per replica (default 1)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
@@ -70,7 +71,7 @@ def sweep_cmd(
     from blendsim.sim.errors import UserError
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import describe, failure_line, run_sweep
-    from blendsim.sweep.grid import SweepSpec, default_policies, parse_values
+    from blendsim.sweep.grid import SweepSpec, default_policies, parse_values, precision_settings
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
@@ -83,8 +84,7 @@ def sweep_cmd(
         policies=parse_names(policies, "--policies") if policies else default_policies(),
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
-        precision={k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("ep", ep), ("pp", pp))
-                   if v is not None and not (k in ("ep", "pp") and v == 1)}, fixed_trace=fixed_trace, seeds=seeds,
+        precision=precision_settings(weights, kv_dtype, tp, ep, pp), fixed_trace=fixed_trace, seeds=seeds,
         tiers={k: float(v) for k, v in (("host_kv_gb", host_kv_gb), ("disk_kv_gb", disk_kv_gb)) if v != 0}))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)

@@ -149,7 +149,7 @@ class SweepSpec:
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
-    precision: dict = field(default_factory=dict)  # weights / kv_dtype / ep / pp given on the command line
+    precision: dict = field(default_factory=dict)  # weights / kv_dtype / tp / ep / pp given on the command line
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
     tiers: dict = field(default_factory=dict)  # host_kv_gb / disk_kv_gb given on the command line (KV tiers)
     # one trace for every model and hardware, synthesised for the first of each (None: so when there are
@@ -216,4 +216,11 @@ class SweepSpec:
         return kw
 
 
-__all__ = ["Cell", "SweepSpec", "Workload", "parse_values", "slug", "workload_name"]
+def precision_settings(weights=None, kv_dtype=None, tp: int = 1, ep: int = 1, pp: int = 1) -> dict:
+    """SweepSpec.precision from the options: only those given (degrees other than 1), so a sweep made
+    before an option existed still resumes."""
+    return {k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("tp", tp), ("ep", ep), ("pp", pp))
+            if v is not None and not (k in ("tp", "ep", "pp") and v == 1)}
+
+
+__all__ = ["Cell", "SweepSpec", "Workload", "parse_values", "precision_settings", "slug", "workload_name"]

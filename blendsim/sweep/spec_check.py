@@ -49,6 +49,12 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         raise UserError(f"--models {','.join(spec.models)}: two of them are the same model")
     taken = [s.name for s in specs.values()]
     names = {m: s.name if taken.count(s.name) == 1 else f"{s.name}-{s.fingerprint()[:6]}" for m, s in specs.items()}
+    from blendsim.sim.deployment import make_deployment
+
+    for m in spec.models:  # --tp / --ep / --pp must fit every model on every GPU: one line now, not per cell
+        for h in spec.hardware:
+            make_deployment(m, h, pr.get("tp", 1), None, pr.get("weights"), pr.get("kv_dtype"), ep=pr.get("ep", 1),
+                            pp=pr.get("pp", 1))
     from blendsim.sim.kv_tiers import check_tier_gb
 
     for h in spec.hardware:
