@@ -75,6 +75,8 @@ class OptionalBuildExt(build_ext):
                 self._say("Cython is not installed: the pure-Python step path will run")
                 self.extensions = []
             else:
+                for e in self.extensions:  # every module first: a .pxd may cimport another module's
+                    self._stage(e)
                 self.extensions = [e for e in self.extensions if self._cythonize(e, cythonize)]
         inplace, self.inplace = self.inplace, 0
         built_at = {e.name: Path(self.get_ext_fullpath(e.name)) for e in self.extensions}
@@ -99,28 +101,32 @@ class OptionalBuildExt(build_ext):
                                   sort_keys=True) + "\n")
         self._say(f"compiled {len(manifest)} of {len(compiled_modules())} step-path modules")
 
-    def _cythonize(self, ext: Extension, cythonize) -> bool:
-        """Stage ``ext``'s .py (and .pxd) under build/cython/<package path>/ so Cython sees the module's full
-        name and finds its .pxd, then translate it to C; False (with one line) when Cython refuses it."""
+    def _stage(self, ext: Extension) -> None:
+        """Copy ``ext``'s .py (and .pxd) to build/cython/<package path>/, so Cython sees the module's full
+        name and finds its .pxd."""
         src = ROOT / ext.py_source
         stage = ROOT / "build" / "cython" / Path(*ext.name.split(".")[:-1])
         stage.mkdir(parents=True, exist_ok=True)
-        for d in stage.parents:  # package markers up to build/cython, so the module's name is the full one
+        for d in [stage, *stage.parents]:  # package markers up to build/cython
             if d == ROOT / "build" / "cython":
                 break
             (d / "__init__.py").touch()
-        (stage / "__init__.py").touch()
         for suffix in (".py", ".pxd"):
             f = src.with_suffix(suffix)
             target = stage / f.name
             if f.is_file():
                 if not target.is_file() or target.read_bytes() != f.read_bytes():
-                    shutil.copy2(f, target)  # keeps the time stamp: Cython redoes only what changed
+                    shutil.copyfile(f, target)  # copied only when changed: Cython redoes only that module
             elif target.exists():
                 target.unlink()
+        ext.staged = stage / src.name
+
+    def _cythonize(self, ext: Extension, cythonize) -> bool:
+        """Translate the staged module to C; False (with one line) when Cython refuses it."""
+        src = ROOT / ext.py_source
         ext.source_sha256 = source_digest(src)
         try:
-            staged = Extension(ext.name, [str(stage / src.name)])
+            staged = Extension(ext.name, [str(ext.staged)])
             (c_ext,) = cythonize([staged], compiler_directives=DIRECTIVES, quiet=True, force=self.force,
                                  language_level=3)
         except Exception as e:

@@ -3,13 +3,14 @@
 The per-step modules in :data:`MODULES` are plain Python, and the Python is the reference. ``pip install``
 also compiles them with Cython where it can (``setup.py``): an extension module beside each ``.py``, with
 the digest of the source it was built from recorded in ``_compiled_manifest.json``. :func:`install` (run
-when ``blendsim.sim`` is first imported) puts a finder first on ``sys.meta_path`` that decides, module by module:
+when ``blendsim.sim`` is first imported) puts a finder first on ``sys.meta_path`` that decides, for all of them at once:
 
-* ``BLENDSIM_PURE_PYTHON`` set (not ``0``): the ``.py``;
-* an extension module built from the source as it is now (the digest matches): the extension module;
-* otherwise the ``.py`` -- and when an extension module exists but its source changed since it was built (an
-  edit in an editable install), one warning line on stderr says so, instead of the old build silently
-  shadowing the edit.
+* ``BLENDSIM_PURE_PYTHON`` set (not ``0``): the ``.py`` files;
+* every module has an extension module built from its source as it is now (the digests match): the extension
+  modules;
+* otherwise the ``.py`` files, all of them -- and when an extension module exists but its source changed since
+  it was built (an edit in an editable install), one warning line on stderr says so, instead of the old build
+  silently shadowing the edit.
 
 :func:`status` says what ran (``blendsim --version`` prints it). Both paths give byte-identical results
 (``tests/test_compiled.py`` runs the golden cases under each).
@@ -64,43 +65,58 @@ def _manifest() -> dict:
 
 
 class _Finder:
-    """Meta-path finder for :data:`MODULES` only; every other import is left to the usual finders."""
+    """Meta-path finder for :data:`MODULES` only; every other import is left to the usual finders. It decides
+    once, at the first of them, for all of them together: a compiled module may use another's C types, so a
+    compiled scheduler never runs beside a Python cache or the reverse."""
 
     def __init__(self):
         self.manifest = _manifest()
+        self.decision: tuple[str | None, dict] | None = None  # (why Python runs, or None; module -> extension)
 
     def find_spec(self, fullname: str, path=None, target=None):
         if fullname not in MODULES or not path:
             return None
         leaf = fullname.rpartition(".")[2]
-        for d in path:
-            py = Path(d) / f"{leaf}.py"
-            if py.is_file():
-                break
-        else:
+        d = next((Path(p) for p in path if (Path(p) / f"{leaf}.py").is_file()), None)
+        if d is None:
             return None  # not where we look: let the usual machinery report it
-        ext = next((p for p in (py.with_name(leaf + s) for s in EXTENSION_SUFFIXES) if p.is_file()), None)
-        why = self._why_python(fullname, py, ext)
+        if self.decision is None:
+            self.decision = self._decide(d)
+        why, exts = self.decision
+        _loaded[fullname] = why or "compiled"
         if why is None:
-            _loaded[fullname] = "compiled"
+            ext = exts[fullname]
             return spec_from_file_location(fullname, ext, loader=ExtensionFileLoader(fullname, str(ext)))
-        _loaded[fullname] = why
+        py = d / f"{leaf}.py"
         return spec_from_file_location(fullname, py, loader=SourceFileLoader(fullname, str(py)))
 
-    def _why_python(self, fullname: str, py: Path, ext: Path | None) -> str | None:
-        """None when the extension module may run, else why the Python source runs instead."""
+    def _decide(self, d: Path) -> tuple[str | None, dict]:
+        """(None, extension files) when every module has a current extension module, else (why, {})."""
         if forced_pure():
-            return f"{ENV} set"
-        if ext is None:
-            return "not compiled"
-        entry = self.manifest.get(fullname)
-        if entry is None or entry.get("file") != ext.name:
-            _warn(f"{ext.name} is not from this build of blendsim: running {py.name} as Python")
-            return "compiled module not in the build manifest"
-        if entry.get("source_sha256") != source_digest(py):
-            _warn(f"{py} changed since it was compiled: running it as Python (rebuild: pip install -e .)")
-            return "source changed since it was compiled"
-        return None
+            return f"{ENV} set", {}
+        exts, missing = {}, []
+        for m in MODULES:
+            leaf = m.rpartition(".")[2]
+            ext = next((f for f in (d / (leaf + s) for s in EXTENSION_SUFFIXES) if f.is_file()), None)
+            if ext is None:
+                missing.append(leaf)
+            else:
+                exts[m] = ext
+        if not exts:
+            return "not compiled", {}
+        if missing:  # the build could not compile these (and said so): all run as Python
+            return f"not compiled: {', '.join(missing)}", {}
+        for m, ext in exts.items():
+            py = d / f"{m.rpartition('.')[2]}.py"
+            entry = self.manifest.get(m)
+            if entry is None or entry.get("file") != ext.name:
+                _warn(f"{ext.name} is not from this build of blendsim: the step path runs as Python")
+                return "compiled modules not from this build", {}
+            if entry.get("source_sha256") != source_digest(py):
+                _warn(f"{py} changed since it was compiled: the step path runs as Python "
+                      "(rebuild: pip install -e .)")
+                return f"{py.name} changed since it was compiled", {}
+        return None, exts
 
 
 def _warn(msg: str) -> None:
@@ -123,7 +139,7 @@ def status() -> dict:
 
     for m in MODULES:
         importlib.import_module(m)
-    mods = {m: _loaded.get(m, "loaded before blendsim._compiled was installed") for m in MODULES}
+    mods = {m: _loaded.get(m, "loaded before blendsim.sim._compiled was installed") for m in MODULES}
     n = sum(v == "compiled" for v in mods.values())
     path = "compiled" if n == len(mods) else "pure Python" if n == 0 else "mixed"
     return {"path": path, "modules": mods}

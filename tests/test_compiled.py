@@ -74,65 +74,90 @@ def test_version_names_the_step_path():
     assert "step path: pure Python" in out.stdout and _compiled.ENV in out.stdout
 
 
-# ---- the finder's decision, on a throw-away module with a stand-in extension file (never loaded) ----------
+# ---- the finder's decision, on throw-away modules with stand-in extension files (never loaded) -------------
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
 @pytest.fixture
-def fake_module(tmp_path, monkeypatch, capsys):
-    py = tmp_path / "fakestep.py"
-    py.write_text("X = 1\n")
-    ext = tmp_path / ("fakestep" + importlib.machinery.EXTENSION_SUFFIXES[0])
-    ext.write_bytes(b"not really a shared object")
-    monkeypatch.setattr(_compiled, "MODULES", ("fakepkg.fakestep",))
+def fake_modules(tmp_path, monkeypatch):
+    """Two step modules, each with a stand-in extension module and a manifest entry for its current source;
+    returns a function making a fresh finder (it decides once, at its first import)."""
+    for leaf in ("fakestep", "fakekv"):
+        (tmp_path / f"{leaf}.py").write_text(f"X = {leaf!r}\n")
+        (tmp_path / (leaf + SUFFIX)).write_bytes(b"not really a shared object")
+    monkeypatch.setattr(_compiled, "MODULES", ("fakepkg.fakestep", "fakepkg.fakekv"))
     monkeypatch.setattr(_compiled, "_warned", False)
     monkeypatch.delenv(_compiled.ENV, raising=False)
-    finder = _compiled._Finder()
-    finder.manifest = {"fakepkg.fakestep": {"file": ext.name, "source_sha256": _compiled.source_digest(py)}}
-    return finder, py, tmp_path
+    manifest = {f"fakepkg.{leaf}": {"file": leaf + SUFFIX, "source_sha256": _compiled.source_digest(tmp_path / f"{leaf}.py")}
+                for leaf in ("fakestep", "fakekv")}
+
+    def finder():
+        f = _compiled._Finder()
+        f.manifest = manifest
+        return f
+
+    return finder, tmp_path
 
 
-def _loader(finder, path) -> type:
-    return type(finder.find_spec("fakepkg.fakestep", [str(path)]).loader)
+def _loaders(finder, d) -> list:
+    return [type(finder.find_spec(f"fakepkg.{leaf}", [str(d)]).loader) for leaf in ("fakestep", "fakekv")]
 
 
-def test_current_build_loads_the_extension(fake_module, capsys):
-    finder, py, d = fake_module
-    assert _loader(finder, d) is importlib.machinery.ExtensionFileLoader
+EXT, SRC = importlib.machinery.ExtensionFileLoader, importlib.machinery.SourceFileLoader
+
+
+def test_current_build_loads_the_extensions(fake_modules, capsys):
+    finder, d = fake_modules
+    assert _loaders(finder(), d) == [EXT, EXT]
     assert capsys.readouterr().err == ""
 
 
-def test_edited_source_runs_as_python_with_one_warning(fake_module, capsys):
-    finder, py, d = fake_module
-    py.write_text("X = 2  # edited after the build\n")
-    assert _loader(finder, d) is importlib.machinery.SourceFileLoader
-    assert _loader(finder, d) is importlib.machinery.SourceFileLoader
+def test_one_edited_source_runs_every_module_as_python_with_one_warning(fake_modules, capsys):
+    finder, d = fake_modules
+    (d / "fakekv.py").write_text("X = 2  # edited after the build\n")
+    f = finder()
+    assert _loaders(f, d) == [SRC, SRC]
+    assert _loaders(f, d) == [SRC, SRC]
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "changed since it was compiled" in err[0] and "fakestep.py" in err[0]
+    assert len(err) == 1 and "changed since it was compiled" in err[0] and "fakekv.py" in err[0]
 
 
-def test_edited_pxd_counts_as_a_changed_source(fake_module, capsys):
-    finder, py, d = fake_module
-    py.with_suffix(".pxd").write_text("cdef int y\n")
-    assert _loader(finder, d) is importlib.machinery.SourceFileLoader
+def test_edited_pxd_counts_as_a_changed_source(fake_modules, capsys):
+    finder, d = fake_modules
+    (d / "fakestep.pxd").write_text("cdef int y\n")
+    assert _loaders(finder(), d) == [SRC, SRC]
 
 
-def test_extension_missing_from_the_manifest_runs_as_python(fake_module, capsys):
-    finder, py, d = fake_module
-    finder.manifest = {}
-    assert _loader(finder, d) is importlib.machinery.SourceFileLoader
+def test_a_module_the_build_could_not_compile_runs_everything_as_python(fake_modules, capsys):
+    finder, d = fake_modules
+    (d / ("fakekv" + SUFFIX)).unlink()
+    f = finder()
+    assert _loaders(f, d) == [SRC, SRC]
+    assert f.decision[0] == "not compiled: fakekv"
+    assert capsys.readouterr().err == ""  # the build said so already
+
+
+def test_extension_missing_from_the_manifest_runs_as_python(fake_modules, capsys):
+    finder, d = fake_modules
+    f = finder()
+    f.manifest = {}
+    assert _loaders(f, d) == [SRC, SRC]
     assert "not from this build" in capsys.readouterr().err
 
 
-def test_switch_wins_over_a_current_build(fake_module, monkeypatch):
-    finder, py, d = fake_module
+def test_switch_wins_over_a_current_build(fake_modules, monkeypatch):
+    finder, d = fake_modules
     monkeypatch.setenv(_compiled.ENV, "1")
-    assert _loader(finder, d) is importlib.machinery.SourceFileLoader
+    assert _loaders(finder(), d) == [SRC, SRC]
     monkeypatch.setenv(_compiled.ENV, "0")
-    assert _loader(finder, d) is importlib.machinery.ExtensionFileLoader
+    assert _loaders(finder(), d) == [EXT, EXT]
 
 
-def test_other_modules_are_left_alone(fake_module):
-    finder, py, d = fake_module
-    assert finder.find_spec("fakepkg.other", [str(d)]) is None
-    assert finder.find_spec("blendsim.sim.metrics", None) is None
+def test_other_modules_are_left_alone(fake_modules):
+    finder, d = fake_modules
+    f = finder()
+    assert f.find_spec("fakepkg.other", [str(d)]) is None
+    assert f.find_spec("blendsim.sim.metrics", None) is None
 
 
 def test_build_list_is_the_loader_list():
