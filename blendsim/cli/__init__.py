@@ -29,10 +29,21 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from blendsim.sim import __version__, _compiled
+
+        typer.echo(f"blendsim {__version__}; {_compiled.describe()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(ctx: typer.Context,
           debug: bool = typer.Option(False, "--debug", help="When your own policy or router fails, also print "
-                                     "its full traceback (or set BLENDSIM_DEBUG=1).")) -> None:
+                                     "its full traceback (or set BLENDSIM_DEBUG=1)."),
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and which step path runs (compiled or pure "
+                                       "Python; BLENDSIM_PURE_PYTHON=1 forces Python), and exit.")) -> None:
     """Simulate, calibrate and compare schedulers for offline batch LLM inference."""
     from blendsim.cli.kit import DEBUG_KEY
 
