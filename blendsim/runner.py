@@ -8,6 +8,7 @@ cost model, and the metrics module turns the records into summary, step and requ
 from __future__ import annotations
 
 import dataclasses
+import gc
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -204,6 +205,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
 
 def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
+    from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster, Replica, SimExecutor, pipelined_units
     from blendsim.sim.kv_tiers import make_kv, tier_summary
@@ -218,6 +220,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
                                                   run.num_blocks, run.policy)
     B = eng.block_size
     bnd = bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep, cm.kappa))
+    work = trace_work(trace, tree)  # for summarize's T_o, made here: the tree is freed before the final tables
 
     rec = RequestRecords(trace.n)
     tick = (lambda: progress(rec.n_finished)) if progress else None
@@ -238,21 +241,26 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
     route_order = np.lexsort((policy._rank, trace.arrival_s))
     cluster = Cluster(replicas, router, trace.arrival_s, route_order, units)
     cluster.run()
-    rec = rec.arrays()
+    rec = rec.arrays(copy=False)
     if np.isnan(rec.finish_s).any():
         i = int(np.flatnonzero(np.isnan(rec.finish_s))[0])
         raise RuntimeError(f"simulation ended with request {i} unfinished (engine bug)")
 
     steps = [r.log.cols for r in replicas]
-    per_req = per_request_table(trace, rec, steps)
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     tiers = {"host_kv_gb": float(cfg.host_kv_gb or 0.0), "disk_kv_gb": float(cfg.disk_kv_gb or 0.0),
              **tier_summary([r.scheduler.kv for r in replicas], run.tiers,
                             sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas))}
+    extra = {**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)}
+    schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
+    # the run's live state (schedulers, KV caches, prefix tree, policy, the schedulers' per-request lists) is not
+    # needed for the tables: free it before they are built, where a large run's memory would otherwise peak
+    del replicas, units, router, cluster, policy, tree, P, Dl, hints, tick, kv, sched
+    run.policy = run.tree = None
+    gc.collect()  # the simpy processes and the replicas refer to each other
+    per_req = per_request_table(trace, rec, steps)
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
-                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
-                        extra={**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)},
-                        tree=tree)
+                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=extra, work=work)
     requests = {
         "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica // dep.pp,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
@@ -260,7 +268,6 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
         "prefill_computed": rec.prefill_computed, "preemptions": rec.preemptions, "admit_s": rec.admit_s,
         "first_token_s": rec.first_token_s, "finish_s": rec.finish_s, **per_req,
     }
-    schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
                              "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}

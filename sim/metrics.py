@@ -177,20 +177,26 @@ def _tree(trace):
 
 
 def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """max(values[lo:hi]) per query (hi > lo), with a sparse table."""
-    table = [values]
-    k = 1
-    while 2 * k <= len(values):
-        prev = table[-1]
-        table.append(np.maximum(prev[:-k], prev[k:]))
-        k *= 2
+    """max(values[lo:hi]) per query (hi > lo), with a sparse table built one level at a time: level L
+    (the maxima of windows of 2**L) answers the queries whose span needs it, then makes level L + 1 and
+    is dropped, so memory is two copies of ``values``, not log2(len) of them (a 10M-step run's full
+    table would hold ~2 GB)."""
     span = hi - lo
     lvl = np.floor(np.log2(np.maximum(span, 1))).astype(np.int64)
     out = np.empty(len(lo))
-    for L in np.unique(lvl):
-        m = lvl == L
-        t = table[L]
-        out[m] = np.maximum(t[lo[m]], t[hi[m] - (1 << L)])
+    if not len(lo):
+        return out
+    order = np.argsort(lvl, kind="stable")
+    cuts = np.searchsorted(lvl[order], np.arange(int(lvl.max()) + 2))
+    t = values
+    k = 1
+    for L in range(int(lvl.max()) + 1):
+        if L:
+            t = np.maximum(t[:-k], t[k:])
+            k *= 2
+        m = order[cuts[L]:cuts[L + 1]]
+        if len(m):
+            out[m] = np.maximum(t[lo[m]], t[hi[m] - (1 << L)])
     return out
 
 
@@ -214,8 +220,9 @@ def latency_summary(per_req: dict) -> dict:
 
 
 def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_cfg, kv_stats, per_req,
-              extra=None, tree=None) -> dict:
-    """The summary.json content: no wall-clock fields, so equal runs give equal files."""
+              extra=None, tree=None, work=None) -> dict:
+    """The summary.json content: no wall-clock fields, so equal runs give equal files. ``work``: the trace's
+    :func:`blendsim.sim.bounds.trace_work` when already known (else made from ``tree``, or a tree built here)."""
     n = trace.n
     p_tot = int(trace.input_len.sum())
     d_tot = int(trace.output_len.sum())
@@ -229,7 +236,9 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     from blendsim.sim.bounds import lower_bound, trace_work
 
     max_t = max((max(c["num_tokens"]) for c in steps_by_replica if len(c["num_tokens"])), default=0)
-    lb = lower_bound(trace_work(trace, tree) if tree is not None else trace_work(trace, _tree(trace)), cost_model,
+    if work is None:
+        work = trace_work(trace, tree if tree is not None else _tree(trace))
+    lb = lower_bound(work, cost_model,
                      engine_cfg.token_budget, engine_cfg.max_seqs, kv_stats["total"] * engine_cfg.block_size,
                      n_gpu, int(max_t))
     t_opt = lb["t_lb_s"]  # T_o: no schedule on this engine finishes sooner (docs/DESIGN.md)

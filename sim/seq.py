@@ -134,9 +134,12 @@ class RequestRecords:
         for f in ("cached_tokens", "recomputed_tokens", "prefill_computed", "preemptions", "generated"):
             setattr(self, f, array("q", bytes(8 * n)))
 
-    def arrays(self) -> RequestArrays:
-        return RequestArrays(**{f: np.array(getattr(self, f), dtype=np.float64) for f in self.FLOAT},
-                             **{f: np.array(getattr(self, f), dtype=np.int64) for f in self.INT})
+    def arrays(self, copy: bool = True) -> RequestArrays:
+        """Numpy columns: copies, or with ``copy=False`` views of the columns (no memory: the runner's
+        final tables at 10M requests; the columns cannot grow while a view exists)."""
+        get = np.array if copy else np.frombuffer
+        return RequestArrays(**{f: get(getattr(self, f), dtype=np.float64) for f in self.FLOAT},
+                             **{f: get(getattr(self, f), dtype=np.int64) for f in self.INT})
 
 
 @dataclass(frozen=True)

@@ -447,8 +447,18 @@ def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
     if table.num_rows == 0 and not allow_empty:
         raise UserError(f"{path}: the trace has no requests")
     trace = _TraceColumns(path, table).trace(meta)
+    del table
+    _release_arrow_memory()
     trace.validate(str(path))
     return trace
+
+
+def _release_arrow_memory() -> None:
+    """Hand the memory Arrow's allocator keeps after reading a table back to the system: numpy cannot reuse it,
+    and on a 1M-request trace it is ~150 MB (10M: 1.5 GB) held for the rest of the run."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
 
 
 class _TraceColumns:
