@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import weakref
 from array import array
 from dataclasses import dataclass
 
@@ -83,25 +84,34 @@ class Seq:
 
 
 class WaitQueue:
-    """Waiting requests in ascending priority ``rank`` (ties: request index)."""
+    """Waiting requests in ascending priority ``rank`` (ties: request index).
+
+    The heap holds plain ints: a request's position in the order of (rank, index), not a (rank, index)
+    tuple, so a waiting request costs ~40 bytes instead of ~100 (10M requests queued at t=0: 0.4 GB, not
+    1 GB) and compares faster; the order is the same. The positions are computed once per rank array and
+    shared by the replicas' queues.
+    """
 
     def __init__(self, rank=None):
-        self._rank = None if rank is None else np.asarray(rank).tolist()
+        self._rank = None if rank is None else np.asarray(rank)
+        self._pos, self._req = (None, None) if rank is None else _positions(self._rank)
         self._heap: list = []
 
     def push(self, req: int) -> None:
-        r = req if self._rank is None else self._rank[req]
-        heapq.heappush(self._heap, (r, req))
+        heapq.heappush(self._heap, req if self._pos is None else self._pos[req])
 
     def peek(self) -> int | None:
-        return self._heap[0][1] if self._heap else None
+        if not self._heap:
+            return None
+        k = self._heap[0]
+        return k if self._req is None else self._req[k]
 
     def pop(self) -> int:
-        return heapq.heappop(self._heap)[1]
+        k = heapq.heappop(self._heap)
+        return k if self._req is None else self._req[k]
 
     def remove(self, req: int) -> None:
-        r = req if self._rank is None else self._rank[req]
-        self._heap.remove((r, req))
+        self._heap.remove(req if self._pos is None else self._pos[req])
         heapq.heapify(self._heap)
 
     def __len__(self) -> int:
@@ -109,7 +119,31 @@ class WaitQueue:
 
     def __iter__(self):
         """Waiting requests in priority order (sorts a copy: not for hot paths)."""
-        return (req for _, req in sorted(self._heap))
+        keys = sorted(self._heap)
+        return iter(keys) if self._req is None else (self._req[k] for k in keys)
+
+
+_POSITIONS: dict = {}  # id(rank array) -> (weak reference to it, positions, requests by position)
+
+
+def _positions(rank: np.ndarray) -> tuple[array, array]:
+    """(position of each request in the order of (rank, request index), the request at each position), as
+    int64 arrays: one pair per rank array (every replica's queue gets the policy's)."""
+    hit = _POSITIONS.get(id(rank))
+    if hit is not None and hit[0]() is rank:
+        return hit[1], hit[2]
+    order = np.argsort(rank, kind="stable")  # stable: equal ranks by request index, as (rank, index) tuples
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order), dtype=np.int64)
+    out = array("q"), array("q")
+    out[0].frombytes(pos.tobytes())
+    out[1].frombytes(order.astype(np.int64).tobytes())
+    try:
+        key = id(rank)
+        _POSITIONS[key] = (weakref.ref(rank, lambda _r, k=key: _POSITIONS.pop(k, None)), *out)
+    except TypeError:  # not weak-referenceable: no sharing
+        pass
+    return out
 
 
 class RequestRecords:
