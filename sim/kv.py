@@ -19,6 +19,7 @@ Counters are running totals; nothing here walks all blocks or all requests.
 from __future__ import annotations
 
 import heapq
+from array import array
 
 import numpy as np
 
@@ -45,7 +46,8 @@ class KVCache:
         self.blk_start = (start // B).tolist()  # first block index owned by each node
         self.nblocks = (end // B - start // B).tolist()  # full blocks ending inside each node
         self.parent = tree.parent.tolist()
-        self._req_node = tree.req_node.tolist()
+        # read once per admission, not per step: an int64 array (8 bytes a request, not a list's ~40)
+        self._req_node = array("q", np.ascontiguousarray(tree.req_node, dtype=np.int64).tobytes())
         n = tree.num_nodes
         self.cached = [0] * n  # cached blocks per node (a prefix of the node's blocks)
         self.ref = [0] * n  # running requests using the node
