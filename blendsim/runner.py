@@ -203,8 +203,12 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers, cost_model_of)
 
 
-def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
-    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
+def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunResult:
+    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then.
+
+    ``spill_dir``: a folder where the step logs write their rows as the run goes (a temporary folder inside it,
+    removed with the result), so a long run's memory does not grow with its steps; the result's ``steps`` are
+    then read from there (``write_run`` streams them into steps.parquet). None: kept in memory."""
     from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster, Replica, SimExecutor, pipelined_units
@@ -235,7 +239,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule, output_hint=hints)
         replicas.append(Replica(i, sched, pricer or SimExecutor(cm), fast_forward=ff, progress=tick,
-                                kv_load=run.tiers.load_mode if run.tiers else "stall"))
+                                kv_load=run.tiers.load_mode if run.tiers else "stall", spill_dir=spill_dir))
     units = pipelined_units(replicas, dep.pp, pricer, ff)
     router = policy.make_router(replicas)
     route_order = np.lexsort((policy._rank, trace.arrival_s))
