@@ -44,9 +44,10 @@ def _all_equal(v, fill) -> bool:
     v = np.asarray(v)
     if v.dtype.kind != ("i" if isinstance(fill, int) else "f") or v.dtype.itemsize != 8:
         return False
-    if v.strides == (0,):
-        return bool(len(v) == 0 or (np.isnan(v[0]) if fill != fill else v[0] == fill))
-    return bool(np.isnan(v).all() if fill != fill else (v == fill).all())
+    if fill != fill:
+        return bool(np.isnan(v).all())
+    # the same bits as the fill: -0.0 equals 0.0 but is written as itself
+    return bool((v == fill).all() and (v.dtype.kind == "i" or not np.signbit(v).any()))
 
 
 @dataclass(eq=False)
