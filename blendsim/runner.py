@@ -15,7 +15,7 @@ import numpy as np
 
 from blendsim.sim.errors import UserError
 from blendsim.sim.rundir import RunResult, check_run_dir, schedule_table, write_run
-from blendsim.sim.seq import EngineConfig, RequestRecords
+from blendsim.sim.seq import EngineConfig, RequestRecords, int_list
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
                  "prefix_retain", "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio")
@@ -230,7 +230,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     tick = (lambda: progress(rec.n_finished)) if progress else None
     # plain lists: the schedulers index these per admission and per step, and a list item reads 2-3x faster than
     # an array('q') item (measured: the array columns cost the 400,000-request dfs run about 5%)
-    P, Dl, hints = trace.input_len.tolist(), trace.output_len.tolist(), trace.output_len_hint.tolist()
+    P, Dl, hints = int_list(trace.input_len), int_list(trace.output_len), int_list(trace.output_len_hint)
     replicas = []
     ff = eng.fast_forward and not cfg.record_schedule
     pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None

@@ -24,6 +24,7 @@ from array import array
 import numpy as np
 
 from blendsim.sim.prefix_tree import PrefixTree, node_path
+from blendsim.sim.seq import int_list
 
 
 class KVCache:
@@ -43,9 +44,10 @@ class KVCache:
         self.on_event = on_event  # callable(kind, node, index, count) for "insert"/"evict", or None
         start = tree.start
         end = start + tree.tokens
-        self.blk_start = (start // B).tolist()  # first block index owned by each node
-        self.nblocks = (end // B - start // B).tolist()  # full blocks ending inside each node
-        self.parent = tree.parent.tolist()
+        # lists (read per step), equal values sharing one int object (sim.seq.int_list)
+        self.blk_start = int_list(start // B)  # first block index owned by each node
+        self.nblocks = int_list(end // B - start // B)  # full blocks ending inside each node
+        self.parent = int_list(tree.parent)
         # read once per admission, not per step: an int64 array (8 bytes a request, not a list's ~40)
         self._req_node = array("q", np.ascontiguousarray(tree.req_node, dtype=np.int64).tobytes())
         n = tree.num_nodes

@@ -83,6 +83,22 @@ class Seq:
         self.load = 0  # blocks of its hit that sit in host memory or on disk (loaded at admission)
 
 
+def int_list(a) -> list:
+    """``a.tolist()`` (a Python list, as fast to index as any) whose equal values share one int object: a
+    list of n distinct-object ints costs ~40 bytes an item, this 8 plus one object per distinct value (prompt and
+    output lengths of 10M requests: 0.6 GB less). Values span at most ``len(a)``: a lookup table of them is
+    indexed, else ``tolist``."""
+    a = np.asarray(a)
+    if a.size == 0 or a.dtype.kind not in "iu":
+        return a.tolist()
+    lo, hi = int(a.min()), int(a.max())
+    if hi - lo >= len(a):
+        return a.tolist()
+    table = np.empty(hi - lo + 1, dtype=object)
+    table[:] = range(lo, hi + 1)
+    return table[a - lo if lo else a].tolist()
+
+
 class WaitQueue:
     """Waiting requests in ascending priority ``rank`` (ties: request index).
 
@@ -196,4 +212,4 @@ class RequestArrays:
     generated: np.ndarray
 
 
-__all__ = ["ADMISSION", "EngineConfig", "MIX_MODES", "RequestArrays", "RequestRecords", "Seq", "WaitQueue"]
+__all__ = ["ADMISSION", "EngineConfig", "MIX_MODES", "RequestArrays", "RequestRecords", "Seq", "WaitQueue", "int_list"]
