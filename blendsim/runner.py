@@ -281,7 +281,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
 def _strs(a: np.ndarray) -> np.ndarray:
     """``a.astype(str)`` where that differs from what the Parquet writer makes of ``a`` (``str`` of each value;
     a None), else ``a`` itself: a 10M-request trace's ids as a fixed-width copy would hold 0.3 GB more."""
-    if a.dtype == object and not np.equal(a, None).any():
+    if a.dtype.kind == "T" or (a.dtype == object and not np.equal(a, None).any()):
         return a
     return a.astype(str)
 

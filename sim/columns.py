@@ -35,7 +35,7 @@ def to_arrow(a, mask: np.ndarray | None = None) -> pa.Array:
     validity = None if mask is None or not np.any(mask) else _bitmap(~np.asarray(mask))
     if a.dtype == bool:
         return pa.Array.from_buffers(pa.bool_(), n, [validity, _bitmap(a)])
-    if a.dtype.kind in "OUS":
+    if a.dtype.kind in "OUST":  # T: numpy's variable-width StringDType (a trace's request ids)
         return strings(a, mask)
     a = np.ascontiguousarray(a)
     typ = _NUMERIC.get(a.dtype)

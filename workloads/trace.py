@@ -467,6 +467,19 @@ def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
     return trace
 
 
+def compact_strings(a: np.ndarray) -> np.ndarray:
+    """An object array of ``str`` as numpy's variable-width StringDType: a string of up to 15 bytes sits in the
+    array's own 16 bytes, not in a ~55-byte Python object (10M request ids: 0.16 GB, not 0.6 GB). Items read back
+    as ``str``. Converted a chunk at a time; anything but an object array of ``str`` is returned as it is."""
+    if a.dtype != object or not all(type(x) is str for x in a):
+        return a
+    out = np.empty(len(a), dtype=np.dtypes.StringDType())
+    step = 1 << 16
+    for i in range(0, len(a), step):
+        out[i:i + step] = a[i:i + step]
+    return out
+
+
 def _release_arrow_memory() -> None:
     """Hand the memory Arrow's allocator keeps after reading a table back to the system: numpy cannot reuse it,
     and on a 1M-request trace it is ~150 MB (10M: 1.5 GB) held for the rest of the run."""
@@ -576,7 +589,8 @@ class _TraceColumns:
         n, cols = self.n, self.cols
         input_len, output_len = self.ints("input_len"), self.ints("output_len")
         hint = self.ints("output_len_hint", fill=-1) if "output_len_hint" in cols else np.full(n, -1, dtype=np.int64)
-        ids = self.strings("id", np.arange(n).astype(str).astype(object), ints_ok=True, allow_null=False)
+        ids = compact_strings(self.strings("id", np.arange(n).astype(str).astype(object), ints_ok=True,
+                                          allow_null=False))
         source = self.strings("source", np.full(n, "", dtype=object), ints_ok=False, allow_null=True)
 
         counts = np.zeros(n, dtype=np.int64)
