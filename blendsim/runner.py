@@ -186,6 +186,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "
             f"{dep.model.name} on {dep.hardware.name} x{dep.tp}); use more GPUs per replica (--tp)"
         )
+    del total, need  # two per-request columns, not kept while the policy prepares
     from blendsim.sim.kv_tiers import kv_load_mode, tier_spec
 
     tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
