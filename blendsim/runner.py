@@ -8,13 +8,14 @@ cost model, and the metrics module turns the records into summary, step and requ
 from __future__ import annotations
 
 import dataclasses
+import gc
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from blendsim.sim.errors import UserError
 from blendsim.sim.rundir import RunResult, check_run_dir, schedule_table, write_run
-from blendsim.sim.seq import EngineConfig, RequestRecords
+from blendsim.sim.seq import EngineConfig, RequestRecords, int_list
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
                  "prefix_retain", "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio")
@@ -185,6 +186,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
             f"+ output {int(trace.output_len[i])}), more than a replica holds ({blocks * B} tokens of "
             f"{dep.model.name} on {dep.hardware.name} x{dep.tp}); use more GPUs per replica (--tp)"
         )
+    del total, need  # two per-request columns, not kept while the policy prepares
     from blendsim.sim.kv_tiers import kv_load_mode, tier_spec
 
     tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
@@ -202,8 +204,13 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers, cost_model_of)
 
 
-def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
-    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then."""
+def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunResult:
+    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then.
+
+    ``spill_dir``: a folder where the step logs write their rows as the run goes (a temporary folder inside it,
+    removed with the result), so a long run's memory does not grow with its steps; the result's ``steps`` are
+    then read from there (``write_run`` streams them into steps.parquet). None: kept in memory."""
+    from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster, Replica, SimExecutor, pipelined_units
     from blendsim.sim.kv_tiers import make_kv, tier_summary
@@ -218,12 +225,13 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
                                                   run.num_blocks, run.policy)
     B = eng.block_size
     bnd = bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep, cm.kappa))
+    work = trace_work(trace, tree)  # for summarize's T_o, made here: the tree is freed before the final tables
 
     rec = RequestRecords(trace.n)
     tick = (lambda: progress(rec.n_finished)) if progress else None
     # plain lists: the schedulers index these per admission and per step, and a list item reads 2-3x faster than
     # an array('q') item (measured: the array columns cost the 400,000-request dfs run about 5%)
-    P, Dl, hints = trace.input_len.tolist(), trace.output_len.tolist(), trace.output_len_hint.tolist()
+    P, Dl, hints = int_list(trace.input_len), int_list(trace.output_len), int_list(trace.output_len_hint)
     replicas = []
     ff = eng.fast_forward and not cfg.record_schedule
     pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None
@@ -232,39 +240,51 @@ def run_simulation(trace, cfg: RunConfig, progress=None) -> RunResult:
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule, output_hint=hints)
         replicas.append(Replica(i, sched, pricer or SimExecutor(cm), fast_forward=ff, progress=tick,
-                                kv_load=run.tiers.load_mode if run.tiers else "stall"))
+                                kv_load=run.tiers.load_mode if run.tiers else "stall", spill_dir=spill_dir))
     units = pipelined_units(replicas, dep.pp, pricer, ff)
     router = policy.make_router(replicas)
     route_order = np.lexsort((policy._rank, trace.arrival_s))
     cluster = Cluster(replicas, router, trace.arrival_s, route_order, units)
     cluster.run()
-    rec = rec.arrays()
+    rec = rec.arrays(copy=False)
     if np.isnan(rec.finish_s).any():
         i = int(np.flatnonzero(np.isnan(rec.finish_s))[0])
         raise RuntimeError(f"simulation ended with request {i} unfinished (engine bug)")
 
     steps = [r.log.cols for r in replicas]
-    per_req = per_request_table(trace, rec, steps)
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     tiers = {"host_kv_gb": float(cfg.host_kv_gb or 0.0), "disk_kv_gb": float(cfg.disk_kv_gb or 0.0),
              **tier_summary([r.scheduler.kv for r in replicas], run.tiers,
                             sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas))}
+    extra = {**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)}
+    schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
+    # the run's live state (schedulers, KV caches, prefix tree, policy, the schedulers' per-request lists) is not
+    # needed for the tables: free it before they are built, where a large run's memory would otherwise peak
+    del replicas, units, router, cluster, policy, tree, P, Dl, hints, tick, kv, sched
+    run.policy = run.tree = None
+    gc.collect()  # the simpy processes and the replicas refer to each other
+    per_req = per_request_table(trace, rec, steps)
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
-                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req,
-                        extra={**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)},
-                        tree=tree)
+                        engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=extra, work=work)
     requests = {
-        "id": trace.ids.astype(str), "source": trace.source.astype(str), "replica": rec.replica // dep.pp,
+        "id": _strs(trace.ids), "source": _strs(trace.source), "replica": rec.replica // dep.pp,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,
         "generated_tokens": rec.generated, "cached_tokens": rec.cached_tokens, "recomputed_tokens": rec.recomputed_tokens,
         "prefill_computed": rec.prefill_computed, "preemptions": rec.preemptions, "admit_s": rec.admit_s,
         "first_token_s": rec.first_token_s, "finish_s": rec.finish_s, **per_req,
     }
-    schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
                              "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}
     return RunResult(summary, steps, requests, schedule, run.notes + cm.notes() + dep.topology_notes(), trace)
+
+
+def _strs(a: np.ndarray) -> np.ndarray:
+    """``a.astype(str)`` where that differs from what the Parquet writer makes of ``a`` (``str`` of each value;
+    a None), else ``a`` itself: a 10M-request trace's ids as a fixed-width copy would hold 0.3 GB more."""
+    if a.dtype.kind == "T" or (a.dtype == object and not np.equal(a, None).any()):
+        return a
+    return a.astype(str)
 
 
 def pipeline_summary(dep) -> dict:

@@ -118,6 +118,9 @@ def _linear_attention(timer) -> tuple[bool, bool]:
     return False, False
 
 
+_TABLE_CHUNK = 1 << 18  # step sizes priced at once by lower_bound
+
+
 def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: float, replicas: int = 1,
                 max_step_tokens: int = 0) -> dict:
     """T_o of a run (see the module docstring): ``{"t_lb_s", "exact", parts...}`` in seconds, per replica.
@@ -139,15 +142,22 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
 
     plain = copy.copy(cm)
     plain.graph_cap = 0  # the tables at the step's own size; padding only raises T, inside [1, tcap]
-    T = np.arange(tcap + 1)
-    zero = 0 * T
-    tok = plain.cost_many(features_arrays(num_tokens=T, num_prefill_tokens=zero, num_prefill_seqs=zero,
-                                          attn_pairs=zero, prefill_kv_tokens=zero, num_decode=zero,
-                                          decode_ctx_sum=zero, num_logits=zero))
-    lm = plain.cost_many(features_arrays(num_tokens=T, num_prefill_tokens=zero, num_prefill_seqs=zero,
-                                         attn_pairs=zero, prefill_kv_tokens=zero, num_decode=zero,
-                                         decode_ctx_sum=zero, num_logits=T))["compute_s"] - tok["compute_s"]
-    tables = {k: np.asarray(tok[f"{k}_s"], dtype=np.float64) for k in ("compute", "memory", "other", "comm")}
+    # the tables priced a chunk of step sizes at a time: with no sequence cap tcap is the number of requests, and
+    # pricing 10M sizes at once held ~4 GB of temporaries (each size is priced on its own: same values)
+    tables = {k: np.empty(tcap + 1) for k in ("compute", "memory", "other", "comm")}
+    lm = np.empty(tcap + 1)
+    for a in range(0, tcap + 1, _TABLE_CHUNK):
+        T = np.arange(a, min(a + _TABLE_CHUNK, tcap + 1))
+        zero = 0 * T
+        tok = plain.cost_many(features_arrays(num_tokens=T, num_prefill_tokens=zero, num_prefill_seqs=zero,
+                                              attn_pairs=zero, prefill_kv_tokens=zero, num_decode=zero,
+                                              decode_ctx_sum=zero, num_logits=zero))
+        lm[a:a + len(T)] = plain.cost_many(features_arrays(
+            num_tokens=T, num_prefill_tokens=zero, num_prefill_seqs=zero, attn_pairs=zero, prefill_kv_tokens=zero,
+            num_decode=zero, decode_ctx_sum=zero, num_logits=T))["compute_s"] - tok["compute_s"]
+        for k, t in tables.items():
+            t[a:a + len(T)] = tok[f"{k}_s"]
+        del tok
     exact = all(bool((t[1:] >= -1e-15).all()) for t in tables.values()) and bool((lm[1:] >= -1e-15).all())
     c = hull_bound(tables["compute"], s_all, work.tokens) + hull_bound(lm, s_dec, work.logits)
     m = hull_bound(tables["memory"], s_all, work.tokens)

@@ -35,8 +35,8 @@ def to_arrow(a, mask: np.ndarray | None = None) -> pa.Array:
     validity = None if mask is None or not np.any(mask) else _bitmap(~np.asarray(mask))
     if a.dtype == bool:
         return pa.Array.from_buffers(pa.bool_(), n, [validity, _bitmap(a)])
-    if a.dtype.kind in "OUS":
-        return strings(a.tolist(), mask)
+    if a.dtype.kind in "OUST":  # T: numpy's variable-width StringDType (a trace's request ids)
+        return strings(a, mask)
     a = np.ascontiguousarray(a)
     typ = _NUMERIC.get(a.dtype)
     if typ is None:
@@ -45,14 +45,26 @@ def to_arrow(a, mask: np.ndarray | None = None) -> pa.Array:
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(a)])
 
 
-def strings(values: list, mask: np.ndarray | None = None) -> pa.Array:
-    enc = [("" if v is None else str(v)).encode("utf-8") for v in values]
-    lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
-    offsets = np.zeros(len(enc) + 1, dtype=np.int64)
+_STR_CHUNK = 1 << 16  # values encoded at once by strings(): a 10M-row column never exists as 10M Python bytes
+
+
+def strings(values, mask: np.ndarray | None = None) -> pa.Array:
+    """A string array of ``values`` (a list or a numpy array; ``str`` of each, None as ""), encoded a chunk at a
+    time."""
+    n = len(values)
+    lens = np.empty(n, dtype=np.int64)
+    parts = []
+    for a in range(0, n, _STR_CHUNK):
+        chunk = values[a:a + _STR_CHUNK]
+        enc = [("" if v is None else str(v)).encode("utf-8") for v in (chunk.tolist() if isinstance(chunk, np.ndarray)
+                                                                          else chunk)]
+        lens[a:a + len(enc)] = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
+        parts.append(b"".join(enc))
+    offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     validity = None if mask is None or not np.any(mask) else _bitmap(~np.asarray(mask))
     typ, off = (pa.string(), offsets.astype(np.int32)) if offsets[-1] < 2**31 else (pa.large_string(), offsets)
-    return pa.Array.from_buffers(typ, len(enc), [validity, pa.py_buffer(off), pa.py_buffer(b"".join(enc))])
+    return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(off), pa.py_buffer(b"".join(parts))])
 
 
 def list_array(offsets: np.ndarray, values: pa.Array, valid: np.ndarray | None = None) -> pa.Array:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import simpy
@@ -40,6 +42,10 @@ class SimExecutor:
         return self.cm.decode_many(D, ctx_sums)
 
 
+SPILL_ROWS = 1 << 16  # a spilling StepLog writes its rows to disk once it holds this many (4.5 MB)
+CHECK_MASK = 4095  # a replica reports progress and offers its log a spill when its step number & this is 0
+
+
 class StepLog:
     """Per-step records of one replica, column-wise, in typed ``array.array`` columns.
 
@@ -48,16 +54,24 @@ class StepLog:
     count columns int64: what ``np.asarray`` made of the lists, so the step table is byte-identical.
     ``cols`` is a dict of numpy views of the columns (no copy): read it once the replica is done, since an
     array that is viewed cannot grow.
+
+    With ``spill_dir`` the log does not grow with the run: :meth:`spill_if_full` (called by the replica every
+    4096 steps) moves its rows, once there are :data:`SPILL_ROWS`, to one raw file per column in a temporary
+    folder under ``spill_dir`` (removed with the log), and ``cols`` is then a :class:`SpilledColumns`
+    mapping that reads a column from disk when asked.
     """
 
     COLUMNS = ("t_end_s", "dt_s", "compute_s", "memory_s", "num_tokens", "num_prefill_tokens",
                "num_decode", "num_prefill_seqs", "kv_used_blocks")
     FLOATS = frozenset(("t_end_s", "dt_s", "compute_s", "memory_s"))
 
-    def __init__(self):
+    def __init__(self, spill_dir=None):
         self._arrays = {c: array("d" if c in self.FLOATS else "q") for c in self.COLUMNS}
         # bound appends in column order: the replica loop calls them directly
         self.appends = tuple(self._arrays[c].append for c in self.COLUMNS)
+        self.spill_dir = spill_dir
+        self._folder = None  # the temporary folder of the spilled rows (made at the first spill)
+        self.spilled = 0  # rows on disk (they precede the rows in memory)
 
     def append(self, t_end, dt, comp, mem, tokens, prefill_tokens, decode, prefill_seqs, kv_used) -> None:
         a = self.appends
@@ -77,16 +91,81 @@ class StepLog:
             dt = np.float64 if col.typecode == "d" else np.int64
             col.frombytes(np.ascontiguousarray(np.asarray(v), dtype=dt).tobytes())
 
+    def spill_if_full(self) -> None:
+        if self.spill_dir is not None and len(self._arrays["dt_s"]) >= SPILL_ROWS:
+            self.spill()
+
+    def spill(self) -> None:
+        """Append the rows in memory to the column files and empty the columns (the same array objects, so the
+        replica's bound appends stay valid)."""
+        n = len(self._arrays["dt_s"])
+        if not n:
+            return
+        if self._folder is None:
+            import shutil
+            import tempfile
+            import weakref
+
+            Path(self.spill_dir).mkdir(parents=True, exist_ok=True)
+            self._folder = Path(tempfile.mkdtemp(prefix=".blendsim-steps-", dir=self.spill_dir))
+            weakref.finalize(self, shutil.rmtree, str(self._folder), True)
+        for c, a in self._arrays.items():
+            with open(self._folder / c, "ab") as f:
+                a.tofile(f)
+            del a[:]
+        self.spilled += n
+
+    def column_path(self, c: str) -> Path:
+        return self._folder / c
+
     @property
-    def cols(self) -> dict:
+    def cols(self):
+        if self.spilled:
+            return SpilledColumns(self)
         return {c: np.frombuffer(a, dtype=np.float64 if a.typecode == "d" else np.int64)
                 for c, a in self._arrays.items()}
 
     def last_t_end(self) -> float:
-        return self._arrays["t_end_s"][-1]
+        tail = self._arrays["t_end_s"]
+        if len(tail) or not self.spilled:
+            return tail[-1]
+        return float(np.fromfile(self.column_path("t_end_s"), dtype=np.float64, count=1,
+                                 offset=8 * (self.spilled - 1))[0])
 
     def __len__(self) -> int:
-        return len(self._arrays["dt_s"])
+        return self.spilled + len(self._arrays["dt_s"])
+
+
+class SpilledColumns(Mapping):
+    """A spilled :class:`StepLog`'s columns: ``cols[name]`` reads the whole column (disk rows, then the rows
+    in memory) as a new numpy array; :meth:`rows` reads a range of rows of one column."""
+
+    def __init__(self, log: StepLog):
+        self._log = log
+        self.n = len(log)
+
+    def __getitem__(self, c: str) -> np.ndarray:
+        return self.rows(c, 0, self.n)
+
+    def __iter__(self):
+        return iter(self._log.COLUMNS)
+
+    def __len__(self) -> int:
+        return len(self._log.COLUMNS)
+
+    def rows(self, c: str, lo: int, hi: int) -> np.ndarray:
+        log = self._log
+        if c not in log._arrays:
+            raise KeyError(c)
+        dt = np.float64 if c in log.FLOATS else np.int64
+        out = np.empty(max(hi - lo, 0), dtype=dt)
+        a, b = min(lo, log.spilled), min(hi, log.spilled)
+        if b > a:
+            out[:b - a] = np.fromfile(log.column_path(c), dtype=dt, count=b - a, offset=8 * a)
+        if hi > log.spilled:
+            tail = np.frombuffer(log._arrays[c], dtype=dt)
+            out[b - a:] = tail[max(lo - log.spilled, 0):hi - log.spilled]
+        return out
 
 
 class Replica:
@@ -100,16 +179,17 @@ class Replica:
     max_steps: int = 0
 
     def __init__(self, idx: int, scheduler, executor, fast_forward: bool = True, on_step=None, progress=None,
-                 max_steps: int | None = None, kv_load: str = "stall"):
+                 max_steps: int | None = None, kv_load: str = "stall", spill_dir=None):
         if max_steps is not None:
             self.max_steps = max_steps
         self.idx = idx
         self.scheduler = scheduler
         self.executor = executor
-        self.log = StepLog()
+        self.log = StepLog() if spill_dir is None else StepLog(spill_dir)  # spill_dir: the log's rows go to disk
+        self._spills = spill_dir is not None
         self.fast_forward = fast_forward and hasattr(executor, "run_decodes")
         self.on_step = on_step  # callable(replica, batch, t_end), e.g. to record the schedule
-        self.progress = progress  # callable(), called every 4096 steps
+        self.progress = progress  # callable(), called every 4096 steps (CHECK_MASK)
         self.wakeup: simpy.Event | None = None
         self.overlap_loads = kv_load == "overlap"  # host/disk KV loads: layer-wise prefetch, else stall
         self.load_stall_s = 0.0  # step time added waiting for KV loads (sim.kv_tiers)
@@ -132,6 +212,8 @@ class Replica:
         sched, ex, kv = self.scheduler, self.executor, self.scheduler.kv
         a_t, a_dt, a_c, a_m, a_tok, a_pt, a_d, a_ps, a_kv = self.log.appends
         cap = self.max_steps
+        every_4096 = self.progress is not None or self._spills
+        mask = CHECK_MASK
         while now < horizon:
             if cap and sched.step_no >= cap:
                 raise RuntimeError(f"replica {self.idx} ran {sched.step_no} steps, the cap (max_steps) with "
@@ -157,8 +239,11 @@ class Replica:
             a_kv(kv.used)
             if self.on_step is not None:
                 self.on_step(self, b, now)
-            if self.progress is not None and not b.step & 4095:
-                self.progress()
+            if every_4096 and not b.step & mask:
+                if self.progress is not None:
+                    self.progress()
+                if self._spills:
+                    self.log.spill_if_full()
             if self.fast_forward and sched.quiescent():
                 now = self._fast_forward(now, horizon)
         return now
@@ -188,6 +273,8 @@ class Replica:
         self.log.extend(t_end_s=ends[:k], dt_s=times[:k], compute_s=comp[:k] + 0 * times[:k],
                         memory_s=mem[:k], num_tokens=[D] * k, num_prefill_tokens=[0] * k, num_decode=[D] * k,
                         num_prefill_seqs=[0] * k, kv_used_blocks=(used0 + np.cumsum(needs)).tolist())
+        if self._spills:
+            self.log.spill_if_full()
         return float(ends[k - 1])
 
 
@@ -276,8 +363,11 @@ class PipelinedReplica:
                           len(b.prefill), sched.kv.used)
             if ve.on_step is not None:
                 ve.on_step(ve, b, end)
-            if ve.progress is not None and not b.step & 4095:
-                ve.progress()
+            if not b.step & CHECK_MASK:
+                if ve.progress is not None:
+                    ve.progress()
+                if ve._spills:
+                    ve.log.spill_if_full()
             if self.fast_forward and ve.fast_forward and sched.quiescent():
                 self._start_run(best)
         for v, r in enumerate(runs):
@@ -316,6 +406,8 @@ class PipelinedReplica:
         self._run[v] = None
         if r[0]:
             self.ves[v].scheduler.advance_decode(r[2][:r[0]])
+        if self.ves[v]._spills:
+            self.ves[v].log.spill_if_full()
 
 
 def pipelined_units(replicas: list[Replica], pp: int, pricer, fast_forward: bool = True) -> list | None:
@@ -394,4 +486,5 @@ class Cluster:
             rep.wakeup = None
 
 
-__all__ = ["Cluster", "PipelinedReplica", "pipelined_units", "Replica", "SimExecutor", "StepLog"]
+__all__ = ["Cluster", "PipelinedReplica", "SPILL_ROWS", "SpilledColumns", "pipelined_units", "Replica", "SimExecutor",
+           "StepLog"]

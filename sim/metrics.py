@@ -170,6 +170,12 @@ def blended_optimum(trace, sharing: float, cost_model, token_budget: int, kv_tok
     return float(steps * overlap.cost(f).time_s)
 
 
+def _n_rows(cols) -> int:
+    """Steps in one replica's columns (a dict of arrays or lists, or a spilled log's mapping: no column read)."""
+    n = getattr(cols, "n", None)
+    return int(n) if n is not None else len(cols["dt_s"])
+
+
 def _tree(trace):
     from blendsim.sim.prefix_tree import PrefixTree
 
@@ -177,20 +183,26 @@ def _tree(trace):
 
 
 def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """max(values[lo:hi]) per query (hi > lo), with a sparse table."""
-    table = [values]
-    k = 1
-    while 2 * k <= len(values):
-        prev = table[-1]
-        table.append(np.maximum(prev[:-k], prev[k:]))
-        k *= 2
+    """max(values[lo:hi]) per query (hi > lo), with a sparse table built one level at a time: level L
+    (the maxima of windows of 2**L) answers the queries whose span needs it, then makes level L + 1 and
+    is dropped, so memory is two copies of ``values``, not log2(len) of them (a 10M-step run's full
+    table would hold ~2 GB)."""
     span = hi - lo
     lvl = np.floor(np.log2(np.maximum(span, 1))).astype(np.int64)
     out = np.empty(len(lo))
-    for L in np.unique(lvl):
-        m = lvl == L
-        t = table[L]
-        out[m] = np.maximum(t[lo[m]], t[hi[m] - (1 << L)])
+    if not len(lo):
+        return out
+    order = np.argsort(lvl, kind="stable")
+    cuts = np.searchsorted(lvl[order], np.arange(int(lvl.max()) + 2))
+    t = values
+    k = 1
+    for L in range(int(lvl.max()) + 1):
+        if L:
+            t = np.maximum(t[:-k], t[k:])
+            k *= 2
+        m = order[cuts[L]:cuts[L + 1]]
+        if len(m):
+            out[m] = np.maximum(t[lo[m]], t[hi[m] - (1 << L)])
     return out
 
 
@@ -214,12 +226,14 @@ def latency_summary(per_req: dict) -> dict:
 
 
 def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_cfg, kv_stats, per_req,
-              extra=None, tree=None) -> dict:
-    """The summary.json content: no wall-clock fields, so equal runs give equal files."""
+              extra=None, tree=None, work=None) -> dict:
+    """The summary.json content: no wall-clock fields, so equal runs give equal files. ``work``: the trace's
+    :func:`blendsim.sim.bounds.trace_work` when already known (else made from ``tree``, or a tree built here)."""
     n = trace.n
     p_tot = int(trace.input_len.sum())
     d_tot = int(trace.output_len.sum())
-    makespan = max((c["t_end_s"][-1] for c in steps_by_replica if len(c["t_end_s"])), default=0.0)
+    n_steps = [_n_rows(c) for c in steps_by_replica]
+    makespan = max((c["t_end_s"][-1] for c, k in zip(steps_by_replica, n_steps) if k), default=0.0)
     computed = int(rec.prefill_computed.sum())
     recomputed = int(rec.recomputed_tokens.sum())
     cached = int(rec.cached_tokens.sum())
@@ -228,19 +242,29 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     gpus = int(cost_model.dep.tp * getattr(cost_model.dep, "pp", 1) * cfg.replicas)  # every GPU the run holds
     from blendsim.sim.bounds import lower_bound, trace_work
 
-    max_t = max((max(c["num_tokens"]) for c in steps_by_replica if len(c["num_tokens"])), default=0)
-    lb = lower_bound(trace_work(trace, tree) if tree is not None else trace_work(trace, _tree(trace)), cost_model,
+    max_t = max((int(np.max(c["num_tokens"])) for c, k in zip(steps_by_replica, n_steps) if k), default=0)
+    if work is None:
+        work = trace_work(trace, tree if tree is not None else _tree(trace))
+    lb = lower_bound(work, cost_model,
                      engine_cfg.token_budget, engine_cfg.max_seqs, kv_stats["total"] * engine_cfg.block_size,
                      n_gpu, int(max_t))
     t_opt = lb["t_lb_s"]  # T_o: no schedule on this engine finishes sooner (docs/DESIGN.md)
     # the blended reference: an estimate of a good schedule, not a bound (runs may beat it)
     t_ref = blended_optimum(trace, bounds.sharing, cost_model, engine_cfg.token_budget,
                             kv_stats["total"] * engine_cfg.block_size, engine_cfg.max_seqs) / n_gpu
-    dt = np.concatenate([np.asarray(c["dt_s"]) for c in steps_by_replica]) if steps_by_replica else np.zeros(0)
-    comp = np.concatenate([np.asarray(c["compute_s"]) for c in steps_by_replica]) if dt.size else dt
-    mem = np.concatenate([np.asarray(c["memory_s"]) for c in steps_by_replica]) if dt.size else dt
-    toks = np.concatenate([np.asarray(c["num_tokens"]) for c in steps_by_replica]) if dt.size else dt
-    used = np.concatenate([np.asarray(c["kv_used_blocks"]) for c in steps_by_replica]) if dt.size else dt
+    # the step columns one at a time, each over all replicas (so the same sums as one concatenated table),
+    # dropped before the next: a 10M-request run's steps never sit in memory whole
+    steps = sum(n_steps)
+
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([np.asarray(c[name]) for c in steps_by_replica])
+
+    comp_s = float(column("compute_s").sum()) if steps else 0.0
+    mem_s = float(column("memory_s").sum()) if steps else 0.0
+    mean_tokens = float(column("num_tokens").mean()) if steps else 0.0
+    used = column("kv_used_blocks") if steps else None
+    kv_mean, kv_peak = (float(used.mean() / kv_stats["total"]), int(used.max())) if steps else (0.0, 0)
+    del used
     out = {
         "schema_version": SUMMARY_SCHEMA,
         "policy": cfg.policy,
@@ -292,12 +316,12 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "frac_of_opt": t_opt / makespan if makespan > 0 else 0.0,
         "frac_of_reference": t_ref / makespan if makespan > 0 else 0.0,
         "t_critical_s": critical_path(trace, cost_model),
-        "steps": int(dt.size),
-        "mean_tokens_per_step": float(toks.mean()) if dt.size else 0.0,
-        "compute_time_s": float(comp.sum()),
-        "memory_time_s": float(mem.sum()),
-        "mean_kv_util": float(used.mean() / kv_stats["total"]) if dt.size else 0.0,
-        "peak_kv_blocks": int(used.max()) if dt.size else 0,
+        "steps": steps,
+        "mean_tokens_per_step": mean_tokens,
+        "compute_time_s": comp_s,
+        "memory_time_s": mem_s,
+        "mean_kv_util": kv_mean,
+        "peak_kv_blocks": kv_peak,
     }
     if trace.has_arrivals:
         out["last_arrival_s"] = float(trace.arrival_s.max())

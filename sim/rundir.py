@@ -99,7 +99,7 @@ def write_run(result: RunResult, run_dir: str | Path) -> Path:
     d = check_run_dir(run_dir)
     with atomic_dir(d, RUN_DIR_MARKER, RUN_DIR_KIND) as tmp:
         write_json(tmp / "summary.json", json_safe(result.summary))
-        pq.write_table(steps_table(result), tmp / "steps.parquet", compression="zstd")
+        write_steps(result, tmp / "steps.parquet")
         pq.write_table(requests_table(result), tmp / "requests.parquet", compression="zstd")
         if result.schedule is not None:
             pq.write_table(schedule_arrow(result), tmp / "schedule.parquet", compression="zstd")
@@ -120,6 +120,56 @@ def steps_table(result: RunResult):
     return col.table({k: np.concatenate(v) for k, v in cols.items()})
 
 
+STEP_ROW_GROUP = 1024 * 1024  # pyarrow's default largest row group (pq.write_table's row_group_size=None)
+
+
+def write_steps(result: RunResult, path: Path) -> None:
+    """steps.parquet: :func:`steps_table` written at once, or, when a replica's log was spilled to disk
+    (``run_simulation(spill_dir=...)``), the same table a row group at a time, read from the spilled columns (row
+    groups of :data:`STEP_ROW_GROUP` rows, as ``pq.write_table`` cuts them: the same file)."""
+    import pyarrow.parquet as pq
+
+    from blendsim.sim import columns as col
+
+    if not any(hasattr(c, "rows") for c in result.steps):
+        pq.write_table(steps_table(result), path, compression="zstd")
+        return
+    pieces: list = []  # (replica, columns, first row, last row) of the row group being gathered
+    held = 0
+    writer = None
+
+    def flush():
+        nonlocal writer, pieces, held
+        cols: dict = {"replica": [], "step": []}
+        for rep, c, a, b in pieces:
+            cols["replica"].append(np.full(b - a, rep, dtype=np.int32))
+            cols["step"].append(np.arange(a, b, dtype=np.int64))
+            for k in c:
+                cols.setdefault(k, []).append(c.rows(k, a, b) if hasattr(c, "rows") else np.asarray(c[k])[a:b])
+        tab = col.table({k: np.concatenate(v) for k, v in cols.items()})
+        if writer is None:
+            writer = pq.ParquetWriter(path, tab.schema, compression="zstd")
+        writer.write_table(tab)
+        pieces, held = [], 0
+
+    try:
+        for rep, c in enumerate(result.steps):
+            n = int(c.n) if hasattr(c, "n") else len(c["dt_s"])
+            a = 0
+            while a < n:
+                b = min(n, a + STEP_ROW_GROUP - held)
+                pieces.append((rep, c, a, b))
+                held += b - a
+                a = b
+                if held == STEP_ROW_GROUP:
+                    flush()
+        if held or writer is None:
+            flush()
+    finally:
+        if writer is not None:
+            writer.close()
+
+
 def requests_table(result: RunResult):
     """requests.parquet's Arrow table: one row per request, in trace order."""
     from blendsim.sim import columns as col
@@ -138,5 +188,5 @@ def schedule_arrow(result: RunResult):
     return tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
 
 
-__all__ = ["RunResult", "check_run_dir", "file_sha256", "json_safe", "requests_table", "run_dir_name", "schedule_arrow", "schedule_table", "steps_table",
-           "write_run"]
+__all__ = ["RunResult", "STEP_ROW_GROUP", "check_run_dir", "file_sha256", "json_safe", "requests_table", "run_dir_name",
+           "schedule_arrow", "schedule_table", "steps_table", "write_run", "write_steps"]

@@ -41,3 +41,19 @@ def test_azure_trace_repeats_the_file_lengths(tmp_path):
     t = read_trace(bench.make_trace("azure", 5, data, tmp_path / "t.parquet"))
     assert t.input_len.tolist() == [374, 396, 374, 396, 374] and t.output_len.tolist() == [44, 109, 44, 109, 44]
     assert not np.any(t.arrival_s)
+
+
+def test_trace_made_in_a_child_process_is_the_same(tmp_path):
+    bench.make_trace_apart("blendserve", 200, tmp_path, tmp_path / "child.parquet")
+    bench.make_trace("blendserve", 200, tmp_path, tmp_path / "here.parquet")
+    from blendsim.workloads.trace import read_trace
+
+    a, b = read_trace(tmp_path / "child.parquet"), read_trace(tmp_path / "here.parquet")
+    assert a.ids.tolist() == b.ids.tolist() and a.input_len.tolist() == b.input_len.tolist()
+    assert a.unit_sym.tolist() == b.unit_sym.tolist() and a.output_len.tolist() == b.output_len.tolist()
+
+
+def test_unknown_workload_is_one_line():
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--workloads", "nope"])
+    assert "unknown workload 'nope'" in str(e.value) and "\n" not in str(e.value)

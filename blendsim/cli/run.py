@@ -153,7 +153,9 @@ def simulate_cmd(
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt),
                     host_kv_gb=host_kv_gb, disk_kv_gb=disk_kv_gb, kv_load=kv_load, host_link_gbps=host_link_gbps,
                     disk_read_gbps=disk_read_gbps, disk_write_gbps=disk_write_gbps)
-    result = _with_progress(lambda progress: run_simulation(t, cfg, progress), t.n, sys.stderr.isatty())
+    spill = next(p for p in Path(out).resolve().parents if p.is_dir())  # the step log's rows, as the run goes
+    result = _with_progress(lambda progress: run_simulation(t, cfg, progress, spill_dir=spill), t.n,
+                            sys.stderr.isatty())
     result.summary["trace_sha256"] = digest  # which trace made the run (-o refuses another without --force)
     write_run(result, out)
     for note in result.notes:
