@@ -30,6 +30,10 @@ def fidelity_cmd(
                                                           "engine_version, model, hardware (default: all four)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Cross-validation folds fitted in this many processes "
                                                      "(results do not depend on it)."),
+    markdown: Path = typer.Option(None, "--markdown", help="Also write |error| by engine and engine version "
+                                                           "(leave-one-source-out, the fit's own, "
+                                                           "leave-one-engine-version-out) as a Markdown table "
+                                                           "here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
@@ -63,10 +67,11 @@ def fidelity_cmd(
         from blendsim.sim.io import check_output_dir
 
         check_output_dir(out, REPORT_KIND, REPORT_FILES, inputs)
-    if save:
-        from blendsim.sim.io import check_output_file
+    for dest in (save, markdown):
+        if dest:
+            from blendsim.sim.io import check_output_file
 
-        check_output_file(save, inputs=paths)
+            check_output_file(dest, inputs=paths)
     from blendsim.progress import Progress
 
     with Progress("fidelity", unit="rows", quiet=quiet) as bar:
@@ -90,6 +95,12 @@ def fidelity_cmd(
                 bar.update(bar.done, detail=f"cross-validating: a refit per {k.replace('_', ' ')}")
                 result["cv"][f"leave_one_{k}_out"] = cv_summary(suite, k, jobs)
     bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
+    if markdown:
+        from blendsim.sim.io import atomic_path
+
+        with atomic_path(markdown) as tmp:
+            tmp.write_text(markdown_table(result, suite, refit))
+        typer.echo(f"wrote {markdown}", err=True)
     if out:
         from blendsim.reports.fidelity import write_fidelity_report
 
@@ -153,6 +164,47 @@ CV_HEADS = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), 
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def markdown_table(res: dict, suite, refit: bool) -> str:
+    """|error| per engine, then per engine version under it, and over all rows and the rows of engines other
+    than TensorRT-LLM: median (p90) left out of the fit by source, with the fit's own parameters (shipped or
+    refitted) and left out by engine version, as far as those cross-validations were run."""
+    import numpy as np
+
+    from blendsim.fidelity.catalogue import engine_version_key
+
+    cvs = res.get("cv", {})
+    cols = [(h, cvs[f"leave_one_{k}_out"]["rows"]) for h, k in (("LOSO", "source"), ("LOEVO", "engine_version"))
+            if f"leave_one_{k}_out" in cvs]
+    fit_rows = {x["id"]: x["error"] for x in res["rows"] if x["status"] == "ok"}
+    cols.insert(1 if cols and cols[0][0] == "LOSO" else 0, ("refitted" if refit else "shipped", fit_rows))
+    profile = {r.id: f"{pr.profile.name}@{pr.profile.version}" if pr.profile.version else pr.profile.name
+               for r, pr in suite.ok}
+    rows = [r for r in suite.rows if r.id in fit_rows]
+
+    def cells(ids: list) -> list[str]:
+        out = []
+        for _h, errs in cols:
+            e = np.abs([errs[i] for i in ids if i in errs])
+            out.append(f"{100 * np.median(e):.1f}% ({100 * np.percentile(e, 90):.1f}%)" if len(e) else "-")
+        return out
+
+    lines = ["| engine | version (profile) | rows | " + " | ".join(f"{h} median (p90)" for h, _e in cols) + " |",
+             "|---|---|---:|" + "---:|" * len(cols)]
+    for eng in sorted({r.engine for r in rows}):
+        ids = [r.id for r in rows if r.engine == eng]
+        lines.append(f"| **{eng}** | all | {len(ids)} | " + " | ".join(cells(ids)) + " |")
+        for ver in sorted({engine_version_key(r) for r in rows if r.engine == eng}):
+            vids = [r.id for r in rows if r.engine == eng and engine_version_key(r) == ver]
+            profs = ", ".join(sorted({profile[i] for i in vids}))
+            lines.append(f"| | {ver.partition('@')[2] or '-'} (`{profs}`) | {len(vids)} | " + " | ".join(cells(vids))
+                         + " |")
+    other = [r.id for r in rows if r.engine != "trtllm"]
+    lines.append(f"| **all rows** | | {len(rows)} | " + " | ".join(cells([r.id for r in rows])) + " |")
+    if other:
+        lines.append(f"| **other than TensorRT-LLM** | | {len(other)} | " + " | ".join(cells(other)) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
