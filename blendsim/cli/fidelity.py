@@ -95,11 +95,13 @@ def fidelity_cmd(
                 bar.update(bar.done, detail=f"cross-validating: a refit per {k.replace('_', ' ')}")
                 result["cv"][f"leave_one_{k}_out"] = cv_summary(suite, k, jobs)
     bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
+    # what the main predictions used: parameters refitted here, a --params-file, or the shipped file
+    fit_label = "refit" if refit else "params-file" if params_file else "shipped"
     if markdown:
         from blendsim.sim.io import atomic_path
 
         with atomic_path(markdown) as tmp:
-            tmp.write_text(markdown_table(result, suite, refit))
+            tmp.write_text(markdown_table(result, suite, fit_label))
         typer.echo(f"wrote {markdown}", err=True)
     if out:
         from blendsim.reports.fidelity import write_fidelity_report
@@ -109,7 +111,7 @@ def fidelity_cmd(
     if as_json:
         typer.echo(json.dumps(result, indent=1, sort_keys=True))
         return
-    _print_table(result, suite, bounds, refit)
+    _print_table(result, suite, bounds, fit_label)
 
 
 # cross-validations, headline first: a source no fit has seen is what a user's own setup is
@@ -159,6 +161,8 @@ def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
     return out
 
 
+FIT_LABELS = {"refit": "parameters refitted on these rows (in-sample)", "shipped": "shipped parameters",
+              "params-file": "parameters of --params-file"}
 CV_HEADS = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), ("LOHO", "hardware"))
 
 
@@ -166,10 +170,10 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def markdown_table(res: dict, suite, refit: bool) -> str:
+def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
     """|error| per engine, then per engine version under it, and over all rows and the rows of engines other
-    than TensorRT-LLM: median (p90) left out of the fit by source, with the fit's own parameters (shipped or
-    refitted) and left out by engine version, as far as those cross-validations were run."""
+    than TensorRT-LLM: median (p90) left out of the fit by source, with the parameters in use (``fit_label``:
+    shipped, refit, params-file) and left out by engine version, as far as those cross-validations were run."""
     import numpy as np
 
     from blendsim.fidelity.catalogue import engine_version_key
@@ -178,7 +182,7 @@ def markdown_table(res: dict, suite, refit: bool) -> str:
     cols = [(h, cvs[f"leave_one_{k}_out"]["rows"]) for h, k in (("LOSO", "source"), ("LOEVO", "engine_version"))
             if f"leave_one_{k}_out" in cvs]
     fit_rows = {x["id"]: x["error"] for x in res["rows"] if x["status"] == "ok"}
-    cols.insert(1 if cols and cols[0][0] == "LOSO" else 0, ("refitted" if refit else "shipped", fit_rows))
+    cols.insert(1 if cols and cols[0][0] == "LOSO" else 0, (fit_label, fit_rows))
     profile = {r.id: f"{pr.profile.name}@{pr.profile.version}" if pr.profile.version else pr.profile.name
                for r, pr in suite.ok}
     rows = [r for r in suite.rows if r.id in fit_rows]
@@ -207,7 +211,7 @@ def markdown_table(res: dict, suite, refit: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
+def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
     """Predicted vs measured per row, then |error| by group, at the terminal's width (80 or 120 columns
     keep every id and reason whole: a narrow terminal puts an id on its own line; a skipped row's reason
     goes under it)."""
@@ -232,7 +236,7 @@ def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
     out = ["predicted vs measured (output tokens/s of the whole deployment)", *records(width, cols, rows, "id")]
     cvs = res.get("cv", {})
     heads = [(h, k, cvs[f"leave_one_{k}_out"]) for h, k in CV_HEADS if f"leave_one_{k}_out" in cvs]
-    fit_head = "refit" if refit else "shipped"
+    fit_head = fit_label
     # the headline cross-validation (median, p90), the fit's own errors beside it, the others' medians
     gcols = [("n", "right")]
     if heads:
@@ -253,8 +257,8 @@ def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
         out.append(f"{', '.join(h for h, _k, _c in heads)}: |error| when the row's "
                    f"{', '.join(k.replace('_', ' ') for _h, k, _c in heads)} was left out of the fit (each "
                    "fold fitted from the presets on the other rows only); "
-                   f"{fit_head}: with the {'parameters refitted on all these rows' if refit else 'shipped parameters'}.")
-    what = "in-sample (refitted here)" if refit else "with the shipped parameters"
+                   f"{fit_head}: with the {FIT_LABELS[fit_label]}.")
+    what = f"with the {FIT_LABELS[fit_label]}"
     out.append(f"{res['n_ok']} rows predicted, {res['n_skipped']} skipped; {what}: median |error| "
                f"{_pct(res['median_abs_error'])}, p90 {_pct(res['p90_abs_error'])}")
     for key in CV_ORDER:
