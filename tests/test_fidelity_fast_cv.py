@@ -151,3 +151,11 @@ def test_markdown_table_per_engine_and_version(tmp_path):
     assert vllm[4] == (f"{100 * out['by']['engine_version']['vllm@0.6']['median_abs_error']:.1f}% "
                        f"({100 * out['by']['engine_version']['vllm@0.6']['p90_abs_error']:.1f}%)")
     assert lines[-2].startswith("| **all rows** | | 6 |") and lines[-1].startswith("| **other than TensorRT-LLM** | | 3 |")
+
+
+def test_a_pricer_stacking_cannot_reproduce_is_priced_on_its_own(suite, monkeypatch):
+    rows = [(r, p.compressed()) for r, p in suite.ok]
+    monkeypatch.setattr(F._Stack, "predictions", lambda self, params: np.zeros(len(self.index)))
+    units = F._units(rows, {})
+    assert {type(u).__name__ for u in units if len(u.index) > 1} == {"_PipeStack"}
+    assert sum(len(u.index) for u in units) == len(rows)
