@@ -254,9 +254,8 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
             grows.append((str(name), cells, ""))
         out += ["", f"|error| by {key.replace('_', ' ')}", *records(width, gcols, grows, key)]
     if heads:
-        out.append(f"{', '.join(h for h, _k, _c in heads)}: |error| when the row's "
-                   f"{', '.join(k.replace('_', ' ') for _h, k, _c in heads)} was left out of the fit (each "
-                   "fold fitted from the presets on the other rows only); "
+        out.append("; ".join(f"{h}: |error| when the row's {k.replace('_', ' ')} was left out of the fit"
+                             for h, k, _c in heads) + f" (each fold fitted from the presets on the other rows only); "
                    f"{fit_head}: with the {FIT_LABELS[fit_label]}.")
     what = f"with the {FIT_LABELS[fit_label]}"
     out.append(f"{res['n_ok']} rows predicted, {res['n_skipped']} skipped; {what}: median |error| "
