@@ -26,6 +26,14 @@ def fidelity_cmd(
     cv: bool = typer.Option(True, "--cv/--no-cv", help="Also report leave-one-source-out, "
                                                        "-engine-version-, -model- and -hardware-out errors "
                                                        "(refits per group)."),
+    cv_by: list[str] = typer.Option(None, "--cv-by", help="Only these cross-validations (repeatable): source, "
+                                                          "engine_version, model, hardware (default: all four)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Cross-validation folds fitted in this many processes "
+                                                     "(results do not depend on it)."),
+    markdown: Path = typer.Option(None, "--markdown", help="Also write |error| by engine and engine version "
+                                                           "(leave-one-source-out, the fit's own, "
+                                                           "leave-one-engine-version-out) as a Markdown table "
+                                                           "here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
@@ -43,6 +51,12 @@ def fidelity_cmd(
         return
     if save and not refit:
         raise UserError("--save needs --refit")
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs}: must be at least 1")
+    bad = [k for k in cv_by or [] if k not in CV_ORDER]
+    if bad:
+        raise UserError(f"--cv-by {bad[0]}: use one of {', '.join(CV_ORDER)}")
+    cv_keys = [k for k in CV_ORDER if k in cv_by] if cv_by else list(CV_ORDER)
     paths = list(catalogue or SHIPPED_CATALOGUES)
     for path in paths:
         if not Path(path).exists():
@@ -53,10 +67,11 @@ def fidelity_cmd(
         from blendsim.sim.io import check_output_dir
 
         check_output_dir(out, REPORT_KIND, REPORT_FILES, inputs)
-    if save:
-        from blendsim.sim.io import check_output_file
+    for dest in (save, markdown):
+        if dest:
+            from blendsim.sim.io import check_output_file
 
-        check_output_file(save, inputs=paths)
+            check_output_file(dest, inputs=paths)
     from blendsim.progress import Progress
 
     with Progress("fidelity", unit="rows", quiet=quiet) as bar:
@@ -75,9 +90,19 @@ def fidelity_cmd(
         pred = predictions(suite, params)
         result = summarise(suite, pred)
         if cv:
-            bar.update(bar.done, detail="cross-validating (a refit per source, version, model and hardware)")
-            result["cv"] = {f"leave_one_{k}_out": cv_summary(suite, k) for k in CV_ORDER}
+            result["cv"] = {}
+            for k in cv_keys:
+                bar.update(bar.done, detail=f"cross-validating: a refit per {k.replace('_', ' ')}")
+                result["cv"][f"leave_one_{k}_out"] = cv_summary(suite, k, jobs)
     bounds = {r.id: suite.pricers[r.id].bound(params) for r, _ in suite.ok}
+    # what the main predictions used: parameters refitted here, a --params-file, or the shipped file
+    fit_label = "refit" if refit else "params-file" if params_file else "shipped"
+    if markdown:
+        from blendsim.sim.io import atomic_path
+
+        with atomic_path(markdown) as tmp:
+            tmp.write_text(markdown_table(result, suite, fit_label))
+        typer.echo(f"wrote {markdown}", err=True)
     if out:
         from blendsim.reports.fidelity import write_fidelity_report
 
@@ -86,7 +111,7 @@ def fidelity_cmd(
     if as_json:
         typer.echo(json.dumps(result, indent=1, sort_keys=True))
         return
-    _print_table(result, suite, bounds, refit)
+    _print_table(result, suite, bounds, fit_label)
 
 
 # cross-validations, headline first: a source no fit has seen is what a user's own setup is
@@ -136,6 +161,8 @@ def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
     return out
 
 
+FIT_LABELS = {"refit": "parameters refitted on these rows (in-sample)", "shipped": "shipped parameters",
+              "params-file": "parameters of --params-file"}
 CV_HEADS = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), ("LOHO", "hardware"))
 
 
@@ -143,7 +170,48 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
+def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
+    """|error| per engine, then per engine version under it, and over all rows and the rows of engines other
+    than TensorRT-LLM: median (p90) left out of the fit by source, with the parameters in use (``fit_label``:
+    shipped, refit, params-file) and left out by engine version, as far as those cross-validations were run."""
+    import numpy as np
+
+    from blendsim.fidelity.catalogue import engine_version_key
+
+    cvs = res.get("cv", {})
+    cols = [(h, cvs[f"leave_one_{k}_out"]["rows"]) for h, k in (("LOSO", "source"), ("LOEVO", "engine_version"))
+            if f"leave_one_{k}_out" in cvs]
+    fit_rows = {x["id"]: x["error"] for x in res["rows"] if x["status"] == "ok"}
+    cols.insert(1 if cols and cols[0][0] == "LOSO" else 0, (fit_label, fit_rows))
+    profile = {r.id: f"{pr.profile.name}@{pr.profile.version}" if pr.profile.version else pr.profile.name
+               for r, pr in suite.ok}
+    rows = [r for r in suite.rows if r.id in fit_rows]
+
+    def cells(ids: list) -> list[str]:
+        out = []
+        for _h, errs in cols:
+            e = np.abs([errs[i] for i in ids if i in errs])
+            out.append(f"{100 * np.median(e):.1f}% ({100 * np.percentile(e, 90):.1f}%)" if len(e) else "-")
+        return out
+
+    lines = ["| engine | version (profile) | rows | " + " | ".join(f"{h} median (p90)" for h, _e in cols) + " |",
+             "|---|---|---:|" + "---:|" * len(cols)]
+    for eng in sorted({r.engine for r in rows}):
+        ids = [r.id for r in rows if r.engine == eng]
+        lines.append(f"| **{eng}** | all | {len(ids)} | " + " | ".join(cells(ids)) + " |")
+        for ver in sorted({engine_version_key(r) for r in rows if r.engine == eng}):
+            vids = [r.id for r in rows if r.engine == eng and engine_version_key(r) == ver]
+            profs = ", ".join(sorted({profile[i] for i in vids}))
+            lines.append(f"| | {ver.partition('@')[2] or '-'} (`{profs}`) | {len(vids)} | " + " | ".join(cells(vids))
+                         + " |")
+    other = [r.id for r in rows if r.engine != "trtllm"]
+    lines.append(f"| **all rows** | | {len(rows)} | " + " | ".join(cells([r.id for r in rows])) + " |")
+    if other:
+        lines.append(f"| **other than TensorRT-LLM** | | {len(other)} | " + " | ".join(cells(other)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
     """Predicted vs measured per row, then |error| by group, at the terminal's width (80 or 120 columns
     keep every id and reason whole: a narrow terminal puts an id on its own line; a skipped row's reason
     goes under it)."""
@@ -167,18 +235,29 @@ def _print_table(res: dict, suite, bounds: dict, refit: bool) -> None:
             ("bound by", "left")]
     out = ["predicted vs measured (output tokens/s of the whole deployment)", *records(width, cols, rows, "id")]
     cvs = res.get("cv", {})
+    heads = [(h, k, cvs[f"leave_one_{k}_out"]) for h, k in CV_HEADS if f"leave_one_{k}_out" in cvs]
+    fit_head = fit_label
+    # the headline cross-validation (median, p90), the fit's own errors beside it, the others' medians
+    gcols = [("n", "right")]
+    if heads:
+        gcols += [(heads[0][0], "right"), (f"{heads[0][0]} p90", "right")]
+    gcols += [(fit_head, "right"), (f"{fit_head} p90", "right"), *((h, "right") for h, _k, _c in heads[1:])]
     for key, groups in res["by"].items():
         grows = []
         for name, s in groups.items():
-            cv_cells = [_pct(cvs.get(f"leave_one_{k}_out", {}).get("by", {}).get(key, {}).get(name, {})
-                             .get("median_abs_error")) for _h, k in CV_HEADS]
-            grows.append((str(name), [str(s["n"]), _pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
-                                      *cv_cells], ""))
-        gcols = [("n", "right"), ("median", "right"), ("p90", "right"), *((h, "right") for h, _k in CV_HEADS)]
-        out += ["", f"|error| by {key}", *records(width, gcols, grows, key)]
-    out.append("LOSO, LOEVO, LOMO, LOHO: median |error| when the row's source (engine version, model, hardware) "
-               "was left out of the fit.")
-    what = "in-sample (refitted here)" if refit else "with the shipped parameters"
+            cv = [c.get("by", {}).get(key, {}).get(name, {}) for _h, _k, c in heads]
+            cells = [str(s["n"])]
+            if cv:
+                cells += [_pct(cv[0].get("median_abs_error")), _pct(cv[0].get("p90_abs_error"))]
+            cells += [_pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
+                      *(_pct(c.get("median_abs_error")) for c in cv[1:])]
+            grows.append((str(name), cells, ""))
+        out += ["", f"|error| by {key.replace('_', ' ')}", *records(width, gcols, grows, key)]
+    if heads:
+        out.append("; ".join(f"{h}: |error| when the row's {k.replace('_', ' ')} was left out of the fit"
+                             for h, k, _c in heads) + f" (each fold fitted from the presets on the other rows only); "
+                   f"{fit_head}: with the {FIT_LABELS[fit_label]}.")
+    what = f"with the {FIT_LABELS[fit_label]}"
     out.append(f"{res['n_ok']} rows predicted, {res['n_skipped']} skipped; {what}: median |error| "
                f"{_pct(res['median_abs_error'])}, p90 {_pct(res['p90_abs_error'])}")
     for key in CV_ORDER:

@@ -28,60 +28,107 @@ from .runner import RowSchedule
 
 
 class PipelineRowPricer:
-    """Makespan of one recorded pipelined row as a function of the fitted parameters."""
+    """Makespan of one recorded pipelined row as a function of the fitted parameters. Its replicas' batches are
+    priced end to end in one pass per stage (``replica_times``), so that fitting can stack several rows of one
+    deployment into one pricer."""
 
     def __init__(self, sched: RowSchedule, dep, profile, params: dict):
+        from dataclasses import replace
+
         self.sched = sched
         self.dep = dep
         self.profile = profile
-        self.stages = [RowPricer(sched, dep.at_stage(i), profile) for i in range(dep.pp)]
-        self.active = [np.maximum(rep["active"], 1.0) for rep in sched.replicas]
-        self.tokens = [rep["num_tokens"] for rep in sched.replicas]
+        reps = sched.replicas
+        self.lengths = np.array([len(rep["weight"]) for rep in reps], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        cat = {k: np.concatenate([rep[k] for rep in reps]) for k in reps[0]} if reps else {}
+        one = replace(sched, replicas=[cat] if cat else [])
+        self.stages = [RowPricer(one, dep.at_stage(i), profile) for i in range(dep.pp)]
+        self.weight = cat.get("weight", np.zeros(0))
+        self.active = np.maximum(cat.get("active", np.zeros(0)), 1.0)
+        self.tokens = cat.get("num_tokens", np.zeros(0))
+        self.params = params  # those the row was simulated with (the scale is exact there)
         self.scale = 1.0
         self.scale = sched.makespan_s / self.makespan(params) if sched.makespan_s > 0 else 1.0
 
     def compressed(self) -> PipelineRowPricer:
-        return self  # the batches' pipe fill would be lost in merged steps
+        """A cheaper pricer of the same schedule for fitting: batches whose features agree within 1% and that
+        found the pipe equally full merged into one weighted entry (the first batch, whose cycle fills the
+        pipe, kept on its own); scaled, like this one, to the simulated makespan."""
+        if getattr(self, "_compressed", None) is None:
+            from dataclasses import replace
+
+            reps = [_compress_batches(rep, self.profile.cuda_graph_max) for rep in self.sched.replicas]
+            self._compressed = PipelineRowPricer(replace(self.sched, replicas=reps), self.dep, self.profile,
+                                                 self.params)
+        return self._compressed
 
     def _times(self, params: dict):
-        """Per replica: weights, per-stage step seconds and hand-off seconds of every recorded batch."""
+        """Per-stage step seconds and hand-off seconds of every recorded batch (all replicas end to end)."""
         prof = self.profile
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
         kappa = self.dep.hardware.overlap_interference if eff.kappa is None else eff.kappa
         link = eff.link_eff if eff.link_eff is not None else 1.0
         per_stage = []
         for i, st in enumerate(self.stages):
-            rows = []
-            for c in st.components(params):
+            t = 0.0 * self.tokens
+            for c in st.components(params):  # one part: the replicas end to end
                 t = combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"])
-                rows.append(t + (c["overhead"] if i == 0 else 0.0))
-            per_stage.append(rows)
-        out = []
-        for r, rep in enumerate(self.sched.replicas):
-            hand = 0.0 * self.tokens[r]
-            for j in range(self.dep.pp - 1):
-                bw, lat = self.dep.pp_link(j)
-                hand = hand + lat + self.dep.pp_bytes(self.tokens[r]) / (bw * link)
-            out.append((rep["weight"], [per_stage[i][r] for i in range(self.dep.pp)], hand))
+                t = t + (c["overhead"] if i == 0 else 0.0)
+            per_stage.append(t)
+        hand = 0.0 * self.tokens
+        for j in range(self.dep.pp - 1):
+            bw, lat = self.dep.pp_link(j)
+            hand = hand + lat + self.dep.pp_bytes(self.tokens) / (bw * link)
+        return per_stage, hand
+
+    def replica_times(self, params: dict) -> np.ndarray:
+        """Per replica, unscaled: its batches' times plus, once, its first batch's cycle beyond that."""
+        st, hand = self._times(params)
+        out = np.zeros(len(self.lengths))
+        ne = self.lengths > 0
+        if ne.any():
+            cycle = sum(st) + hand
+            per = np.maximum(np.max(np.stack(st), axis=0), cycle / self.active)
+            first = self.starts[ne]
+            out[ne] = np.add.reduceat(self.weight * per, first) + (cycle - per)[first]
         return out
 
     def makespan(self, params: dict) -> float:
-        best = 0.0
-        for (w, st, hand), a in zip(self._times(params), self.active):
-            cycle = sum(st) + hand
-            slow = np.max(np.stack(st), axis=0)
-            per = np.maximum(slow, cycle / a)
-            fill = float(cycle[0] - per[0]) if len(per) else 0.0
-            best = max(best, float(np.dot(w, per)) + fill)
-        return best * self.scale
+        return max(0.0, float(np.max(self.replica_times(params), initial=0.0))) * self.scale
 
     def bound(self, params: dict) -> dict:
-        """Share of the makespan by what bounds the stages' steps (all stages together)."""
+        """Share of the makespan by what bounds the stages' steps (all stages and replicas together)."""
         tot = {k: 0.0 for k in ("compute", "memory", "other", "comm", "overhead")}
         for st in self.stages:
             for k, v in st.bound(params).items():
                 tot[k] += v / len(self.stages)
         return tot
+
+
+def _compress_batches(rep: dict, graph_cap: int) -> dict:
+    """One replica's recorded batches with those in the same bin merged at their weighted mean features. A bin:
+    token, sequence and decode counts each within 1% (as ``price._compress``), the same number of active
+    virtual engines, the same CUDA-graph batch size for decode-only batches; the first batch is its own bin."""
+    from blendsim.sim.engines import graph_pad
+
+    from .runner import FIELDS
+
+    n = len(rep["weight"])
+    cols = [(np.arange(n) > 0).astype(float), rep["active"]]
+    cols += [np.round(np.log1p(rep[k]) * 100) for k in ("num_tokens", "num_prefill_tokens", "num_prefill_seqs",
+                                                          "num_decode", "num_logits")]
+    if graph_cap:
+        dec = rep["num_prefill_seqs"] == 0
+        cols.append(np.where(dec, graph_pad(rep["num_decode"].astype(np.int64), graph_cap), -1))
+    _, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    inv = inv.ravel()
+    w = rep["weight"]
+    W = np.bincount(inv, weights=w)
+    out = {k: np.bincount(inv, weights=w * rep[k]) / W for k in (*FIELDS, "active")}
+    out["num_prefill_seqs"] = np.round(out["num_prefill_seqs"])
+    out["weight"] = W
+    return out
 
 
 __all__ = ["PipelineRowPricer"]

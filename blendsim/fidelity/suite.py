@@ -19,7 +19,7 @@ SHIPPED_CATALOGUE = Path(__file__).with_name("catalogue.csv")
 # the published TensorRT-LLM ~v1.0 table and SGLang/vLLM ShareGPT rows the shipped parameters were fitted on
 SHIPPED_TRAINING = Path(__file__).with_name("training.csv")
 SHIPPED_CATALOGUES = (SHIPPED_CATALOGUE, SHIPPED_TRAINING)
-GROUP_KEYS = ("source", "engine", "model", "hardware")
+GROUP_KEYS = ("source", "engine", "engine_version", "model", "hardware")
 
 
 @dataclass
@@ -142,7 +142,10 @@ def summarise(suite: Suite, pred: dict) -> dict:
 
 
 def _group(row: Row, key: str) -> str:
-    """A row's group; a source is grouped by its document (the text before the first comma)."""
+    """A row's group; a source is grouped by its document (the text before the first comma), an engine version
+    is the profile key the row selects (``vllm@0.6``)."""
+    if key == "engine_version":
+        return engine_version_key(row)
     v = getattr(row, key)
     return v.split(",")[0].strip() if key == "source" else v
 
@@ -155,10 +158,11 @@ CV_KEYS = {"model": lambda r: r.model, "hardware": lambda r: r.hardware,
            "source": lambda r: _group(r, "source"), "engine_version": engine_version_key}
 
 
-def cv_summary(suite: Suite, key: str) -> dict:
-    """Leave-one-``key``-out errors (fits start from the presets, never from shipped parameters); ``key`` is
-    ``model``, ``hardware``, ``source`` (a source = its document) or ``engine_version``."""
-    pred = cross_validate(suite.ok, CV_KEYS[key], base={})
+def cv_summary(suite: Suite, key: str, jobs: int = 1) -> dict:
+    """Leave-one-``key``-out errors; ``key`` is ``model``, ``hardware``, ``source`` (a source = its document)
+    or ``engine_version``. Each fold's fit starts from the presets (never from shipped or all-rows parameters)
+    and reads only the other groups' rows (``fit.cross_validate``)."""
+    pred = cross_validate(suite.ok, CV_KEYS[key], base={}, jobs=jobs)
     s = summarise(Suite(suite.rows, suite.pricers, suite.reasons), pred)
     return {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"], "n": s["n_ok"],
             "by": s["by"], "rows": {x["id"]: x["error"] for x in s["rows"] if x["status"] == "ok"}}
