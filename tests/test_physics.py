@@ -111,3 +111,17 @@ def test_engine_fast_path_equals_exact_cost_with_the_new_terms(model, weights):
         assert t == pytest.approx(exact.time_s, rel=1e-9)
         assert comp == pytest.approx(exact.compute_s, rel=1e-9)
         assert mem == pytest.approx(exact.memory_s, rel=1e-9)
+
+
+def test_shipped_parameters_sit_at_no_bound_but_a_physical_ceiling():
+    import json
+
+    from blendsim.cli.fidelity import at_bound, flatten
+    from blendsim.sim.efficiency import CEILINGS
+    from blendsim.sim.engines import PARAMS_FILE
+
+    params = json.loads(PARAMS_FILE.read_text())
+    bounds = params["bounds"]
+    for name, value in flatten(params):
+        a = at_bound(value, bounds.get(name))
+        assert a is None or (a == "upper" and name.rsplit(".", 1)[-1] in CEILINGS), (name, value, a)
