@@ -9,16 +9,33 @@ catalogue; this module holds those named, bounded parameters and a timer that ap
 * ``attn_mem_eff`` fraction of HBM bandwidth decode attention reaches reading the paged KV cache;
 * ``attn_eff``     fraction of peak prefill attention reaches;
 * ``link_eff``     fraction of the NVLink bandwidth an all-reduce or all-to-all reaches (bus bandwidth);
-* ``a2a_eff``      effective bandwidth of the MoE all-to-all (expert parallelism) relative to the link: its
-                   fraction of the link times the 16-bit payload over the sent one (engines dispatch FP8 or
-                   FP4 activations), so it may exceed 1;
-* ``moe_eff``      fraction of peak a grouped (MoE expert) GEMM reaches, in place of ``gemm_eff``: many small
-                   per-expert GEMMs in one launch tile worse than one large GEMM;
+* ``a2a_eff``      fraction of the link bandwidth the MoE all-to-all (expert parallelism) reaches; the bytes it
+                   moves are counted at the precision the engine dispatches (``blendsim.sim.ops``);
+* ``moe_eff``      the share of the plain GEMM's compute rate (``gemm_eff`` or ``lowp_eff`` of its precision's
+                   peak) a grouped (MoE expert) GEMM keeps: many small per-expert GEMMs in one launch tile
+                   worse than one large GEMM (1: as fast as the dense GEMM, a ceiling);
+* ``moe_mem_eff``  fraction of HBM bandwidth a grouped GEMM reaches streaming its experts' weights, in place of
+                   ``mem_eff``: each expert's slice is a small matrix behind a routing gather, read by few
+                   thread blocks, so few tokens per expert leave the kernel latency-bound (DeepGEMM's README,
+                   H800: masked-layout grouped GEMMs for decode read 0.92-2.06 TB/s of 3.35, dense GEMMs at
+                   64-128 rows 1.5-2.3);
+* ``lowp_eff``     fraction of its precision's peak a large GEMM with quantised weights reaches, in place of
+                   ``gemm_eff``: FP8/FP4 on their own tensor cores (twice the math per byte of operand, with
+                   per-block scales applied in the main loop), or the 16-bit peak for a weight-only kernel that
+                   dequantises in its main loop where the device has no such cores (Marlin on Ampere);
+* ``ew_eff``       fraction of HBM bandwidth the small elementwise kernels reach (norms, rotary, activation,
+                   MoE combine, embedding), in place of the preset's ``elementwise_efficiency``: engines fuse
+                   them (residual add + RMSNorm, SiLU-and-mul, rotary into attention), so fewer passes run;
+* ``launch_s``     seconds each kernel adds beyond its roofline time (launch gap and the ramp a kernel needs
+                   to fill the GPU), in place of the preset's ``kernel_launch_s``: CUDA graphs remove the CPU
+                   launch, the ramp stays;
 * ``kappa``        overlap interference (overlap mode only): the share of the shorter operator groups'
                    time that is not hidden when compute- and memory-bound kernels co-run.
 
-Parameters are looked up, later entries winning: ``params["global"]``, ``params["hardware"][hardware]``
-(kernel efficiencies are mostly the GPU's and its kernel libraries'), ``params["regime"][regime]["*"]``
+Parameters are looked up, later entries winning: ``params["global"]``, ``params["arch"][arch]`` (the GPU
+architecture's: one die and one kernel library share compute efficiencies, e.g. H100 and H200; see
+``blendsim.sim.hardware.ARCH``), ``params["hardware"][hardware]`` (kernel efficiencies are mostly the GPU's
+and its kernel libraries'), ``params["regime"][regime]["*"]``
 (an engine's own behaviour, e.g. its overlap interference) and ``params["regime"][regime][hardware]``;
 what is missing keeps the preset's value. Nothing here is per row or per model.
 """
@@ -37,9 +54,29 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "attn_mem_eff": (0.20, 0.95),
     "attn_eff": (0.15, 0.90),
     "link_eff": (0.20, 1.00),
-    "moe_eff": (0.10, 0.95),
-    "a2a_eff": (0.20, 4.00),
+    "moe_eff": (0.10, 1.00),
+    "moe_mem_eff": (0.10, 0.95),
+    "lowp_eff": (0.25, 0.95),
+    "ew_eff": (0.15, 0.95),
+    "launch_s": (0.5e-6, 8e-6),
+    "a2a_eff": (0.20, 1.00),
     "kappa": (0.0, 1.0),
+}
+
+
+# Upper bounds that are physical ceilings, with why (``fidelity --params`` names them): a parameter sitting there
+# says the rows want the hardware faster than it can be, i.e. the cost model over-prices something else.
+# Lower bounds are floors against absurd fits, none physical.
+_HBM = ("HBM streaming ceiling: the largest transfers reach 0.90 of an A100's 2,048 GB/s (calculon-ai/calculon "
+        "systems/a100_80g.json); no kernel streams faster than ~0.95 of the datasheet bandwidth")
+_TC = "tensor-core ceiling: no GEMM kernel runs faster than ~0.95 of the datasheet peak"
+CEILINGS: dict[str, str] = {
+    "mem_eff": _HBM, "attn_mem_eff": _HBM, "moe_mem_eff": _HBM,
+    "gemm_eff": _TC, "lowp_eff": _TC, "attn_eff": _TC,
+    "moe_eff": "a grouped GEMM is never faster than the dense GEMM of the same rows and weights",
+    "link_eff": "link ceiling: a collective moves no more than the link's datasheet bandwidth per direction",
+    "a2a_eff": "link ceiling: a collective moves no more than the link's datasheet bandwidth per direction",
+    "ew_eff": _HBM,
 }
 
 
@@ -53,14 +90,24 @@ class Efficiency:
     attn_eff: float | None = None
     link_eff: float | None = None
     moe_eff: float | None = None
+    moe_mem_eff: float | None = None
+    lowp_eff: float | None = None
+    ew_eff: float | None = None
+    launch_s: float | None = None
     a2a_eff: float | None = None
     kappa: float | None = None
 
     @staticmethod
-    def lookup(params: dict, regime: str, hardware: str) -> Efficiency:
+    def lookup(params: dict, regime: str, hardware: str, arch: str | None = None) -> Efficiency:
+        """``arch``: the hardware's architecture (None: the preset's, "" for hardware that is not a preset)."""
+        if arch is None:
+            from blendsim.sim.hardware import PRESETS
+
+            arch = PRESETS[hardware].arch if hardware in PRESETS else ""
         reg = params.get("regime", {}).get(regime, {})
         vals = dict(params.get("global", {}))
-        for part in (params.get("hardware", {}).get(hardware, {}), reg.get("*", {}), reg.get(hardware, {})):
+        for part in (params.get("arch", {}).get(arch, {}) if arch else {}, params.get("hardware", {}).get(hardware, {}),
+                     reg.get("*", {}), reg.get(hardware, {})):
             vals.update(part)
         return Efficiency(**{k: float(v) for k, v in vals.items() if k in BOUNDS})
 
@@ -81,6 +128,13 @@ class EfficiencyTimer(RooflineTimer):
             self.gemm_rate *= eff.gemm_eff / hw.compute_efficiency  # lowp_ratio scales the weights' GEMMs
         if eff.mem_eff is not None:
             self.bw *= eff.mem_eff / hw.memory_efficiency
+        if eff.lowp_eff is not None and dep.model.weight_elem_bytes != dep.model.dtype_bytes:
+            # GEMMs with quantised weights at lowp_eff of their precision's peak instead of gemm_eff of it
+            self.lowp_ratio *= eff.lowp_eff / (eff.gemm_eff or hw.compute_efficiency)
+        if eff.ew_eff is not None:
+            self.ew_bw = hw.mem_bandwidth * eff.ew_eff
+        if eff.launch_s is not None:
+            self.launch = eff.launch_s
         if eff.attn_eff is not None:
             self.attn_rate *= eff.attn_eff / hw.attention_compute_efficiency
         if eff.link_eff is not None:
@@ -89,13 +143,18 @@ class EfficiencyTimer(RooflineTimer):
         self.attn_bw = self.bw if a is None else self.bw * a / (eff.mem_eff or hw.memory_efficiency)
 
     def op_time(self, op, flops, nbytes, kernels, f):
-        if op in MOE_GEMMS and self.eff.moe_eff is not None:
-            # the grouped GEMM's compute at moe_eff instead of the plain GEMM's efficiency
-            base = self.eff.gemm_eff or self.dep.hardware.compute_efficiency
-            return super().op_time(op, flops * (base / self.eff.moe_eff), nbytes, kernels, f)
+        if op in MOE_GEMMS and (self.eff.moe_eff is not None or self.eff.moe_mem_eff is not None):
+            # the grouped GEMM's compute at moe_eff and its weight streaming at moe_mem_eff instead of the
+            # plain GEMM's efficiencies
+            hw = self.dep.hardware
+            if self.eff.moe_eff is not None:
+                flops = flops / self.eff.moe_eff
+            if self.eff.moe_mem_eff is not None:
+                nbytes = nbytes * ((self.eff.mem_eff or hw.memory_efficiency) / self.eff.moe_mem_eff)
+            return super().op_time(op, flops, nbytes, kernels, f)
         if op == "a2a" and self.eff.a2a_eff is not None:
             return super().op_time(op, flops, nbytes / self.eff.a2a_eff, kernels, f)
         return super().op_time(op, flops, nbytes, kernels, f)
 
 
-__all__ = ["BOUNDS", "Efficiency", "EfficiencyTimer"]
+__all__ = ["BOUNDS", "CEILINGS", "Efficiency", "EfficiencyTimer"]

@@ -78,6 +78,11 @@ class HardwareSpec:
     net_bandwidth: float = 0.0  # bytes/s per GPU per direction; 0: unknown (multi-node deployments refused)
     net_latency_s: float = 12e-6  # per collective step across nodes
     topology_source: str = ""
+    # the GPU architecture whose kernels it runs (fitted compute efficiencies are shared per architecture: one
+    # die and one kernel library, e.g. H100 and H200), and whether its switch reduces in the network (NVLink
+    # SHARP): see ARCH below
+    arch: str = ""
+    nvls: bool = False
 
     def __post_init__(self) -> None:
         for f in ("peak_flops", "mem_bandwidth", "memory_bytes"):
@@ -314,6 +319,29 @@ TOPOLOGY: dict[str, dict] = {
 for _name, _topo in TOPOLOGY.items():
     if _name in PRESETS:
         PRESETS[_name] = replace(PRESETS[_name], **_topo)
+
+
+# Architecture and in-switch reduction per preset. H100/H200/H20 are one die (GH100) and B200/GB200 one (GB100
+# family): their GEMM and grouped-GEMM kernels, and so the fraction of peak those reach, are the same; memory
+# efficiencies stay per preset (HBM3 vs HBM3e, different stacks). The RTX PRO 6000 is a different Blackwell die
+# (GB202, consumer-class tensor cores). NVLink SHARP (NVLS): third-generation NVSwitch (HGX H100/H200) and the
+# NVLink 5 switches (HGX B200, GB200 NVL72) reduce in the switch, so an all-reduce sends each GPU's data into the
+# switch once and receives the sum once -- the bytes a GPU moves are its buffer, not the ring's 2(t-1)/t of it
+# (NVIDIA H100 Tensor Core GPU Architecture whitepaper, 2022, "NVLink Switch System": SHARP in-network
+# reductions; NCCL 2.17 release notes: NVLS all-reduce on NVSwitch systems). A100's NVSwitch has no SHARP.
+ARCH: dict[str, dict] = {
+    "a100-80gb": dict(arch="ampere"), "a100-40gb": dict(arch="ampere"), "a6000": dict(arch="ampere"),
+    "l40s": dict(arch="ada"),
+    "h100-80gb": dict(arch="hopper", nvls=True), "h200": dict(arch="hopper", nvls=True),
+    "h100-pcie": dict(arch="hopper"), "h20": dict(arch="hopper", nvls=True),
+    "b200": dict(arch="blackwell", nvls=True), "gb200": dict(arch="blackwell", nvls=True),
+    "rtx-pro-6000": dict(arch="blackwell-rtx"),
+    "mi300x": dict(arch="cdna3"),
+    "cpu": dict(arch="cpu"),
+}
+for _name, _a in ARCH.items():
+    if _name in PRESETS:
+        PRESETS[_name] = replace(PRESETS[_name], **_a)
 
 
 def hardware_names() -> list[str]:

@@ -118,6 +118,7 @@ class Shapes:
     sh_mlp1: int = 0  # shared experts' first matrix width per GPU
     sh_inter: int = 0
     ep: int = 1
+    disp_bytes: float = 0.0  # one dispatched activation element of the all-to-all; 0: dtype_bytes
     expert_q: tuple = ()  # per local expert: the probability a token picks it
     # multi-head latent attention
     mla: bool = False
@@ -138,6 +139,8 @@ class Shapes:
             object.__setattr__(self, "kv_bytes", self.dtype_bytes)
         if self.o == 0:
             object.__setattr__(self, "o", self.q)
+        if self.disp_bytes == 0:
+            object.__setattr__(self, "disp_bytes", self.dtype_bytes)
         if self.dense_layers < 0:
             object.__setattr__(self, "dense_layers", self.layers - self.moe_layers)
 
@@ -164,10 +167,16 @@ class Shapes:
             etp = t // ep  # each expert's width is split over the GPUs of its expert group
             local = m.num_experts // ep
             q = expert_pick_probabilities(m.num_experts, m.experts_per_token, dep.expert_skew)[:local]
+            # Experts whose weights run on the device's FP8/FP4 tensor cores take FP8/FP4 inputs, and engines
+            # quantise the tokens before the dispatch, not after it: DeepSeek-V3 (arXiv 2412.19437, sec. 3.3.2)
+            # dispatches FP8 activations and combines in BF16, as DeepEP and TensorRT-LLM's FP8/NVFP4 MoE do.
+            # Weight-only kernels (FP8 on Ampere, int4) take 16-bit tokens.
+            lowp = dep.hardware.gemm_precision(m.weights) in ("fp8", "fp4")
+            disp = m.weight_elem_bytes if lowp else m.dtype_bytes
             moe = dict(moe_layers=m.moe_layers, experts=m.num_experts, topk=m.experts_per_token,
                        e_mlp1=2 * m.moe_intermediate_size // etp, e_inter=m.moe_intermediate_size // etp,
                        sh_mlp1=2 * m.shared_intermediate_size // t, sh_inter=m.shared_intermediate_size // t,
-                       ep=ep, expert_q=tuple(float(x) for x in q))
+                       ep=ep, expert_q=tuple(float(x) for x in q), disp_bytes=disp)
         if dep.pp > 1 and dep.stage >= 0:  # one pipeline stage: its layers, embedding or LM head
             i = dep.stage
             L = dep.stage_layers()[i]
@@ -335,9 +344,9 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
             out["shared_down"] = (2 * T * s.sh_inter * h, bw * s.sh_inter * h * has_t + b * (T * s.sh_inter + T * h),
                                   has_t)
         if s.ep > 1:
-            # dispatch and combine: each assignment's hidden vector to its expert's GPU and back; the
-            # share (ep-1)/ep of them lives on another GPU
-            out["a2a"] = (0 * T, 2 * b * A * h * (s.ep - 1) / s.ep, 2 * has_t)
+            # dispatch and combine: each assignment's hidden vector to its expert's GPU (at the dispatch
+            # precision) and back (16-bit); the share (ep-1)/ep of them lives on another GPU
+            out["a2a"] = (0 * T, (s.disp_bytes + b) * A * h * (s.ep - 1) / s.ep, 2 * has_t)
     out["embedding"] = (0 * T, b * 2 * T * h * (2 if s.learned_pos else 1), has_t) if s.embed else zero
     # final norm over the sampled rows, the LM-head GEMM, float32 logits
     out["lm_head"] = ((2 * N * h * s.vocab, b * (h * s.vocab * has_n + 3 * N * h) + 4 * N * s.vocab, has_n)

@@ -6,6 +6,7 @@ negative or NaN throughput, or skipping every row for a reason it does not have.
 
     {"engine":   {PROFILE: {"fixed_s" | "per_seq_s" | "per_token_s": seconds}},
      "global":   {EFF: value},
+     "arch":     {ARCH: {EFF: value}},            (a GPU architecture's: blendsim.sim.hardware.ARCH)
      "hardware": {HARDWARE: {EFF: value}},
      "regime":   {REGIME: {"*" | HARDWARE: {EFF: value}}},
      "bounds":   {"dotted.name": [lo, hi]},
@@ -21,7 +22,7 @@ import math
 from blendsim.sim.errors import UserError
 
 # "profile": the header `blendsim calibrate engine` writes (what was fitted, on what; sim.engines reads it)
-TOP = ("engine", "global", "hardware", "regime", "bounds", "fitted_on", "profile")
+TOP = ("engine", "global", "arch", "hardware", "regime", "bounds", "fitted_on", "profile")
 OVERHEADS = ("fixed_s", "per_seq_s", "per_token_s")
 MAX_OVERHEAD_S = 1.0  # a per-step, per-sequence or per-token engine overhead of a second or more is no engine's
 
@@ -81,6 +82,8 @@ def check_params(obj, where: str = "parameters", profiles=()) -> dict:
             if not (_number(x) and 0 <= x < MAX_OVERHEAD_S):
                 fail(f"engine.{eng}.{k}", f"must be a number of seconds >= 0 and < {MAX_OVERHEAD_S:g}, got {_short(x)}")
     effs(obj.get("global", {}), "global")
+    for arch, vals in table(obj.get("arch", {}), "arch").items():
+        effs(vals, f"arch.{arch}")
     for hw, vals in table(obj.get("hardware", {}), "hardware").items():
         effs(vals, f"hardware.{hw}")
     for reg, per in table(obj.get("regime", {}), "regime").items():

@@ -55,6 +55,10 @@ class RooflineTimer:
         self.tile = max(1, hw.gemm_tile_m)
         self.blend = hw.gemm_roofline_blend
         self.link_bw, self.link_lat = dep.tp_link()  # the scale-up link, or the network when TP spans nodes
+        # bytes each GPU moves per byte all-reduced: the ring's (or reduce-scatter + all-gather's) 2(t-1)/t, or 1
+        # where the switch reduces in the network (NVLS, HardwareSpec.nvls) within a node
+        t = self.shapes.tp
+        self.ar_factor = 1.0 if (hw.nvls and not dep.tp_spans_nodes and t > 2) else 2 * (t - 1) / max(t, 1)
 
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
@@ -76,8 +80,7 @@ class RooflineTimer:
         if op == "allreduce":
             if self.shapes.tp == 1 or self.link_bw <= 0:
                 return 0.0 * nbytes
-            t = self.shapes.tp
-            return kernels * self.link_lat + 2 * (t - 1) / t * nbytes / self.link_bw
+            return kernels * self.link_lat + self.ar_factor * nbytes / self.link_bw
         if op == "a2a":
             # dispatch and combine: every GPU sends and receives its share at once over its links
             if self.link_bw <= 0:

@@ -43,9 +43,9 @@ def test_fit_on_half_of_an_engines_catalogue_rows_predicts_the_other_half(tmp_pa
     assert {x["id"] for x in prof["profile"]["fitted_on"]} == {r.id for r in train}
     held = _fidelity(tmp_path / "test.csv", out)
     assert held["n_ok"] == 2 and held["median_abs_error"] < 0.15
-    # parameters of other GPUs and engines are the shipped ones
+    # parameters of other GPU architectures and engines are the shipped ones
     shipped = load_params()
-    assert prof["hardware"]["h100-80gb"] == shipped["hardware"]["h100-80gb"]
+    assert prof["arch"]["hopper"] == shipped["arch"]["hopper"]
     assert prof["engine"]["trtllm"] == shipped["engine"]["trtllm"]
 
 
@@ -55,7 +55,7 @@ def test_fit_recovers_an_engine_that_generated_half_of_the_runs(tmp_path):
     truth = load_params()
     truth = json.loads(json.dumps(truth))
     truth.setdefault("engine", {})["vllm"] = {"fixed_s": 2.5e-3, "per_seq_s": 12e-6}
-    truth["hardware"]["h100-80gb"] = {"gemm_eff": 0.5, "mem_eff": 0.6, "attn_mem_eff": 0.5}
+    truth.setdefault("hardware", {})["h100-80gb"] = {"gemm_eff": 0.5, "mem_eff": 0.6, "attn_mem_eff": 0.5}
     shapes = [(128, 128, 400), (2048, 128, 120), (128, 1024, 200), (1000, 1000, 100), (3000, 200, 80),
               (64, 2048, 200), (512, 512, 200), (256, 64, 400)]
     rows = [_row(id=f"r{i}x{o}", engine="vllm", workload=f"const:{i}/{o}", requests=n) for i, o, n in shapes]

@@ -61,7 +61,8 @@ def test_eq6_budget():
 def test_eq6_ignores_the_context_that_budget_model_cost_prices():
     # Eq. 6 scales the pivot by token count: Eq. 4 without its attention term S / (6H). On llama-3-8b
     # (H = 4096) a chunk with no prior context meets the 0.1875 s SLO within a few percent, but at 6H
-    # tokens of context (attention = the linear layers) the same chunk takes about twice the SLO;
+    # tokens of context (attention FLOPs = the linear layers') the same chunk takes 1.6-2x the SLO (the
+    # fitted prefill attention runs at a higher fraction of peak than the GEMMs since issue 24's refit);
     # budget_model=cost's chunk there (largest_fit on the cost model) fits.
     from blendsim.policies.accelgen.budget import largest_fit, prefill_step_time
     from blendsim.sim.build_cost import build_cost_model
@@ -78,15 +79,17 @@ def test_eq6_ignores_the_context_that_budget_model_cost_prices():
         return cm.step(n, n, 1, n * c + n * (n + 1) // 2, c + n, 0, 0, 1)[0]
 
     deep = 6 * 4096
-    assert t(sb, 0) < 1.05 * 0.1875 and t(sb, deep) > 1.8 * 0.1875
+    assert t(sb, 0) < 1.05 * 0.1875 and t(sb, deep) > 1.6 * 0.1875
     fit = largest_fit(lambda n: t(n, deep), 0.1875, 8192)
     assert 0.3 * sb < fit < 0.7 * sb and t(fit, deep) <= 0.1875 < t(fit + 1, deep)
-    # budget_model=eq4 (Eq. 4 with the chunk's context) stays within 10% of the SLO out to 4 x 6H; what
-    # is left is the cost model's attention running at 0.55 of peak against its GEMMs' 0.70
+    # budget_model=eq4 (Eq. 4 with the chunk's context) stays under the SLO and within 25% of it out to 4 x 6H
+    # (Eq. 6 overshoots by 60% already at 6H); what is left is Eq. 4 counting an attention operation as
+    # dear as a linear one, while the fitted cost model runs A100 prefill attention at 0.76 of peak against
+    # its GEMMs' 0.66 (issue 24's refit; before it 0.50 against 0.68, and Eq. 4 came within 10%)
     w_b = eq4_budget(sb, s_pf, deep)
     for o in (0, deep, 4 * deep):
         c = eq4_chunk(w_b, o, deep)
-        assert 0.95 * 0.1875 < t(c, o) < 1.1 * 0.1875 and abs(c - fit) < 0.1 * fit or o != deep
+        assert 0.75 * 0.1875 < t(c, o) < 1.1 * 0.1875 and abs(c - fit) < 0.2 * fit or o != deep
 
 
 def test_eq4_budget_on_hand_worked_chunks():

@@ -129,11 +129,19 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
                                "at_bound": [n for n, _v, _b, a in rows if a]}, indent=1))
         return
     typer.echo(f"fitted parameters ({path}; {params.get('fitted_on', {}).get('rows', '?')} rows):")
+    from blendsim.sim.efficiency import CEILINGS
+
+    def ceiling(n: str, a) -> bool:  # an upper bound that is a physical ceiling (sim.efficiency.CEILINGS)
+        return a == "upper" and n.rsplit(".", 1)[-1] in CEILINGS
+
     for n, v, b, a in rows:
         bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
-        typer.echo((f"  {n:42s} {v:12.6g}  bounds {bs:18s}" + (f"  AT {a.upper()} BOUND" if a else "")).rstrip())
+        flag = f"  AT {a.upper()} BOUND" + (" (physical ceiling)" if ceiling(n, a) else "") if a else ""
+        typer.echo((f"  {n:42s} {v:12.6g}  bounds {bs:18s}" + flag).rstrip())
     hits = [n for n, _v, _b, a in rows if a]
     typer.echo(f"{len(hits)} of {len(rows)} parameters at a bound" + (f": {', '.join(hits)}" if hits else ""))
+    for key in sorted({n.rsplit(".", 1)[-1] for n, _v, _b, a in rows if ceiling(n, a)}):
+        typer.echo(f"  {key}: {CEILINGS[key]}")
     typer.echo("engine constants (cited, not fitted): " + "; ".join(
         f"{p.name}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
         f"{p.mode}" for p in PROFILES.values() if not p.fitted))

@@ -191,6 +191,10 @@ def owned(engine: str, hardware: str):
             return p.path[1] == engine
         if kind == "hardware":
             return p.path[1] == hardware
+        if kind == "arch":  # the GPU's efficiencies are fitted per architecture (blendsim.fidelity.fit)
+            from blendsim.sim.hardware import PRESETS
+
+            return hardware in PRESETS and p.path[1] == PRESETS[hardware].arch
         return kind == "regime"  # an overlapping engine's interference (only its rows read it)
 
     return keep

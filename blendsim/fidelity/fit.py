@@ -2,9 +2,11 @@
 
 Free parameters (``sim/engine_params.json`` layout):
 
-* per hardware present in the rows: ``gemm_eff``, ``mem_eff``, ``attn_mem_eff`` (``blendsim.sim.efficiency``);
-* global: ``attn_eff``, ``link_eff`` (only when a row uses tensor parallelism), ``moe_eff`` (only with
-  MoE rows) and ``a2a_eff`` (only with expert-parallel rows);
+* per GPU architecture present in the rows (``params["arch"]``: H100 and H200 share Hopper's): ``gemm_eff``,
+  ``mem_eff``, ``attn_mem_eff`` (``blendsim.sim.efficiency``); ``moe_eff`` and ``moe_mem_eff`` (only with MoE
+  rows), ``lowp_eff`` (only with rows whose weights are quantised);
+* global: ``attn_eff``, ``ew_eff``, ``link_eff`` (only when a row uses tensor parallelism) and ``a2a_eff``
+  (only with expert-parallel rows);
 * per overlapping regime: ``kappa`` (interference);
 * per engine whose profile lists them as fitted (``blendsim.sim.engines``): ``fixed_s``, ``per_seq_s``.
 
@@ -33,8 +35,14 @@ from blendsim.sim.efficiency import BOUNDS
 from blendsim.sim.engines import PROFILES, VERSIONS
 
 PRIOR = 0.1
-HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff")
-GLOBAL_PARAMS = ("attn_eff", "link_eff")
+HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff", "moe_eff", "moe_mem_eff", "lowp_eff")
+MOE_HW_PARAMS = ("moe_eff", "moe_mem_eff")  # only for rows of MoE models
+# the efficiencies are the architecture's (one die, its memory controllers and one kernel library: H100 and H200
+# alike; the presets carry each part's own peaks), fitted under params["arch"][arch]
+ARCH_PARAMS = HW_PARAMS
+# ew_eff is global: how far engines fuse the small elementwise kernels is the engines' (and as a fraction of HBM
+# bandwidth about the same on every GPU), and per GPU it trades against the weight-streaming bandwidth
+GLOBAL_PARAMS = ("attn_eff", "link_eff", "ew_eff")
 ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
 
 
@@ -59,7 +67,17 @@ class Param:
 def preset_value(name: str, hw) -> float:
     return {"gemm_eff": hw.compute_efficiency, "mem_eff": hw.memory_efficiency,
             "attn_mem_eff": hw.memory_efficiency, "attn_eff": hw.attention_compute_efficiency,
-            "link_eff": 0.7, "kappa": hw.overlap_interference, "moe_eff": hw.compute_efficiency, "a2a_eff": 0.7}[name]
+            "link_eff": 0.7, "kappa": hw.overlap_interference, "moe_eff": MOE_PRIOR, "a2a_eff": 0.7,
+            "moe_mem_eff": hw.memory_efficiency, "lowp_eff": hw.compute_efficiency,
+            "ew_eff": hw.elementwise_efficiency, "launch_s": hw.kernel_launch_s}[name]
+
+
+# NOTE: moe_eff's prior: DeepGEMM's README (H800, FP8) has grouped contiguous-layout GEMMs at 4-8K rows per expert at
+# 1,093-1,297 TFLOP/s against 1,025-1,304 for dense GEMMs of the same N and K (about 1), and masked-layout grouped
+# GEMMs falling to 815-932 TFLOP/s at 256 rows per expert; 0.85 between the two.
+MOE_PRIOR = 0.85
+# NOTE: lowp_eff's prior is the preset's compute efficiency: DeepGEMM's FP8 GEMMs (README, H800) reach 590-1,358 of
+# 1,979 TFLOP/s at 4,096 rows (0.30-0.69 by shape), about the fraction cuBLAS's BF16 GEMMs reach of theirs.
 
 
 def free_params(rows: list) -> list[Param]:
@@ -71,16 +89,20 @@ def free_params(rows: list) -> list[Param]:
 
     for _row, pr in rows:
         prof, hw = pr.profile, pr.dep.hardware
+        moe = bool(getattr(pr.dep.model, "num_experts", 0))
+        quant = pr.dep.model.weight_elem_bytes != pr.dep.model.dtype_bytes
         for n in HW_PARAMS:
-            add(("hardware", hw.name, n), n, hw)
+            # gemm_eff only where a row's weights are 16-bit: on a row with quantised weights only the LM head and
+            # the router run at it, too little to identify it (it stays at the preset there)
+            if (n in MOE_HW_PARAMS and not moe) or (n == "lowp_eff" and not quant) or (n == "gemm_eff" and quant):
+                continue
+            add(("arch", hw.arch, n) if (n in ARCH_PARAMS and hw.arch) else ("hardware", hw.name, n), n, hw)
         for n in GLOBAL_PARAMS:
             if n == "link_eff" and pr.dep.tp == 1 and pr.dep.pp == 1:  # TP collectives and PP hand-offs
                 continue
             add(("global", n), n, hw)
-        if getattr(pr.dep.model, "num_experts", 0):
-            add(("global", "moe_eff"), "moe_eff", hw)
-            if pr.dep.ep > 1:
-                add(("global", "a2a_eff"), "a2a_eff", hw)
+        if moe and pr.dep.ep > 1:
+            add(("global", "a2a_eff"), "a2a_eff", hw)
         if prof.mode == "overlap":
             add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
         for n in prof.fitted:
@@ -293,6 +315,8 @@ def _reads(pr, p: Param) -> bool:
     kind = p.path[0]
     if kind == "hardware":
         return p.path[1] == pr.dep.hardware.name
+    if kind == "arch":
+        return p.path[1] == pr.dep.hardware.arch
     if kind == "engine":
         return p.path[1] == pr.profile.name
     if kind == "regime":
