@@ -273,9 +273,12 @@ def test_sweep_passes_precisions_to_every_cell():
     from blendsim.sweep import SweepSpec, check_spec
 
     spec = check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("dfs",), ("mixtral-8x7b",), ("h200",), 100,
-                                precision={"weights": "fp8", "kv_dtype": "fp8", "ep": 2}))
-    assert spec.run_settings()["weights"] == "fp8" and spec.run_settings()["ep"] == 2
-    assert spec.settings()["precision"] == {"ep": 2, "kv_dtype": "fp8", "weights": "fp8"}
+                                precision={"weights": "fp8", "kv_dtype": "fp8", "tp": 2, "ep": 2}))
+    assert spec.run_settings()["weights"] == "fp8" and (spec.run_settings()["tp"], spec.run_settings()["ep"]) == (2, 2)
+    assert spec.settings()["precision"] == {"ep": 2, "kv_dtype": "fp8", "tp": 2, "weights": "fp8"}
+    with pytest.raises(UserError, match="--ep 2 must divide --tp 1"):  # checked before any cell runs
+        check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("dfs",), ("mixtral-8x7b",), ("h200",), 100,
+                             precision={"ep": 2}))
     plain = check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("dfs",), ("llama-3-8b",), ("h200",), 100))
     assert "precision" not in plain.settings()  # sweeps made before these options still resume
 
