@@ -224,7 +224,9 @@ def test_an_interrupted_sweep_exits_promptly_and_quietly(tmp_path, target):
         deadline = time.monotonic() + 120
         while not list(kept.glob("*/dfs/summary.json")) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
-        assert list(kept.glob("*/dfs/summary.json")), "the dfs cell never finished"
+        if not list(kept.glob("*/dfs/summary.json")):
+            early = proc.communicate(timeout=30) if proc.poll() is not None else ("", "(still running)")
+            raise AssertionError(f"the dfs cell never finished (exit {proc.returncode}): {early}")
         time.sleep(0.5)  # the random cell is sleeping in its worker
         t0 = time.monotonic()
         (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGINT)
