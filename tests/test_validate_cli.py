@@ -13,7 +13,7 @@ import typer
 from typer.testing import CliRunner
 
 from blendsim.cli.kit import UserErrorGroup as _Group
-from blendsim.workloads.trace import from_columns, write_trace
+from blendsim.workloads.trace import write_trace
 
 
 def _app(*registers) -> typer.Typer:
@@ -40,18 +40,16 @@ def _invoke(*args):
 
 
 def _groups_trace(groups: int, per_group: int, seed: int = 0, prefix: int = 128):
-    """Requests in shuffled order, ``per_group`` of each sharing a ``prefix``-token segment."""
-    rng = np.random.default_rng(seed)
-    prompts, p, d = [], [], []
-    for g in range(groups):
-        for i in range(per_group):
-            tail = int(rng.integers(16, 96))
-            prompts.append([(g, prefix), (100 + g * per_group + i, tail)])
-            p.append(prefix + tail)
-            d.append(int(rng.integers(8, 40)))
-    order = rng.permutation(len(p))
-    return from_columns(input_len=np.asarray(p)[order], output_len=np.asarray(d)[order],
-                        prompts=[prompts[i] for i in order])
+    """Requests in shuffled order, ``per_group`` of each sharing a ``prefix``-token segment (the trace of
+    ``benchmarks/bench_validate_cpu.py``, which holds the replay's accuracy target)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_validate_cpu.py"
+    spec = importlib.util.spec_from_file_location("bench_validate_cpu", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.groups_trace(groups, per_group, seed, prefix)
 
 
 @pytest.fixture(scope="module")
