@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from blendsim.sim.batch import prefill_sums
+
 
 class StagePricer:
     """``run(batch) -> (stage seconds, hand-off seconds, compute s, memory s)`` of a ``pp``-stage replica."""
@@ -35,11 +37,7 @@ class StagePricer:
         return [lat + tokens * pt for (_, lat), pt in zip(self.links, self._per_token)]
 
     def run(self, batch):
-        tp = pairs = pkv = 0
-        for _, n, c, _ in batch.prefill:
-            tp += n
-            pairs += n * c + n * (n + 1) // 2
-            pkv += c + n
+        tp, pairs, pkv = prefill_sums(batch.prefill)
         D = batch.num_decode
         T = tp + D
         times = []

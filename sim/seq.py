@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import weakref
 from array import array
@@ -154,11 +155,9 @@ def _positions(rank: np.ndarray) -> tuple[array, array]:
     out = array("q"), array("q")
     out[0].frombytes(pos.tobytes())
     out[1].frombytes(order.astype(np.int64).tobytes())
-    try:
-        key = id(rank)
+    key = id(rank)
+    with contextlib.suppress(TypeError):  # not weak-referenceable: no sharing
         _POSITIONS[key] = (weakref.ref(rank, lambda _r, k=key: _POSITIONS.pop(k, None)), *out)
-    except TypeError:  # not weak-referenceable: no sharing
-        pass
     return out
 
 

@@ -75,11 +75,7 @@ class _PipeRecorder(_Recorder):
         return sum(1 for v, ve in enumerate(g.ves) if g._run[v] is not None or ve.scheduler.has_work())
 
     def run(self, b):
-        tp = pairs = pkv = 0
-        for _, n, c, _ in b.prefill:
-            tp += n
-            pairs += n * c + n * (n + 1) // 2
-            pkv += c + n
+        tp, pairs, pkv = prefill_sums(b.prefill)
         D = b.num_decode
         self.rows.append((1.0, tp + D, tp, len(b.prefill), pairs, pkv, D, b.decode_ctx_sum, b.num_logits))
         self.active.append(self._active())
