@@ -134,15 +134,26 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
     def ceiling(n: str, a) -> bool:  # an upper bound that is a physical ceiling (sim.efficiency.CEILINGS)
         return a == "upper" and n.rsplit(".", 1)[-1] in CEILINGS
 
+    import shutil
+    import textwrap
+
+    cols = max(shutil.get_terminal_size().columns, 60)  # $COLUMNS, else the terminal's
+
+    def echo(text: str, indent: str = "") -> None:  # prose wrapped to the terminal, never cut
+        typer.echo(textwrap.fill(text, cols, subsequent_indent=indent + "  ", break_on_hyphens=False))
+
+    w = max((len(n) for n, *_ in rows), default=0)
     for n, v, b, a in rows:
         bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
-        flag = f"  AT {a.upper()} BOUND" + (" (physical ceiling)" if ceiling(n, a) else "") if a else ""
-        typer.echo((f"  {n:42s} {v:12.6g}  bounds {bs:18s}" + flag).rstrip())
+        flag = f" AT {a.upper()} BOUND" + (" (ceiling)" if ceiling(n, a) else "") if a else ""
+        typer.echo((f"  {n:{w}s} {v:7.4g}  {bs:12s}" + flag).rstrip())
     hits = [n for n, _v, _b, a in rows if a]
-    typer.echo(f"{len(hits)} of {len(rows)} parameters at a bound" + (f": {', '.join(hits)}" if hits else ""))
+    echo(f"{len(hits)} of {len(rows)} parameters at a bound" + (f": {', '.join(hits)}" if hits else ""))
+    if any(ceiling(n, a) for n, _v, _b, a in rows):
+        typer.echo("(ceiling): the upper bound is physical:")
     for key in sorted({n.rsplit(".", 1)[-1] for n, _v, _b, a in rows if ceiling(n, a)}):
-        typer.echo(f"  {key}: {CEILINGS[key]}")
-    typer.echo("engine constants (cited, not fitted): " + "; ".join(
+        echo(f"  {key}: {CEILINGS[key]}", "  ")
+    echo("engine constants (cited, not fitted): " + "; ".join(
         f"{p.name}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
         f"{p.mode}" for p in PROFILES.values() if not p.fitted))
 
