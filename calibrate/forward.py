@@ -167,6 +167,8 @@ def backend_info(probe: ForwardProbe) -> dict:
     info = {"attention_backend": name, "attention_version": getattr(mod, "__version__", "unknown"),
             "attention_block_size": probe.B, "probe_layers": probe.layers,
             "timing": "each operator inside forwards of real_backend's model (calibrate.forward)"}
+    if name == "torch_sdpa" and probe.attn._backends is not None:
+        info["sdpa_kernels"] = ", ".join(b.name.lower() for b in probe.attn._backends)
     if probe.passed_over:
         info["attention_passed_over"] = probe.passed_over
     return info

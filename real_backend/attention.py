@@ -13,9 +13,19 @@ only in multiples of 256 tokens), ``flashinfer`` (paged prefill and decode wrapp
 ``torch_sdpa`` (gathers each sequence's blocks into a workspace and calls
 ``scaled_dot_product_attention``; decodes are grouped by length so one call serves many sequences with
 at most a quarter of padding). The first two need CUDA.
+
+``torch_sdpa`` never asks SDPA for GQA together with a mask: that pair has no fused CUDA kernel and runs
+in the math backend, which materialises the scores in fp32 (H200, 26 Nov 2026: decode attention 5-16x the
+profile's prediction in replayed steps whose lengths differ, while calibration's equal-length batches,
+unmasked, ran the flash kernel). A decode group folds the query heads that share a KV head into that
+head's queries (one query per head becomes ``q_heads / kv_heads`` queries per KV head), so its mask needs no
+GQA; a prefill chunk after cached context expands the KV heads. Decode groups are always masked, so
+calibration and replay time the same kernel.
 """
 
 from __future__ import annotations
+
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -25,6 +35,33 @@ from blendsim.real_backend.sequences import StepInputs
 
 BACKENDS = ("flash_attn", "flashinfer", "torch_sdpa")
 DECODE_PAD = 0.75  # a decode group holds sequences at least this fraction of its longest one
+
+
+def sdpa_backends(device):
+    """The SDPA kernels ``torch_sdpa`` lets torch choose from on ``device``: on CUDA every one but cuDNN's.
+
+    NOTE: cuDNN's attention builds an execution plan on the host for each new query/key shape (tens of ms
+    each); a replay meets new shapes at nearly every step, so with cuDNN allowed the first (timed) forward
+    of a step was host-bound (H200, torch 2.11, 26 Nov 2026: steps measured 2-10x the sum of their
+    operators) while calibration, which repeats each shape, never saw it. Flash and memory-efficient
+    attention have no per-shape planning, like the engines' own kernels.
+    """
+    if torch.device(device).type != "cuda":
+        return None
+    try:
+        from torch.nn.attention import SDPBackend
+    except ImportError:  # torch < 2.3: no cuDNN backend to leave out
+        return None
+    return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def sdpa_context(backends):
+    """A context restricting SDPA to ``backends`` (a no-op for None)."""
+    if backends is None:
+        return nullcontext()
+    from torch.nn.attention import sdpa_kernel
+
+    return sdpa_kernel(backends)
 
 
 def _sdpa_gqa() -> bool:
@@ -51,6 +88,7 @@ class TorchSDPA:
         self.gqa = _sdpa_gqa() if q_heads != kv_heads else False
         self._expand = q_heads // kv_heads if (q_heads != kv_heads and not self.gqa) else 1
         self._wk = self._wv = None
+        self._backends = sdpa_backends(device)
         self.prefill: list = []  # (row start, row end, slot index, mask or None)
         self.groups: list = []  # (query rows, slot index, keys per sequence, mask or None)
 
@@ -82,9 +120,9 @@ class TorchSDPA:
                 L = int(inp.kv_len[s])
                 idx[g, :L] = _slots(inp.block_tables[s], L, B)
             glens = inp.kv_len[members]
-            mask = None
-            if (glens != top).any():
-                mask = torch.from_numpy((np.arange(top)[None, :] < glens[:, None])[:, None, None, :]).to(dev)
+            # a mask even when every length is top: uniform (calibration) and ragged (replay) groups then run
+            # the same kernel
+            mask = torch.from_numpy((np.arange(top)[None, :] < glens[:, None])[:, None, None, :]).to(dev)
             rows = torch.from_numpy(inp.q_start[members]).to(dev)
             self.groups.append((rows, torch.from_numpy(idx.ravel()).to(dev), top, mask))
             need = max(need, (j - i) * top)
@@ -95,25 +133,40 @@ class TorchSDPA:
             self._wv = torch.empty(shape, dtype=self.dtype, device=dev)
 
     def forward(self, layer: int, q: torch.Tensor, kv, ops) -> torch.Tensor:
+        with sdpa_context(self._backends):
+            return self._forward(layer, q, kv, ops)
+
+    def _forward(self, layer: int, q: torch.Tensor, kv, ops) -> torch.Tensor:
         kf, vf = kv.k[layer], kv.v[layer]
         out = torch.empty_like(q)
         if self.prefill:
             with ops("attn_prefill"):
                 for a, e, idx, mask in self.prefill:
                     k, v = self._gather(kf, vf, idx)  # [L, hk, d]
-                    o = self._sdpa(q[a:e].transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                                   v.transpose(0, 1).unsqueeze(0), mask)
+                    qa, k, v = q[a:e].transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
+                    if mask is None:  # no cached context: causal, GQA in the kernel
+                        o = self._sdpa(qa, k, v, None)
+                    else:  # a mask with GQA would fall back to the math kernel: expand the KV heads instead
+                        o = F.scaled_dot_product_attention(qa, self._heads(k), self._heads(v), attn_mask=mask)
                     out[a:e] = o[0].transpose(0, 1)
         if self.groups:
+            rep = self.hq // self.hk
             with ops("attn_decode"):
                 for rows, idx, top, mask in self.groups:
                     k, v = self._gather(kf, vf, idx)
                     G = len(rows)
-                    k = k.view(G, top, self.hk, self.d).transpose(1, 2)
+                    k = k.view(G, top, self.hk, self.d).transpose(1, 2)  # [G, hk, top, d]
                     v = v.view(G, top, self.hk, self.d).transpose(1, 2)
-                    o = self._sdpa(q.index_select(0, rows).unsqueeze(2), k, v, mask, causal=False)
-                    out.index_copy_(0, rows, o[:, :, 0])
+                    # the query heads sharing a KV head become that head's queries (q head h reads KV head h // rep)
+                    qg = q.index_select(0, rows).view(G, self.hk, rep, self.d)
+                    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask)
+                    out.index_copy_(0, rows, o.reshape(G, self.hq, self.d))
         return out
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """KV heads repeated to the query heads ([1, hk, L, d] -> [1, hq, L, d])."""
+        rep = self.hq // self.hk
+        return x.repeat_interleave(rep, 1) if rep > 1 else x
 
     def _gather(self, kf, vf, idx):
         n = len(idx)

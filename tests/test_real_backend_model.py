@@ -34,11 +34,13 @@ from blendsim.workloads.trace import from_columns
 
 
 class _PairCount(TorchDispatchMode):
-    """Counts unmasked (query, key) pairs per query head of every SDPA call."""
+    """Counts unmasked (query, key) pairs per query head of every SDPA call: the pairs over all of a call's
+    heads and query rows, divided by the model's query heads (a decode call that folds the query heads
+    sharing a KV head into its query rows has ``kv_heads`` heads of ``q_heads / kv_heads`` rows)."""
 
-    def __init__(self):
+    def __init__(self, q_heads: int):
         super().__init__()
-        self.pairs = 0
+        self.pairs, self.q_heads = 0, q_heads
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -48,12 +50,13 @@ class _PairCount(TorchDispatchMode):
             causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
             L, S = q.shape[-2], k.shape[-2]
             if mask is not None:
-                n = int(mask.expand(*q.shape[:-3], 1, L, S).sum())  # a [G,1,1,S] key-padding mask counts once per row
+                n = int(mask.expand(*q.shape[:-1], S).sum())
             elif causal:
-                n = q.shape[0] * L * (L + 1) // 2
+                n = q.shape[0] * q.shape[1] * L * (L + 1) // 2
             else:
-                n = q.shape[0] * L * S
-            self.pairs += n
+                n = q.shape[0] * q.shape[1] * L * S
+            assert n % self.q_heads == 0
+            self.pairs += n // self.q_heads
         return func(*args, **kwargs)
 
 
@@ -66,7 +69,7 @@ class _Counter:
 
     @contextlib.contextmanager
     def __call__(self, name):
-        fc, pc = FlopCounterMode(display=False), _PairCount()
+        fc, pc = FlopCounterMode(display=False), _PairCount(SPEC.num_heads)
         with fc, pc:
             yield
         self.flops[name] += fc.get_total_flops()
