@@ -19,8 +19,10 @@ in the math backend, which materialises the scores in fp32 (H200, 26 Nov 2026: d
 profile's prediction in replayed steps whose lengths differ, while calibration's equal-length batches,
 unmasked, ran the flash kernel). A decode group folds the query heads that share a KV head into that
 head's queries (one query per head becomes ``q_heads / kv_heads`` queries per KV head), so its mask needs no
-GQA; a prefill chunk after cached context expands the KV heads. Decode groups are always masked, so
-calibration and replay time the same kernel.
+GQA. A prefill chunk after cached context takes the lower-right causal bias on CUDA in 16-bit (the flash
+kernel, as for a chunk with no context, so calibration's (tokens, context) grid has no kernel switch at
+context 0; the H200 day's one off-grid point at 69 tokens of context missed by 93%), elsewhere a mask with
+the KV heads expanded. Decode groups are always masked, so calibration and replay time the same kernel.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ import torch
 import torch.nn.functional as F
 
 from blendsim.real_backend.sequences import StepInputs
+
+try:
+    from torch.nn.attention.bias import CausalBias, causal_lower_right
+except ImportError:  # torch < 2.3
+    CausalBias = causal_lower_right = None
 
 BACKENDS = ("flash_attn", "flashinfer", "torch_sdpa")
 DECODE_PAD = 0.75  # a decode group holds sequences at least this fraction of its longest one
@@ -53,6 +60,17 @@ def sdpa_backends(device):
     except ImportError:  # torch < 2.3: no cuDNN backend to leave out
         return None
     return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def lower_right_causal(device, dtype, gqa: bool) -> bool:
+    """Whether a prefill chunk after cached context can use SDPA's lower-right causal bias
+    (``torch.nn.attention.bias.causal_lower_right``): on CUDA in 16-bit, where it runs the flash kernel
+    (bottom-right aligned, GQA native) with no mask at all, the same kernel as a chunk with no context."""
+    if CausalBias is None or torch.device(device).type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+        return False
+    import inspect
+
+    return not gqa or "enable_gqa" in inspect.signature(CausalBias._dispatch).parameters
 
 
 def sdpa_context(backends):
@@ -89,6 +107,7 @@ class TorchSDPA:
         self._expand = q_heads // kv_heads if (q_heads != kv_heads and not self.gqa) else 1
         self._wk = self._wv = None
         self._backends = sdpa_backends(device)
+        self._lower_right = lower_right_causal(device, dtype, q_heads != kv_heads)
         self.prefill: list = []  # (row start, row end, slot index, mask or None)
         self.groups: list = []  # (query rows, slot index, keys per sequence, mask or None)
 
@@ -101,7 +120,9 @@ class TorchSDPA:
             n, ctx = e - a, L - (e - a)
             idx = torch.from_numpy(_slots(inp.block_tables[i], L, B)).to(dev)
             mask = None
-            if ctx:
+            if ctx and self._lower_right:
+                mask = causal_lower_right(n, L)
+            elif ctx:
                 keep = np.arange(L)[None, :] <= ctx + np.arange(n)[:, None]
                 mask = torch.from_numpy(keep).to(dev)
             self.prefill.append((a, e, idx, mask))
@@ -146,6 +167,9 @@ class TorchSDPA:
                     qa, k, v = q[a:e].transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
                     if mask is None:  # no cached context: causal, GQA in the kernel
                         o = self._sdpa(qa, k, v, None)
+                    elif CausalBias is not None and isinstance(mask, CausalBias):  # causal from the bottom right: flash, no mask tensor
+                        o = F.scaled_dot_product_attention(qa, k, v, attn_mask=mask,
+                                                           **({"enable_gqa": True} if self.hq != self.hk else {}))
                     else:  # a mask with GQA would fall back to the math kernel: expand the KV heads instead
                         o = F.scaled_dot_product_attention(qa, self._heads(k), self._heads(v), attn_mask=mask)
                     out[a:e] = o[0].transpose(0, 1)

@@ -36,6 +36,18 @@ def _reference(q, k_all, v_all, n_new, kv_len):
 @pytest.mark.parametrize("hq,hk", [(8, 2), (4, 4)])
 @pytest.mark.parametrize("decode_lens", [[9, 9, 9], [30, 23, 17, 5, 12, 29]])
 def test_torch_sdpa_matches_a_naive_attention(hq, hk, decode_lens):
+    _check(hq, hk, decode_lens, lower_right=False)
+
+
+@pytest.mark.parametrize("hq,hk", [(8, 2), (4, 4)])
+def test_the_lower_right_causal_path_matches_too(hq, hk):
+    """The CUDA path of a chunk after cached context (``causal_lower_right``: no mask tensor), forced on the
+    CPU, where SDPA materialises the same bias."""
+    pytest.importorskip("torch.nn.attention.bias")
+    _check(hq, hk, [30, 23, 17], lower_right=True)
+
+
+def _check(hq, hk, decode_lens, lower_right):
     g = torch.Generator().manual_seed(0)
     # (new tokens, context) of each prefill chunk, then one new token per decode
     seqs = [(7, 0), (5, 11)] + [(1, c - 1) for c in decode_lens]
@@ -54,7 +66,9 @@ def test_torch_sdpa_matches_a_naive_attention(hq, hk, decode_lens):
                      slots=np.zeros(len(q), np.int64), logits_rows=np.zeros(0, np.int64), q_start=q_start,
                      kv_len=kv_len, block_tables=tables, num_prefill_seqs=2)
     attn = TorchSDPA("cpu", hq, hk, D, torch.float32, B)
+    attn._lower_right = lower_right
     attn.plan(inp)
+    assert (type(attn.prefill[1][3]).__name__ == "CausalBias") == lower_right  # the chunk after 11 cached tokens
     got = attn.forward(0, q, kv, _null)
     assert len(attn.groups) == (1 if len(set(decode_lens)) == 1 else len(attn.groups)) >= 1
     for s, (n, _c) in enumerate(seqs):
@@ -62,3 +76,4 @@ def test_torch_sdpa_matches_a_naive_attention(hq, hk, decode_lens):
         slots = (tables[s][:, None] * B + np.arange(B)).ravel()[:L]
         want = _reference(q[q_start[s]:q_start[s + 1]], kv.k[0][slots], kv.v[0][slots], n, L)
         torch.testing.assert_close(got[q_start[s]:q_start[s + 1]].double(), want, rtol=1e-4, atol=1e-4)
+
