@@ -146,7 +146,10 @@ def table_row(s: dict) -> dict:
                       "p90_abs_step_error": step.get("p90_abs_err"), "throughput_error": e2e.get("throughput_err"),
                       "predicted_tok_s": e2e.get("throughput_pred_tok_s"),
                       "measured_tok_s": e2e.get("throughput_meas_tok_s"), "complete": pol.get("complete"),
-                      "speedup_error": _get(s, "speedup", name, "speedup_err")}
+                      "speedup_error": _get(s, "speedup", name, "speedup_err"),
+                      "host_bound_fraction": pol.get("host_bound_fraction"),
+                      # per operator class, the median over operator-timed steps of |predicted / measured - 1|
+                      "op_class_error": {c: v.get("median_abs_err") for c, v in (pol.get("op_class_error") or {}).items()}}
     return {"status": s.get("status"), "per_policy": rows, "speedup_base": s.get("speedup_base")}
 
 
@@ -165,16 +168,21 @@ def markdown(summary: dict) -> str:
              "Produced by `python benchmarks/gpu_validation.py` "
              f"({'--small, ' if summary['small'] else ''}{summary['max_steps']} steps per replay at most). "
              "Predicted = the simulator with this day's kernel profile; measured = the replay of the same schedule "
-             "on the device.", "",
+             "on the device. GEMM / attention / other: median |error| per operator-timed step of each operator "
+             "class (the kernels); host-bound steps: share of steps whose host issue time was at least 90% of "
+             "their device time (the replay's Python set their pace, not the kernels).", "",
              "| trace | policy | steps | median step error (p90) | predicted tok/s | measured tok/s | "
-             "throughput error | speedup error vs first policy |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "throughput error | speedup error vs first policy | GEMM / attention / other error | host-bound steps |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in summary["replays"].items():
         for pol, x in r["per_policy"].items():
+            oc = x.get("op_class_error") or {}
             lines.append(f"| {name} | {pol} | {x.get('steps') or '-'} | {_pct(x.get('median_abs_step_error'), False)} "
                          f"({_pct(x.get('p90_abs_step_error'), False)}) | {_num(x.get('predicted_tok_s'))} | "
                          f"{_num(x.get('measured_tok_s'))} | {_pct(x.get('throughput_error'))} | "
-                         f"{_pct(x.get('speedup_error'))} |")
+                         f"{_pct(x.get('speedup_error'))} | "
+                         f"{' / '.join(_pct(oc.get(c), False) for c in ('gemm', 'attention', 'other'))} | "
+                         f"{_pct(x.get('host_bound_fraction'), False)} |")
     lines += ["", "Seconds per command: " + ", ".join(f"{k} {v}" for k, v in summary["timings_s"].items()), "",
               "Commands:", "", "```", *summary["commands"], "```", ""]
     return "\n".join(lines)
