@@ -110,3 +110,34 @@ def test_pipeline_spills(tiny_spills, tmp_path):
     kept = _run(("shared", {"policy": "fcfs"}), pp=2)
     spilled = _run(("shared", {"policy": "fcfs"}), pp=2, spill_dir=tmp_path)
     assert golden.digest(spilled) == golden.digest(kept)
+
+
+def test_a_sweep_cell_spills_its_step_log_and_writes_the_same_run(tiny_spills, tmp_path, monkeypatch):
+    """Each sweep cell spills its step log to disk as it runs (a large cell's log would otherwise fill the
+    worker's memory) and still writes the same run files as one that keeps it in memory."""
+    import tempfile
+
+    from blendsim.sim import engine, rundir
+    from blendsim.sweep import SweepSpec, check_spec, make_backend, run_sweep
+
+    monkeypatch.setattr(rundir, "STEP_ROW_GROUP", 1024 * 1024)  # the shipped row groups: identical bytes expected
+    folders = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def spy(*a, **k):
+        folders.append(k.get("prefix"))
+        return real_mkdtemp(*a, **k)
+
+    spec = check_spec(SweepSpec("blendserve", (1.2,), (0.35,), ("dfs",), ("llama-3-8b",), ("a100-80gb",),
+                                requests=200, seed=3))
+    monkeypatch.setattr(tempfile, "mkdtemp", spy)
+    spilled = run_sweep(spec, tmp_path / "a", make_backend("local", 1))
+    assert ".blendsim-steps-" in folders  # the cell's log spilled
+    monkeypatch.setattr(engine, "SPILL_ROWS", 1 << 40)
+    kept = run_sweep(spec, tmp_path / "b", make_backend("local", 1))
+    assert spilled.results.read_bytes() == kept.results.read_bytes()
+    runs_a = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a" / "runs").rglob("*.parquet"))
+    runs_b = sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b" / "runs").rglob("*.parquet"))
+    assert runs_a and runs_a == runs_b
+    for rel in runs_a:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes(), rel

@@ -95,15 +95,17 @@ def _cell(spec, cell, trace, sweep_dir):
         w = cell.workload
         cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware,
                         **{**spec.run_settings(), **({"seed": w.seed} if w.seed >= 0 else {})})
-        result = run_simulation(t, cfg)
+        # the step log's rows go to disk as the run goes (a large cell's log would otherwise fill the worker's
+        # memory), so the run is written before the temporary folder goes
+        result = run_simulation(t, cfg, spill_dir=tmp)
         if sweep_dir is None:
             run = write_run(result, Path(tmp) / "run")
             return {"summary": result.summary, "files": {p.name: p.read_bytes() for p in sorted(run.iterdir())}}
-    stage = store.staging_dir(Path(sweep_dir), cell)
-    try:
-        store.install_run(write_run(result, stage / "run"), Path(sweep_dir), cell)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        stage = store.staging_dir(Path(sweep_dir), cell)
+        try:
+            store.install_run(write_run(result, stage / "run"), Path(sweep_dir), cell)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
     return {"summary": result.summary}
 
 
