@@ -95,3 +95,27 @@ def test_the_shipped_parameters_were_fitted_within_the_measured_ranges():
         for name, (lo, hi, _prior) in names.items():
             assert params["bounds"][f"arch.{arch}.{name}"] == [lo, hi]
             assert lo <= params["arch"][arch][name] <= hi
+
+
+def test_params_marks_measured_bounds_only_where_the_file_has_them(tmp_path):
+    from typer.testing import CliRunner
+
+    from blendsim.cli import get_app
+
+    lo, hi, _ = MEASURED["hopper"]["gemm_eff"]
+    prm = {"arch": {"hopper": {"gemm_eff": lo, "mem_eff": 0.5}, "ampere": {"gemm_eff": 0.25}},
+           "bounds": {"arch.hopper.gemm_eff": [lo, hi], "arch.hopper.mem_eff": list(BOUNDS["mem_eff"]),
+                      "arch.ampere.gemm_eff": list(BOUNDS["gemm_eff"])}}
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(prm))
+    res = CliRunner().invoke(get_app(), ["fidelity", "--params", "--params-file", str(f), "--json"])
+    assert res.exit_code == 0, res.output
+    out = {p["name"]: p for p in json.loads(res.stdout)["params"]}
+    assert out["arch.hopper.gemm_eff"]["measured_bounds"] and out["arch.hopper.gemm_eff"]["at_bound"] == "lower"
+    assert not out["arch.hopper.mem_eff"]["measured_bounds"]  # generic bounds in this file: not the measured ones
+    assert not out["arch.ampere.gemm_eff"]["measured_bounds"] and out["arch.ampere.gemm_eff"]["at_bound"] == "lower"
+    text = CliRunner().invoke(get_app(), ["fidelity", "--params", "--params-file", str(f)], env={"COLUMNS": "200"})
+    lines = {ln.split()[0]: ln for ln in text.output.splitlines() if ln.startswith("  arch.")}
+    assert lines["arch.hopper.gemm_eff"].endswith("AT LOWER BOUND (measured)")
+    assert lines["arch.ampere.gemm_eff"].endswith("AT LOWER BOUND")
+    assert "(measured): bounds measured on a lent GPU's kernels" in text.output

@@ -119,25 +119,26 @@ CV_ORDER = ("source", "engine_version", "model", "hardware")
 
 
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
-    from blendsim.sim.engines import PROFILES
-
-    bounds = params.get("bounds", {})
-    rows = [(n, v, bounds.get(n), at_bound(v, bounds.get(n))) for n, v in flatten(params)]
-    if as_json:
-        typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b, "at_bound": a}
-                                                              for n, v, b, a in rows],
-                               "at_bound": [n for n, _v, _b, a in rows if a]}, indent=1))
-        return
-    typer.echo(f"fitted parameters ({path}; {params.get('fitted_on', {}).get('rows', '?')} rows):")
     from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, measured
-
-    def ceiling(n: str, a) -> bool:  # an upper bound that is a physical ceiling (sim.efficiency.CEILINGS)
-        return a == "upper" and n.rsplit(".", 1)[-1] in CEILINGS
+    from blendsim.sim.engines import PROFILES
 
     def was_measured(n: str, b) -> bool:  # the file's bounds are those a lent GPU measured (sim.efficiency.MEASURED)
         parts = n.split(".")
         m = measured(parts[1], parts[2]) if len(parts) == 3 and parts[0] == "arch" else None
         return bool(m and b) and tuple(b) == m[:2]
+
+    bounds = params.get("bounds", {})
+    rows = [(n, v, bounds.get(n), at_bound(v, bounds.get(n))) for n, v in flatten(params)]
+    if as_json:
+        typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b, "at_bound": a,
+                                                               "measured_bounds": was_measured(n, b)}
+                                                              for n, v, b, a in rows],
+                               "at_bound": [n for n, _v, _b, a in rows if a]}, indent=1))
+        return
+    typer.echo(f"fitted parameters ({path}; {params.get('fitted_on', {}).get('rows', '?')} rows):")
+
+    def ceiling(n: str, a) -> bool:  # an upper bound that is a physical ceiling (sim.efficiency.CEILINGS)
+        return a == "upper" and n.rsplit(".", 1)[-1] in CEILINGS
 
     import shutil
     import textwrap
