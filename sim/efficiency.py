@@ -80,6 +80,37 @@ CEILINGS: dict[str, str] = {
 }
 
 
+# Bounds and prior centres measured on a lent GPU, per architecture: (lower, upper, prior), in place of BOUNDS and the
+# preset's value for that architecture's fit (``blendsim.fidelity.fit.free_params``). Where no GPU of an architecture
+# has been measured it keeps BOUNDS and the preset (whose 0.70 / 0.80 come from Vidur's A100 profile); no ratio is
+# carried from one architecture to another.
+# NOTE: Hopper, from one H200 (docs/gpu-days/2026-11-26-h200, profile.json of run1-cudnn and run2-no-cudnn: each
+# operator timed inside forwards of llama-3-8b's layers, cuBLAS through torch's F.linear, as vLLM and SGLang run
+# their 16-bit GEMMs; raw medians over the token grid, against the preset's 989.4 TFLOP/s and 4.8 TB/s):
+# * gemm_eff: qkv_proj / o_proj / gate_up_proj / down_proj at 2,048-16,384 tokens reached 0.61-0.80 / 0.75-0.83 /
+#   0.80-0.83 / 0.78-0.84 of peak (medians 0.75-0.76 / 0.79 / 0.82 / 0.81-0.82); the roofline's GEMM price
+#   (128-row tiles, cubic blend) matches those points within 5% at 0.78 but qkv_proj's (the narrowest); an
+#   8192^3 matmul alone 0.72-0.735; the LM head (float32 logits, final norm included) 0.62-0.64. Range 0.60
+#   (below the slowest large GEMM) to 0.85 (above the fastest); prior 0.78. H100 SXM has the same die, SM count
+#   and clocks, so the range is taken as the architecture's.
+# * mem_eff: at 1-128 tokens the weight-streaming GEMMs read their weights at (median over the grid) 0.45-0.46
+#   (down_proj, 117 MB), 0.58-0.59 (gate_up_proj, 235 MB) and 0.61-0.63 (lm_head, 1.05 GB) of 4.8 TB/s, eager
+#   launches included (qkv_proj and o_proj, 50 and 34 MB, are host-bound there at 40-55 us and say nothing of
+#   bandwidth); a device-to-device copy reached 3.80-3.84 TB/s (0.79-0.80), the fastest streaming measured.
+#   Range 0.40 (BOUNDS' own floor) to 0.80 (the copy); prior 0.60 (the largest layer GEMM at decode sizes).
+#   What the day did not measure keeps BOUNDS: decode attention there ran through torch SDPA over gathered
+#   pages, not a paged kernel, so it says nothing of attn_mem_eff.
+MEASURED: dict[str, dict[str, tuple[float, float, float]]] = {
+    "hopper": {"gemm_eff": (0.60, 0.85, 0.78), "mem_eff": (0.40, 0.80, 0.60)},
+}
+MEASURED_SOURCE = "docs/gpu-days/2026-11-26-h200"
+
+
+def measured(arch: str | None, name: str) -> tuple[float, float, float] | None:
+    """``(lower, upper, prior)`` of ``name`` on ``arch`` where a lent GPU measured it (:data:`MEASURED`), else None."""
+    return MEASURED.get(arch or "", {}).get(name)
+
+
 @dataclass(frozen=True, slots=True)
 class Efficiency:
     """Efficiencies of one regime on one hardware; ``None`` keeps the preset's value."""
@@ -157,4 +188,4 @@ class EfficiencyTimer(RooflineTimer):
         return super().op_time(op, flops, nbytes, kernels, f)
 
 
-__all__ = ["BOUNDS", "CEILINGS", "Efficiency", "EfficiencyTimer"]
+__all__ = ["BOUNDS", "CEILINGS", "MEASURED", "MEASURED_SOURCE", "Efficiency", "EfficiencyTimer", "measured"]

@@ -119,17 +119,23 @@ CV_ORDER = ("source", "engine_version", "model", "hardware")
 
 
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
+    from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, measured
     from blendsim.sim.engines import PROFILES
+
+    def was_measured(n: str, b) -> bool:  # the file's bounds are those a lent GPU measured (sim.efficiency.MEASURED)
+        parts = n.split(".")
+        m = measured(parts[1], parts[2]) if len(parts) == 3 and parts[0] == "arch" else None
+        return bool(m and b) and tuple(b) == m[:2]
 
     bounds = params.get("bounds", {})
     rows = [(n, v, bounds.get(n), at_bound(v, bounds.get(n))) for n, v in flatten(params)]
     if as_json:
-        typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b, "at_bound": a}
+        typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b, "at_bound": a,
+                                                               "measured_bounds": was_measured(n, b)}
                                                               for n, v, b, a in rows],
                                "at_bound": [n for n, _v, _b, a in rows if a]}, indent=1))
         return
     typer.echo(f"fitted parameters ({path}; {params.get('fitted_on', {}).get('rows', '?')} rows):")
-    from blendsim.sim.efficiency import CEILINGS
 
     def ceiling(n: str, a) -> bool:  # an upper bound that is a physical ceiling (sim.efficiency.CEILINGS)
         return a == "upper" and n.rsplit(".", 1)[-1] in CEILINGS
@@ -146,6 +152,7 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
     for n, v, b, a in rows:
         bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
         flag = f" AT {a.upper()} BOUND" + (" (ceiling)" if ceiling(n, a) else "") if a else ""
+        flag += " (measured)" if was_measured(n, b) else ""
         typer.echo((f"  {n:{w}s} {v:7.4g}  {bs:12s}" + flag).rstrip())
     hits = [n for n, _v, _b, a in rows if a]
     echo(f"{len(hits)} of {len(rows)} parameters at a bound" + (f": {', '.join(hits)}" if hits else ""))
@@ -153,6 +160,10 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         typer.echo("(ceiling): the upper bound is physical:")
     for key in sorted({n.rsplit(".", 1)[-1] for n, _v, _b, a in rows if ceiling(n, a)}):
         echo(f"  {key}: {CEILINGS[key]}", "  ")
+    if any(was_measured(n, b) for n, _v, b, _a in rows):
+        echo(f"(measured): bounds measured on a lent GPU's kernels ({MEASURED_SOURCE}; sim/efficiency.py MEASURED); "
+             "a fit at such a bound wants the kernels slower or faster than measured, i.e. the cost model misprices "
+             "something else")
     echo("engine constants (cited, not fitted): " + "; ".join(
         f"{p.name}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
         f"{p.mode}" for p in PROFILES.values() if not p.fitted))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blendsim.sim.efficiency import BOUNDS
+from blendsim.sim.efficiency import BOUNDS, measured
 from blendsim.sim.engines import PROFILES, VERSIONS
 
 PRIOR = 0.1
@@ -85,7 +85,9 @@ def free_params(rows: list) -> list[Param]:
     out: dict[tuple, Param] = {}
 
     def add(path, name, hw):
-        out.setdefault(path, Param(path, *BOUNDS[name], preset_value(name, hw)))
+        # an architecture's parameter that a lent GPU measured takes the measured range and centre (sim.efficiency)
+        m = measured(path[1], name) if path[0] == "arch" else None
+        out.setdefault(path, Param(path, *m) if m else Param(path, *BOUNDS[name], preset_value(name, hw)))
 
     for _row, pr in rows:
         prof, hw = pr.profile, pr.dep.hardware

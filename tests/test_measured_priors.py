@@ -1,0 +1,121 @@
+"""Efficiency ranges measured on a lent GPU (sim.efficiency.MEASURED): the fitter uses them for that architecture
+only, a fit cannot leave them, and the ranges bracket what the GPU day's profiles measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import blendsim.fidelity.fit as F
+from blendsim.fidelity.suite import load_suite
+from blendsim.sim.efficiency import BOUNDS, MEASURED, MEASURED_SOURCE, measured
+from tests.test_fidelity import _row, _write
+
+DAY = Path(__file__).resolve().parents[1] / MEASURED_SOURCE
+RUNS = ("run1-cudnn", "run2-no-cudnn")
+PEAK, HBM = 989.4e12, 4.8e12  # the h200 preset's dense BF16 peak and bandwidth (sim.hardware)
+
+
+def _gemm_points(run: str):
+    """(op, tokens, seconds, flops, bytes) of llama-3-8b's layer GEMMs in one run's profile (raw medians)."""
+    p = json.loads((DAY / run / "profile.json").read_text())
+    s = p["model_shape"]
+    h, q, kv, i = s["hidden_size"], s["num_heads"] * s["head_dim"], s["num_kv_heads"] * s["head_dim"], \
+        s["intermediate_size"]
+    shapes = {"qkv_proj": (h, q + 2 * kv), "o_proj": (q, h), "gate_up_proj": (h, 2 * i), "down_proj": (i, h)}
+    for op, (k, n) in shapes.items():
+        o = p["ops"][op]
+        for (t,), sec in zip(o["grid"], o["median_s"], strict=True):
+            yield op, t, sec, 2 * t * k * n, 2 * k * n + 2 * t * (k + n)
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_hopper_ranges_bracket_the_h200_measurements(run):
+    g_lo, g_hi, g_prior = measured("hopper", "gemm_eff")
+    m_lo, m_hi, m_prior = measured("hopper", "mem_eff")
+    big = [f / s / PEAK for op, t, s, f, _b in _gemm_points(run) if t >= 2048]
+    assert big and g_lo <= min(big) and max(big) <= g_hi
+    assert g_lo < g_prior < g_hi
+    # weight streaming at decode sizes of the two largest layer GEMMs (qkv/o_proj are host-bound there)
+    # (each operator's median over the grid: the cuDNN run's host-bound steps scatter single points)
+    small = [float(np.median([b / s / HBM for o, t, s, _f, b in _gemm_points(run) if t <= 128 and o == op]))
+             for op in ("gate_up_proj", "down_proj")]
+    assert m_lo <= min(small) and max(small) <= m_hi
+    copy = json.loads((DAY / run / "profile.json").read_text())["hardware"]["mem_bandwidth"] / HBM
+    assert copy == pytest.approx(m_hi, abs=0.015)  # the ceiling is the day's copy bandwidth
+    assert m_lo < m_prior < m_hi
+
+
+def test_measured_ranges_are_within_the_generic_bounds():
+    for arch, names in MEASURED.items():
+        for name, (lo, hi, prior) in names.items():
+            assert BOUNDS[name][0] <= lo < prior < hi <= BOUNDS[name][1], (arch, name)
+
+
+ROWS = [
+    _row(id="h-1", source="doc A", workload="const:512/256", requests=100, value=200),
+    _row(id="h-2", source="doc A", workload="const:128/512", requests=100, value=150),
+    _row(id="a-1", source="doc B", hardware="a100-80gb", workload="const:512/256", requests=100, value=100),
+]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    return load_suite(_write(tmp_path_factory.mktemp("cat"), ROWS), {})
+
+
+def test_the_fitter_uses_measured_ranges_only_where_measured(suite):
+    ps = {p.name: p for p in F.free_params(suite.ok)}
+    hop, amp = ps["arch.hopper.gemm_eff"], ps["arch.ampere.gemm_eff"]
+    assert (hop.lo, hop.hi, hop.prior) == MEASURED["hopper"]["gemm_eff"]
+    assert (amp.lo, amp.hi) == BOUNDS["gemm_eff"] and amp.prior == pytest.approx(0.70)
+    assert (ps["arch.hopper.mem_eff"].lo, ps["arch.hopper.mem_eff"].hi) == MEASURED["hopper"]["mem_eff"][:2]
+    assert (ps["arch.hopper.attn_mem_eff"].lo, ps["arch.hopper.attn_mem_eff"].hi) == BOUNDS["attn_mem_eff"]
+
+
+def test_a_fit_that_wants_slower_gemms_stops_at_the_measured_floor(suite):
+    # measurements far below what any efficiency in range gives: the fit pushes every efficiency down, and
+    # Hopper's GEMM efficiency stops at the measured floor while Ampere's may go to the generic one
+    out = F.fit(suite.ok)
+    lo = MEASURED["hopper"]["gemm_eff"][0]
+    assert out["arch"]["hopper"]["gemm_eff"] >= lo - 1e-12
+    assert out["bounds"]["arch.hopper.gemm_eff"] == list(MEASURED["hopper"]["gemm_eff"][:2])
+    assert out["bounds"]["arch.ampere.gemm_eff"] == list(BOUNDS["gemm_eff"])
+    assert out["arch"]["hopper"]["gemm_eff"] == pytest.approx(lo, abs=1e-3)
+
+
+def test_the_shipped_parameters_were_fitted_within_the_measured_ranges():
+    from blendsim.sim.engines import PARAMS_FILE
+
+    params = json.loads(PARAMS_FILE.read_text())
+    for arch, names in MEASURED.items():
+        for name, (lo, hi, _prior) in names.items():
+            assert params["bounds"][f"arch.{arch}.{name}"] == [lo, hi]
+            assert lo <= params["arch"][arch][name] <= hi
+
+
+def test_params_marks_measured_bounds_only_where_the_file_has_them(tmp_path):
+    from typer.testing import CliRunner
+
+    from blendsim.cli import get_app
+
+    lo, hi, _ = MEASURED["hopper"]["gemm_eff"]
+    prm = {"arch": {"hopper": {"gemm_eff": lo, "mem_eff": 0.5}, "ampere": {"gemm_eff": 0.25}},
+           "bounds": {"arch.hopper.gemm_eff": [lo, hi], "arch.hopper.mem_eff": list(BOUNDS["mem_eff"]),
+                      "arch.ampere.gemm_eff": list(BOUNDS["gemm_eff"])}}
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(prm))
+    res = CliRunner().invoke(get_app(), ["fidelity", "--params", "--params-file", str(f), "--json"])
+    assert res.exit_code == 0, res.output
+    out = {p["name"]: p for p in json.loads(res.stdout)["params"]}
+    assert out["arch.hopper.gemm_eff"]["measured_bounds"] and out["arch.hopper.gemm_eff"]["at_bound"] == "lower"
+    assert not out["arch.hopper.mem_eff"]["measured_bounds"]  # generic bounds in this file: not the measured ones
+    assert not out["arch.ampere.gemm_eff"]["measured_bounds"] and out["arch.ampere.gemm_eff"]["at_bound"] == "lower"
+    text = CliRunner().invoke(get_app(), ["fidelity", "--params", "--params-file", str(f)], env={"COLUMNS": "200"})
+    lines = {ln.split()[0]: ln for ln in text.output.splitlines() if ln.startswith("  arch.")}
+    assert lines["arch.hopper.gemm_eff"].endswith("AT LOWER BOUND (measured)")
+    assert lines["arch.ampere.gemm_eff"].endswith("AT LOWER BOUND")
+    assert "(measured): bounds measured on a lent GPU's kernels" in text.output
