@@ -150,7 +150,8 @@ def table_row(s: dict) -> dict:
                       "host_bound_fraction": pol.get("host_bound_fraction"),
                       # per operator class, the median over operator-timed steps of |predicted / measured - 1|
                       "op_class_error": {c: v.get("median_abs_err") for c, v in (pol.get("op_class_error") or {}).items()}}
-    return {"status": s.get("status"), "per_policy": rows, "speedup_base": s.get("speedup_base")}
+    return {"status": s.get("status"), "per_policy": rows, "speedup_base": s.get("speedup_base"),
+            "sdpa_kernel_by_call": s.get("sdpa_kernel_by_call")}
 
 
 def _pct(x, sign: bool = True) -> str:
@@ -183,6 +184,10 @@ def markdown(summary: dict) -> str:
                          f"{_pct(x.get('speedup_error'))} | "
                          f"{' / '.join(_pct(oc.get(c), False) for c in ('gemm', 'attention', 'other'))} | "
                          f"{_pct(x.get('host_bound_fraction'), False)} |")
+    kernels = {n: r["sdpa_kernel_by_call"] for n, r in summary["replays"].items() if r.get("sdpa_kernel_by_call")}
+    if kernels:  # torch_sdpa on CUDA: a 'math' kernel means that attention ran unfused (slow, not an engine's)
+        lines += ["", "SDPA kernel per attention call: " + "; ".join(
+            f"{n}: " + ", ".join(f"{c} {k}" for c, k in v.items()) for n, v in kernels.items())]
     lines += ["", "Seconds per command: " + ", ".join(f"{k} {v}" for k, v in summary["timings_s"].items()), "",
               "Commands:", "", "```", *summary["commands"], "```", ""]
     return "\n".join(lines)

@@ -169,6 +169,7 @@ def backend_info(probe: ForwardProbe) -> dict:
             "timing": "each operator inside forwards of real_backend's model (calibrate.forward)"}
     if name == "torch_sdpa" and probe.attn._backends is not None:
         info["sdpa_kernels"] = ", ".join(b.name.lower() for b in probe.attn._backends)
+        info["sdpa_kernel_by_call"] = ", ".join(f"{k} {v}" for k, v in probe.attn.kernel_report().items())
     if probe.passed_over:
         info["attention_passed_over"] = probe.passed_over
     return info

@@ -187,6 +187,40 @@ class TorchSDPA:
                     out.index_copy_(0, rows, o.reshape(G, self.hq, self.d))
         return out
 
+    def kernel_report(self) -> dict:
+        """Which SDPA kernel each of this backend's three call shapes gets on CUDA (flash, efficient or math),
+        as torch's own dispatch checks answer for a small example of each; {} elsewhere. A ``math`` entry
+        means that attention is not timed on a fused kernel (26 Nov 2026: the reason a replay missed by 5-16x).
+        """
+        return self._kernel_report() if torch.device(self.device).type == "cuda" else {}
+
+    def _kernel_report(self) -> dict:
+        try:
+            from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+        except ImportError:
+            return {}
+        dev, dt, hq, hk, d, rep = self.device, self.dtype, self.hq, self.hk, self.d, self.hq // self.hk
+        t = lambda *shape: torch.empty(*shape, dtype=dt, device=dev)  # noqa: E731
+        mask = torch.ones(4, 1, 1, 64, dtype=torch.bool, device=dev)
+        kv = t(1, hk, 96, d)
+        calls = {  # (q, k, mask, is_causal, enable_gqa) as _forward makes them
+            "prefill": (t(1, hq, 96, d), kv, None, True, hq != hk),
+            "prefill_after_context": ((t(1, hq, 32, d), kv, None, False, hq != hk) if self._lower_right
+                                      else (t(1, hq, 32, d), t(1, hq, 96, d), torch.ones(32, 96, dtype=torch.bool,
+                                                                                         device=dev), False, False)),
+            "decode": (t(4, hk, rep, d), t(4, hk, 64, d), mask, False, False),
+        }
+        out = {}
+        with sdpa_context(self._backends):
+            for name, (q, k, m, causal, gqa) in calls.items():
+                try:
+                    params = SDPAParams(q, k, k, m, 0.0, causal, gqa)
+                except TypeError:  # torch < 2.5: no enable_gqa
+                    params = SDPAParams(q, k, k, m, 0.0, causal)
+                out[name] = ("flash" if can_use_flash_attention(params) else
+                             "efficient" if can_use_efficient_attention(params) else "math")
+        return out
+
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """KV heads repeated to the query heads ([1, hk, L, d] -> [1, hq, L, d])."""
         rep = self.hq // self.hk

@@ -120,6 +120,9 @@ class Session:
                            op_every=self.cfg.op_every)
         self.info.setdefault("attention_backend", ex.attn.name)
         self.info.setdefault("attention_passed_over", ex.attn_passed_over)
+        kernels = getattr(ex.attn, "kernel_report", dict)()  # torch_sdpa on CUDA: which SDPA kernel each call gets
+        if kernels:
+            self.info["sdpa_kernel_by_call"] = kernels
         shapes = cm.timer.shapes
 
         def on_step(batch, rec):

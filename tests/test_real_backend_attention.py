@@ -77,3 +77,14 @@ def _check(hq, hk, decode_lens, lower_right):
         want = _reference(q[q_start[s]:q_start[s + 1]], kv.k[0][slots], kv.v[0][slots], n, L)
         torch.testing.assert_close(got[q_start[s]:q_start[s + 1]].double(), want, rtol=1e-4, atol=1e-4)
 
+
+
+@pytest.mark.parametrize("lower_right", [False, True])
+def test_the_kernel_report_names_a_kernel_for_each_call(lower_right):
+    """On CUDA the profile and the validation record which SDPA kernel each call shape gets; the check's own
+    calls are exercised here (on the CPU, where no fused CUDA kernel applies: math), and the public report
+    is empty off CUDA."""
+    attn = TorchSDPA("cpu", 8, 2, D, torch.float32, B)
+    attn._lower_right = lower_right
+    assert attn.kernel_report() == {}
+    assert attn._kernel_report() == {"prefill": "math", "prefill_after_context": "math", "decode": "math"}
