@@ -15,7 +15,8 @@ Steps, each an ordinary ``blendsim`` command (printed before it runs, so any ste
 4. ``SUMMARY.md`` and ``summary.json`` in the output folder: one predicted-vs-measured table over the three
    replays, and the commands that produced them.
 
-Everything is written under ``--out`` (default ``reports/validation/<device>-<model>``), which must not exist
+Everything is written under ``--out`` (default ``docs/gpu-days/<date>-<gpu>-<model>``, beside earlier days' results
+and outside the ``reports`` package's source folder), which must not exist
 yet: this script never replaces an earlier day's results. Measured on one H200 (26 Nov 2026, pure-Python
 step path): the full calibration took about 160 s and the three validations at ``--max-steps 64`` 115-140 s,
 so a day fits 15 minutes of device time with ``--max-steps 64``; the default 400 steps take about 6x longer.
@@ -52,6 +53,26 @@ def traces(small: bool, model: str, hardware: str) -> dict[str, list[str]]:
     }
 
 
+def default_out(device: str, model: str) -> Path:
+    """``docs/gpu-days/<today>-<hardware preset of the GPU, else the device>-<model>``."""
+    import datetime
+
+    name = device.replace(":", "")
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            from blendsim.sim.hardware import preset_for_device
+
+            dev = torch.device(device)
+            idx = dev.index or 0
+            name = preset_for_device(torch.cuda.get_device_name(idx),
+                                     torch.cuda.get_device_properties(idx).total_memory) or name
+        except Exception:  # no torch or no GPU here: validate itself reports that, in one line
+            pass
+    return Path("docs/gpu-days") / f"{datetime.date.today().isoformat()}-{name}-{model}"
+
+
 def run(cmd: list[str], log) -> float:
     """Run one command, echoing it to the log; stop the day on failure (its own one-line error is shown)."""
     line = " ".join(shlex.quote(c) for c in cmd)
@@ -85,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     cpu = a.device == "cpu"
     model = a.model or ("tiny" if cpu else "llama-3-8b")
-    out = a.out or Path("reports/validation") / f"{a.device.replace(':', '')}-{model}"
+    out = a.out or default_out(a.device, model)
     if a.profile and not a.profile.exists():
         raise SystemExit(f"gpu_validation: --profile {a.profile} does not exist")
     if out.exists():
