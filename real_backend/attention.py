@@ -66,7 +66,9 @@ def lower_right_causal(device, dtype, gqa: bool) -> bool:
     """Whether a prefill chunk after cached context can use SDPA's lower-right causal bias
     (``torch.nn.attention.bias.causal_lower_right``): on CUDA in 16-bit, where it runs the flash kernel
     (bottom-right aligned, GQA native) with no mask at all, the same kernel as a chunk with no context."""
-    if CausalBias is None or torch.device(device).type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+    if CausalBias is None or torch.device(device).type != "cuda":
+        return False
+    if dtype not in (torch.float16, torch.bfloat16):
         return False
     import inspect
 
@@ -164,12 +166,14 @@ class TorchSDPA:
             with ops("attn_prefill"):
                 for a, e, idx, mask in self.prefill:
                     k, v = self._gather(kf, vf, idx)  # [L, hk, d]
-                    qa, k, v = q[a:e].transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
+                    qa = q[a:e].transpose(0, 1).unsqueeze(0)
+                    k, v = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
                     if mask is None:  # no cached context: causal, GQA in the kernel
                         o = self._sdpa(qa, k, v, None)
-                    elif CausalBias is not None and isinstance(mask, CausalBias):  # causal from the bottom right: flash, no mask tensor
-                        o = F.scaled_dot_product_attention(qa, k, v, attn_mask=mask,
-                                                           **({"enable_gqa": True} if self.hq != self.hk else {}))
+                    elif CausalBias is not None and isinstance(mask, CausalBias):
+                        # causal from the bottom right: the flash kernel, no mask tensor, GQA in the kernel
+                        gqa = {"enable_gqa": True} if self.hq != self.hk else {}
+                        o = F.scaled_dot_product_attention(qa, k, v, attn_mask=mask, **gqa)
                     else:  # a mask with GQA would fall back to the math kernel: expand the KV heads instead
                         o = F.scaled_dot_product_attention(qa, self._heads(k), self._heads(v), attn_mask=mask)
                     out[a:e] = o[0].transpose(0, 1)
