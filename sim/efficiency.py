@@ -89,7 +89,7 @@ CEILINGS: dict[str, str] = {
 # their 16-bit GEMMs; raw medians over the token grid, against the preset's 989.4 TFLOP/s and 4.8 TB/s):
 # * gemm_eff: qkv_proj / o_proj / gate_up_proj / down_proj at 2,048-16,384 tokens reached 0.61-0.80 / 0.75-0.83 /
 #   0.80-0.83 / 0.78-0.84 of peak (medians 0.75-0.76 / 0.79 / 0.82 / 0.81-0.82); the roofline's GEMM price
-#   (128-row tiles, cubic blend) matches those points within 5% at 0.78 but qkv_proj's (the narrowest); an
+#   (128-row tiles, cubic blend) matches those points within 5% at 0.78 except qkv_proj's (7-18% slower than its shape); an
 #   8192^3 matmul alone 0.72-0.735; the LM head (float32 logits, final norm included) 0.62-0.64. Range 0.60
 #   (below the slowest large GEMM) to 0.85 (above the fastest); prior 0.78. H100 SXM has the same die, SM count
 #   and clocks, so the range is taken as the architecture's.
