@@ -192,9 +192,6 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
                       kv_load_mode(cfg.kv_load, cfg.engine or DEFAULT_ENGINE),
                       cfg.host_link_gbps, cfg.disk_read_gbps, cfg.disk_write_gbps)
-    if tiers is not None and dep.pp > 1:
-        raise UserError("host/disk KV tiers (--host-kv-gb/--disk-kv-gb) are not modelled with pipeline parallelism "
-                        "yet: drop the tiers or use --pp 1")
     ctx = PolicyContext(trace=trace, tree=tree, deployment=dep, cost_model=cm, engine=eng,
                         replicas=cfg.replicas * dep.pp,
                         seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks, tiers=tiers)
@@ -213,7 +210,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster, Replica, SimExecutor, pipelined_units
-    from blendsim.sim.kv_tiers import make_kv, tier_summary
+    from blendsim.sim.kv_tiers import StageLinks, make_kv, tier_summary
     from blendsim.sim.metrics import per_request_table, summarize
     from blendsim.sim.pipeline import StagePricer
 
@@ -235,8 +232,11 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     replicas = []
     ff = eng.fast_forward and not cfg.record_schedule
     pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None
+    links = None
     for i in range(cfg.replicas * dep.pp):
-        kv = make_kv(tree, blocks, B, eng.prefix_caching, eng.prefix_retain, run.tiers)
+        if run.tiers is not None and dep.pp > 1 and i % dep.pp == 0:
+            links = StageLinks(run.tiers)  # a pipelined replica's stages' links, shared by its virtual engines
+        kv = make_kv(tree, blocks, B, eng.prefix_caching, eng.prefix_retain, run.tiers, links)
         sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
                                       record=cfg.record_schedule, output_hint=hints)
         replicas.append(Replica(i, sched, pricer or SimExecutor(cm), fast_forward=ff, progress=tick,
@@ -260,7 +260,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     # the run's live state (schedulers, KV caches, prefix tree, policy, the schedulers' per-request lists) is not
     # needed for the tables: free it before they are built, where a large run's memory would otherwise peak
-    del replicas, units, router, cluster, policy, tree, P, Dl, hints, tick, kv, sched
+    del replicas, units, router, cluster, policy, tree, P, Dl, hints, tick, kv, sched, links
     run.policy = run.tree = None
     gc.collect()  # the simpy processes and the replicas refer to each other
     per_req = per_request_table(trace, rec, steps)

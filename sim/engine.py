@@ -288,7 +288,8 @@ class PipelinedReplica:
     handed from stage to stage over the link between them, and waits when a stage is still busy with an
     earlier batch (stages serve batches in the order they entered the pipe, as the point-to-point sends do).
     With one virtual engine busy a step costs the sum of the stages and hand-offs; with the pipe full it costs
-    the slowest stage; at the end of a job, as virtual engines run dry, the bubble shows.
+    the slowest stage; at the end of a job, as virtual engines run dry, the bubble shows. A step that loads KV
+    from host/disk tiers delays each stage by that stage's own load (:meth:`_wait_loads`).
     """
 
     def __init__(self, idx: int, ves: list[Replica], pricer, fast_forward: bool = True):
@@ -329,6 +330,18 @@ class PipelinedReplica:
             free[s] = t
         return t
 
+    @staticmethod
+    def _wait_loads(ve: Replica, times: list, loads: list) -> list:
+        """Each stage's time for a step whose KV loads from host/disk take ``loads[i]`` seconds on stage ``i``'s
+        own links (sim.kv_tiers: every stage loads its own layers): the stage computes after its load (stall),
+        or for the longer of the two (overlap). ``ve.load_stall_s`` adds the stage-seconds waited."""
+        out = []
+        for dt, ld in zip(times, loads):
+            t = (ld if ld > dt else dt) if ve.overlap_loads else ld + dt
+            ve.load_stall_s += t - dt
+            out.append(t)
+        return out
+
     def run_until(self, now: float, horizon: float) -> float:
         """Issue batches that their virtual engines are ready to start before ``horizon``; the next time the
         replica needs the clock (the earliest ready virtual engine with work), or when its last batch ends."""
@@ -356,6 +369,8 @@ class PipelinedReplica:
                 skip.add(best)
                 continue
             times, xfer, comp, mem = self.pricer.run(b)
+            if b.load_s:
+                times = self._wait_loads(ve, times, ve.scheduler.kv.stage_load_s(bt))
             end = self._through(bt, times, xfer)
             sched.update(b, end)
             ready[best] = end

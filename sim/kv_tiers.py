@@ -25,6 +25,22 @@ step's compute, ``overlap`` (layer-by-layer prefetch) makes the step last the lo
 (the engine profile's ``kv_load``). Offload writes are off the critical path; they only delay later
 loads on the shared link. Evictions during a fast-forwarded decode run are stamped at its start.
 
+Pipeline parallelism (``pp`` > 1): each stage's GPUs hold only the KV of their own layers, in GPU memory and
+in the lower tiers alike, as per-rank KV offloading does (vLLM's KV connectors, e.g. LMCache's, run in every
+worker and save and load the KV of the layers that worker's model part holds; LMCache keys a stored chunk by
+``world_size`` and ``worker_id`` besides its token hash, ``CacheEngineKey``). So a tier of ``X`` GB per replica holds ``X / kv_bytes_per_token`` tokens,
+as the whole replica's GPUs together would, and a prefix block reloaded from host memory is reloaded by every
+stage for its own layers, in parallel over each stage's own links: stage ``i`` moves its share of the block's
+bytes (``kv_bytes_per_token // layers * stage_layers[i]``, the split ``Deployment`` sizes GPU KV with) over
+its ``tp`` GPUs' host links (and NVMe shares), each stage on its own busy-until clocks (:class:`StageLinks`).
+The replica's ``pp`` virtual engines split the tier's blocks evenly, as they split the GPU's (vLLM v0's
+``Scheduler`` divides both ``num_gpu_blocks`` and ``num_cpu_blocks`` by ``pipeline_parallel_size``), and
+share the stages' links. A load delays only the stage that waits for it: ``stall`` adds stage ``i``'s load
+seconds before that stage's compute for the step, ``overlap`` makes the stage's time the longer of the two
+(``sim.engine.PipelinedReplica``). A stage's transfers queue on its links from when the step is scheduled
+(as without PP); under ``stall`` its wait is added when the batch reaches the stage (the worker loads before
+its forward pass), not hidden behind the earlier stages' compute.
+
 With no tier (0 GB) the plain :class:`~blendsim.sim.kv.KVCache` runs unchanged.
 """
 
@@ -64,19 +80,43 @@ class Channel:
 
 @dataclass(frozen=True)
 class TierSpec:
-    """Capacities and bandwidths of one replica's lower tiers (all GPUs of the replica together)."""
+    """Capacities and bandwidths of one replica's lower tiers (all GPUs of the replica together); with
+    pipeline parallelism, the capacities of one virtual engine and the bandwidths of one stage."""
 
     host_blocks: int
     disk_blocks: int
-    block_bytes: int  # KV bytes of one block on the replica
-    link_bw: float  # host link bytes/s per direction, replica total
+    block_bytes: int  # KV bytes of one block on the replica (all layers)
+    link_bw: float  # host link bytes/s per direction: the replica's GPUs together (with pp > 1: one stage's)
     disk_read_bw: float
     disk_write_bw: float
     load_mode: str = "stall"
+    stage_bytes: tuple = ()  # pp > 1: KV bytes of one block each stage holds (its layers); (): one stage
 
     @property
     def enabled(self) -> bool:
         return self.host_blocks > 0 or self.disk_blocks > 0
+
+    @property
+    def load_bytes_per_block(self) -> int:
+        """Bytes of one block the slowest stage moves over its link (the whole block with one stage): the
+        link seconds of a load are this over :attr:`link_bw` (every stage has the same links)."""
+        return max(self.stage_bytes) if self.stage_bytes else self.block_bytes
+
+
+class StageLinks:
+    """The host links and disks of one replica's stages (one stage without pipeline parallelism): a
+    :class:`Channel` each, shared by the replica's virtual engines, and the seconds one block takes on each."""
+
+    __slots__ = ("host", "disk", "t_link", "t_dread", "t_dwrite")
+
+    def __init__(self, spec: TierSpec):
+        parts = spec.stage_bytes or (spec.block_bytes,)
+        n = len(parts)
+        self.host = [Channel("host link" if n == 1 else f"host link (stage {i})") for i in range(n)]
+        self.disk = [Channel("disk" if n == 1 else f"disk (stage {i})") for i in range(n)]
+        self.t_link = [bb / spec.link_bw for bb in parts]
+        self.t_dread = [bb / spec.disk_read_bw if spec.disk_read_bw > 0 else 0.0 for bb in parts]
+        self.t_dwrite = [bb / spec.disk_write_bw if spec.disk_write_bw > 0 else 0.0 for bb in parts]
 
 
 def check_tier_gb(value, flag: str, limit_bytes: float = 0.0, what: str = "") -> float:
@@ -129,19 +169,33 @@ def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "st
 
     Sizes are per replica; the preset's host memory and local NVMe (per node, when it gives them) bound
     them. Bandwidths (per GPU: the preset's cited defaults, or the ``*_gbps`` overrides) scale with the
-    replica's GPUs: each GPU has its own host link and NVMe share."""
+    replica's GPUs: each GPU has its own host link and NVMe share.
+
+    With ``dep.pp`` > 1 (see the module docstring): the capacities are each virtual engine's share
+    (the replica's tokens // pp), the bandwidths one stage's (``tp`` GPUs), ``stage_bytes`` each stage's
+    share of a block, and the size bound is the nodes' memory for the share of the KV each node holds."""
     hw = dep.hardware
     link = _gbps(host_link_gbps, "--host-link-gbps", hw.host_link_bandwidth)
     dread = _gbps(disk_read_gbps, "--disk-read-gbps", hw.disk_read_bandwidth)
     dwrite = _gbps(disk_write_gbps, "--disk-write-gbps", hw.disk_write_bandwidth)
-    host = check_tier_gb(host_kv_gb, "--host-kv-gb", hw.host_memory_bytes,
-                         f"{hw.name}'s host memory per node")
-    disk = check_tier_gb(disk_kv_gb, "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
+    pp = dep.pp
+    node_share = _node_share(dep) if pp > 1 else 1.0
+    where = "per node" if node_share == 1.0 else f"for the {node_share:.0%} of the KV its busiest node holds"
+    host = check_tier_gb(host_kv_gb, "--host-kv-gb", hw.host_memory_bytes / node_share,
+                         f"{hw.name}'s host memory {where}")
+    disk = check_tier_gb(disk_kv_gb, "--disk-kv-gb", hw.disk_bytes / node_share,
+                         f"{hw.name}'s local NVMe {where}")
     if load_mode not in LOAD_MODES:
         raise UserError(f"kv_load must be one of {', '.join(LOAD_MODES)}, got {load_mode!r}")
     bb = int(dep.kv_bytes_per_token) * int(block_size)
-    spec = TierSpec(int(host * GB // bb), int(disk * GB // bb), bb, link * dep.tp, dread * dep.tp, dwrite * dep.tp,
-                    load_mode)
+    if pp == 1:
+        spec = TierSpec(int(host * GB // bb), int(disk * GB // bb), bb, link * dep.tp, dread * dep.tp,
+                        dwrite * dep.tp, load_mode)
+    else:
+        per_layer = int(dep.kv_bytes_per_token) // dep.model.num_layers
+        stage_bytes = tuple(per_layer * n * int(block_size) for n in dep.stage_layers())
+        spec = TierSpec(int(host * GB // bb) // pp, int(disk * GB // bb) // pp, bb, link * dep.tp, dread * dep.tp,
+                        dwrite * dep.tp, load_mode, stage_bytes)
     if not spec.enabled:
         return None
     if spec.link_bw <= 0:
@@ -151,13 +205,24 @@ def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "st
     return spec
 
 
+def _node_share(dep) -> float:
+    """The largest share of a replica's KV (all layers) that one of its nodes holds: GPUs are placed in order
+    (stage 0's TP group first), each GPU of stage ``i`` holds ``stage_layers[i] / layers / tp`` of it."""
+    layers = dep.stage_layers()
+    L, tp, per = dep.model.num_layers, dep.tp, dep.hardware.gpus_per_node
+    nodes = [0.0] * dep.nodes
+    for g in range(dep.tp * dep.pp):
+        nodes[g // per] += layers[g // tp] / L / tp
+    return max(nodes)
+
+
 class TieredKVCache(KVCache):
     """A :class:`KVCache` whose evictions spill to host memory and then disk, and whose hits may load."""
 
     tiered = True
 
     def __init__(self, tree, num_blocks: int, block_size: int, caching: bool, spec: TierSpec, on_event=None,
-                 retain: bool = True):
+                 retain: bool = True, links: StageLinks | None = None):
         super().__init__(tree, num_blocks, block_size, caching, on_event, retain)
         n = tree.num_nodes
         self.spec = spec
@@ -171,12 +236,12 @@ class TieredKVCache(KVCache):
         self._dheap: list = []
         self.host_used = 0
         self.disk_used = 0
-        self.link = Channel("host link")
-        self.disk_ch = Channel("disk")
-        bb = spec.block_bytes
-        self._t_link = bb / spec.link_bw
-        self._t_dread = bb / spec.disk_read_bw if spec.disk_read_bw > 0 else 0.0
-        self._t_dwrite = bb / spec.disk_write_bw if spec.disk_write_bw > 0 else 0.0
+        # the stages' links (one stage without PP), shared with the replica's other virtual engines
+        self.links = links if links is not None else StageLinks(spec)
+        self.link = self.links.host[0]
+        self.disk_ch = self.links.disk[0]
+        self.stage_ready = [0.0] * len(self.links.host)  # when each stage's loads issued at stage_ready_at end
+        self.stage_ready_at = -1.0
         self.now = 0.0  # the scheduler's clock: when evictions (writes) are issued
         self.last_split = (0, 0)  # host and disk blocks of the last match's hit
         # lifetime totals, in blocks
@@ -270,13 +335,32 @@ class TieredKVCache(KVCache):
         self.host_hit_blocks += hl_tot
         self.disk_hit_blocks += dl_tot
         self.load_blocks += n
-        # disk blocks stream from the drive over the link: the later of the two transfers ends the load
-        end = self.link.transfer(now, n * self._t_link)
-        if dl_tot:
-            d_end = self.disk_ch.transfer(now, dl_tot * self._t_dread)
-            if d_end > end:
-                end = d_end
-        return end
+        # disk blocks stream from the drive over the link: the later of the two transfers ends the load; each
+        # stage moves its own layers' share over its own links
+        L = self.links
+        ready = self.stage_ready
+        if now != self.stage_ready_at:  # a new step: its stages' loads start from none
+            self.stage_ready_at = now
+            for i in range(len(ready)):
+                ready[i] = now
+        last = now
+        for i, ch in enumerate(L.host):
+            end = ch.transfer(now, n * L.t_link[i])
+            if dl_tot:
+                d_end = L.disk[i].transfer(now, dl_tot * L.t_dread[i])
+                if d_end > end:
+                    end = d_end
+            if end > ready[i]:
+                ready[i] = end
+            if end > last:
+                last = end
+        return last
+
+    def stage_load_s(self, now: float) -> list[float]:
+        """Seconds from ``now`` until each stage's loads of the step scheduled at ``now`` have arrived."""
+        if now != self.stage_ready_at:
+            return [0.0] * len(self.stage_ready)
+        return [t - now for t in self.stage_ready]
 
     def evict(self, n: int) -> int:
         """Free at least ``n`` GPU blocks of unreferenced cache (deepest, oldest first): they move to host."""
@@ -319,7 +403,9 @@ class TieredKVCache(KVCache):
         if moved:
             self.host_used += moved
             self.offload_host_blocks += moved
-            self.link.transfer(self.now, moved * self._t_link)
+            L = self.links
+            for i, ch in enumerate(L.host):
+                ch.transfer(self.now, moved * L.t_link[i])
             if self.host_used > self.host_cap:
                 self._evict_host(self.host_used - self.host_cap)
         return freed
@@ -351,7 +437,9 @@ class TieredKVCache(KVCache):
         if to_disk:
             self.disk_used += moved
             self.offload_disk_blocks += moved
-            self.disk_ch.transfer(self.now, moved * self._t_dwrite)
+            L = self.links
+            for i, ch in enumerate(L.disk):
+                ch.transfer(self.now, moved * L.t_dwrite[i])
             if self.disk_used > self.disk_cap:
                 self._evict_disk(self.disk_used - self.disk_cap)
         else:
@@ -404,17 +492,20 @@ class TieredKVCache(KVCache):
         assert (np.asarray(self.cached) + host + disk <= np.asarray(self.nblocks)).all()
 
 
-def make_kv(tree, num_blocks: int, block_size: int, caching: bool, retain: bool, spec: TierSpec | None):
-    """The replica's KV cache: tiered when ``spec`` has a tier, else the plain GPU cache."""
+def make_kv(tree, num_blocks: int, block_size: int, caching: bool, retain: bool, spec: TierSpec | None,
+            links: StageLinks | None = None):
+    """The replica's KV cache: tiered when ``spec`` has a tier, else the plain GPU cache. ``links``: the stages'
+    links it shares with the other virtual engines of its pipelined replica (None: its own)."""
     if spec is None:
         return KVCache(tree, num_blocks, block_size, caching, retain=retain)
-    return TieredKVCache(tree, num_blocks, block_size, caching, spec, retain=retain)
+    return TieredKVCache(tree, num_blocks, block_size, caching, spec, retain=retain, links=links)
 
 
 def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: float) -> dict:
     """summary.json's tier fields over a run's replicas (the same keys with no tier)."""
     host_hit = disk_hit = load = off_h = off_d = 0
     link_busy = 0.0
+    seen = set()
     for kv in kvs:
         if getattr(kv, "tiered", False):
             host_hit += kv.host_hit_blocks
@@ -422,7 +513,9 @@ def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: f
             load += kv.load_blocks
             off_h += kv.offload_host_blocks
             off_d += kv.offload_disk_blocks
-            link_busy += kv.link.busy_s
+            if id(kv.links) not in seen:  # a pipelined replica's virtual engines share their stages' links
+                seen.add(id(kv.links))
+                link_busy += max(ch.busy_s for ch in kv.links.host)  # its busiest stage's host link
     bb = spec.block_bytes if spec else 0
     return {
         "prefix_hit_tokens": {"gpu": int(hit_tokens - (host_hit + disk_hit) * B), "host": int(host_hit * B),
@@ -434,5 +527,5 @@ def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: f
     }
 
 
-__all__ = ["Channel", "LOAD_MODES", "TIER_OPTIONS", "TierSpec", "TieredKVCache", "check_tier_gb", "make_kv",
+__all__ = ["Channel", "LOAD_MODES", "StageLinks", "TIER_OPTIONS", "TierSpec", "TieredKVCache", "check_tier_gb", "make_kv",
            "tier_spec", "tier_summary"]

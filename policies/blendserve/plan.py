@@ -63,7 +63,7 @@ def build_plan(ctx, opt: dict) -> Plan:
     if opt.get("tiers", "gpu") == "load" and tiers is not None:
         # ours: a split unit's prefix, written to the host tier when the GPU evicts it, comes back as a load;
         # the budget (shared tokens x (1 - keep_sharing) of recomputation) buys prefill/load times the tokens
-        load_tok_s = tiers.block_bytes / ctx.engine.block_size / tiers.link_bw
+        load_tok_s = tiers.load_bytes_per_block / ctx.engine.block_size / tiers.link_bw
         prefill_tok_s = 2.0 * rates.gemm_params / rates.flops
         tier_scale = min(1.0, load_tok_s / prefill_tok_s)
         keep = max(0.0, 1.0 - (1.0 - keep) / tier_scale)

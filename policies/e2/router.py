@@ -113,7 +113,7 @@ class E2Router(Router):
         # ours: with tiers=load a prefix in a host/disk tier costs its transfer (seconds per token on the link)
         tiers = getattr(ctx, "tiers", None)
         self.tier_load = o["tiers"] == "load" and tiers is not None
-        self.load_tok_s = tiers.block_bytes / ctx.engine.block_size / tiers.link_bw if self.tier_load else 0.0
+        self.load_tok_s = tiers.load_bytes_per_block / ctx.engine.block_size / tiers.link_bw if self.tier_load else 0.0
         self.assigned = 0
         self.counts = [0, 0, 0]  # exploit, explore, pd
         self._feedback = [(i, r.scheduler.feedback) for i, r in enumerate(replicas)
