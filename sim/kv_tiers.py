@@ -28,7 +28,7 @@ loads on the shared link. Evictions during a fast-forwarded decode run are stamp
 Pipeline parallelism (``pp`` > 1): each stage's GPUs hold only the KV of their own layers, in GPU memory and
 in the lower tiers alike, as per-rank KV offloading does (vLLM's KV connectors, e.g. LMCache's, run in every
 worker and save and load the KV of the layers that worker's model part holds; LMCache keys a stored chunk by
-``world_size`` and ``worker_id`` besides its token hash, ``CacheEngineKey``). So a tier of ``X`` GB per replica holds ``X / kv_bytes_per_token`` tokens,
+``world_size`` and ``worker_id`` besides its token hash: ``CacheEngineKey`` in LMCache's ``lmcache/utils.py``). So a tier of ``X`` GB per replica holds ``X / kv_bytes_per_token`` tokens,
 as the whole replica's GPUs together would, and a prefix block reloaded from host memory is reloaded by every
 stage for its own layers, in parallel over each stage's own links: stage ``i`` moves its share of the block's
 bytes (``kv_bytes_per_token // layers * stage_layers[i]``, the split ``Deployment`` sizes GPU KV with) over
