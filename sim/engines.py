@@ -401,6 +401,10 @@ KV_LOAD_SOURCES = {
     "ideal": "stall: ours -- kernel time only, no engine to overlap a transfer with the step",
 }
 _KV_LOAD = {"trtllm": "stall", "vllm": "overlap", "vllm-v0": "stall", "sglang": "overlap", "nanoflow": "stall"}
+# The first release with the overlapped reload KV_LOAD_SOURCES names: NAME@VERSION older than it stalls, whichever
+# profile prices it (vllm@0.10 is priced by the 0.8 profile but predates vLLM's own offloading connector, 0.11;
+# before it only LMCache's connector reloads, and its retrieve is not layer-wise by default)
+KV_LOAD_SINCE = {"vllm": "0.11"}
 
 for _p in (*_BUILTIN, *_VERSIONED):
     register(replace(_p, kv_load=_KV_LOAD.get(_p.name, _p.kv_load)))
@@ -496,6 +500,9 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     fitted = params.get("engine", {}).get(prof.name)
     if fitted:
         prof = prof.with_params(fitted)
+    since = KV_LOAD_SINCE.get(prof.name)
+    if since and k.version and prof.kv_load != "stall" and _version_order(k.version) < _version_order(since):
+        prof = replace(prof, kv_load="stall")  # a release before the engine's own overlapped reload
     if k.overrides or k.version:
         prof = replace(prof, **k.overrides, key=text)
         if k.overrides:
@@ -503,7 +510,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
+__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
            "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
            "is_profile_file", "load_params", "parse_key", "profile_names", "register", "resolve_version",
            "trtllm_bench_settings"]

@@ -324,3 +324,13 @@ def test_mooncake_online_fcfs_keeps_more_sharing_with_a_host_tier():
 def test_a_recorded_schedule_with_tiers_is_refused():
     with pytest.raises(UserError, match="record-schedule"):
         run_simulation(_evict_and_rehit(), _cfg(host_kv_gb=1, record_schedule=True))
+
+
+def test_a_vllm_release_before_its_offloading_connector_stalls_on_a_reload():
+    """vLLM's own offloading connector (overlapped reloads) arrived in 0.11: an older requested release stalls,
+    also one priced by a newer profile (vllm@0.10 by the 0.8 profile); unversioned means the newest."""
+    from blendsim.sim.kv_tiers import kv_load_mode
+
+    assert [kv_load_mode(None, e) for e in ("vllm@0.5.3", "vllm@0.6", "vllm@0.10")] == ["stall"] * 3
+    assert [kv_load_mode(None, e) for e in ("vllm", "vllm@0.11", "vllm@0.12")] == ["overlap"] * 3
+    assert kv_load_mode("overlap", "vllm@0.6") == "overlap"  # --kv-load still decides
