@@ -404,7 +404,10 @@ _KV_LOAD = {"trtllm": "stall", "vllm": "overlap", "vllm-v0": "stall", "sglang": 
 # The first release with the overlapped reload KV_LOAD_SOURCES names: NAME@VERSION older than it stalls, whichever
 # profile prices it (vllm@0.10 is priced by the 0.8 profile but predates vLLM's own offloading connector, 0.11;
 # before it only LMCache's connector reloads, and its retrieve is not layer-wise by default)
-KV_LOAD_SINCE = {"vllm": "0.11"}
+# SGLang's hierarchical cache (HiCache) came with sgl-project/sglang PR #2693 and its parts (#2771, #2804), merged
+# in January 2025, after every 0.3 release: sglang@0.3 stalls; the 0.4 release that first carried it is not
+# pinned here, so every 0.4 overlaps
+KV_LOAD_SINCE = {"vllm": "0.11", "sglang": "0.4"}
 
 for _p in (*_BUILTIN, *_VERSIONED):
     register(replace(_p, kv_load=_KV_LOAD.get(_p.name, _p.kv_load)))

@@ -334,3 +334,5 @@ def test_a_vllm_release_before_its_offloading_connector_stalls_on_a_reload():
     assert [kv_load_mode(None, e) for e in ("vllm@0.5.3", "vllm@0.6", "vllm@0.10")] == ["stall"] * 3
     assert [kv_load_mode(None, e) for e in ("vllm", "vllm@0.11", "vllm@0.12")] == ["overlap"] * 3
     assert kv_load_mode("overlap", "vllm@0.6") == "overlap"  # --kv-load still decides
+    # SGLang's HiCache (PR #2693, January 2025) came after every 0.3 release
+    assert [kv_load_mode(None, e) for e in ("sglang@0.3", "sglang@0.4", "sglang")] == ["stall", "overlap", "overlap"]
