@@ -55,21 +55,20 @@ def traces(small: bool, model: str, hardware: str) -> dict[str, list[str]]:
 
 def default_out(device: str, model: str) -> Path:
     """``docs/gpu-days/<today>-<hardware preset of the GPU, else the device>-<model>``."""
+    import contextlib
     import datetime
 
     name = device.replace(":", "")
-    if device.startswith("cuda"):
-        try:
+    # no torch or no GPU here: the device's name stands in, and validate reports the problem in one line
+    with contextlib.suppress(Exception):
+        if device.startswith("cuda"):
             import torch
 
             from blendsim.sim.hardware import preset_for_device
 
-            dev = torch.device(device)
-            idx = dev.index or 0
+            idx = torch.device(device).index or 0
             name = preset_for_device(torch.cuda.get_device_name(idx),
                                      torch.cuda.get_device_properties(idx).total_memory) or name
-        except Exception:  # no torch or no GPU here: validate itself reports that, in one line
-            pass
     return Path("docs/gpu-days") / f"{datetime.date.today().isoformat()}-{name}-{model}"
 
 

@@ -70,12 +70,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
 _HBM = ("HBM streaming ceiling: the largest transfers reach 0.90 of an A100's 2,048 GB/s (calculon-ai/calculon "
         "systems/a100_80g.json); no kernel streams faster than ~0.95 of the datasheet bandwidth")
 _TC = "tensor-core ceiling: no GEMM kernel runs faster than ~0.95 of the datasheet peak"
+_LINK = "link ceiling: a collective moves no more than the link's datasheet bandwidth per direction"
 CEILINGS: dict[str, str] = {
     "mem_eff": _HBM, "attn_mem_eff": _HBM, "moe_mem_eff": _HBM,
     "gemm_eff": _TC, "lowp_eff": _TC, "attn_eff": _TC,
     "moe_eff": "a grouped GEMM is never faster than the dense GEMM of the same rows and weights",
-    "link_eff": "link ceiling: a collective moves no more than the link's datasheet bandwidth per direction",
-    "a2a_eff": "link ceiling: a collective moves no more than the link's datasheet bandwidth per direction",
+    "link_eff": _LINK, "a2a_eff": _LINK,
     "ew_eff": _HBM,
 }
 

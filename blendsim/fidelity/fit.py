@@ -39,7 +39,6 @@ HW_PARAMS = ("gemm_eff", "mem_eff", "attn_mem_eff", "moe_eff", "moe_mem_eff", "l
 MOE_HW_PARAMS = ("moe_eff", "moe_mem_eff")  # only for rows of MoE models
 # the efficiencies are the architecture's (one die, its memory controllers and one kernel library: H100 and H200
 # alike; the presets carry each part's own peaks), fitted under params["arch"][arch]
-ARCH_PARAMS = HW_PARAMS
 # ew_eff is global: how far engines fuse the small elementwise kernels is the engines' (and as a fraction of HBM
 # bandwidth about the same on every GPU), and per GPU it trades against the weight-streaming bandwidth
 GLOBAL_PARAMS = ("attn_eff", "link_eff", "ew_eff")
@@ -98,7 +97,7 @@ def free_params(rows: list) -> list[Param]:
             # the router run at it, too little to identify it (it stays at the preset there)
             if (n in MOE_HW_PARAMS and not moe) or (n == "lowp_eff" and not quant) or (n == "gemm_eff" and quant):
                 continue
-            add(("arch", hw.arch, n) if (n in ARCH_PARAMS and hw.arch) else ("hardware", hw.name, n), n, hw)
+            add(("arch", hw.arch, n) if hw.arch else ("hardware", hw.name, n), n, hw)
         for n in GLOBAL_PARAMS:
             if n == "link_eff" and pr.dep.tp == 1 and pr.dep.pp == 1:  # TP collectives and PP hand-offs
                 continue
