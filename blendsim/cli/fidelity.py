@@ -153,7 +153,10 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
         flag = f" AT {a.upper()} BOUND" + (" (ceiling)" if ceiling(n, a) else "") if a else ""
         flag += " (measured)" if was_measured(n, b) else ""
-        typer.echo((f"  {n:{w}s} {v:7.4g}  {bs:12s}" + flag).rstrip())
+        line = (f"  {n:{w}s} {v:7.4g}  {bs:12s}" + flag).rstrip()
+        if len(line) > cols and flag:  # the flag on a line of its own rather than past the edge
+            line = f"  {n:{w}s} {v:7.4g}  {bs}\n      {flag.strip()}"
+        typer.echo(line)
     hits = [n for n, _v, _b, a in rows if a]
     echo(f"{len(hits)} of {len(rows)} parameters at a bound" + (f": {', '.join(hits)}" if hits else ""))
     if any(ceiling(n, a) for n, _v, _b, a in rows):
