@@ -55,6 +55,14 @@ class EngineProfile:
     kv_load: str = "stall"
     key: str = ""  # the key it was selected by when that adds a version or overrides (see label)
     params_file: str = ""  # a `blendsim calibrate engine` profile: its fitted parameters price this engine
+    # where its fitted overhead lives in params["engine"]: "" = its own NAME@VERSION (each version's CPU loop is
+    # its own); a name shared by versions whose loop is one (trtllm's C++ executor)
+    fit_as: str = ""
+
+    @property
+    def overhead_key(self) -> str:
+        """The key of its fitted overhead in ``params["engine"]``."""
+        return self.fit_as or (f"{self.name}@{self.version}" if self.version else self.name)
 
     @property
     def label(self) -> str:
@@ -69,6 +77,12 @@ class EngineProfile:
     def graph_size(self, n: int) -> int:
         """The captured batch size a decode-only step of ``n`` sequences runs at."""
         return graph_pad(n, self.cuda_graph_max)
+
+    def fitted_overhead(self, params: dict) -> dict:
+        """Its fitted overhead in a params dict: under its own key, else under its name (an older file or a
+        ``blendsim calibrate engine`` profile of the name), else none."""
+        eng = params.get("engine", {})
+        return eng.get(self.overhead_key) or eng.get(self.name) or {}
 
     def with_params(self, values: dict) -> EngineProfile:
         keep = {k: float(v) for k, v in values.items() if k in ("fixed_s", "per_seq_s", "per_token_s")}
@@ -196,7 +210,7 @@ _BUILTIN = [
                                            "gpu_memory_utilization": 0.95, "admission": "reserve",
                                            "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-                      fitted=("fixed_s", "per_seq_s"),
+                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm",
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench "
                              "settings); overhead fitted by blendsim fidelity"),
         # vLLM V1 (default since 0.8): 8192-token chunked prefill, 256 sequences, 16-token blocks, prefix
@@ -224,7 +238,7 @@ _BUILTIN = [
                                             "mix": "prefill-first", "prefix_caching": False,
                                             "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6,
-                      cuda_graph_max=256, regime="cuda-graph",
+                      cuda_graph_max=256, regime="cuda-graph", fit_as="vllm@0.6",
                       source="microsoft/vidur cpu_overheads.csv (V0 on A100); vLLM 0.6 release blog "
                              "2024-09-05 (multi-step scheduling)"),
         # vLLM V0 <= 0.5.x (the vLLM of mid-2024 baselines such as NanoFlow's): fully synchronous, so every
@@ -240,6 +254,7 @@ _BUILTIN = [
                                                            "mix": "prefill-first", "prefix_caching": False,
                                                            "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
+                      fit_as="vllm@0.5",
                       source="microsoft/vidur data/profiling/a100/cpu_overheads.csv (Llama-2-7B TP1); "
                              "vLLM blog 2024-09-05; vLLM issue #6801"),
         # SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
@@ -324,7 +339,7 @@ _VERSIONED = [
                                                            "gpu_memory_utilization": 0.95, "admission": "reserve",
                                                            "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-                      fitted=("fixed_s", "per_seq_s"),
+                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm",
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
                              "overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.8 (early 2024; NanoFlow's baseline): the C++ GptManager runtime, in-flight batching,
@@ -339,6 +354,7 @@ _VERSIONED = [
                                                           "gpu_memory_utilization": 0.90, "admission": "reserve",
                                                           "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=0, regime="trtllm", fitted=("fixed_s", "per_seq_s"),
+                      fit_as="trtllm",
                       source="NVIDIA/TensorRT-LLM docs/source/batch_manager.md (0.7-0.9 era); NanoFlow README "
                              "(v0.8.0 baseline)"),
         # DeepSpeed-FastGen (DeepSpeed-MII 0.1-0.2, inference v2): Dynamic SplitFuse -- decodes first, then
@@ -351,6 +367,12 @@ _VERSIONED = [
         # graphs (RaggedInferenceEngineConfig has none); no prefix cache. The loop is synchronous Python with a
         # blocking device-to-host copy each step (ragged_batching.py generate): no published per-step figure,
         # taken as vLLM V0's measured synchronous loop (vllm@0.5).
+        # NOTE (not modelled): DeepSpeed-MII v0.1.1 ragged_batching.py _do_schedule_requests skips a decode that
+        # finds no free KV block and, when nothing can run, flushes every request and re-queues it as prompt +
+        # generated tokens; greedy prompt-only admission makes that repeat when outputs outgrow prompts (the
+        # 500-token-prompt rows, +37-53% too fast). Decodes advance in lockstep here, so a skipped decode has no
+        # representation; a flush priced whenever the decodes' blocks did not fit also flushed the 2600-token
+        # rows that never deadlock (README, "How close to real systems").
         EngineProfile("deepspeed-fastgen", version="0.1",
                       scheduler={"token_budget": 768, "max_seqs": 512, "block_size": 64, "mix": "decode-first",
                                  "prefix_caching": False, "gpu_memory_utilization": 0.98, "admission": "greedy"},
@@ -452,7 +474,13 @@ def load_params(path: str | Path | None = None) -> dict:
     p = Path(path) if path else PARAMS_FILE
     if not p.exists():
         return {}
-    return check_params(read_json(p, "fitted engine parameters file"), str(p), PROFILES)
+    return check_params(read_json(p, "fitted engine parameters file"), str(p), overhead_keys())
+
+
+def overhead_keys() -> list[str]:
+    """What ``params["engine"]`` may be keyed by: a profile's name, or the key of a version's own fitted
+    overhead (``vllm@0.6``)."""
+    return [*PROFILES, *sorted({p.overhead_key for p in VERSIONS.values()} - set(PROFILES))]
 
 
 PROFILE_KIND = "blendsim-engine-profile"
@@ -500,7 +528,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
         raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (optionally "
                         f"NAME:field=value,... with fields {', '.join(OVERRIDABLE)})")
     params = load_params() if params is None else params
-    fitted = params.get("engine", {}).get(prof.name)
+    fitted = prof.fitted_overhead(params)
     if fitted:
         prof = prof.with_params(fitted)
     since = KV_LOAD_SINCE.get(prof.name)
@@ -515,5 +543,5 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 __all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
            "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
-           "is_profile_file", "load_params", "parse_key", "profile_names", "register", "resolve_version",
+           "is_profile_file", "load_params", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
            "trtllm_bench_settings"]

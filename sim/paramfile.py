@@ -4,7 +4,7 @@ Every value a parameters file gives is checked where the file is read, so a hand
 stops with one line naming the file and the field (``engine.trtllm.fixed_s``) instead of predicting a
 negative or NaN throughput, or skipping every row for a reason it does not have. Layout::
 
-    {"engine":   {PROFILE: {"fixed_s" | "per_seq_s" | "per_token_s": seconds}},
+    {"engine":   {PROFILE or PROFILE@VERSION: {"fixed_s" | "per_seq_s" | "per_token_s": seconds}},
      "global":   {EFF: value},
      "arch":     {ARCH: {EFF: value}},            (a GPU architecture's: blendsim.sim.hardware.ARCH)
      "hardware": {HARDWARE: {EFF: value}},
@@ -38,7 +38,8 @@ def _short(v) -> str:
 
 def check_params(obj, where: str = "parameters", profiles=()) -> dict:
     """``obj`` (a parsed parameters file) if every field is well-formed; else UserError naming ``where`` and
-    the field. ``profiles``: the engine profiles' names (``blendsim.sim.engines``, which calls this)."""
+    the field. ``profiles``: the keys an engine's fitted overhead may have (profile names and NAME@VERSION,
+    ``blendsim.sim.engines.overhead_keys``, whose loader calls this)."""
     from blendsim.sim.efficiency import BOUNDS
 
     PROFILES = tuple(profiles)

@@ -39,7 +39,7 @@ def test_fit_on_half_of_an_engines_catalogue_rows_predicts_the_other_half(tmp_pa
     assert res.exit_code == 0, res.output
     prof = json.loads(out.read_text())
     assert prof["profile"]["engine"] == "vllm" and prof["profile"]["version"] == "0.6"
-    assert "engine.vllm.fixed_s" in prof["profile"]["fitted"]
+    assert "engine.vllm@0.6.fixed_s" in prof["profile"]["fitted"]
     assert {x["id"] for x in prof["profile"]["fitted_on"]} == {r.id for r in train}
     held = _fidelity(tmp_path / "test.csv", out)
     assert held["n_ok"] == 2 and held["median_abs_error"] < 0.15
@@ -133,7 +133,7 @@ def test_a_calibrated_profile_file_runs_as_an_engine(tmp_path):
     prof = get_profile(str(out))
     assert (prof.name, prof.version, prof.label) == ("vllm", "0.6", str(out))
     fitted = json.loads(out.read_text())
-    assert prof.fixed_s == pytest.approx(fitted["engine"]["vllm"]["fixed_s"])
+    assert prof.fixed_s == pytest.approx(fitted["engine"]["vllm@0.6"]["fixed_s"])
     t = write_trace(random_trace(np.random.default_rng(0), n=40), tmp_path / "t.parquet")
     res = {}
     for eng in (str(out), "vllm@0.6"):

@@ -187,8 +187,8 @@ def owned(engine: str, hardware: str):
 
     def keep(p) -> bool:
         kind = p.path[0]
-        if kind == "engine":
-            return p.path[1] == engine
+        if kind == "engine":  # the engine's overhead, under its name or its version's own key (vllm@0.6)
+            return p.path[1].split("@")[0] == engine
         if kind == "hardware":
             return p.path[1] == hardware
         if kind == "arch":  # the GPU's efficiencies are fitted per architecture (blendsim.fidelity.fit)

@@ -8,7 +8,9 @@ Free parameters (``sim/engine_params.json`` layout):
 * global: ``attn_eff``, ``ew_eff``, ``link_eff`` (only when a row uses tensor parallelism) and ``a2a_eff``
   (only with expert-parallel rows);
 * per overlapping regime: ``kappa`` (interference);
-* per engine whose profile lists them as fitted (``blendsim.sim.engines``): ``fixed_s``, ``per_seq_s``.
+* per engine version whose profile lists them as fitted (``blendsim.sim.engines``): ``fixed_s``, ``per_seq_s``,
+  under the profile's ``overhead_key`` (``params["engine"]["vllm@0.6"]``; TensorRT-LLM's versions share
+  ``trtllm``).
 
 Residual of a row: ``log(predicted / measured)``; a weak prior (``PRIOR`` x log-distance from the preset's
 value) keeps a parameter the rows barely see near its physical default. A parameter of a group no
@@ -42,6 +44,9 @@ MOE_HW_PARAMS = ("moe_eff", "moe_mem_eff")  # only for rows of MoE models
 # ew_eff is global: how far engines fuse the small elementwise kernels is the engines' (and as a fraction of HBM
 # bandwidth about the same on every GPU), and per GPU it trades against the weight-streaming bandwidth
 GLOBAL_PARAMS = ("attn_eff", "link_eff", "ew_eff")
+# a step's CPU loop; an upper bound below twice the profile's cited constant is raised to that (vLLM 0.5's and
+# DeepSpeed-FastGen's synchronous Python loops: 106 us per sequence, microsoft/vidur cpu_overheads.csv), so
+# `blendsim calibrate engine` can fit a slow loop as well as a fast one
 ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
 
 
@@ -108,7 +113,9 @@ def free_params(rows: list) -> list[Param]:
             add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
         for n in prof.fitted:
             default = getattr(VERSIONS.get((prof.name, prof.version), PROFILES[prof.name]), n)
-            out.setdefault(("engine", prof.name, n), Param(("engine", prof.name, n), *ENGINE_BOUNDS[n], default))
+            key = ("engine", prof.overhead_key, n)
+            lo, hi = ENGINE_BOUNDS[n]
+            out.setdefault(key, Param(key, lo, max(hi, 2 * default), default))
     return [out[k] for k in sorted(out)]
 
 
@@ -319,7 +326,7 @@ def _reads(pr, p: Param) -> bool:
     if kind == "arch":
         return p.path[1] == pr.dep.hardware.arch
     if kind == "engine":
-        return p.path[1] == pr.profile.name
+        return p.path[1] == pr.profile.overhead_key
     if kind == "regime":
         return p.path[1] == pr.profile.regime and p.path[2] in ("*", pr.dep.hardware.name)
     # global: as free_params adds them (tests/test_fidelity_fast_cv.py checks a row's prediction does not move

@@ -51,7 +51,7 @@ class RowPricer:
 
     def components(self, params: dict) -> list[dict]:
         """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
-        prof = self.profile.with_params(params.get("engine", {}).get(self.profile.name, {}))
+        prof = self.profile.with_params(self.profile.fitted_overhead(params))
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
         timer = EfficiencyTimer(self.dep, eff)
         out = []

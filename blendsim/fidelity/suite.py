@@ -100,7 +100,7 @@ def _key(pr: RowPricer, params: dict) -> str:
     from blendsim.sim.efficiency import Efficiency
 
     eff = Efficiency.lookup(params, pr.profile.regime, pr.dep.hardware.name).to_dict()
-    return json.dumps([eff, params.get("engine", {}).get(pr.profile.name, {})], sort_keys=True)
+    return json.dumps([eff, pr.profile.fitted_overhead(params)], sort_keys=True)
 
 
 def predictions(suite: Suite, params: dict) -> dict:

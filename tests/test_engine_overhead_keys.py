@@ -1,0 +1,84 @@
+"""Each engine version's CPU loop is its own fitted parameter (``EngineProfile.overhead_key``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from blendsim.fidelity.catalogue import read_catalogue
+from blendsim.fidelity.fit import fit, free_params, predict
+from blendsim.fidelity.suite import SHIPPED_CATALOGUE, prepare_row
+from blendsim.sim.engines import VERSIONS, get_profile, load_params
+from blendsim.sim.errors import UserError
+
+
+def test_each_version_has_its_own_key_and_trtllm_shares_one():
+    assert get_profile("vllm@0.6", {}).overhead_key == "vllm@0.6"
+    assert get_profile("vllm@0.10", {}).overhead_key == "vllm@0.8"  # priced by the 0.8 profile
+    assert get_profile("vllm", {}).overhead_key == "vllm@0.8"  # the newest
+    assert get_profile("vllm-v0@0.6", {}).overhead_key == "vllm@0.6"  # the same loop as vllm@0.6
+    assert {get_profile(k, {}).overhead_key for k in ("trtllm@0.8", "trtllm@0.13", "trtllm@1.0")} == {"trtllm"}
+    assert get_profile("nanoflow", {}).overhead_key == "nanoflow"
+
+
+def test_a_versions_fitted_overhead_prices_that_version_only():
+    params = {"engine": {"vllm@0.6": {"fixed_s": 4e-3, "per_seq_s": 50e-6}}}
+    assert get_profile("vllm@0.6", params).fixed_s == 4e-3
+    assert get_profile("vllm@0.8", params).fixed_s == VERSIONS[("vllm", "0.8")].fixed_s
+    # a file keyed by the name alone (older files, a calibration of the name) prices every version of it
+    named = {"engine": {"vllm": {"fixed_s": 3e-3}}}
+    assert get_profile("vllm@0.6", named).fixed_s == get_profile("vllm@0.8", named).fixed_s == 3e-3
+    # the version's own key wins over the name's
+    both = {"engine": {"vllm": {"fixed_s": 3e-3}, "vllm@0.6": {"fixed_s": 1e-3}}}
+    assert get_profile("vllm@0.6", both).fixed_s == 1e-3 and get_profile("vllm@0.8", both).fixed_s == 3e-3
+
+
+def test_a_params_file_names_a_version_it_does_not_model_in_one_line(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"engine": {"sglang@0.3": {"fixed_s": 1e-3}}}))
+    assert load_params(good)["engine"]["sglang@0.3"]["fixed_s"] == 1e-3
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"engine": {"vllm@9.9": {"fixed_s": 1e-3}}}))
+    with pytest.raises(UserError, match=r"field engine\.vllm@9\.9: unknown engine profile.*vllm@0\.6"):
+        load_params(bad)
+
+
+def _freed(pr):
+    """The pricer (and its compressed copy, which the fit reads) with the overhead free, as calibrate engine does."""
+    prof = dataclasses.replace(pr.profile, fitted=("fixed_s", "per_seq_s"))
+    pr.profile = pr.compressed().profile = prof
+    return pr
+
+
+@pytest.fixture(scope="module")
+def two_versions():
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    ids = ["vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-decode", "sglang-0.3.0-blog-llama-3-8b-a100-80gb-tp1-decode"]
+    return [(rows[i], prepare_row(rows[i], {})) for i in ids]
+
+
+def test_the_fit_frees_each_versions_loop_and_a_row_reads_only_its_own(two_versions):
+    # the shipped profiles fit only TensorRT-LLM's loop; calibrate engine frees any engine's, under its version
+    assert not any(p.path[0] == "engine" for p in free_params(two_versions))
+    names = {p.name for p in free_params([(r, _freed(p)) for r, p in two_versions])}
+    assert {"engine.vllm@0.6.fixed_s", "engine.vllm@0.6.per_seq_s",
+            "engine.sglang@0.3.fixed_s", "engine.sglang@0.3.per_seq_s"} <= names
+    (vr, vp), (sr, sp) = two_versions
+    base = {"engine": {"vllm@0.6": {"fixed_s": 1e-3}, "sglang@0.3": {"fixed_s": 1e-3}}}
+    slower = {"engine": {"vllm@0.6": {"fixed_s": 4e-3}, "sglang@0.3": {"fixed_s": 1e-3}}}
+    assert predict(vr, vp, slower) < predict(vr, vp, base)  # vLLM 0.6's row reads its own loop
+    assert predict(sr, sp, slower) == predict(sr, sp, base)  # SGLang 0.3's does not read vLLM's
+
+
+def test_fitting_one_versions_rows_moves_only_that_versions_loop(two_versions):
+    (vr, vp), _ = two_versions
+    out = fit([(vr, _freed(vp))], base={}, select=lambda p: p.path[0] == "engine")
+    assert set(out["engine"]) == {"vllm@0.6"}
+    # the bound covers twice the cited constant where that is above the generic 20 us (vllm@0.5: 106 us)
+    assert out["bounds"]["engine.vllm@0.6.per_seq_s"] == [0.0, pytest.approx(2 * 106e-6 / 10)]
+    slow = _freed(prepare_row(dataclasses.replace(vr, id="v05", engine_version="0.5.3"), {}))
+    assert slow.profile.overhead_key == "vllm@0.5"
+    (p05,) = [p for p in free_params([(vr, slow)]) if p.name == "engine.vllm@0.5.per_seq_s"]
+    assert (p05.prior, p05.hi) == (106e-6, 212e-6)
