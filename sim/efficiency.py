@@ -105,10 +105,28 @@ MEASURED: dict[str, dict[str, tuple[float, float, float]]] = {
 }
 MEASURED_SOURCE = "docs/gpu-days/2026-11-26-h200"
 
+# Ranges from published kernel measurements, for what no lent GPU has measured yet; same use as MEASURED.
+# * Hopper lowp_eff (FP8 GEMMs, of the 1,979 TFLOP/s dense FP8 peak): tile-ai/tilelang
+#   benchmark/matmul_fp8/README.md (H800 SXM, the H100 die; autotuned FP8 GEMMs, M = N = 8192; its latency column
+#   read as ms) ran 927 / 1,174 / 1,378 / 1,461 / 1,523 TFLOP/s at K = 1,024 / 2,048 / 4,096 / 8,192 / 16,384
+#   (0.47-0.77 of peak; 0.19-0.31 at K = 256-512, below any layer GEMM here); DeepGEMM's README (H800) had its
+#   block-scaled FP8 GEMMs at 4,096 rows at 0.30-0.69 by shape (see MOE_PRIOR in blendsim.fidelity.fit). The
+#   dense layer GEMMs of the catalogue's FP8 rows have K >= 1,024 (the smallest: a 70B's o_proj at TP8; the MoE
+#   experts' thin shards carry their own moe_eff), so the floor is 0.45; the ceiling is the bf16 one the H200 measured (no FP8 GEMM above 0.78 in either source);
+#   prior 0.72, tilelang's K = 4,096-8,192. Without it, a fit with no TensorRT-LLM FP8 Hopper row (the
+#   performance overview left out) put it at the generic floor 0.25: the vLLM and SGLang FP8 rows' own costs
+#   went into it.
+PUBLISHED: dict[str, dict[str, tuple[float, float, float]]] = {
+    "hopper": {"lowp_eff": (0.45, 0.85, 0.72)},
+}
+PUBLISHED_SOURCE = "tile-ai/tilelang benchmark/matmul_fp8/README.md (H800); DeepGEMM README (H800)"
+
 
 def measured(arch: str | None, name: str) -> tuple[float, float, float] | None:
-    """``(lower, upper, prior)`` of ``name`` on ``arch`` where a lent GPU measured it (:data:`MEASURED`), else None."""
-    return MEASURED.get(arch or "", {}).get(name)
+    """``(lower, upper, prior)`` of ``name`` on ``arch`` where a lent GPU (:data:`MEASURED`) or a published kernel
+    benchmark (:data:`PUBLISHED`) measured it, else None."""
+    a = arch or ""
+    return MEASURED.get(a, {}).get(name) or PUBLISHED.get(a, {}).get(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,4 +206,4 @@ class EfficiencyTimer(RooflineTimer):
         return super().op_time(op, flops, nbytes, kernels, f)
 
 
-__all__ = ["BOUNDS", "CEILINGS", "MEASURED", "MEASURED_SOURCE", "Efficiency", "EfficiencyTimer", "measured"]
+__all__ = ["BOUNDS", "CEILINGS", "MEASURED", "MEASURED_SOURCE", "PUBLISHED", "PUBLISHED_SOURCE", "Efficiency", "EfficiencyTimer", "measured"]

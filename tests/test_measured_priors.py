@@ -1,8 +1,10 @@
-"""Efficiency ranges measured on a lent GPU (sim.efficiency.MEASURED): the fitter uses them for that architecture
-only, a fit cannot leave them, and the ranges bracket what the GPU day's profiles measured."""
+"""Efficiency ranges measured on a lent GPU (sim.efficiency.MEASURED) or in published kernel benchmarks
+(PUBLISHED): the fitter uses them for that architecture only, a fit cannot leave them, and the lent GPU's ranges
+bracket what the GPU day's profiles measured."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -119,3 +121,54 @@ def test_params_marks_measured_bounds_only_where_the_file_has_them(tmp_path):
     assert lines["arch.hopper.gemm_eff"].endswith("AT LOWER BOUND (measured)")
     assert lines["arch.ampere.gemm_eff"].endswith("AT LOWER BOUND")
     assert "(measured): bounds measured on a lent GPU's kernels" in text.output
+
+
+# ---- ranges from published kernel benchmarks (sim.efficiency.PUBLISHED): the same use as MEASURED -----------
+
+def test_published_ranges_are_within_the_generic_bounds_and_not_measured_twice():
+    from blendsim.sim.efficiency import PUBLISHED
+
+    for arch, names in PUBLISHED.items():
+        for name, (lo, hi, prior) in names.items():
+            assert BOUNDS[name][0] <= lo < prior < hi <= BOUNDS[name][1], (arch, name)
+            assert name not in MEASURED.get(arch, {})  # a lent GPU's measurement would take precedence
+            assert measured(arch, name) == (lo, hi, prior)
+
+
+FP8_ROWS = [
+    _row(id="f-1", source="doc A", weights="fp8", kv_dtype="fp8", workload="const:2048/128", requests=200,
+         value=2000),
+    _row(id="f-2", source="doc A", weights="fp8", kv_dtype="fp8", hardware="a100-80gb", workload="const:2048/128",
+         requests=200, value=800),
+]
+
+
+@pytest.fixture(scope="module")
+def fp8_suite(tmp_path_factory):
+    return load_suite(_write(tmp_path_factory.mktemp("fp8"), FP8_ROWS), {})
+
+
+def test_hoppers_fp8_gemm_efficiency_is_fitted_within_the_published_range_only_on_hopper(fp8_suite):
+    from blendsim.sim.efficiency import PUBLISHED
+
+    ps = {p.name: p for p in F.free_params(fp8_suite.ok)}
+    hop, amp = ps["arch.hopper.lowp_eff"], ps["arch.ampere.lowp_eff"]
+    assert (hop.lo, hop.hi, hop.prior) == PUBLISHED["hopper"]["lowp_eff"]
+    assert (amp.lo, amp.hi) == BOUNDS["lowp_eff"]
+    # measurements far below what the range allows: Hopper's FP8 efficiency stops at the published floor,
+    # Ampere's (no FP8 tensor cores: a weight-only kernel) may go to the generic one
+    slow = [(dataclasses.replace(r, value=r.value / 20), p) for r, p in fp8_suite.ok]
+    out = F.fit(slow, select=lambda p: p.path[-1] == "lowp_eff")
+    assert out["arch"]["hopper"]["lowp_eff"] == pytest.approx(PUBLISHED["hopper"]["lowp_eff"][0], abs=1e-3)
+    assert out["arch"]["ampere"]["lowp_eff"] < PUBLISHED["hopper"]["lowp_eff"][0]
+
+
+def test_the_shipped_parameters_were_fitted_within_the_published_ranges():
+    from blendsim.sim.efficiency import PUBLISHED
+    from blendsim.sim.engines import PARAMS_FILE
+
+    params = json.loads(PARAMS_FILE.read_text())
+    for arch, names in PUBLISHED.items():
+        for name, (lo, hi, _prior) in names.items():
+            assert params["bounds"][f"arch.{arch}.{name}"] == [lo, hi]
+            assert lo <= params["arch"][arch][name] <= hi

@@ -119,10 +119,10 @@ CV_ORDER = ("source", "engine_version", "model", "hardware")
 
 
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
-    from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, measured
+    from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, PUBLISHED_SOURCE, measured
     from blendsim.sim.engines import PROFILES
 
-    def was_measured(n: str, b) -> bool:  # the file's bounds are those a lent GPU measured (sim.efficiency.MEASURED)
+    def was_measured(n: str, b) -> bool:  # the file's bounds are measured ones (sim.efficiency MEASURED, PUBLISHED)
         parts = n.split(".")
         m = measured(parts[1], parts[2]) if len(parts) == 3 and parts[0] == "arch" else None
         return bool(m and b) and tuple(b) == m[:2]
@@ -164,7 +164,8 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
     for key in sorted({n.rsplit(".", 1)[-1] for n, _v, _b, a in rows if ceiling(n, a)}):
         echo(f"  {key}: {CEILINGS[key]}", "  ")
     if any(was_measured(n, b) for n, _v, b, _a in rows):
-        echo(f"(measured): bounds measured on a lent GPU's kernels ({MEASURED_SOURCE}; sim/efficiency.py MEASURED); "
+        echo(f"(measured): bounds measured on a lent GPU's kernels ({MEASURED_SOURCE}; sim/efficiency.py MEASURED) "
+             f"or in published kernel benchmarks ({PUBLISHED_SOURCE}; PUBLISHED); "
              "a fit at such a bound wants the kernels slower or faster than measured, i.e. the cost model misprices "
              "something else")
     echo("engine constants (cited, not fitted): " + "; ".join(

@@ -89,7 +89,8 @@ def free_params(rows: list) -> list[Param]:
     out: dict[tuple, Param] = {}
 
     def add(path, name, hw):
-        # an architecture's parameter that a lent GPU measured takes the measured range and centre (sim.efficiency)
+        # an architecture's parameter that a lent GPU or a published kernel benchmark measured takes the measured
+        # range and centre (sim.efficiency MEASURED, PUBLISHED)
         m = measured(path[1], name) if path[0] == "arch" else None
         out.setdefault(path, Param(path, *m) if m else Param(path, *BOUNDS[name], preset_value(name, hw)))
 
