@@ -367,18 +367,20 @@ _VERSIONED = [
         # graphs (RaggedInferenceEngineConfig has none); no prefix cache. The loop is synchronous Python with a
         # blocking device-to-host copy each step (ragged_batching.py generate): no published per-step figure,
         # taken as vLLM V0's measured synchronous loop (vllm@0.5).
-        # NOTE (not modelled): DeepSpeed-MII v0.1.1 ragged_batching.py _do_schedule_requests skips a decode that
-        # finds no free KV block and, when nothing can run, flushes every request and re-queues it as prompt +
-        # generated tokens; greedy prompt-only admission makes that repeat when outputs outgrow prompts (the
-        # 500-token-prompt rows, +37-53% too fast). Decodes advance in lockstep here, so a skipped decode has no
-        # representation; a flush priced whenever the decodes' blocks did not fit also flushed the 2600-token
-        # rows that never deadlock (README, "How close to real systems").
+        # When the KV is full (kv_full = "stall"): DeepSpeed-MII v0.1.1 (2023-11-10) ragged_batching.py
+        # _do_schedule_requests (~lines 504-553) passes over a decode that finds no free KV block for its next
+        # token while the other decodes go on, and schedule_requests (~:577-582, with reset_request_status
+        # ~:604-619, added 2023-11-09) flushes every request when nothing at all could be scheduled ("Deadlock
+        # detected"), re-queuing each as a new prompt of its prompt plus generated tokens. Admission reserves
+        # KV for the prompt only, none for max_new_tokens, so when outputs outgrow prompts (500-token prompts)
+        # the decodes fill the KV, stall and end in flushes.
         EngineProfile("deepspeed-fastgen", version="0.1",
                       scheduler={"token_budget": 768, "max_seqs": 512, "block_size": 64, "mix": "decode-first",
-                                 "prefix_caching": False, "gpu_memory_utilization": 0.98, "admission": "greedy"},
+                                 "prefix_caching": False, "gpu_memory_utilization": 0.98, "admission": "greedy",
+                                 "kv_full": "stall"},
                       fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=0, regime="cuda-graph",
                       source="microsoft/DeepSpeed inference/v2 ragged/manager_configs.py, blocked_flash.py; "
-                             "DeepSpeed-MII v0.2.3 mii/batching/ragged_batching.py; DeepSpeed-FastGen blog 2023-11"),
+                             "DeepSpeed-MII v0.1.1 and v0.2.3 mii/batching/ragged_batching.py; DeepSpeed-FastGen blog 2023-11"),
 ]
 
 # The engine every run is priced on when none is given (--engine): pure kernel time at the hardware

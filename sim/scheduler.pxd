@@ -15,7 +15,9 @@ cdef class Scheduler:
     cdef public dict running, dec, resume
     cdef public Py_ssize_t B, replica, n_dec, dec_S, tau, step_no, _order, _resv_tau, _owner
     cdef public Py_ssize_t est_sum, gen_S, gen_P, fin_sum, fin_n, hit_tokens
-    cdef public bint record, blocked
+    cdef public bint record, blocked, stall
+    cdef public object stalled
+    cdef public Py_ssize_t flushes
     cdef public double _load_ready
 
     cpdef bint has_work(self)
@@ -47,8 +49,16 @@ cdef class Scheduler:
     cpdef _insert(self, Seq s, now)
     @cython.locals(tau0=Py_ssize_t)
     cpdef _prefill_done(self, Seq s, now, step)
+    @cython.locals(tau0=Py_ssize_t)
+    cpdef _enter_decode(self, Seq s)
     @cython.locals(B=Py_ssize_t, need=Py_ssize_t, kv=KVCache)
     cpdef _reserve_decode(self, now)
+    @cython.locals(B=Py_ssize_t, phase=Py_ssize_t, avail=Py_ssize_t, back=Py_ssize_t, short=Py_ssize_t,
+                   need=Py_ssize_t, kv=KVCache, s=Seq)
+    cpdef _reserve_or_stall(self)
+    @cython.locals(tau=Py_ssize_t, ctx=Py_ssize_t, cross=list, s=Seq)
+    cpdef _stall(self, Py_ssize_t k, Py_ssize_t phase)
+    cpdef _flush(self, now)
     cpdef Py_ssize_t _leave_decode(self, Seq s) except? -1
     @cython.locals(ctx=Py_ssize_t)
     cpdef _finish_decode(self, Seq s, now, step)

@@ -11,6 +11,11 @@ the batch: a *decode clock* ``tau`` counts decode steps; a sequence that started
 that context is a multiple of the block size, so sequences are bucketed by ``(c0 - tau0) mod B``;
 completions wait in a heap keyed by their last decode clock.
 
+When a decode finds no KV block free for its next token, the engine's ``kv_full`` rule decides: preempt
+the newest running request (vLLM), or (``stall``, DeepSpeed-MII 0.1) take the decode out of the aggregate
+into the ``stalled`` queue, keeping its KV, until a block is free; when nothing at all can run, every
+running request is flushed to recompute.
+
 Policies customise admission through :meth:`next_candidate` / :meth:`take_candidate`, the victim of a
 preemption through :meth:`pick_victim`, and can hook :meth:`on_admit` / :meth:`on_finish`.
 """
@@ -18,10 +23,11 @@ preemption through :meth:`pick_victim`, and can hook :meth:`on_admit` / :meth:`o
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 from blendsim.sim.batch import Batch
 from blendsim.sim.kv import KVCache
-from blendsim.sim.seq import EngineConfig, RequestRecords, Seq, WaitQueue
+from blendsim.sim.seq import STALLED, EngineConfig, RequestRecords, Seq, WaitQueue
 
 DEFAULT_EST_OUTPUT = 256  # expected output tokens before 16 requests have finished on a replica
 UNLIMITED = 1 << 62
@@ -79,6 +85,11 @@ class Scheduler:
         self.fin_n = 0
         self.hit_tokens = 0  # prompt tokens served by the prefix cache (any tier) over all admissions
         self._load_ready = 0.0  # when this step's KV loads (host/disk tiers) have arrived
+        # kv_full = "stall": decodes waiting for a free KV block, in the order they get one (out of the decode
+        # aggregate; each keeps its KV, its context in c0 and its generated tokens in generated)
+        self.stall = cfg.kv_full == "stall"
+        self.stalled: deque = deque()
+        self.flushes = 0  # times every running request was flushed because nothing could run (stall)
 
     # ---- the three-call step protocol -----------------------------------------------------
     def has_work(self) -> bool:
@@ -92,7 +103,7 @@ class Scheduler:
             self.kv.now = now
             self._load_ready = 0.0
         prefill_first = self.cfg.mix == "prefill-first"
-        if self.n_dec and not prefill_first:
+        if (self.n_dec or self.stalled) and not prefill_first:  # stalled decodes may resume
             self._reserve_decode(now)
         D = 0 if prefill_first else self.n_dec
         budget = self.cfg.token_budget - D
@@ -103,18 +114,21 @@ class Scheduler:
             self._schedule_prefill(budget, now, chunks, seqs)
         else:
             self.blocked = True  # decodes fill the budget: nothing is admitted until one finishes
-        if prefill_first and not chunks and self.n_dec:
+        if prefill_first and not chunks and (self.n_dec or self.stalled):
             self._reserve_decode(now)
             D = self.n_dec
         if not chunks and D == 0:
-            if self.prefilling:
-                # prefills stalled on memory with nothing decoding: free what the policy holds, else the
-                # newest running request, and retry
+            if self.prefilling or self.stalled:
+                # prefills (or stalled decodes) stuck on memory with nothing decoding: free what the policy
+                # holds, else the newest running request (kv_full = "stall": every running request), and retry
                 if self.free_held(now):
+                    return self.schedule(now)
+                if self.stall and len(self.running) > 1:
+                    self._flush(now)
                     return self.schedule(now)
                 v = self.pick_victim()
                 if v is None or len(self.running) < 2:  # it would only retake what it frees: no progress
-                    raise RuntimeError(f"replica {self.replica}: request {self.prefilling[0].req} can neither "
+                    raise RuntimeError(f"replica {self.replica}: request {(self.prefilling or self.stalled)[0].req} can neither "
                                        "grow nor make room (scheduler bug)")
                 self._preempt(v, now)
                 return self.schedule(now)
@@ -406,21 +420,29 @@ class Scheduler:
             self.kv.release(s.private)
             self._finish(s, now, step)
             return
+        s.c0 = s.target
+        self._enter_decode(s)
+
+    def _enter_decode(self, s: Seq) -> None:
+        """``s``, with context ``c0`` and ``generated`` tokens so far, joins the decode aggregate now."""
         tau0 = self.tau
         s.tau0 = tau0
-        s.c0 = s.target
-        s.key = (s.target - tau0) % self.B
+        s.key = (s.c0 - tau0) % self.B
         s.fin = tau0 + s.d - s.generated - 1
-        heapq.heappush(self.fin_heap, (s.fin, s.order, r, s))
-        self.dec[r] = s
+        heapq.heappush(self.fin_heap, (s.fin, s.order, s.req, s))
+        self.dec[s.req] = s
         self.n_dec += 1
-        self.dec_S += s.target - tau0
+        self.dec_S += s.c0 - tau0
         self.gen_S += s.generated - tau0
         self.buckets[s.key] += 1
 
     # ---- decode, finish, preemption ---------------------------------------------------------
     def _reserve_decode(self, now: float) -> None:
-        """Blocks for this step's decode tokens; preempt (newest first) until they fit."""
+        """Blocks for this step's decode tokens; preempt (newest first) until they fit (kv_full = "stall":
+        :meth:`_reserve_or_stall`)."""
+        if self.stall:
+            self._reserve_or_stall()
+            return
         B = self.B
         need = self.buckets[-self.tau % B]
         kv = self.kv
@@ -433,6 +455,59 @@ class Scheduler:
         if need:
             kv.reserve(need)
         self._resv_tau = self.tau
+
+    def _reserve_or_stall(self) -> None:
+        """kv_full = "stall" (DeepSpeed-MII v0.1.1 mii/batching/ragged_batching.py): decodes are scheduled
+        first, each taking a new KV block when its context crosses a block boundary; one that finds no block
+        left is skipped this step (no token) and the others go on (_do_schedule_requests, ~lines 504-533: a
+        decode whose query for one token gets nothing is passed over). Skipped requests stay at the front of
+        the request buffer, so they have the first claim on blocks at the next steps (schedule_requests,
+        ~:555-586): the stalled queue resumes first, in order; of the decodes crossing a boundary now, the
+        newest admitted go without."""
+        B = self.B
+        kv = self.kv
+        phase = -self.tau % B
+        avail = kv.total - kv.cache_blocks - kv.private + kv.evictable
+        q = self.stalled
+        back = len(q) if len(q) < avail else avail  # stalled decodes that get their block now
+        short = self.buckets[phase] - (avail - back)
+        if short > 0:
+            self._stall(short, phase)
+        while back:
+            s = q.popleft()
+            self.gen_P -= s.generated
+            self._enter_decode(s)  # its context is a multiple of B: it is counted in buckets[phase]
+            back -= 1
+        need = self.buckets[phase]
+        if need:
+            kv.reserve(need)
+        self._resv_tau = self.tau
+
+    def _stall(self, k: int, phase: int) -> None:
+        """The ``k`` newest decoders that need a new block at this step (bucket ``phase``) leave the
+        aggregate, keeping their KV, and queue in admission order for a block."""
+        cross = []
+        for s in self.dec.values():
+            if s.key == phase:
+                cross.append((s.order, s))
+        cross.sort()  # orders are distinct
+        tau = self.tau
+        for _, s in cross[len(cross) - k:]:
+            ctx = self._leave_decode(s)
+            s.generated += tau - s.tau0
+            s.c0 = ctx
+            s.fin = STALLED
+            self.gen_P += s.generated
+            self.stalled.append(s)
+
+    def _flush(self, now: float) -> None:
+        """kv_full = "stall" with nothing able to run: every running request gives its KV back, newest
+        first, and is re-queued to recompute its prompt and the tokens it generated (DeepSpeed-MII v0.1.1
+        ragged_batching.py, "Deadlock detected", ~:577-582 with reset_request_status ~:604-619: each request
+        becomes a new prompt of its prompt plus generated tokens, with max_new_tokens reduced to match)."""
+        self.flushes += 1
+        for s in reversed(list(self.running.values())):
+            self._preempt(s, now)
 
     def _leave_decode(self, s: Seq) -> int:
         """Take ``s`` out of the decode aggregate; returns its context now."""
@@ -475,6 +550,12 @@ class Scheduler:
             # a block reserved for this step's decode token goes back too
             extra = 1 if self._resv_tau == self.tau and ctx % self.B == 0 else 0
             self.kv.release(-(-ctx // self.B) - s.shared + extra)
+        elif s.fin == STALLED:
+            self.stalled.remove(s)
+            self.gen_P -= s.generated
+            g = s.generated
+            s.fin = -1
+            self.kv.release(-(-s.c0 // self.B) - s.shared)
         else:
             self.prefilling.remove(s)
             self.gen_P -= s.generated
@@ -500,7 +581,7 @@ class Scheduler:
     def quiescent(self) -> bool:
         """True when the next steps can only be pure decode steps until a sequence finishes:
         nothing is prefilling and admission is stuck (empty queue, no memory, no slots)."""
-        return (self.fast_forward_ok and self.n_dec > 0 and not self.prefilling
+        return (self.fast_forward_ok and self.n_dec > 0 and not self.prefilling and not self.stalled
                 and (self.blocked or len(self.waiting) == 0))
 
     def decode_run(self, limit: int) -> tuple[int, list]:

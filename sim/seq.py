@@ -14,6 +14,7 @@ from blendsim.sim.errors import UserError
 
 MIX_MODES = ("decode-first", "prefill-first")
 ADMISSION = ("reserve", "greedy")
+KV_FULL = ("preempt", "stall")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,12 @@ class EngineConfig:
     #                             the running requests and the new one (SGLang/NanoFlow-style);
     #                             greedy: admit whenever the prompt chunk fits (vLLM v1), preempt later
     reserve_ratio: float = 1.0  # fraction of the expected remaining output tokens to reserve
+    kv_full: str = "preempt"  # what a decode does when no KV block is free for its next token:
+    #   preempt: the newest running request gives its KV back and is recomputed later, until the decodes
+    #            fit (vLLM's rule);
+    #   stall:   that decode skips the step (no token) while the others run, and resumes -- before other
+    #            decodes -- once a block is free; when nothing at all can run, every running request is
+    #            flushed and re-queued to recompute its prompt and output (DeepSpeed-MII 0.1)
 
     def __post_init__(self) -> None:
         if self.token_budget < 1:
@@ -51,6 +58,11 @@ class EngineConfig:
             raise UserError(f"admission must be one of {', '.join(ADMISSION)}, got {self.admission!r}")
         if not 0 <= self.reserve_ratio <= 4:
             raise UserError(f"reserve_ratio must be in [0, 4], got {self.reserve_ratio}")
+        if self.kv_full not in KV_FULL:
+            raise UserError(f"kv_full must be one of {', '.join(KV_FULL)}, got {self.kv_full!r}")
+
+
+STALLED = -2  # Seq.fin of a decode that waits for a free KV block
 
 
 class Seq:
@@ -78,7 +90,8 @@ class Seq:
         self.tau0 = 0  # decode clock when it started decoding
         self.c0 = 0  # its context at that moment
         self.key = 0  # (c0 - tau0) mod block_size: which step phase allocates its new blocks
-        self.fin = -1  # decode clock of its last decode step; -1 when not decoding
+        self.fin = -1  # decode clock of its last decode step; -1 when not decoding; STALLED while its decode
+        #                waits for a KV block (EngineConfig.kv_full = "stall")
         self.side = 0  # policy tag (e.g. BlendServe's left/right scanner)
         self.est = 0  # expected output tokens, frozen at admission (hint, or the replica's running mean)
         self.load = 0  # blocks of its hit that sit in host memory or on disk (loaded at admission)
@@ -211,4 +224,4 @@ class RequestArrays:
     generated: np.ndarray
 
 
-__all__ = ["ADMISSION", "EngineConfig", "MIX_MODES", "RequestArrays", "RequestRecords", "Seq", "WaitQueue", "int_list"]
+__all__ = ["ADMISSION", "EngineConfig", "KV_FULL", "MIX_MODES", "RequestArrays", "RequestRecords", "STALLED", "Seq", "WaitQueue", "int_list"]

@@ -95,7 +95,9 @@ class AccelGen(Policy):
     description = ("AccelGen: Eq. 6 SLO budgets in Eq. 4 operations, T_r order, ERA, dynamic chunks, "
                    "Euclidean compute/KV batching")
     paper = 'AccelGen (2025)'
-    engine_defaults = dict(PROFILES["vllm"].scheduler)  # AccelGen is built on vLLM's scheduler
+    # AccelGen is built on vLLM's scheduler; its own schedule() meets a full KV by preemption (vLLM's rule),
+    # never by stalling decodes (an engine's kv_full = "stall")
+    engine_defaults = {**PROFILES["vllm"].scheduler, "kv_full": "preempt"}
     reads_cost_model = True
     options = {
         "pivot_tol": Option(0.01, "pivot forward size: throughput within this fraction of the best", source=OURS),
