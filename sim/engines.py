@@ -365,8 +365,16 @@ _VERSIONED = [
         # stuck); KV blocks of 64 tokens for head size 128 (blocked_flash.py get_kv_block_size); the KV takes
         # all memory but 1 GB after the weights (MemoryConfig RESERVE 1e9: 0.98 of an 80 GB GPU); no CUDA
         # graphs (RaggedInferenceEngineConfig has none); no prefix cache. The loop is synchronous Python with a
-        # blocking device-to-host copy each step (ragged_batching.py generate): no published per-step figure,
-        # taken as vLLM V0's measured synchronous loop (vllm@0.5).
+        # blocking device-to-host copy each step (ragged_batching.py generate): no published per-step figure.
+        # Fixed part as vLLM V0's measured synchronous loop (vllm@0.5: 1.28 ms). Per sequence, counted in MII
+        # v0.1.1's step (ours, not measured): its top-p filter loops over the batch's rows (logit_processors.py,
+        # ~:46-60: about three eager PyTorch ops and one mask-indexing sync per row) and a request's GPU stop
+        # flag is read back about four times a step (ragged_batching.py done_tokens, ~:297-301, read at ~:220,
+        # :403, :405, :269), so five blocking one-value reads at ~15 us (copy launch, stream sync, Python) and
+        # three ops at ~10 us: 105 us; plus the per-sequence schedule and input bookkeeping vLLM V0 measured
+        # (Vidur's A100 profile: schedule + prepare_inputs, 14 + 15.5 us per sequence between batch 8 and 64)
+        # and MII's per-sequence put / insert_sequence / postprocess (~15 us): 150 us. MII v0.2.0 (PR #377,
+        # 2024-01-18) vectorised the top-p filter and kept the stop flags on the CPU.
         # When the KV is full (kv_full = "stall"): DeepSpeed-MII v0.1.1 (2023-11-10) ragged_batching.py
         # _do_schedule_requests (~lines 504-553) passes over a decode that finds no free KV block for its next
         # token while the other decodes go on, and schedule_requests (~:577-582, with reset_request_status
@@ -378,7 +386,7 @@ _VERSIONED = [
                       scheduler={"token_budget": 768, "max_seqs": 512, "block_size": 64, "mix": "decode-first",
                                  "prefix_caching": False, "gpu_memory_utilization": 0.98, "admission": "greedy",
                                  "kv_full": "stall"},
-                      fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=0, regime="cuda-graph",
+                      fixed_s=1.28e-3, per_seq_s=150e-6, per_token_s=0.1e-6, cuda_graph_max=0, regime="cuda-graph",
                       source="microsoft/DeepSpeed inference/v2 ragged/manager_configs.py, blocked_flash.py; "
                              "DeepSpeed-MII v0.1.1 and v0.2.3 mii/batching/ragged_batching.py; DeepSpeed-FastGen blog 2023-11"),
 ]
