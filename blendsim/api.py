@@ -176,7 +176,7 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     names: ``tp``, ``pp``, ``replicas``, ``mode``, ``engine``, ``profile``, ``dtype``, ``token_budget``,
     ``max_seqs``, ``block_size``, ``round_tokens``, ``mix``, ``prefix_caching`` (False for
     ``--no-prefix-cache``), ``prefix_retain``, ``gpu_memory_utilization``, ``fast_forward``,
-    ``admission``, ``reserve_ratio``, ``offline``, ``seed``, ``record_schedule``, ``host_kv_gb`` and
+    ``admission``, ``reserve_ratio``, ``kv_full`` (``preempt`` or ``stall``), ``offline``, ``seed``, ``record_schedule``, ``host_kv_gb`` and
     ``disk_kv_gb`` (host-memory and disk KV tiers per replica, GB), ``kv_load`` (``stall`` or ``overlap``)
     and ``options`` (the policy's ``--opt`` settings as a dict). ``progress(finished_requests)`` is called now and then.
     Unlike the CLI (``fcfs``), the default policy is ``dfs``. Given a file, summary.json records its

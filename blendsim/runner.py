@@ -18,7 +18,7 @@ from blendsim.sim.rundir import RunResult, check_run_dir, schedule_table, write_
 from blendsim.sim.seq import EngineConfig, RequestRecords, int_list
 
 ENGINE_FIELDS = ("token_budget", "max_seqs", "block_size", "round_tokens", "mix", "prefix_caching",
-                 "prefix_retain", "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio")
+                 "prefix_retain", "gpu_memory_utilization", "fast_forward", "admission", "reserve_ratio", "kv_full")
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class RunConfig:
     fast_forward: bool | None = None
     admission: str | None = None  # reserve or greedy
     reserve_ratio: float | None = None
+    kv_full: str | None = None  # preempt or stall: what a decode finding no free KV block does (sim.seq.EngineConfig)
     offline: bool = False  # release every request at t=0
     seed: int = 0
     record_schedule: bool = False

@@ -179,3 +179,14 @@ def test_compiled_and_pure_python_stall_alike():
         got.append(json.loads(p.stdout.strip().splitlines()[-1]))
     assert got[1][0] == "pure Python"
     assert got[0][1:] == got[1][1:] and got[0][4] > 0
+
+
+def test_kv_full_is_a_run_option_and_a_bad_one_is_one_line():
+    from blendsim.runner import engine_config
+
+    assert engine_config(RunConfig(engine="vllm"), FCFS).kv_full == "preempt"
+    assert engine_config(RunConfig(engine="vllm", kv_full="stall"), FCFS).kv_full == "stall"
+    assert engine_config(RunConfig(engine="deepspeed-fastgen"), FCFS).kv_full == "stall"  # the profile's
+    assert engine_config(RunConfig(engine="deepspeed-fastgen", kv_full="preempt"), FCFS).kv_full == "preempt"
+    with pytest.raises(UserError, match="kv_full must be one of preempt, stall"):
+        engine_config(RunConfig(engine="vllm", kv_full="wait"), FCFS)
