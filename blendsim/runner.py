@@ -138,7 +138,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     from blendsim.policies.registry import resolve_policy
     from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.deployment import Deployment
-    from blendsim.sim.engines import DEFAULT_ENGINE
+    from blendsim.sim.engines import DEFAULT_ENGINE, get_profile
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
     from blendsim.sim.policy import PolicyContext
@@ -156,7 +156,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
                                    expert_skew=cfg.expert_skew,
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
-                                   kv_capacity_override=cfg.kv_capacity_override)
+                                   kv_capacity_override=cfg.kv_capacity_override,
+                                   kv_of_free=get_profile(cfg.engine or DEFAULT_ENGINE).kv_of_free)
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
     tree = PrefixTree(trace)

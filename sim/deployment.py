@@ -40,6 +40,10 @@ class Deployment:
     hardware: HardwareSpec
     tp: int = 1  # tensor-parallel degree (GPUs per replica)
     gpu_memory_utilization: float = 0.90  # fraction of device memory the engine may use (vLLM's default)
+    # False: that fraction of the device holds weights, activations and KV (vLLM's gpu_memory_utilization,
+    # SGLang's mem_fraction_static); True: it is the fraction of what the weights and activations leave that the
+    # KV takes (TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction)
+    kv_of_free: bool = False
     max_batched_tokens: int = 8192  # largest step, sizes the activation reserve
     max_seqs: int = 1024  # most sequences in a step, sizes the logits buffer
     kv_capacity_override: int = 0  # bytes per replica; 0 derives it from memory
@@ -93,7 +97,7 @@ class Deployment:
             return
         if self.kv_capacity_bytes <= 0:
             need = (self.weight_bytes_per_gpu + self.activation_reserve_bytes) / GiB
-            have = self.hardware.memory_bytes * self.gpu_memory_utilization / GiB
+            have = self._usable_bytes / GiB
             act = self.activation_reserve_bytes / GiB
             if self.weight_bytes_per_gpu / GiB < have and act > 0.5:  # the weights fit; the largest step does not
                 raise UserError(
@@ -162,7 +166,7 @@ class Deployment:
 
     def _check_stages(self) -> None:
         """Every stage's weights, activations and some KV fit; else one line naming the stage."""
-        have = self.hardware.memory_bytes * self.gpu_memory_utilization
+        have = self._usable_bytes
         for i in range(self.pp):
             w = self.stage_weight_bytes(i) / self.tp
             act = self._activation_bytes(last=i == self.pp - 1)
@@ -178,8 +182,7 @@ class Deployment:
 
     def _stage_kv_tokens(self, i: int) -> int:
         """KV tokens stage ``i`` can hold for its own layers."""
-        per_gpu = (self.hardware.memory_bytes * self.gpu_memory_utilization - self.stage_weight_bytes(i) / self.tp
-                   - self._activation_bytes(last=i == self.pp - 1))
+        per_gpu = self._kv_bytes_per_gpu(self.stage_weight_bytes(i) / self.tp, self._activation_bytes(last=i == self.pp - 1))
         per_token = self.kv_bytes_per_token // self.model.num_layers * self.stage_layers()[i]
         return int(per_gpu * self.tp // per_token) if per_gpu > 0 else 0
 
@@ -287,12 +290,19 @@ class Deployment:
             return float(self.kv_capacity_override)
         if self.pp > 1:
             return float(min(self.stage_kv_tokens()) * self.kv_bytes_per_token)
-        per_gpu = (
-            self.hardware.memory_bytes * self.gpu_memory_utilization
-            - self.weight_bytes_per_gpu
-            - self.activation_reserve_bytes
-        )
-        return per_gpu * self.tp
+        return self._kv_bytes_per_gpu(self.weight_bytes_per_gpu, self.activation_reserve_bytes) * self.tp
+
+    @property
+    def _usable_bytes(self) -> float:
+        """Device bytes per GPU the engine may fill with weights, activations and KV."""
+        return self.hardware.memory_bytes * (1.0 if self.kv_of_free else self.gpu_memory_utilization)
+
+    def _kv_bytes_per_gpu(self, weights: float, act: float) -> float:
+        """KV bytes per GPU beside ``weights`` and ``act`` bytes (see ``kv_of_free``)."""
+        if self.kv_of_free:
+            free = self.hardware.memory_bytes - weights - act
+            return self.gpu_memory_utilization * free if free > 0 else free
+        return self.hardware.memory_bytes * self.gpu_memory_utilization - weights - act
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -58,6 +58,9 @@ class EngineProfile:
     # where its fitted overhead lives in params["engine"]: "" = its own NAME@VERSION (each version's CPU loop is
     # its own); a name shared by versions whose loop is one (trtllm's C++ executor)
     fit_as: str = ""
+    # its KV fraction (scheduler "gpu_memory_utilization") is of the memory the weights and activations leave
+    # (TensorRT-LLM's free_gpu_memory_fraction) rather than of the device (vLLM, SGLang)
+    kv_of_free: bool = False
 
     @property
     def overhead_key(self) -> str:
@@ -210,7 +213,7 @@ _BUILTIN = [
                                            "gpu_memory_utilization": 0.95, "admission": "reserve",
                                            "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm",
+                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench "
                              "settings); overhead fitted by blendsim fidelity"),
         # vLLM V1 (default since 0.8): 8192-token chunked prefill, 256 sequences, 16-token blocks, prefix
@@ -339,7 +342,7 @@ _VERSIONED = [
                                                            "gpu_memory_utilization": 0.95, "admission": "reserve",
                                                            "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm",
+                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
                              "overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.8 (early 2024; NanoFlow's baseline): the C++ GptManager runtime, in-flight batching,
@@ -354,7 +357,7 @@ _VERSIONED = [
                                                           "gpu_memory_utilization": 0.90, "admission": "reserve",
                                                           "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=0, regime="trtllm", fitted=("fixed_s", "per_seq_s"),
-                      fit_as="trtllm",
+                      fit_as="trtllm", kv_of_free=True,
                       source="NVIDIA/TensorRT-LLM docs/source/batch_manager.md (0.7-0.9 era); NanoFlow README "
                              "(v0.8.0 baseline)"),
         # DeepSpeed-FastGen (DeepSpeed-MII 0.1-0.2, inference v2): Dynamic SplitFuse -- decodes first, then

@@ -118,7 +118,8 @@ def deployment_for(row, profile):
     return Deployment(spec, hw, row.tp, ep=row.ep, pp=row.pp,  # ep on a dense model: refused, as simulate does
                       gpu_memory_utilization=util,
                       max_batched_tokens=mt,
-                      max_seqs=min(profile.scheduler.get("max_seqs", 1024) or 1024, 1024))
+                      max_seqs=min(profile.scheduler.get("max_seqs", 1024) or 1024, 1024),
+                      kv_of_free=profile.kv_of_free)
 
 
 def _is_preset(name: str) -> bool:

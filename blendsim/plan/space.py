@@ -105,6 +105,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     from blendsim.policies.registry import resolve_policy
     from blendsim.runner import RunConfig, engine_config
     from blendsim.sim.deployment import Deployment
+    from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
@@ -129,7 +130,8 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                     dep = Deployment(model, hw, tp, ep=ep,
                                                      gpu_memory_utilization=eng.gpu_memory_utilization,
                                                      max_batched_tokens=eng.token_budget,
-                                                     max_seqs=eng.max_seqs or 1024)
+                                                     max_seqs=eng.max_seqs or 1024,
+                                                     kv_of_free=get_profile(engine).kv_of_free)
                                 except UserError:
                                     pruned["does not fit"] = pruned.get("does not fit", 0) + n
                                     continue
