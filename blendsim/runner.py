@@ -157,7 +157,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
                                    gpu_memory_utilization=eng.gpu_memory_utilization,
                                    max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
                                    kv_capacity_override=cfg.kv_capacity_override,
-                                   kv_of_free=get_profile(cfg.engine or DEFAULT_ENGINE).kv_of_free)
+                                   kv_of_free=get_profile(cfg.engine or DEFAULT_ENGINE, {}).kv_of_free)
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
     tree = PrefixTree(trace)

@@ -182,7 +182,8 @@ class Deployment:
 
     def _stage_kv_tokens(self, i: int) -> int:
         """KV tokens stage ``i`` can hold for its own layers."""
-        per_gpu = self._kv_bytes_per_gpu(self.stage_weight_bytes(i) / self.tp, self._activation_bytes(last=i == self.pp - 1))
+        per_gpu = self._kv_bytes_per_gpu(self.stage_weight_bytes(i) / self.tp,
+                                         self._activation_bytes(last=i == self.pp - 1))
         per_token = self.kv_bytes_per_token // self.model.num_layers * self.stage_layers()[i]
         return int(per_gpu * self.tp // per_token) if per_gpu > 0 else 0
 

@@ -128,8 +128,9 @@ class Scheduler:
                     return self.schedule(now)
                 v = self.pick_victim()
                 if v is None or len(self.running) < 2:  # it would only retake what it frees: no progress
-                    raise RuntimeError(f"replica {self.replica}: request {(self.prefilling or self.stalled)[0].req} can neither "
-                                       "grow nor make room (scheduler bug)")
+                    stuck = (self.prefilling or self.stalled)[0].req
+                    raise RuntimeError(f"replica {self.replica}: request {stuck} can neither grow nor make room "
+                                       "(scheduler bug)")
                 self._preempt(v, now)
                 return self.schedule(now)
             return None

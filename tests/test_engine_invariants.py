@@ -11,25 +11,32 @@ from blendsim.sim import engine
 from tests.helpers import random_trace, tiny_capacity_bytes
 
 
-def check_kv_every_step(monkeypatch) -> None:
+def _check_after_update(sched) -> None:
+    """Make ``sched.update`` recount its KV cache's counters from scratch after every step (once per scheduler)."""
+    if getattr(sched, "_checked", False):
+        return
+    upd = sched.update
+
+    def update(b, t):
+        upd(b, t)
+        sched.kv.check()
+
+    sched.update = update
+    sched._checked = True
+
+
+def check_kv_every_step(monkeypatch, pipelined: bool = False) -> None:
     """Recount the KV cache's counters from scratch after every step (of the replicas built from now
-    on, while ``monkeypatch`` holds)."""
-    orig = engine.Replica.run_until
+    on, while ``monkeypatch`` holds); ``pipelined``: of the virtual engines a PipelinedReplica steps."""
+    cls = engine.PipelinedReplica if pipelined else engine.Replica
+    orig = cls.run_until
 
     def run_until(self, now, horizon):
-        sched = self.scheduler
-        if not getattr(sched, "_checked", False):
-            upd = sched.update
-
-            def update(b, t):
-                upd(b, t)
-                sched.kv.check()
-
-            sched.update = update
-            sched._checked = True
+        for ve in self.ves if pipelined else (self,):
+            _check_after_update(ve.scheduler)
         return orig(self, now, horizon)
 
-    monkeypatch.setattr(engine.Replica, "run_until", run_until)
+    monkeypatch.setattr(cls, "run_until", run_until)
 
 
 @pytest.fixture

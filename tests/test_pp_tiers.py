@@ -171,24 +171,10 @@ def test_the_virtual_engines_of_a_replica_share_its_stages_links():
 
 
 def _check_pp_kv_every_step(monkeypatch) -> None:
-    """As test_engine_invariants.check_kv_every_step, for the virtual engines a PipelinedReplica steps."""
-    orig = engine.PipelinedReplica.run_until
+    """test_engine_invariants.check_kv_every_step, for the virtual engines a PipelinedReplica steps."""
+    from tests.test_engine_invariants import check_kv_every_step
 
-    def run_until(self, now, horizon):
-        for ve in self.ves:
-            sched = ve.scheduler
-            if not getattr(sched, "_checked", False):
-                upd = sched.update
-
-                def update(b, t, upd=upd, sched=sched):
-                    upd(b, t)
-                    sched.kv.check()
-
-                sched.update = update
-                sched._checked = True
-        return orig(self, now, horizon)
-
-    monkeypatch.setattr(engine.PipelinedReplica, "run_until", run_until)
+    check_kv_every_step(monkeypatch, pipelined=True)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "dfs", "blendserve", "e2", "vllm"])

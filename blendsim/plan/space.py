@@ -112,6 +112,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     base = get_model(space.model)
     longest = int((trace.input_len + trace.output_len).max())
     feasible, pruned = [], {}
+    kv_of_free = {e: get_profile(e, {}).kv_of_free for e in space.engines}  # how each engine sizes its KV
     for hw_name in space.hardware:
         hw = get_hardware(hw_name)
         for w in (space.weights or (base.weights,)):
@@ -131,7 +132,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                                      gpu_memory_utilization=eng.gpu_memory_utilization,
                                                      max_batched_tokens=eng.token_budget,
                                                      max_seqs=eng.max_seqs or 1024,
-                                                     kv_of_free=get_profile(engine).kv_of_free)
+                                                     kv_of_free=kv_of_free[engine])
                                 except UserError:
                                     pruned["does not fit"] = pruned.get("does not fit", 0) + n
                                     continue
