@@ -84,7 +84,12 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
 
     prof = get_profile(cfg.engine or DEFAULT_ENGINE)
     engine = {f.name: getattr(EngineConfig(), f.name) for f in dataclasses.fields(EngineConfig)}
-    engine.update(prof.scheduler)
+    try:
+        from blendsim.sim.hardware import get_hardware
+
+        engine.update(prof.scheduler_for(get_hardware(cfg.hardware)))  # an offline job: the engine's LLM-class limits
+    except UserError:
+        engine.update(prof.scheduler)  # hardware that is not known yet: refused further on
     base = dict(engine)
     notes = []
     who = getattr(policy_cls, "name", "policy")

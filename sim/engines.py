@@ -61,6 +61,17 @@ class EngineProfile:
     # its KV fraction (scheduler "gpu_memory_utilization") is of the memory the weights and activations leave
     # (TensorRT-LLM's free_gpu_memory_fraction) rather than of the device (vLLM, SGLang)
     kv_of_free: bool = False
+    # scheduler settings the engine picks by device and entry point, over ``scheduler``: keys "large" (a GPU of
+    # >= 70 GiB that is not an A100) or "small", then "-offline" (a Python LLM object / offline benchmark) or
+    # "-serve" (the OpenAI-compatible server); see scheduler_for
+    by_device: dict = field(default_factory=dict)
+
+    def scheduler_for(self, hardware, serve: bool = False) -> dict:
+        """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server."""
+        if not self.by_device:
+            return self.scheduler
+        large = hardware.memory_bytes >= 70 * 2**30 and "a100" not in hardware.name.lower()
+        return {**self.scheduler, **self.by_device.get(f"{'large' if large else 'small'}-{'serve' if serve else 'offline'}", {})}
 
     @property
     def overhead_key(self) -> str:
@@ -228,11 +239,18 @@ _BUILTIN = [
         # keeps GPU sampling launch, the host sync and the EngineCore-worker hop; V1's update_from_output
         # alone costs 0.29 ms at batch 256, ~1.1 us/seq, vLLM PR #46112). Input preparation is numpy over a
         # persistent batch: ~20 ns per token (ten passes at ~2 ns each).
+        # Batch limits by device and entry point (vllm/engine/arg_utils.py, from 0.8.5/0.9: PR #17073 gave GPUs of
+        # >= 70 GiB 1024 sequences and 16384 tokens offline / 8192 behind the API server, PR #17885 took the A100
+        # back out; other GPUs 256 sequences and 8192 / 2048 tokens): the 0.9+ rule, which 0.10 and 0.11 keep
+        # (0.8.0-0.8.4 differ: 1024 sequences everywhere, then 256 but on H100/H200, PR #16158).
         EngineProfile("vllm", version="0.8", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.8e-3, per_seq_s=6e-6, per_token_s=0.02e-6, cuda_graph_max=512,
-                      regime="cuda-graph", source=_CITED_VLLM),
+                      regime="cuda-graph", source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
+                      by_device={"large-offline": {"token_budget": 16384, "max_seqs": 1024},
+                                 "large-serve": {"token_budget": 8192, "max_seqs": 1024},
+                                 "small-serve": {"token_budget": 2048}}),
         # vLLM V0 0.6: prefill-first steps (no chunked prefill by default), 256 sequences, overhead as
         # sim.cost's vllm-v0 (Vidur's A100 CPU profile); 0.6's multi-step scheduling (--num-scheduler-steps
         # 10) amortises the per-step CPU work over ten steps: the per-sequence share of vllm-v0@0.5's
@@ -345,6 +363,18 @@ _VERSIONED = [
                       fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
                       source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
                              "overhead fitted by blendsim fidelity"),
+        # TensorRT-LLM 0.19-0.21: trtllm-bench on the PyTorch backend (no engine build), as the perf-overview page of
+        # v0.20 ran it ("Starting with v0.19, testing was performed using the PyTorch backend"; its llm_options.yml pads
+        # CUDA graphs over batch sizes 1-8192, KV fraction 0.95 where it fit): the mechanics of trtllm@1.0 above,
+        # whose fitted overhead it shares.
+        EngineProfile("trtllm", version="0.19", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
+                                                           "mix": "decode-first", "prefix_caching": False,
+                                                           "gpu_memory_utilization": 0.95, "admission": "reserve",
+                                                           "reserve_ratio": 1.0},
+                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
+                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
+                      source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.20 version: PyTorch "
+                             "backend since v0.19, llm_options.yml); overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.8 (early 2024; NanoFlow's baseline): the C++ GptManager runtime, in-flight batching,
         # KV fraction 0.9 of free memory (kvCacheConfig.freeGpuMemoryFraction), no block reuse, chunked context
         # off and enableTrtOverlap off by default (docs/source/batch_manager.md of that era); whole prompts

@@ -31,7 +31,7 @@ def test_the_fraction_of_free_memory_leaves_more_kv_where_the_weights_fill_the_d
 
 def test_only_tensorrt_llm_profiles_take_the_fraction_of_free_memory():
     free = {f"{n}@{v}" for (n, v), p in VERSIONS.items() if p.kv_of_free}
-    assert free == {"trtllm@0.8", "trtllm@0.13", "trtllm@1.0"}
+    assert free == {"trtllm@0.8", "trtllm@0.13", "trtllm@0.19", "trtllm@1.0"}
     assert get_profile("trtllm", {}).kv_of_free and not get_profile("vllm", {}).kv_of_free
 
 

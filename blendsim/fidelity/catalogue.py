@@ -180,6 +180,52 @@ def engine_version_key(row: Row) -> str:
 
 
 
+# Engine flags a row's ``engine_version`` text may state (its server or benchmark command), as the scheduler
+# settings they set: vLLM's --max-num-batched-tokens / --max-num-seqs / --gpu-memory-utilization /
+# --[no-]enable-prefix-caching, SGLang's --chunked-prefill-size / --max-running-requests / --mem-fraction-static
+# (--mem-frac) / --disable-radix-cache. A value that is not a number is not read, but for ``--max-num-seqs = num prompts`` (the row's request count).
+_FLAGS = (
+    (r"--max-num-batched-tokens[ =]+(\d+)\b", "token_budget", int),
+    (r"--chunked-prefill-size[ =]+(\d+)\b", "token_budget", int),
+    (r"--max-num-seqs[ =]+(\d+)\b", "max_seqs", int),
+    (r"--max-running-requests[ =]+(\d+)\b", "max_seqs", int),
+    (r"--gpu-memory-utilization[ =]+([\d.]+\d)\b", "gpu_memory_utilization", float),
+    (r"--mem-frac(?:tion-static)?[ =]+([\d.]+\d)\b", "gpu_memory_utilization", float),
+)
+
+
+def engine_flags(row: Row) -> dict:
+    """Scheduler settings the row's engine command states (:data:`_FLAGS`)."""
+    import re
+
+    text = row.engine_version or ""
+    out = {}
+    for pat, key, kind in _FLAGS:
+        m = re.search(pat, text)
+        if m:
+            out[key] = kind(m.group(1))
+    if re.search(r"--max-num-seqs\s*=\s*num(ber of)? prompts", text):  # the whole dataset in one batch
+        out["max_seqs"] = row.requests
+    if re.search(r"--disable-radix-cache|--no-enable-prefix-caching", text):
+        out["prefix_caching"] = False
+    elif "--enable-prefix-caching" in text:
+        out["prefix_caching"] = True
+    return out
+
+
+def serves(row: Row) -> bool:
+    """Whether the row ran behind the engine's API server (``vllm serve``, ``launch_server``,
+    ``benchmark_serving``) rather than its offline entry point: vLLM picks smaller batch limits there."""
+    import re
+
+    return bool(re.search(r"\bserve\b|server|benchmark_serving|bench serve", row.engine_version or "", re.I))
+
+
+def engine_settings(row: Row, profile, hardware) -> dict:
+    """The row's scheduler settings: the profile's on its hardware and entry point, then its stated flags."""
+    return {**profile.scheduler_for(hardware, serves(row)), **engine_flags(row)}
+
+
 # ---- workloads ----------------------------------------------------------------------------
 def build_workload(row: Row):
     """The row's Trace (every request at t=0). UserError for a workload that cannot be built."""

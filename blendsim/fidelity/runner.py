@@ -107,18 +107,21 @@ def deployment_for(row, profile):
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
+    from .catalogue import engine_settings
+
     model = row.model
     if not _is_preset(model) and (row.folder / model).exists():
         model = str(row.folder / model)
     spec = get_model(model)
     hw = get_hardware(row.hardware)
     spec = apply_precision(spec, hw, row.weights, row.kv_dtype)
-    util = profile.scheduler.get("gpu_memory_utilization", 0.9)
-    mt = profile.scheduler.get("token_budget", 8192)
+    sched = engine_settings(row, profile, hw)
+    util = sched.get("gpu_memory_utilization", 0.9)
+    mt = sched.get("token_budget", 8192)
     return Deployment(spec, hw, row.tp, ep=row.ep, pp=row.pp,  # ep on a dense model: refused, as simulate does
                       gpu_memory_utilization=util,
                       max_batched_tokens=mt,
-                      max_seqs=min(profile.scheduler.get("max_seqs", 1024) or 1024, 1024),
+                      max_seqs=min(sched.get("max_seqs", 1024) or 1024, 1024),
                       kv_of_free=profile.kv_of_free)
 
 
@@ -146,7 +149,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.seq import RequestRecords
 
-    from .catalogue import engine_version_key
+    from .catalogue import engine_settings, engine_version_key
 
     key = engine_version_key(row)  # the row's engine at its version (NAME alone: the newest modelled)
     prof = get_profile(key, params)
@@ -161,6 +164,9 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
         bs, tok = trtllm_bench_settings(dep, float(trace.input_len.mean()), float(trace.output_len.mean()),
                                         row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
         limits = {"max_seqs": bs, "token_budget": tok}
+    else:  # the engine's limits on this device and entry point, and the flags the row's command sets
+        limits = {k: v for k, v in engine_settings(row, prof, dep.hardware).items()
+                  if k in ("token_budget", "max_seqs", "gpu_memory_utilization", "prefix_caching")}
     cfg = RunConfig(policy=row.policy or "fcfs", model=dep.model.name, hardware=dep.hardware.name, tp=row.tp,
                     pp=row.pp, replicas=row.replicas, mode=prof.mode, engine=key, offline=True,
                     host_kv_gb=row.host_kv_gb, disk_kv_gb=row.disk_kv_gb, **limits)

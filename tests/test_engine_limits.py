@@ -1,0 +1,86 @@
+"""Engine batch limits by device and entry point (vLLM >= 0.9), and the flags a catalogue row's command states."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from blendsim.fidelity.catalogue import Row, engine_flags, engine_settings, engine_version_key, serves
+from blendsim.fidelity.runner import deployment_for
+from blendsim.runner import RunConfig, engine_config
+from blendsim.policies.registry import resolve_policy
+from blendsim.sim.engines import get_profile
+from blendsim.sim.hardware import get_hardware
+
+
+def _row(engine="vllm", version="vLLM v0.11.0 (V1 engine); server command: vllm serve Qwen/Qwen3-14B",
+         hardware="h100-80gb", requests=1000, model="qwen3-14b"):
+    return Row(id="t", source="s", model=model, hardware=hardware, gpus=1, tp=1, pp=1, ep=1, weights="", kv_dtype="",
+               engine=engine, engine_version=version, policy="", workload="const:128/128", requests=requests,
+               metric="total_tok_s", scope="system", value=1.0, note="", folder=Path("."), line=2)
+
+
+@pytest.mark.parametrize("hw, serve, budget, seqs", [
+    ("h100-80gb", False, 16384, 1024), ("h100-80gb", True, 8192, 1024), ("h200", False, 16384, 1024),
+    ("b200", True, 8192, 1024), ("mi300x", False, 16384, 1024),
+    ("a100-80gb", False, 8192, 256), ("a100-80gb", True, 2048, 256), ("l40s", False, 8192, 256), ("l40s", True, 2048, 256),
+])
+def test_vllm_v1_limits_by_device_and_entry_point(hw, serve, budget, seqs):
+    # vllm/engine/arg_utils.py from 0.9 (PRs #17073, #17885): >= 70 GiB and not an A100 -> 1024 sequences, 16384 / 8192
+    # tokens (offline / API server); others 256 sequences, 8192 / 2048 tokens
+    s = get_profile("vllm@0.11", {}).scheduler_for(get_hardware(hw), serve)
+    assert (s["token_budget"], s["max_seqs"]) == (budget, seqs)
+
+
+def test_engines_without_device_rules_keep_their_scheduler():
+    for key in ("vllm@0.6", "sglang@0.4", "trtllm@1.0", "deepspeed-fastgen"):
+        p = get_profile(key, {})
+        for hw in ("a100-80gb", "h100-80gb"):
+            assert p.scheduler_for(get_hardware(hw), True) == p.scheduler
+
+
+def test_simulate_uses_the_offline_limits_of_its_gpu():
+    fcfs = resolve_policy("fcfs").cls
+    h100 = engine_config(RunConfig(engine="vllm", hardware="h100-80gb"), fcfs)
+    a100 = engine_config(RunConfig(engine="vllm", hardware="a100-80gb"), fcfs)
+    assert (h100.token_budget, h100.max_seqs) == (16384, 1024)
+    assert (a100.token_budget, a100.max_seqs) == (8192, 256)
+    # an explicit option still wins
+    mine = engine_config(RunConfig(engine="vllm", hardware="h100-80gb", max_seqs=64), fcfs)
+    assert mine.max_seqs == 64
+
+
+def test_row_flags_are_read():
+    r = _row(version="vLLM v0.11.0 (V1 engine); server command: vllm serve X -tp 4 --max-num-batched-tokens 16384 "
+                     "--gpu-memory-utilization 0.85 --no-enable-prefix-caching")
+    assert engine_flags(r) == {"token_budget": 16384, "gpu_memory_utilization": 0.85, "prefix_caching": False}
+    r = _row(engine="sglang", version="SGLang v0.4.1, launch_server --tp 8 --mem-fraction-static 0.8 "
+                                      "--chunked-prefill-size 4096 --max-running-requests 512 --disable-radix-cache")
+    assert engine_flags(r) == {"gpu_memory_utilization": 0.8, "token_budget": 4096, "max_seqs": 512,
+                               "prefix_caching": False}
+    r = _row(version="vLLM v0.10.0, benchmark_throughput.py; --max-num-batched-tokens 131072 --max-num-seqs = num prompts",
+             requests=3200)
+    assert engine_flags(r) == {"token_budget": 131072, "max_seqs": 3200}
+    assert not serves(r)
+    assert engine_flags(_row(version="vLLM v0.6.0, --num-scheduler-steps 10")) == {}
+
+
+def test_serve_rows_get_the_api_server_limits():
+    h100, a100 = _row(), _row(hardware="a100-80gb")
+    assert serves(h100)
+    prof = get_profile(engine_version_key(h100), {})
+    assert engine_settings(h100, prof, get_hardware("h100-80gb"))["token_budget"] == 8192
+    assert engine_settings(a100, prof, get_hardware("a100-80gb"))["token_budget"] == 2048
+    assert deployment_for(a100, prof).max_batched_tokens == 2048
+    flagged = replace(a100, engine_version=a100.engine_version + " --max-num-batched-tokens 4096")
+    assert deployment_for(flagged, prof).max_batched_tokens == 4096  # the row's own flag over the default
+
+
+def test_trtllm_pytorch_backend_versions():
+    # 0.19-0.21 ran trtllm-bench on the PyTorch backend: 0.20 selects trtllm@0.19, whose mechanics are 1.0's
+    p = get_profile("trtllm@0.20", {})
+    assert p.version == "0.19"
+    q = get_profile("trtllm@1.0", {})
+    assert (p.scheduler, p.cuda_graph_max, p.kv_of_free, p.overhead_key) == (q.scheduler, q.cuda_graph_max,
+                                                                              q.kv_of_free, q.overhead_key)
+    assert get_profile("trtllm@0.14", {}).version == "0.13"
