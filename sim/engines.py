@@ -206,6 +206,16 @@ _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V
 # three passes over a 128K-entry float32 logit row, 0.5 MB, at ~1.6 TB/s). They model engines, never
 # policies: they were fixed from the measurements cited here (or fitted to the fidelity catalogue where
 # ``fitted`` says so), not fitted to any scheduling result.
+# TensorRT-LLM as trtllm-bench runs it (1.0; 0.13 and 0.19 are copies of it): _BUILTIN below cites each value
+_TRTLLM_BENCH = EngineProfile(
+    "trtllm", version="1.0",
+    scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32, "mix": "decode-first",
+               "prefix_caching": False, "gpu_memory_utilization": 0.95, "admission": "reserve", "reserve_ratio": 1.0},
+    fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
+    fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
+    source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench settings); overhead fitted "
+           "by blendsim fidelity")
+
 _BUILTIN = [
         # No engine: pure kernel time at the hardware preset's efficiencies (the plain roofline), no per-step
         # overhead, no CUDA-graph padding; the scheduler's own defaults (sim.seq.EngineConfig).
@@ -219,14 +229,7 @@ _BUILTIN = [
         # besides what the running ones will still need -- "reserve" admission with each request's
         # max_tokens as its output hint, never a preemption. Overhead: fitted (the rows are its only
         # measurements), bounded by 0..5 ms fixed and 0..20 us per sequence.
-        EngineProfile("trtllm", version="1.0", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
-                                           "mix": "decode-first", "prefix_caching": False,
-                                           "gpu_memory_utilization": 0.95, "admission": "reserve",
-                                           "reserve_ratio": 1.0},
-                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
-                      source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench "
-                             "settings); overhead fitted by blendsim fidelity"),
+        _TRTLLM_BENCH,
         # vLLM V1 (default since 0.8): 8192-token chunked prefill, 256 sequences, 16-token blocks, prefix
         # cache, greedy admission with recompute-preemption, CUDA graphs up to 512. Synchronous scheduling
         # (async scheduling came later as an opt-in flag, vLLM PR #19970). Overhead: start from V0 as Vidur
@@ -355,26 +358,16 @@ _VERSIONED = [
         # batching under max_num_tokens / max_batch_size that trtllm-bench derives from the dataset,
         # GUARANTEED_NO_EVICT): the mechanics of trtllm@1.0 above, whose fitted overhead it shares (the 0.13
         # table's A100/H100/L40S rows are in the catalogue).
-        EngineProfile("trtllm", version="0.13", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
-                                                           "mix": "decode-first", "prefix_caching": False,
-                                                           "gpu_memory_utilization": 0.95, "admission": "reserve",
-                                                           "reserve_ratio": 1.0},
-                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
-                      source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
-                             "overhead fitted by blendsim fidelity"),
+        replace(_TRTLLM_BENCH, version="0.13",
+                source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
+                       "overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.19-0.21: trtllm-bench on the PyTorch backend (no engine build), as the perf-overview page of
         # v0.20 ran it ("Starting with v0.19, testing was performed using the PyTorch backend"; its llm_options.yml pads
         # CUDA graphs over batch sizes 1-8192, KV fraction 0.95 where it fit): the mechanics of trtllm@1.0 above,
         # whose fitted overhead it shares.
-        EngineProfile("trtllm", version="0.19", scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32,
-                                                           "mix": "decode-first", "prefix_caching": False,
-                                                           "gpu_memory_utilization": 0.95, "admission": "reserve",
-                                                           "reserve_ratio": 1.0},
-                      fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-                      fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
-                      source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.20 version: PyTorch "
-                             "backend since v0.19, llm_options.yml); overhead fitted by blendsim fidelity"),
+        replace(_TRTLLM_BENCH, version="0.19",
+                source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.20 version: PyTorch "
+                       "backend since v0.19, llm_options.yml); overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.8 (early 2024; NanoFlow's baseline): the C++ GptManager runtime, in-flight batching,
         # KV fraction 0.9 of free memory (kvCacheConfig.freeGpuMemoryFraction), no block reuse, chunked context
         # off and enableTrtOverlap off by default (docs/source/batch_manager.md of that era); whole prompts

@@ -7,8 +7,8 @@ import pytest
 
 from blendsim.fidelity.catalogue import Row, engine_flags, engine_settings, engine_version_key, serves
 from blendsim.fidelity.runner import deployment_for
-from blendsim.runner import RunConfig, engine_config
 from blendsim.policies.registry import resolve_policy
+from blendsim.runner import RunConfig, engine_config
 from blendsim.sim.engines import get_profile
 from blendsim.sim.hardware import get_hardware
 
