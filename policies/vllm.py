@@ -6,7 +6,9 @@ smaller GPUs; 16,384 and 1,024 sequences on larger non-A100 GPUs — pass --toke
 automatic prefix caching on full 16-token blocks with LRU eviction; when a decode cannot get a block,
 the newest running request is preempted and recomputed later. These are the ``vllm`` engine profile's
 scheduler settings (``blendsim.sim.engines``), declared over whatever engine prices the run; with
-``--engine vllm`` the policy is FCFS on vLLM.
+``--engine vllm`` the policy is FCFS on vLLM. The ``vllm`` engine itself applies the larger limits on larger
+GPUs (``EngineProfile.scheduler_for``); this policy keeps the A100-class ones it declares (the run's notes say
+so), so ``--policy fcfs --engine vllm`` is vLLM as it runs on any GPU.
 """
 
 from __future__ import annotations
