@@ -33,6 +33,17 @@ class OpTimer(Protocol):
         """Messages for the user about this timer (e.g. operators a profile lacks)."""
 
 
+# An all-reduce on an NVLink-SHARP switch (NVLS) sends each GPU's buffer once and receives the reduced buffer once,
+# but the switch does not reduce at the links' rate. NCCL's maintainer (NVIDIA/nccl-tests issue #212, 2024-05-06):
+# on H100 NCCL reaches an effective NVLink bandwidth of about 370 GB/s of the 450 GB/s line rate (what a ring
+# moves), and an 8-GPU NVLS all-reduce peaks at about 275 GB/s of algorithm bandwidth (bus bandwidth ~480 GB/s; the
+# 480 GB/s of GTC S62129, NVIDIA/nccl issue #1374). At the ring's wire efficiency an NVLS all-reduce of S bytes
+# therefore costs the time of 370 / 275 = 1.35 S on the wire, against the ring's 2(t-1)/t S (1.75 S at t = 8: NVLS is
+# 1.30x faster, not the 1.75x that moving each buffer once would give). Taken as the same for any t > 2 (the
+# switch's reduction rate, not the GPU count, limits it) and for NVLink 5 (no published figure).
+NVLS_FACTOR = 370 / 275
+
+
 class RooflineTimer:
     """Operator time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + launches."""
 
@@ -55,10 +66,10 @@ class RooflineTimer:
         self.tile = max(1, hw.gemm_tile_m)
         self.blend = hw.gemm_roofline_blend
         self.link_bw, self.link_lat = dep.tp_link()  # the scale-up link, or the network when TP spans nodes
-        # bytes each GPU moves per byte all-reduced: the ring's (or reduce-scatter + all-gather's) 2(t-1)/t, or 1
-        # where the switch reduces in the network (NVLS, HardwareSpec.nvls) within a node
+        # bytes each GPU moves per byte all-reduced: the ring's (or reduce-scatter + all-gather's) 2(t-1)/t, or
+        # NVLS_FACTOR where the switch reduces in the network (NVLS, HardwareSpec.nvls) within a node
         t = self.shapes.tp
-        self.ar_factor = 1.0 if (hw.nvls and not dep.tp_spans_nodes and t > 2) else 2 * (t - 1) / max(t, 1)
+        self.ar_factor = NVLS_FACTOR if (hw.nvls and not dep.tp_spans_nodes and t > 2) else 2 * (t - 1) / max(t, 1)
 
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
@@ -110,4 +121,4 @@ class RooflineTimer:
         return []
 
 
-__all__ = ["OpTimer", "RooflineTimer"]
+__all__ = ["NVLS_FACTOR", "OpTimer", "RooflineTimer"]
