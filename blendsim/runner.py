@@ -87,7 +87,8 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
     try:
         from blendsim.sim.hardware import get_hardware
 
-        engine.update(prof.scheduler_for(get_hardware(cfg.hardware)))  # an offline job: the engine's LLM-class limits
+        # an offline job: the engine's limits for its offline entry point on this GPU
+        engine.update(prof.scheduler_for(get_hardware(cfg.hardware)))
     except UserError:
         engine.update(prof.scheduler)  # hardware that is not known yet: refused further on
     base = dict(engine)

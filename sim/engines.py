@@ -71,7 +71,8 @@ class EngineProfile:
         if not self.by_device:
             return self.scheduler
         large = hardware.memory_bytes >= 70 * 2**30 and "a100" not in hardware.name.lower()
-        return {**self.scheduler, **self.by_device.get(f"{'large' if large else 'small'}-{'serve' if serve else 'offline'}", {})}
+        key = f"{'large' if large else 'small'}-{'serve' if serve else 'offline'}"
+        return {**self.scheduler, **self.by_device.get(key, {})}
 
     @property
     def overhead_key(self) -> str:

@@ -179,11 +179,11 @@ def engine_version_key(row: Row) -> str:
     return f"{row.engine}@{m.group(1)}.{m.group(2)}" if m else row.engine
 
 
-
 # Engine flags a row's ``engine_version`` text may state (its server or benchmark command), as the scheduler
 # settings they set: vLLM's --max-num-batched-tokens / --max-num-seqs / --gpu-memory-utilization /
 # --[no-]enable-prefix-caching, SGLang's --chunked-prefill-size / --max-running-requests / --mem-fraction-static
-# (--mem-frac) / --disable-radix-cache. A value that is not a number is not read, but for ``--max-num-seqs = num prompts`` (the row's request count).
+# (--mem-frac) / --disable-radix-cache. A value that is not a number is not read, but for ``--max-num-seqs = num
+# prompts`` (the row's request count).
 _FLAGS = (
     (r"--max-num-batched-tokens[ =]+(\d+)\b", "token_budget", int),
     (r"--chunked-prefill-size[ =]+(\d+)\b", "token_budget", int),
