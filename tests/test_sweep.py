@@ -118,6 +118,15 @@ def test_resume_after_killing_the_sweep(reference, tmp_path):
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    # the pool's workers die asynchronously: one may finish an in-flight write after the driver is reaped, so count
+    # the done cells only once the whole process group is gone
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
     killed_at = done_cells(d)
     assert 1 <= killed_at < N_CELLS, f"the sweep was not stopped mid-way ({killed_at} cells done)"
     assert not (d / "results.parquet").exists()
