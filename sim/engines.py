@@ -201,12 +201,33 @@ def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: fl
 _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V0 CPU overheads "
                "(microsoft/vidur data/profiling/a100/cpu_overheads.csv); vLLM PR #46112")
 
-# NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
-# prices: CPU work the GPU waits for (scheduling, input preparation, output processing, inter-process hops)
-# plus GPU sampling, which no operator in sim/ops.py covers (about 1 us per sequence on an A100: two or
-# three passes over a 128K-entry float32 logit row, 0.5 MB, at ~1.6 TB/s). They model engines, never
-# policies: they were fixed from the measurements cited here (or fitted to the fidelity catalogue where
-# ``fitted`` says so), not fitted to any scheduling result.
+_V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "prefill-first",
+             "prefix_caching": False, "gpu_memory_utilization": 0.90, "admission": "greedy"}
+# vLLM 0.5.x (V0, synchronous): vllm@v0.5.3 vllm/engine/arg_utils.py EngineArgs (block_size 16,
+# gpu_memory_utilization 0.90, max_num_seqs 256, enable_prefix_caching False); vllm/core/scheduler.py
+# _schedule_default (prefill-first: no decode in a step with a prefill; recompute preemption);
+# vllm/worker/model_runner.py _BATCH_SIZES_TO_CAPTURE (1, 2, 4, 8..256: decode-only graphs up to
+# 256). max_num_batched_tokens is max(max_model_len, 2048) with chunked prefill off (vllm/config.py
+# SchedulerConfig): 8192 here, Llama-3's context (longer-context models pack more prompt tokens per
+# step in the real engine). Overhead: Vidur's A100 V0 CPU profile, stage by stage in vllm-v0@0.5's comment
+# (_BUILTIN), which runs this profile under its older name.
+_VLLM_05 = EngineProfile(
+    "vllm", version="0.5", scheduler=dict(_V0_SCHED),
+    fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
+    source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; microsoft/vidur "
+           "data/profiling/a100/cpu_overheads.csv; vLLM blog 2024-09-05")
+# vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
+# (vllm@v0.6.0 config.py verify_async_output_proc) and --num-scheduler-steps 10 (multi-step: one
+# schedule and input preparation per ten decode steps, vllm@v0.6.0 engine/arg_utils.py); scheduler as
+# 0.5. Overhead as vllm-v0@0.6 (_BUILTIN). Without multi-step (0.6's default num_scheduler_steps 1) only
+# process_model_outputs (Vidur: 62 us/seq) is hidden: --engine 'vllm@0.6:fixed_s=1.15e-3,per_seq_s=44e-6'.
+_VLLM_06 = EngineProfile(
+    "vllm", version="0.6", scheduler=dict(_V0_SCHED),
+    fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6, cuda_graph_max=256,
+    regime="cuda-graph",
+    source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
+           "async output processing); microsoft/vidur cpu_overheads.csv")
+
 # TensorRT-LLM as trtllm-bench runs it (1.0; 0.13 and 0.19 are copies of it): _BUILTIN below cites each value
 _TRTLLM_BENCH = EngineProfile(
     "trtllm", version="1.0",
@@ -217,6 +238,12 @@ _TRTLLM_BENCH = EngineProfile(
     source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench settings); overhead fitted "
            "by blendsim fidelity")
 
+# NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
+# prices: CPU work the GPU waits for (scheduling, input preparation, output processing, inter-process hops)
+# plus GPU sampling, which no operator in sim/ops.py covers (about 1 us per sequence on an A100: two or
+# three passes over a 128K-entry float32 logit row, 0.5 MB, at ~1.6 TB/s). They model engines, never
+# policies: they were fixed from the measurements cited here (or fitted to the fidelity catalogue where
+# ``fitted`` says so), not fitted to any scheduling result.
 _BUILTIN = [
         # No engine: pure kernel time at the hardware preset's efficiencies (the plain roofline), no per-step
         # overhead, no CUDA-graph padding; the scheduler's own defaults (sim.seq.EngineConfig).
@@ -259,13 +286,9 @@ _BUILTIN = [
         # sim.cost's vllm-v0 (Vidur's A100 CPU profile); 0.6's multi-step scheduling (--num-scheduler-steps
         # 10) amortises the per-step CPU work over ten steps: the per-sequence share of vllm-v0@0.5's
         # overhead drops tenfold.
-        EngineProfile("vllm-v0", version="0.6", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
-                                            "mix": "prefill-first", "prefix_caching": False,
-                                            "gpu_memory_utilization": 0.90, "admission": "greedy"},
-                      fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6,
-                      cuda_graph_max=256, regime="cuda-graph", fit_as="vllm@0.6",
-                      source="microsoft/vidur cpu_overheads.csv (V0 on A100); vLLM 0.6 release blog "
-                             "2024-09-05 (multi-step scheduling)"),
+        replace(_VLLM_06, name="vllm-v0", fit_as="vllm@0.6",
+                source="microsoft/vidur cpu_overheads.csv (V0 on A100); vLLM 0.6 release blog "
+                       "2024-09-05 (multi-step scheduling)"),
         # vLLM V0 <= 0.5.x (the vLLM of mid-2024 baselines such as NanoFlow's): fully synchronous, so every
         # CPU stage is exposed. Vidur measured it on A100 (microsoft/vidur data/profiling/a100/
         # cpu_overheads.csv, Llama-2-7B TP1, medians at batch 8 -> 64): schedule 0.165 -> 0.952 ms,
@@ -275,13 +298,9 @@ _BUILTIN = [
         # blog found the same regime on Llama-3-8B/H100 with v0.5.3: scheduling and input preparation 29% of
         # the time against 38% of GPU execution. Prompt inputs were built with Python lists, three appends
         # per token: ~0.1 us per token. Scheduler as 0.6 (prefill-first, 256 sequences, no prefix cache).
-        EngineProfile("vllm-v0", version="0.5", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
-                                                           "mix": "prefill-first", "prefix_caching": False,
-                                                           "gpu_memory_utilization": 0.90, "admission": "greedy"},
-                      fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
-                      fit_as="vllm@0.5",
-                      source="microsoft/vidur data/profiling/a100/cpu_overheads.csv (Llama-2-7B TP1); "
-                             "vLLM blog 2024-09-05; vLLM issue #6801"),
+        replace(_VLLM_05, name="vllm-v0", fit_as="vllm@0.5",
+                source="microsoft/vidur data/profiling/a100/cpu_overheads.csv (Llama-2-7B TP1); "
+                       "vLLM blog 2024-09-05; vLLM issue #6801"),
         # SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
         # 8192 in 0.3), token-granular radix cache, reserve-style admission (new_token_ratio), CUDA graphs up
         # to 160 (0.3) -- larger decode batches run eagerly. Overhead: SGLang >= 0.4 runs its scheduler one
@@ -313,30 +332,9 @@ _BUILTIN = [
 # behaves like the older (resolve_version). Constants are cited to the engines' source at the release tag
 # (vllm@vX / sglang@vX: the PyPI sdists of that release), their docs and blogs; where no per-step figure is
 # published the analogy used is said.
-_V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "prefill-first",
-             "prefix_caching": False, "gpu_memory_utilization": 0.90, "admission": "greedy"}
 _VERSIONED = [
-        # vLLM 0.5.x (V0, synchronous): vllm@v0.5.3 vllm/engine/arg_utils.py EngineArgs (block_size 16,
-        # gpu_memory_utilization 0.90, max_num_seqs 256, enable_prefix_caching False); vllm/core/scheduler.py
-        # _schedule_default (prefill-first: no decode in a step with a prefill; recompute preemption);
-        # vllm/worker/model_runner.py _BATCH_SIZES_TO_CAPTURE (1, 2, 4, 8..256: decode-only graphs up to
-        # 256). max_num_batched_tokens is max(max_model_len, 2048) with chunked prefill off (vllm/config.py
-        # SchedulerConfig): 8192 here, Llama-3's context (longer-context models pack more prompt tokens per
-        # step in the real engine). Overhead: Vidur's A100 V0 CPU profile, as vllm-v0@0.5 above.
-        EngineProfile("vllm", version="0.5", scheduler=dict(_V0_SCHED),
-                      fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
-                      source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; microsoft/vidur "
-                             "data/profiling/a100/cpu_overheads.csv; vLLM blog 2024-09-05"),
-        # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
-        # (vllm@v0.6.0 config.py verify_async_output_proc) and --num-scheduler-steps 10 (multi-step: one
-        # schedule and input preparation per ten decode steps, vllm@v0.6.0 engine/arg_utils.py); scheduler as
-        # 0.5. Overhead as vllm-v0@0.6 above. Without multi-step (0.6's default num_scheduler_steps 1) only
-        # process_model_outputs (Vidur: 62 us/seq) is hidden: --engine 'vllm@0.6:fixed_s=1.15e-3,per_seq_s=44e-6'.
-        EngineProfile("vllm", version="0.6", scheduler=dict(_V0_SCHED),
-                      fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6,
-                      cuda_graph_max=256, regime="cuda-graph",
-                      source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
-                             "async output processing); microsoft/vidur cpu_overheads.csv"),
+        _VLLM_05,
+        _VLLM_06,
         # SGLang 0.3.x: the scheduler loop is synchronous (sglang@v0.3.0 srt/managers/tp_worker.py: sampled ids
         # copied to the CPU inside forward_decode_batch, scheduling between GPU steps); the overlap scheduler
         # arrived as an option in 0.3.4 and became the default in 0.3.6 (sglang@v0.3.6 srt/server_args.py).

@@ -468,7 +468,7 @@ class Scheduler:
         B = self.B
         kv = self.kv
         phase = -self.tau % B
-        avail = kv.total - kv.cache_blocks - kv.private + kv.evictable
+        avail = kv.available
         q = self.stalled
         back = len(q) if len(q) < avail else avail  # stalled decodes that get their block now
         short = self.buckets[phase] - (avail - back)
