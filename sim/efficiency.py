@@ -13,7 +13,9 @@ catalogue; this module holds those named, bounded parameters and a timer that ap
                    moves are counted at the precision the engine dispatches (``blendsim.sim.ops``);
 * ``moe_eff``      the share of the plain GEMM's compute rate (``gemm_eff`` or ``lowp_eff`` of its precision's
                    peak) a grouped (MoE expert) GEMM keeps: many small per-expert GEMMs in one launch tile
-                   worse than one large GEMM (1: as fast as the dense GEMM, a ceiling);
+                   worse than one large GEMM (1: as fast as the dense GEMM, a ceiling). The cost of a short
+                   reduction dimension is not in it: ``blendsim.sim.timers.GROUPED_K0`` prices that from
+                   measurement, on the compute and the streaming time alike;
 * ``moe_mem_eff``  fraction of HBM bandwidth a grouped GEMM reaches streaming its experts' weights, in place of
                    ``mem_eff``: each expert's slice is a small matrix behind a routing gather, read by few
                    thread blocks, so few tokens per expert leave the kernel latency-bound (DeepGEMM's README,

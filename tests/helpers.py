@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 
 from blendsim.workloads.trace import from_columns
@@ -42,3 +45,14 @@ def one_line_error(r, *needles: str) -> str:
     for n in needles:
         assert n in err, err
     return err
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """A script of ``benchmarks/`` (``name`` without ``.py``) imported as a module, for its functions."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

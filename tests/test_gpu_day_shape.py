@@ -4,22 +4,17 @@ at one compute and one streaming efficiency the form follows the measured curves
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_day_shape.py"
+from tests.helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def G():
-    spec = importlib.util.spec_from_file_location("gpu_day_shape", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu_day_shape")
 
 
 @pytest.fixture(scope="module")

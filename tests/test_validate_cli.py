@@ -42,14 +42,9 @@ def _invoke(*args):
 def _groups_trace(groups: int, per_group: int, seed: int = 0, prefix: int = 128):
     """Requests in shuffled order, ``per_group`` of each sharing a ``prefix``-token segment (the trace of
     ``benchmarks/bench_validate_cpu.py``, which holds the replay's accuracy target)."""
-    import importlib.util
-    from pathlib import Path
+    from tests.helpers import load_benchmark
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_validate_cpu.py"
-    spec = importlib.util.spec_from_file_location("bench_validate_cpu", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.groups_trace(groups, per_group, seed, prefix)
+    return load_benchmark("bench_validate_cpu").groups_trace(groups, per_group, seed, prefix)
 
 
 @pytest.fixture(scope="module")
