@@ -212,7 +212,10 @@ def test_an_interrupted_sweep_exits_promptly_and_quietly(tmp_path, target):
     from pathlib import Path
 
     d = tmp_path / "s"
-    code = ("import blendsim.sweep.driver as d; from tests.test_reliability_runs import slow_random_cell; "
+    # NOTE: the driver is started as from an interactive shell: a job started in the background of a
+    # non-interactive shell (`pytest ... &`) inherits SIGINT ignored, and Python then installs no handler
+    code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "import blendsim.sweep.driver as d; from tests.test_reliability_runs import slow_random_cell; "
             "d.cell_task = slow_random_cell; from blendsim.cli import main; main()")
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
