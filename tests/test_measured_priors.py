@@ -164,3 +164,28 @@ def test_hoppers_fp8_gemm_efficiency_is_fitted_within_the_published_range_only_o
     assert out["arch"]["hopper"]["lowp_eff"] == pytest.approx(PUBLISHED["hopper"]["lowp_eff"][0], abs=1e-3)
     assert out["arch"]["ampere"]["lowp_eff"] < PUBLISHED["hopper"]["lowp_eff"][0]
 
+
+
+H100_DAY = Path(__file__).resolve().parents[1] / "docs" / "gpu-days" / "2026-11-26-h100"
+
+
+def test_hopper_ranges_also_bracket_the_h100_day():
+    """The second lent GPU (an H100, same die as the H200 the ranges came from): its in-forward layer GEMMs at
+    >= 2,048 tokens, its plain bf16 GEMMs timed alone, and its FP8 GEMMs against the published FP8 range."""
+    g_lo, g_hi, _ = measured("hopper", "gemm_eff")
+    p = json.loads((H100_DAY / "profile.json").read_text())
+    s = p["model_shape"]
+    h, q, kv, i = s["hidden_size"], s["num_heads"] * s["head_dim"], s["num_kv_heads"] * s["head_dim"], \
+        s["intermediate_size"]
+    big = []
+    for op, (k, n) in {"qkv_proj": (h, q + 2 * kv), "o_proj": (q, h), "gate_up_proj": (h, 2 * i),
+                       "down_proj": (i, h)}.items():
+        o = p["ops"][op]
+        big += [2 * t * k * n / sec / PEAK for (t,), sec in zip(o["grid"], o["median_s"], strict=True) if t >= 2048]
+    assert len(big) >= 16 and g_lo <= min(big) and max(big) <= g_hi
+    alone = json.loads((H100_DAY / "moe_gemm.json").read_text())["fp8"]
+    b16 = [r["flops"] / r["bf16_s"] / PEAK for r in alone if r["M"] >= 2048]
+    assert g_lo <= min(b16) and max(b16) <= g_hi
+    f_lo, f_hi, _ = measured("hopper", "lowp_eff")
+    f8 = [r["flops"] / r["fp8_s"] / 1979e12 for r in alone if r["M"] >= 2048 and r["K"] >= 1024]
+    assert len(f8) >= 30 and f_lo <= min(f8) and max(f8) <= f_hi
