@@ -18,7 +18,7 @@ llama-3.1-70b's TP shards: FP8's share of its own (2x) peak by shape.
 Each time is a median of CUDA-event timings with the L2 cache flushed and a GPU sleep queued ahead (the host
 is ahead of the GPU), so it is the kernel's device time. Writes one JSON file:
 
-    python benchmarks/gpu_moe_gemm.py -o moe_gemm.json            # on a GPU (about 2-3 minutes on an H100)
+    python benchmarks/gpu_moe_gemm.py -o moe_gemm.json            # on a GPU (12 s on an H100)
     python benchmarks/gpu_moe_gemm.py --device cpu --small -o x.json  # the CPU path its test runs
     python benchmarks/gpu_moe_gemm.py --analyse docs/gpu-days/2026-11-26-h100/moe_gemm.json  # fit the K law
 

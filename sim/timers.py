@@ -94,7 +94,8 @@ class RooflineTimer:
         # NVLS_FACTOR where the switch reduces in the network (NVLS, HardwareSpec.nvls) within a node
         t = self.shapes.tp
         self.ar_factor = NVLS_FACTOR if (hw.nvls and not dep.tp_spans_nodes and t > 2) else 2 * (t - 1) / max(t, 1)
-        self.grouped_k = grouped_k_factors(self.shapes, self.lowp_ratio > 1.0)
+        # the tensor cores the expert GEMMs run on (the same rule as the all-to-all's dispatch precision, ops.Shapes)
+        self.grouped_k = grouped_k_factors(self.shapes, hw.gemm_precision(m.weights) in ("fp8", "fp4"))
 
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""
