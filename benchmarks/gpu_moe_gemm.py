@@ -50,35 +50,14 @@ SWEEP_K = (96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096)
 SWEEP_ROWS = (1, 4, 16, 64, 256, 1024)
 
 
-class Timer:
-    def __init__(self, device: str, reps: int):
-        import torch
+def make_timer(device: str, reps: int):
+    """``timer(fn)``: median seconds of one call of ``fn``, by calibration's clock (``blendsim.calibrate.timing``:
+    on CUDA each repetition behind an L2 flush and a GPU sleep, so the host is ahead and the time is the kernel's;
+    on the CPU wall or thread time), ``reps`` repetitions after a warm-up call."""
+    from blendsim.calibrate.timing import Clock
 
-        self.torch, self.device, self.reps = torch, device, reps
-        self.cuda = device.startswith("cuda")
-        self.flush = torch.empty(256 * 2**20 if self.cuda else 1, dtype=torch.uint8, device=device)
-
-    def __call__(self, fn) -> float:
-        """Median seconds of one call of ``fn`` (device time on CUDA, wall time on the CPU)."""
-        torch = self.torch
-        fn()  # warm-up: kernel selection, allocations
-        if not self.cuda:
-            out = []
-            for _ in range(self.reps):
-                t = time.perf_counter()
-                fn()
-                out.append(time.perf_counter() - t)
-            return float(np.median(out))
-        torch.cuda.synchronize()
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(self.reps)]
-        for s, e in ev:
-            self.flush.zero_()
-            torch.cuda._sleep(400_000)  # ~0.2 ms: the host queues the call before the GPU reaches it
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        return float(np.median([s.elapsed_time(e) * 1e-3 for s, e in ev]))
+    clock = Clock(device, min_reps=reps, max_reps=reps)
+    return lambda fn: clock.time(fn).median_s
 
 
 def grouped_mm(torch, x, w, offs, cuda: bool):
@@ -92,7 +71,7 @@ def grouped_mm(torch, x, w, offs, cuda: bool):
     return torch.cat(out)
 
 
-def moe_rows(torch, device: str, small: bool, timer: Timer, rng) -> list[dict]:
+def moe_rows(torch, device: str, small: bool, timer, rng) -> list[dict]:
     from blendsim.sim.models import PRESETS
 
     dt = torch.bfloat16 if device.startswith("cuda") else torch.float32
@@ -144,7 +123,7 @@ def moe_rows(torch, device: str, small: bool, timer: Timer, rng) -> list[dict]:
     return rows
 
 
-def sweep_rows(torch, device: str, small: bool, timer: Timer) -> list[dict]:
+def sweep_rows(torch, device: str, small: bool, timer) -> list[dict]:
     """Grouped GEMMs with K (the reduction), N and rows per expert set independently: 64 experts, each
     getting the same number of rows, so the expert's shape and its rows are the only variables."""
     cuda = device.startswith("cuda")
@@ -178,7 +157,7 @@ def sweep_rows(torch, device: str, small: bool, timer: Timer) -> list[dict]:
     return rows
 
 
-def fp8_rows(torch, device: str, small: bool, timer: Timer) -> list[dict]:
+def fp8_rows(torch, device: str, small: bool, timer) -> list[dict]:
     if not device.startswith("cuda"):
         return []
     rows = []
@@ -222,7 +201,7 @@ def law_points(data: dict, precision: str = "bf16") -> dict:
     return {"flops": a[:, 0], "bytes": a[:, 1], "K": a[:, 2], "rows": a[:, 3], "seconds": a[:, 4]}
 
 
-def fit_law(pts: dict, peak: float, bandwidth: float, k_law: bool = True, tile: int = 128, blend: float = 3.0):
+def fit_law(pts: dict, peak: float, bandwidth: float, tile: int, blend: float, k_law: bool = True):
     """Fit the cost model's GEMM form (rows padded per expert to 64-row tiles up to 64 rows, else ``tile``; compute
     and streaming joined by a ``blend``-norm; plus a fixed time) to the points, with both terms scaled by
     (1 + K0 / K) when ``k_law``. Returns the fitted constants and the median / p90 relative error."""
@@ -247,15 +226,20 @@ def fit_law(pts: dict, peak: float, bandwidth: float, k_law: bool = True, tile: 
             "p90_err": float(np.percentile(err, 90)), "points": int(err.size)}
 
 
-def analyse(path: Path) -> dict:
-    """K0 of the grouped GEMMs in a results file (H100 peaks: 989 / 1,979 TFLOP/s, 3.35 TB/s), with and without the
-    K law, for bf16 and FP8."""
+def analyse(path: Path, hardware: str = "h100-80gb") -> dict:
+    """K0 of the grouped GEMMs in a results file, with and without the K law, for bf16 and FP8, at the peaks, GEMM
+    tile and p-norm of the hardware preset the cost model prices that GPU with."""
+    from blendsim.sim.hardware import get_hardware
+
+    hw = get_hardware(hardware)
     data = json.loads(path.read_text())
     out = {}
-    for prec, peak in (("bf16", 989e12), ("fp8", 1979e12)):
+    for prec in ("bf16", "fp8"):
         pts = law_points(data, prec)
         if len(pts["seconds"]):
-            out[prec] = {"k_law": fit_law(pts, peak, 3.35e12), "no_k_law": fit_law(pts, peak, 3.35e12, k_law=False)}
+            kw = dict(peak=hw.flops_for(prec), bandwidth=hw.mem_bandwidth, tile=hw.gemm_tile_m,
+                      blend=hw.gemm_roofline_blend)
+            out[prec] = {"k_law": fit_law(pts, **kw), "no_k_law": fit_law(pts, k_law=False, **kw)}
     return out
 
 
@@ -281,7 +265,7 @@ def main(argv=None) -> int:
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("gpu_moe_gemm: no CUDA device (use --device cpu --small for the CPU path)")
     torch.manual_seed(0)
-    timer = Timer(a.device, a.reps)
+    timer = make_timer(a.device, a.reps)
     info = {"torch": torch.__version__, "device": a.device}
     if a.device.startswith("cuda"):
         p = torch.cuda.get_device_properties(0)

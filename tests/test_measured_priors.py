@@ -21,9 +21,10 @@ RUNS = ("run1-cudnn", "run2-no-cudnn")
 PEAK, HBM = 989.4e12, 4.8e12  # the h200 preset's dense BF16 peak and bandwidth (sim.hardware)
 
 
-def _gemm_points(run: str):
-    """(op, tokens, seconds, flops, bytes) of llama-3-8b's layer GEMMs in one run's profile (raw medians)."""
-    p = json.loads((DAY / run / "profile.json").read_text())
+def _gemm_points(folder: Path):
+    """(op, tokens, seconds, flops, bytes) of llama-3-8b's layer GEMMs in the profile of a GPU day's run folder
+    (raw medians)."""
+    p = json.loads((folder / "profile.json").read_text())
     s = p["model_shape"]
     h, q, kv, i = s["hidden_size"], s["num_heads"] * s["head_dim"], s["num_kv_heads"] * s["head_dim"], \
         s["intermediate_size"]
@@ -38,12 +39,12 @@ def _gemm_points(run: str):
 def test_hopper_ranges_bracket_the_h200_measurements(run):
     g_lo, g_hi, g_prior = measured("hopper", "gemm_eff")
     m_lo, m_hi, m_prior = measured("hopper", "mem_eff")
-    big = [f / s / PEAK for op, t, s, f, _b in _gemm_points(run) if t >= 2048]
+    big = [f / s / PEAK for op, t, s, f, _b in _gemm_points(DAY / run) if t >= 2048]
     assert big and g_lo <= min(big) and max(big) <= g_hi
     assert g_lo < g_prior < g_hi
     # weight streaming at decode sizes of the two largest layer GEMMs (qkv/o_proj are host-bound there)
     # (each operator's median over the grid: the cuDNN run's host-bound steps scatter single points)
-    small = [float(np.median([b / s / HBM for o, t, s, _f, b in _gemm_points(run) if t <= 128 and o == op]))
+    small = [float(np.median([b / s / HBM for o, t, s, _f, b in _gemm_points(DAY / run) if t <= 128 and o == op]))
              for op in ("gate_up_proj", "down_proj")]
     assert m_lo <= min(small) and max(small) <= m_hi
     copy = json.loads((DAY / run / "profile.json").read_text())["hardware"]["mem_bandwidth"] / HBM
@@ -173,15 +174,7 @@ def test_hopper_ranges_also_bracket_the_h100_day():
     """The second lent GPU (an H100, same die as the H200 the ranges came from): its in-forward layer GEMMs at
     >= 2,048 tokens, its plain bf16 GEMMs timed alone, and its FP8 GEMMs against the published FP8 range."""
     g_lo, g_hi, _ = measured("hopper", "gemm_eff")
-    p = json.loads((H100_DAY / "profile.json").read_text())
-    s = p["model_shape"]
-    h, q, kv, i = s["hidden_size"], s["num_heads"] * s["head_dim"], s["num_kv_heads"] * s["head_dim"], \
-        s["intermediate_size"]
-    big = []
-    for op, (k, n) in {"qkv_proj": (h, q + 2 * kv), "o_proj": (q, h), "gate_up_proj": (h, 2 * i),
-                       "down_proj": (i, h)}.items():
-        o = p["ops"][op]
-        big += [2 * t * k * n / sec / PEAK for (t,), sec in zip(o["grid"], o["median_s"], strict=True) if t >= 2048]
+    big = [f / s / PEAK for _op, t, s, f, _b in _gemm_points(H100_DAY) if t >= 2048]
     assert len(big) >= 16 and g_lo <= min(big) and max(big) <= g_hi
     alone = json.loads((H100_DAY / "moe_gemm.json").read_text())["fp8"]
     b16 = [r["flops"] / r["bf16_s"] / PEAK for r in alone if r["M"] >= 2048]
