@@ -179,7 +179,7 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
     c += attn_pf
     m += attn_dec
     e = cm.engine
-    ovh = e.fixed_s * s_all + e.per_seq_s * (work.decode_tokens + work.n) + e.per_token_s * work.tokens
+    ovh = (e.fixed_s * s_all + e.per_seq_s * (work.decode_tokens + work.n) + e.per_token_s * work.tokens) * e.overhead_scale
     if cm.mode == "sequential":
         kernels = c + m + o + comm
     else:

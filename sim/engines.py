@@ -65,9 +65,17 @@ class EngineProfile:
     # >= 70 GiB that is not an A100) or "small", then "-offline" (a Python LLM object / offline benchmark) or
     # "-serve" (the OpenAI-compatible server); see scheduler_for
     by_device: dict = field(default_factory=dict)
+    # the entry point: False = the engine's offline API (a Python LLM object, an offline benchmark), True = behind
+    # its OpenAI-compatible API server (``--engine NAME:serve=1``; a catalogue row whose command runs the server)
+    serve: bool = False
+    # behind its API server, the server's per-step work (formatting and streaming each sequence's new token,
+    # request handling) as a multiple of the engine loop's overhead, where the two share one process and so
+    # run one after the other (vLLM <= 0.5); 0 where the server runs apart and overlaps the engine
+    api_share: float = 0.0
 
     def scheduler_for(self, hardware, serve: bool = False) -> dict:
         """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server."""
+        serve = serve or self.serve
         if not self.by_device:
             return self.scheduler
         large = hardware.memory_bytes >= 70 * 2**30 and "a100" not in hardware.name.lower()
@@ -85,9 +93,15 @@ class EngineProfile:
         (``vllm:fixed_s=0.002``, ``vllm-v0@0.5``), else the name."""
         return self.key or self.name
 
+    @property
+    def overhead_scale(self) -> float:
+        """What the engine loop's overhead is multiplied by: 1, or 1 + ``api_share`` behind an API server that
+        shares the engine's process."""
+        return 1.0 + self.api_share if self.serve else 1.0
+
     def overhead(self, num_seqs, num_tokens):
         """Per-step engine overhead, seconds (numbers or arrays): the one overhead rule of the cost model."""
-        return self.fixed_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
+        return (self.fixed_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens) * self.overhead_scale
 
     def graph_size(self, n: int) -> int:
         """The captured batch size a decode-only step of ``n`` sequences runs at."""
@@ -110,6 +124,8 @@ OVERRIDABLE: dict[str, tuple[type, str]] = {
     "per_seq_s": (float, "per-step overhead per sequence, seconds"),
     "per_token_s": (float, "per-step overhead per token, seconds"),
     "cuda_graph_max": (int, "largest CUDA-graph decode batch (0: eager)"),
+    "serve": (int, "1: behind the engine's OpenAI-compatible API server (its batch limits there and, for vLLM <= 0.5, "
+                   "the server's CPU work in the engine's process); 0: the offline entry point"),
 }
 
 
@@ -146,6 +162,10 @@ def parse_key(text: str) -> EngineKey:
             raise UserError(f"engine {text!r}: {k} must be {what}, got {val!r}")
         if not (v >= 0 and math.isfinite(v)):
             raise UserError(f"engine {text!r}: {k} must be a finite number >= 0, got {val!r}")
+        if k == "serve":
+            if v not in (0, 1):
+                raise UserError(f"engine {text!r}: serve must be 0 (offline) or 1 (behind the API server), got {val!r}")
+            v = bool(v)
         values[k] = v
     return EngineKey(name, version.strip(), values)
 
@@ -211,9 +231,15 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 # SchedulerConfig): 8192 here, Llama-3's context (longer-context models pack more prompt tokens per
 # step in the real engine). Overhead: Vidur's A100 V0 CPU profile, stage by stage in vllm-v0@0.5's comment
 # (_BUILTIN), which runs this profile under its older name.
+# Behind its OpenAI server vLLM <= 0.5 ran the HTTP server in the engine's process, so the two competed for the GIL
+# and the server's work -- request handling, formatting and streaming each sequence's token -- came on top of the
+# engine loop (vLLM blog 2024-09-05, "Performance Diagnosis": for Llama 3 8B on one H100 the HTTP API server took
+# 33% of the time, scheduling and input/output handling 29%, GPU execution 38%; 0.6.0 moved the server to its own
+# process, PR #6883): priced as 33/29 of the loop's overhead per step (``api_share``, with ``serve``).
 _VLLM_05 = EngineProfile(
     "vllm", version="0.5", scheduler=dict(_V0_SCHED),
     fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
+    api_share=33 / 29,
     source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; microsoft/vidur "
            "data/profiling/a100/cpu_overheads.csv; vLLM blog 2024-09-05")
 # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on

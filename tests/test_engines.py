@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -137,3 +138,33 @@ def test_operator_lists_derive_from_one_table():
     assert set(ops.ALL_GEMM_OPS) == {k for k, o in t.items() if o.kind == "gemm"}
     assert set(ops.MOE_GEMMS) <= set(ops.MOE_OPS) and set(ops.LOWP_GEMMS) <= set(ops.ALL_GEMM_OPS)
     assert ops.GEMM_OPS == ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head")
+
+
+def test_vllm_05_behind_its_api_server_pays_the_servers_share_of_the_loop():
+    from blendsim.sim.engines import get_profile
+    from blendsim.sim.errors import UserError
+
+    off, srv = get_profile("vllm@0.5"), get_profile("vllm@0.5:serve=1")
+    assert srv.serve and not off.serve
+    # the vLLM 0.6.0 blog's profile of 0.5.3 behind its server: API server 33%, engine loop 29% of the time
+    assert srv.overhead(100, 2000) == pytest.approx(off.overhead(100, 2000) * (1 + 33 / 29))
+    # 0.6 put the server in its own process: the entry point changes nothing there
+    assert get_profile("vllm@0.6:serve=1").overhead(100, 2000) == pytest.approx(get_profile("vllm@0.6").overhead(100, 2000))
+    # V1's limits by entry point follow the flag
+    h100 = make_deployment("llama-3-8b", "h100-80gb").hardware
+    assert get_profile("vllm@0.8:serve=1").scheduler_for(h100)["token_budget"] == 8192
+    assert get_profile("vllm@0.8").scheduler_for(h100)["token_budget"] == 16384
+    with pytest.raises(UserError, match="serve must be 0"):
+        get_profile("vllm@0.5:serve=2")
+
+
+def test_a_catalogue_row_behind_the_server_runs_the_served_profile():
+    from blendsim.fidelity.catalogue import Row, row_engine_key
+
+    def row(ver):
+        return Row(id="x", source="s", model="llama-3-8b", hardware="h100-80gb", gpus=1, tp=1, pp=1, ep=1,
+                   weights="bf16", kv_dtype="bf16", engine="vllm", engine_version=ver, policy="", workload="const:8/8",
+                   requests=10, metric="req_s", scope="system", value=1.0, note="", folder=Path("."), line=2)
+
+    assert row_engine_key(row("vLLM v0.5.3, defaults; OpenAI server driven by benchmark_serving.py")) == "vllm@0.5:serve=1"
+    assert row_engine_key(row("vLLM v0.5.3, benchmark_throughput.py")) == "vllm@0.5"

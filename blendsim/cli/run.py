@@ -31,7 +31,8 @@ def cost_cmd(
     context: int = typer.Option(0, "--context", help="Context before each sequence's new tokens."),
     engine: str = typer.Option("ideal", "--engine", help="Engine profile NAME[@VERSION][:field=value,...]: "
                                "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm; fields fixed_s, per_seq_s, "
-                               "per_token_s, cuda_graph_max override that profile (no NAME: from ideal)."),
+                               "per_token_s, cuda_graph_max, serve (1: behind its API server) override that "
+                               "profile (no NAME: from ideal)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),

@@ -221,6 +221,13 @@ def serves(row: Row) -> bool:
     return bool(re.search(r"\bserve\b|server|benchmark_serving|bench serve", row.engine_version or "", re.I))
 
 
+def row_engine_key(row: Row) -> str:
+    """The ``--engine`` key a row runs on: its engine at its version, behind the engine's API server
+    (``:serve=1``) where its command says so (:func:`serves`)."""
+    key = engine_version_key(row)
+    return f"{key}:serve=1" if serves(row) else key
+
+
 def engine_settings(row: Row, profile, hardware) -> dict:
     """The row's scheduler settings: the profile's on its hardware and entry point, then its stated flags."""
     return {**profile.scheduler_for(hardware, serves(row)), **engine_flags(row)}
@@ -380,4 +387,5 @@ def _synth(row: Row, spec: str):
     return recipe.make(**kw).offline()
 
 
-__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key", "read_catalogue"]
+__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key", "read_catalogue", "row_engine_key",
+           "serves"]

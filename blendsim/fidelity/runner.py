@@ -149,9 +149,9 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.seq import RequestRecords
 
-    from .catalogue import engine_settings, engine_version_key
+    from .catalogue import engine_settings, row_engine_key
 
-    key = engine_version_key(row)  # the row's engine at its version (NAME alone: the newest modelled)
+    key = row_engine_key(row)  # the row's engine at its version (NAME alone: the newest modelled), at its entry point
     prof = get_profile(key, params)
     dep = deployment_for(row, prof)
     if not row.workload.startswith("synth:") and (trace.output_len_hint < 0).all():

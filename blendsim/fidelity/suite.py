@@ -10,7 +10,7 @@ import numpy as np
 
 from blendsim.sim.errors import UserError
 
-from .catalogue import Row, build_workload, engine_version_key, read_catalogue
+from .catalogue import Row, build_workload, engine_version_key, read_catalogue, row_engine_key
 from .fit import cross_validate, fit, predict
 from .price import RowPricer
 from .runner import Skip, reads_cost_model, simulate_row
@@ -75,7 +75,7 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
     if row.engine not in PROFILES:
         raise Skip(f"unknown engine {row.engine!r} (profiles: {', '.join(PROFILES)})")
     try:  # the engine's version selects its profile (a version older than every modelled one: skipped)
-        prof = get_profile(engine_version_key(row), params)
+        prof = get_profile(row_engine_key(row), params)
     except UserError as e:
         raise Skip(str(e)) from None
     from .runner import deployment_for
