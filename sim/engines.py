@@ -74,7 +74,8 @@ class EngineProfile:
     api_share: float = 0.0
 
     def scheduler_for(self, hardware, serve: bool = False) -> dict:
-        """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server."""
+        """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server (``serve``, or
+        the profile's own ``serve``)."""
         serve = serve or self.serve
         if not self.by_device:
             return self.scheduler
@@ -100,8 +101,10 @@ class EngineProfile:
         return 1.0 + self.api_share if self.serve else 1.0
 
     def overhead(self, num_seqs, num_tokens):
-        """Per-step engine overhead, seconds (numbers or arrays): the one overhead rule of the cost model."""
-        return (self.fixed_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens) * self.overhead_scale
+        """Per-step engine overhead, seconds (numbers or arrays): the one overhead rule of the cost model (the
+        engine's per-step path calls it, so the served scale is inlined rather than read through the property)."""
+        t = self.fixed_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
+        return t * (1.0 + self.api_share) if self.serve else t
 
     def graph_size(self, n: int) -> int:
         """The captured batch size a decode-only step of ``n`` sequences runs at."""

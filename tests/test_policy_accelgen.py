@@ -48,7 +48,8 @@ def test_pivot_of_opt13b_on_a100_near_the_papers_768():
 
     cm = build_cost_model(Deployment(get_model("opt-13b"), get_hardware("a100-80gb")), engine="vllm")
     # sec. 3.1 measured 768 on this pair; the fitted roofline saturates within 1% at 768 since the 522-row refit
-    # of issue 24 (A100 gemm_eff 0.67 -> 0.68, prefill attention 0.80 -> 0.90 of peak; 640 before it)
+    # of issue 24 (A100 gemm_eff 0.67 -> 0.68, 0.70 after the 536-row refit; prefill attention 0.80 -> 0.90 of
+    # peak; 640 before it)
     assert pivot_forward_size(cm, tol=0.01)[0] == 768
 
 
@@ -86,8 +87,8 @@ def test_eq6_ignores_the_context_that_budget_model_cost_prices():
     # budget_model=eq4 (Eq. 4 with the chunk's context) stays under the SLO and within 25% of it out to 4 x 6H
     # (Eq. 6 overshoots by 60% already at 6H); what is left is Eq. 4 counting an attention operation as
     # dear as a linear one, while the fitted cost model runs A100 prefill attention at 0.90 of peak against
-    # its GEMMs' 0.68 (the 522-row refits of issue 24; 0.76 against 0.66 before it; 0.50 against 0.68 before
-    # issue 24, when Eq. 4 came within 10%)
+    # its GEMMs' 0.70 (the 536-row refit of issue 24, 0.68 after the 522-row ones; 0.76 against 0.66 before
+    # them; 0.50 against 0.68 before issue 24, when Eq. 4 came within 10%)
     w_b = eq4_budget(sb, s_pf, deep)
     for o in (0, deep, 4 * deep):
         c = eq4_chunk(w_b, o, deep)
