@@ -375,6 +375,21 @@ _VERSIONED = [
         # process) is taken as vLLM V1's synchronous EngineCore loop, which has the same stages and the same
         # process split: 0.8 ms + 6 us/seq (vllm@0.8 above); the SGLang v0.4 blog's +10% from hiding it is
         # consistent with that at the blog's decode batches.
+        # SGLang 0.2.x (the SGLang v0.2 blog of 2024-07-25): the 0.3 loop (synchronous; the detokenizer in its own
+        # process), with 0.2's defaults (sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py,
+        # model_runner.py): no chunked prefill -- a prefill batch takes whole prompts up to max_prefill_tokens =
+        # 16384 tokens; max_running_requests = half the KV pool's tokens (no practical cap); CUDA graphs for
+        # decode batches 1, 2, 4, 8, ..., 128 (eager above); mem_fraction_static 0.89 at TP1 down to 0.84 at TP8
+        # (the TP1 value is used at every TP, as for 0.3: it matters only where the KV pool binds); radix cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at
+        # start (global_config.py). Decodes run ten steps in a row when no prefill batch can be formed
+        # (num_continue_decode_steps), which is what prefill-first does here.
+        EngineProfile("sglang", version="0.2", scheduler={"token_budget": 16384, "max_seqs": 4096, "block_size": 1,
+                                                          "mix": "prefill-first", "prefix_caching": True,
+                                                          "gpu_memory_utilization": 0.89, "admission": "reserve",
+                                                          "reserve_ratio": 0.7},
+                      fixed_s=0.8e-3, per_seq_s=6e-6, cuda_graph_max=128, regime="cuda-graph",
+                      source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
+                             "model_runner.py, global_config.py; overhead as sglang@0.3"),
         EngineProfile("sglang", version="0.3", scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1,
                                                           "mix": "prefill-first", "prefix_caching": True,
                                                           "gpu_memory_utilization": 0.88, "admission": "reserve",

@@ -63,6 +63,11 @@ def test_row_flags_are_read():
     assert engine_flags(r) == {"token_budget": 131072, "max_seqs": 3200}
     assert not serves(r)
     assert engine_flags(_row(version="vLLM v0.6.0, --num-scheduler-steps 10")) == {}
+    # trtllm-build's limits, as a TensorRT-LLM row's engine build states them
+    r = _row(engine="trtllm", version="TensorRT-LLM v0.10 (Triton r24.06), engine built with --max_batch_size 512 "
+                                      "--max_num_tokens 8192")
+    assert engine_flags(r) == {"max_seqs": 512, "token_budget": 8192}
+    assert engine_version_key(r) == "trtllm@0.10"
 
 
 def test_serve_rows_get_the_api_server_limits():

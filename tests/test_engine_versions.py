@@ -31,6 +31,7 @@ def test_name_alone_is_the_newest_and_a_version_between_two_takes_the_older():
     assert resolve_version("vllm", "0.7.3") is VERSIONS[("vllm", "0.6")]
     assert resolve_version("vllm", "0.11.0") is VERSIONS[("vllm", "0.8")]
     assert resolve_version("sglang", "0.5.5") is VERSIONS[("sglang", "0.4")]
+    assert resolve_version("sglang", "0.2.7") is VERSIONS[("sglang", "0.2")]
     assert resolve_version("trtllm", "0.9") is VERSIONS[("trtllm", "0.8")]
     assert resolve_version("trtllm", "0.13.0") is VERSIONS[("trtllm", "0.13")]
     # mechanisms differ by version: V0 is prefill-first and synchronous, V1 chunks and hides more CPU work
@@ -84,3 +85,11 @@ def test_catalogue_engine_version_selects_the_profile(tmp_path):
     # the synchronous V0 loop is slower than V1 on the same rows
     ms = {rid: pr.makespan({}) for rid, pr in suite.pricers.items()}
     assert ms["v0.5.3"] > ms["v0.6.0"] and ms["v0.5.3"] > ms["v0.11.0"]
+
+
+def test_sglang_02_batches_whole_prompts_and_captures_fewer_graphs():
+    # sglang@v0.2.0: no chunked prefill (whole prompts up to max_prefill_tokens 16384), CUDA graphs to batch 128
+    v02, v03 = get_profile("sglang@0.2"), get_profile("sglang@0.3")
+    assert v02.scheduler["token_budget"] == 16384 and v03.scheduler["token_budget"] == 8192
+    assert (v02.cuda_graph_max, v03.cuda_graph_max) == (128, 160)
+    assert v02.graph_size(129) == 129 and v03.graph_size(129) == 136  # eager above 128 on 0.2

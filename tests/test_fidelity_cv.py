@@ -92,6 +92,31 @@ def test_file_lengths_scaled_to_published_means_and_found_in_blendsim_data(tmp_p
         build_workload(g)
 
 
+def test_file_prompts_cut_at_a_uniform_length_with_uniform_outputs(tmp_path, monkeypatch):
+    # sglang bench_serving's random dataset of July 2024 (v0.2.0): a ShareGPT prompt cut at a length drawn from [LO, HI]
+    # and kept whole when shorter; outputs drawn from [LO, HI]
+    (tmp_path / "lens.csv").write_text("prompt_tokens,output_tokens\n" + "".join(
+        f"{40 * (i % 50) + 1},{7}\n" for i in range(500)))
+    spec = "file:lens.csv?prompt_scale=2&cap_prompt=512-1024&output=256-512"
+    bad = {"b1": "file:lens.csv?cap_prompt=1024-512", "b2": "file:lens.csv?output=x", "b3": "file:lens.csv?prompt_scale=0",
+           "b4": "file:lens.csv?prompt_scale=2&mean_prompt=100", "b5": "file:lens.csv?cap_prompt=0-10"}
+    cat = _write(tmp_path, [_row(id="ok", workload=spec, requests=400),
+                            *(_row(id=k, workload=w, requests=400) for k, w in bad.items())])
+    rows = {r.id: r for r in read_catalogue(cat)}
+    t = build_workload(rows["ok"])
+    p = 2 * (40 * (np.arange(400) % 50) + 1)
+    assert (t.input_len <= p).all() and (t.input_len[p < 512] == p[p < 512]).all()  # short prompts stay whole
+    cut = p > 1024
+    assert (t.input_len[cut] >= 512).all() and (t.input_len[cut] <= 1024).all() and t.input_len[cut].std() > 50
+    assert t.output_len.min() >= 256 and t.output_len.max() <= 512 and abs(t.output_len.mean() - 384) < 15
+    again = build_workload(rows["ok"])  # seeded: the same row gives the same lengths
+    assert (again.input_len == t.input_len).all() and (again.output_len == t.output_len).all()
+    for k, msg in {"b1": "1 <= LO <= HI", "b2": "is not LO-HI", "b3": "prompt_scale='0' must be a number",
+                   "b4": "one of prompt_scale and mean_prompt", "b5": "1 <= LO <= HI"}.items():
+        with pytest.raises(Exception, match=msg):
+            build_workload(rows[k])
+
+
 def test_shipped_catalogues_cover_other_engines_with_citations():
     rows = [r for p in SHIPPED_CATALOGUES for r in read_catalogue(p)]
     assert len({r.id for r in rows}) == len(rows)
@@ -104,5 +129,9 @@ def test_shipped_catalogues_cover_other_engines_with_citations():
         if "sharegpt" in r.workload:
             assert "SHAREGPT SAMPLE NOT SHIPPED" in r.note, r.id
             # the stand-in file is Llama-2-tokenized and output-heavier than any bench's sample: every row scales it
-            # to the means its bench drew (printed by its source, or the vLLM blog's for the same filter/tokenizer)
-            assert "mean_prompt=" in r.workload and "mean_output=" in r.workload, r.id
+            # to the means its bench drew (printed by its source, or the vLLM blog's for the same filter/tokenizer);
+            # a random-dataset row that cuts ShareGPT prompts scales them alike and draws its own outputs
+            if "cap_prompt=" in r.workload:
+                assert "prompt_scale=" in r.workload and "output=" in r.workload, r.id
+            else:
+                assert "mean_prompt=" in r.workload and "mean_output=" in r.workload, r.id

@@ -182,8 +182,8 @@ def engine_version_key(row: Row) -> str:
 # Engine flags a row's ``engine_version`` text may state (its server or benchmark command), as the scheduler
 # settings they set: vLLM's --max-num-batched-tokens / --max-num-seqs / --gpu-memory-utilization /
 # --[no-]enable-prefix-caching, SGLang's --chunked-prefill-size / --max-running-requests / --mem-fraction-static
-# (--mem-frac) / --disable-radix-cache. A value that is not a number is not read, but for ``--max-num-seqs = num
-# prompts`` (the row's request count).
+# (--mem-frac) / --disable-radix-cache, trtllm-build's --max_batch_size / --max_num_tokens. A value that is not a
+# number is not read, but for ``--max-num-seqs = num prompts`` (the row's request count).
 _FLAGS = (
     (r"--max-num-batched-tokens[ =]+(\d+)\b", "token_budget", int),
     (r"--chunked-prefill-size[ =]+(\d+)\b", "token_budget", int),
@@ -191,6 +191,8 @@ _FLAGS = (
     (r"--max-running-requests[ =]+(\d+)\b", "max_seqs", int),
     (r"--gpu-memory-utilization[ =]+([\d.]+\d)\b", "gpu_memory_utilization", float),
     (r"--mem-frac(?:tion-static)?[ =]+([\d.]+\d)\b", "gpu_memory_utilization", float),
+    (r"--max_batch_size[ =]+(\d+)\b", "max_seqs", int),  # trtllm-build: the engine's in-flight batch cap
+    (r"--max_num_tokens[ =]+(\d+)\b", "token_budget", int),  # trtllm-build: tokens per in-flight step
 )
 
 
@@ -276,20 +278,34 @@ def _file(row: Row, spec: str):
     if path is None:
         raise _bad(row, f"file {row.folder / rel} does not exist (nor in $BLENDSIM_DATA: "
                         f"{os.environ.get('BLENDSIM_DATA') or 'unset'})")
-    unknown = set(opts) - {"min_len", "max_prompt", "max_total", "mean_prompt", "mean_output"}
+    unknown = set(opts) - {*_FILE_INTS, *_FILE_RANGES, "prompt_scale"}
     if unknown:
-        raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use min_len, max_prompt, max_total, "
-                        f"mean_prompt, mean_output")
+        raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use "
+                        f"{', '.join((*_FILE_INTS, 'prompt_scale', *_FILE_RANGES))}")
     lim = {}
     for k, v in opts.items():
+        if k in _FILE_RANGES:
+            lim[k] = _length_range(row, k, v)
+            continue
+        if k == "prompt_scale":
+            try:
+                lim[k] = float(v)
+            except ValueError:
+                lim[k] = float("nan")
+            if not 0 < lim[k] <= 100:  # also rejects nan and inf
+                raise _bad(row, f"option prompt_scale={v!r} must be a number in (0, 100]")
+            continue
         try:
             lim[k] = int(v)
         except ValueError:
             raise _bad(row, f"option {k}={v!r} is not an integer") from None
         if k.startswith("mean_") and lim[k] < 1:
             raise _bad(row, f"option {k}={v!r} must be >= 1")
-    if path.suffix in (".parquet", ".jsonl") and ("mean_prompt" in lim or "mean_output" in lim):
-        raise _bad(row, "mean_prompt/mean_output apply to length CSVs only")
+    if "prompt_scale" in lim and "mean_prompt" in lim:
+        raise _bad(row, "use one of prompt_scale and mean_prompt")
+    if path.suffix in (".parquet", ".jsonl") and set(lim) & {"mean_prompt", "mean_output", *_FILE_RANGES,
+                                                            "prompt_scale"}:
+        raise _bad(row, "mean_prompt/mean_output/prompt_scale/cap_prompt/output apply to length CSVs only")
     if path.suffix == ".parquet":
         from blendsim.workloads.trace import read_trace
 
@@ -333,7 +349,31 @@ def _file(row: Row, spec: str):
         raise _bad(row, f"{path} has {len(idx)} usable rows, fewer than requests={row.requests}")
     from blendsim.workloads.trace import unique_prompts
 
-    return unique_prompts(_to_mean(p[idx], lim.get("mean_prompt")), _to_mean(d[idx], lim.get("mean_output")))
+    p, d = _to_mean(p[idx], lim.get("mean_prompt")), _to_mean(d[idx], lim.get("mean_output"))
+    if "prompt_scale" in lim:
+        p = np.maximum(np.rint(p * lim["prompt_scale"]), 1).astype(np.int64)
+    rng = np.random.default_rng(0)  # fixed: the same row gives the same lengths
+    if "cap_prompt" in lim:  # the prompt cut at a length drawn uniformly from LO..HI (it is kept whole if shorter)
+        p = np.minimum(p, rng.integers(lim["cap_prompt"][0], lim["cap_prompt"][1] + 1, size=len(p)))
+    if "output" in lim:  # outputs drawn uniformly from LO..HI (the benchmark's ignore_eos lengths)
+        d = rng.integers(lim["output"][0], lim["output"][1] + 1, size=len(d)).astype(np.int64)
+    return unique_prompts(p, d)
+
+
+# integer options of a file workload, and its LO-HI range options (cap_prompt, output): see _file
+_FILE_INTS = ("min_len", "max_prompt", "max_total", "mean_prompt", "mean_output")
+_FILE_RANGES = ("cap_prompt", "output")
+
+
+def _length_range(row: Row, key: str, text: str) -> tuple[int, int]:
+    """``LO-HI`` token lengths, 1 <= LO <= HI <= MAX_TOKENS."""
+    try:
+        lo, hi = (int(x) for x in text.split("-"))
+    except ValueError:
+        raise _bad(row, f"option {key}={text!r} is not LO-HI (two integers, e.g. 512-1024)") from None
+    if not 1 <= lo <= hi <= MAX_TOKENS:
+        raise _bad(row, f"option {key}={text!r} needs 1 <= LO <= HI <= {MAX_TOKENS:,} (MAX_TOKENS)")
+    return lo, hi
 
 
 def _to_mean(x: np.ndarray, mean: int | None) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Least-squares fit of the few named, bounded parameters, and leave-one-group-out validation.
+"""Robust least-squares fit of the few named, bounded parameters, and leave-one-group-out validation.
 
 Free parameters (``sim/engine_params.json`` layout):
 
@@ -12,10 +12,9 @@ Free parameters (``sim/engine_params.json`` layout):
   under the profile's ``overhead_key`` (``params["engine"]["vllm@0.6"]``; TensorRT-LLM's versions share
   ``trtllm``).
 
-Residual of a row: ``log(predicted / measured)``; a weak prior (``PRIOR`` x log-distance from the preset's
-value) keeps a parameter the rows barely see near its physical default. A parameter of a group no
-training row exercises (the held-out hardware, in leave-one-hardware-out) takes the mean of the same
-parameter on the other hardware of its regime, or stays at the preset.
+Residual of a row: ``log(predicted / measured)``, under a robust loss (:data:`LOSS`); a weak prior (``PRIOR`` x log-distance from the preset's
+value) keeps a parameter the rows barely see near its physical default. A parameter no training row
+exercises (an architecture held out in leave-one-hardware-out) stays at the preset (:func:`transfer`).
 
 Cross-validation (:func:`cross_validate`) is honest by construction: each fold's fit starts from the presets
 (``base={}``: not from the shipped parameters, not from a fit on all rows) and its residuals hold only the
@@ -140,17 +139,26 @@ def _scale(p: Param) -> float:
     return max(p.hi - p.lo, 1e-12)
 
 
-# Least-squares tolerance: the fit stops once an iteration lowers the cost (half the sum of squared log
+# Least-squares tolerance: the fit stops once an iteration lowers the cost (the summed loss of the log
 # errors) by less than FTOL of itself. Measured on the 373 runnable rows of the training file + shipped
 # catalogue (fit from the presets): at 1e-5 the in-sample predictions are within 0.09% of those at scipy's
 # default 1e-8, in 15 iterations instead of 33.
 FTOL = 1e-5
 
+# Robust loss: each squared log error r^2 is replaced by 2 F_SCALE^2 (sqrt(1 + (r / F_SCALE)^2) - 1) (scipy's
+# soft_l1): quadratic within ~10% of a row's measurement, linear beyond. Published runs include some that no
+# modelled mechanism explains (e.g. TensorRT-LLM r24.06 on Llama-3.1-405B, 2-3x below the engine's other runs,
+# which its source puts down to the image predating 405B optimisations); under plain least squares a few such rows
+# move shared parameters (link_eff, ew_eff, MoE efficiencies) away from the bulk of the rows. Measured on the 596
+# runnable rows of the shipped catalogues: in-sample median |error| 10.0% -> 8.5%, parameters at a bound 12 -> 9.
+LOSS, F_SCALE = "soft_l1", 0.1
 
-def fit(rows: list, base: dict | None = None, select=None, ftol: float = FTOL) -> dict:
+
+def fit(rows: list, base: dict | None = None, select=None, ftol: float = FTOL, loss: str = LOSS) -> dict:
     """Fitted parameters (a params dict) for (row, pricer) pairs, starting from ``base`` (a parameter ``base``
     lacks starts at its preset); with ``select`` (a predicate on :class:`Param`) only the parameters it keeps
-    are free, the rest stay at ``base``.
+    are free, the rest stay at ``base``. ``loss`` is scipy's name for the loss on the log errors (:data:`LOSS`;
+    ``"linear"`` is plain least squares).
 
     Only ``rows`` are read: their compressed pricers (cached on the pricers, so cross-validation's folds
     compress each row once), rows of one deployment and engine profile priced together as one stacked
@@ -197,8 +205,8 @@ def fit(rows: list, base: dict | None = None, select=None, ftol: float = FTOL) -
         v = get_value(base, p.path)
         v = p.prior if v is None else v
         x0.append(np.clip((v - p.lo) / _scale(p), 0.0, 1.0))
-    sol = least_squares(residuals, np.array(x0), bounds=(0.0, 1.0), method="trf", x_scale=1.0,
-                        diff_step=1e-3, ftol=ftol, max_nfev=60 * (len(ps) + 1))
+    sol = least_squares(residuals, np.array(x0), bounds=(0.0, 1.0), method="trf", x_scale=1.0, loss=loss,
+                        f_scale=F_SCALE, diff_step=1e-3, ftol=ftol, max_nfev=60 * (len(ps) + 1))
     out = params_of(sol.x)
     out = copy.deepcopy(out)
     out["bounds"] = {p.name: [p.lo, p.hi] for p in ps}
