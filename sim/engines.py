@@ -357,6 +357,24 @@ _BUILTIN = [
                       source="NanoFlow OSDI'25 sec. 4 and 4.2; BlendServe ASPLOS'26 App. A.2"),
 ]
 
+# SGLang 0.3.x: the scheduler loop is synchronous (sglang@v0.3.0 srt/managers/tp_worker.py: sampled ids
+# copied to the CPU inside forward_decode_batch, scheduling between GPU steps); the overlap scheduler
+# arrived as an option in 0.3.4 and became the default in 0.3.6 (sglang@v0.3.6 srt/server_args.py).
+# Defaults (sglang@v0.3.0 server_args.py): chunked_prefill_size 8192, radix cache on, CUDA graphs for
+# decode batches up to 160 (model_runner.py init_cuda_graphs), mem_fraction_static 0.88 at TP1 (0.85
+# TP4, 0.83 TP8), prefill-first steps; admission reserves new_token_ratio (0.7 at start) of the
+# running requests' remaining outputs (global_config.py). No per-step CPU figure is published: the
+# exposed loop (schedule, batch tensors, token copy and bookkeeping, detokenization in its own
+# process) is taken as vLLM V1's synchronous EngineCore loop, which has the same stages and the same
+# process split: 0.8 ms + 6 us/seq (vllm@0.8 above); the SGLang v0.4 blog's +10% from hiding it is
+# consistent with that at the blog's decode batches.
+_SGLANG_03 = EngineProfile(
+    "sglang", version="0.3",
+    scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
+               "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
+    fixed_s=0.8e-3, per_seq_s=6e-6, cuda_graph_max=160, regime="cuda-graph",
+    source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; SGLang v0.4 blog 2024-12-04")
+
 # ---- versions of the same engines (issue 24): NAME@VERSION selects one; a release between two modelled ones
 # behaves like the older (resolve_version). Constants are cited to the engines' source at the release tag
 # (vllm@vX / sglang@vX: the PyPI sdists of that release), their docs and blogs; where no per-step figure is
@@ -364,39 +382,19 @@ _BUILTIN = [
 _VERSIONED = [
         _VLLM_05,
         _VLLM_06,
-        # SGLang 0.3.x: the scheduler loop is synchronous (sglang@v0.3.0 srt/managers/tp_worker.py: sampled ids
-        # copied to the CPU inside forward_decode_batch, scheduling between GPU steps); the overlap scheduler
-        # arrived as an option in 0.3.4 and became the default in 0.3.6 (sglang@v0.3.6 srt/server_args.py).
-        # Defaults (sglang@v0.3.0 server_args.py): chunked_prefill_size 8192, radix cache on, CUDA graphs for
-        # decode batches up to 160 (model_runner.py init_cuda_graphs), mem_fraction_static 0.88 at TP1 (0.85
-        # TP4, 0.83 TP8), prefill-first steps; admission reserves new_token_ratio (0.7 at start) of the
-        # running requests' remaining outputs (global_config.py). No per-step CPU figure is published: the
-        # exposed loop (schedule, batch tensors, token copy and bookkeeping, detokenization in its own
-        # process) is taken as vLLM V1's synchronous EngineCore loop, which has the same stages and the same
-        # process split: 0.8 ms + 6 us/seq (vllm@0.8 above); the SGLang v0.4 blog's +10% from hiding it is
-        # consistent with that at the blog's decode batches.
         # SGLang 0.2.x (the SGLang v0.2 blog of 2024-07-25): the 0.3 loop (synchronous; the detokenizer in its own
         # process), with 0.2's defaults (sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py,
         # model_runner.py): no chunked prefill -- a prefill batch takes whole prompts up to max_prefill_tokens =
         # 16384 tokens; max_running_requests = half the KV pool's tokens (no practical cap); CUDA graphs for
         # decode batches 1, 2, 4, 8, ..., 128 (eager above); mem_fraction_static 0.89 at TP1 down to 0.84 at TP8
-        # (the TP1 value is used at every TP, as for 0.3: it matters only where the KV pool binds); radix cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at
-        # start (global_config.py). Decodes run ten steps in a row when no prefill batch can be formed
+        # (the TP1 value is used at every TP, as for 0.3: it matters only where the KV pool binds); radix
+        # cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at start (global_config.py). Decodes run ten steps in a row when no prefill batch can be formed
         # (num_continue_decode_steps), which is what prefill-first does here.
-        EngineProfile("sglang", version="0.2", scheduler={"token_budget": 16384, "max_seqs": 4096, "block_size": 1,
-                                                          "mix": "prefill-first", "prefix_caching": True,
-                                                          "gpu_memory_utilization": 0.89, "admission": "reserve",
-                                                          "reserve_ratio": 0.7},
-                      fixed_s=0.8e-3, per_seq_s=6e-6, cuda_graph_max=128, regime="cuda-graph",
-                      source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
-                             "model_runner.py, global_config.py; overhead as sglang@0.3"),
-        EngineProfile("sglang", version="0.3", scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1,
-                                                          "mix": "prefill-first", "prefix_caching": True,
-                                                          "gpu_memory_utilization": 0.88, "admission": "reserve",
-                                                          "reserve_ratio": 0.7},
-                      fixed_s=0.8e-3, per_seq_s=6e-6, cuda_graph_max=160, regime="cuda-graph",
-                      source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; "
-                             "SGLang v0.4 blog 2024-12-04"),
+        replace(_SGLANG_03, version="0.2", scheduler={**_SGLANG_03.scheduler, "token_budget": 16384,
+                                                     "gpu_memory_utilization": 0.89},
+                cuda_graph_max=128, source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
+                                           "model_runner.py, global_config.py; overhead as sglang@0.3"),
+        _SGLANG_03,
         # TensorRT-LLM 0.13 as its perf-overview page ran it (trtllm-bench on a built TRT engine, in-flight
         # batching under max_num_tokens / max_batch_size that trtllm-bench derives from the dataset,
         # GUARANTEED_NO_EVICT): the mechanics of trtllm@1.0 above, whose fitted overhead it shares (the 0.13
