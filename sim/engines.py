@@ -388,8 +388,9 @@ _VERSIONED = [
         # 16384 tokens; max_running_requests = half the KV pool's tokens (no practical cap); CUDA graphs for
         # decode batches 1, 2, 4, 8, ..., 128 (eager above); mem_fraction_static 0.89 at TP1 down to 0.84 at TP8
         # (the TP1 value is used at every TP, as for 0.3: it matters only where the KV pool binds); radix
-        # cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at start (global_config.py). Decodes run ten steps in a row when no prefill batch can be formed
-        # (num_continue_decode_steps), which is what prefill-first does here.
+        # cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at start (global_config.py).
+        # Decodes run ten steps in a row when no prefill batch can be formed (num_continue_decode_steps), which is
+        # what prefill-first does here.
         replace(_SGLANG_03, version="0.2", scheduler={**_SGLANG_03.scheduler, "token_budget": 16384,
                                                      "gpu_memory_utilization": 0.89},
                 cuda_graph_max=128, source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "

@@ -272,16 +272,23 @@ def _query(row: Row, spec: str) -> tuple[str, dict]:
     return head, opts
 
 
+# a file workload's options (see _file): integers, a prompt scale, and LO-HI length ranges; those after the
+# filters (scaling, cutting, drawing lengths) apply to length CSVs only
+_FILE_INTS = ("min_len", "max_prompt", "max_total", "mean_prompt", "mean_output")
+_FILE_RANGES = ("cap_prompt", "output")
+_FILE_OPTIONS = (*_FILE_INTS, "prompt_scale", *_FILE_RANGES)
+_CSV_ONLY = ("mean_prompt", "mean_output", "prompt_scale", *_FILE_RANGES)
+
+
 def _file(row: Row, spec: str):
     rel, opts = _query(row, spec)
     path = data_path(row.folder, rel)
     if path is None:
         raise _bad(row, f"file {row.folder / rel} does not exist (nor in $BLENDSIM_DATA: "
                         f"{os.environ.get('BLENDSIM_DATA') or 'unset'})")
-    unknown = set(opts) - {*_FILE_INTS, *_FILE_RANGES, "prompt_scale"}
+    unknown = set(opts) - set(_FILE_OPTIONS)
     if unknown:
-        raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use "
-                        f"{', '.join((*_FILE_INTS, 'prompt_scale', *_FILE_RANGES))}")
+        raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use {', '.join(_FILE_OPTIONS)}")
     lim = {}
     for k, v in opts.items():
         if k in _FILE_RANGES:
@@ -291,7 +298,7 @@ def _file(row: Row, spec: str):
             try:
                 lim[k] = float(v)
             except ValueError:
-                lim[k] = float("nan")
+                lim[k] = 0.0
             if not 0 < lim[k] <= 100:  # also rejects nan and inf
                 raise _bad(row, f"option prompt_scale={v!r} must be a number in (0, 100]")
             continue
@@ -303,9 +310,8 @@ def _file(row: Row, spec: str):
             raise _bad(row, f"option {k}={v!r} must be >= 1")
     if "prompt_scale" in lim and "mean_prompt" in lim:
         raise _bad(row, "use one of prompt_scale and mean_prompt")
-    if path.suffix in (".parquet", ".jsonl") and set(lim) & {"mean_prompt", "mean_output", *_FILE_RANGES,
-                                                            "prompt_scale"}:
-        raise _bad(row, "mean_prompt/mean_output/prompt_scale/cap_prompt/output apply to length CSVs only")
+    if path.suffix in (".parquet", ".jsonl") and set(lim) & set(_CSV_ONLY):
+        raise _bad(row, f"{'/'.join(_CSV_ONLY)} apply to length CSVs only")
     if path.suffix == ".parquet":
         from blendsim.workloads.trace import read_trace
 
@@ -359,10 +365,6 @@ def _file(row: Row, spec: str):
         d = rng.integers(lim["output"][0], lim["output"][1] + 1, size=len(d)).astype(np.int64)
     return unique_prompts(p, d)
 
-
-# integer options of a file workload, and its LO-HI range options (cap_prompt, output): see _file
-_FILE_INTS = ("min_len", "max_prompt", "max_total", "mean_prompt", "mean_output")
-_FILE_RANGES = ("cap_prompt", "output")
 
 
 def _length_range(row: Row, key: str, text: str) -> tuple[int, int]:
@@ -427,5 +429,5 @@ def _synth(row: Row, spec: str):
     return recipe.make(**kw).offline()
 
 
-__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key", "read_catalogue", "row_engine_key",
-           "serves"]
+__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key",
+           "read_catalogue", "row_engine_key", "serves"]

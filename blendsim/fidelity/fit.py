@@ -12,9 +12,9 @@ Free parameters (``sim/engine_params.json`` layout):
   under the profile's ``overhead_key`` (``params["engine"]["vllm@0.6"]``; TensorRT-LLM's versions share
   ``trtllm``).
 
-Residual of a row: ``log(predicted / measured)``, under a robust loss (:data:`LOSS`); a weak prior (``PRIOR`` x log-distance from the preset's
-value) keeps a parameter the rows barely see near its physical default. A parameter no training row
-exercises (an architecture held out in leave-one-hardware-out) stays at the preset (:func:`transfer`).
+Residual of a row: ``log(predicted / measured)``, under a robust loss (:data:`LOSS`); a weak prior (``PRIOR`` x
+log-distance from the preset's value) keeps a parameter the rows barely see near its physical default. A parameter
+no training row exercises (an architecture held out in leave-one-hardware-out) stays at the preset (:func:`transfer`).
 
 Cross-validation (:func:`cross_validate`) is honest by construction: each fold's fit starts from the presets
 (``base={}``: not from the shipped parameters, not from a fit on all rows) and its residuals hold only the
