@@ -14,7 +14,7 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
     """Synthesise the workload, simulate each policy, write run dirs (and a report); return summaries."""
     from blendsim.policies.registry import policy_names
     from blendsim.runner import RunConfig, run_simulation, write_run
-    from blendsim.sim.io import check_output_dir
+    from blendsim.sim.io import check_output_dir, write_manifest
     from blendsim.workloads.recipes import synthesize
     from blendsim.workloads.trace import write_trace
 
@@ -50,6 +50,7 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
     from blendsim.reports.render import write_report
 
     report = write_report(run_dirs, out / "report")  # dfs is the default baseline when it ran
+    write_manifest(out, "blendsim demo folder")  # what a later demo into ``out`` may replace
     return {"summaries": summaries, "report": report, "out": out}
 
 

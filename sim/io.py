@@ -110,16 +110,78 @@ def _is_own(folder: Path, own) -> bool:
     return all((folder / name).exists() for name in ([own] if isinstance(own, str) else own))
 
 
+# Every output folder blendsim writes records the files it put there, so that a later command replaces the
+# folder only when nothing else is in it: a marker file alone (index.html, summary.json) is no proof, another
+# tool's folder may hold one, and a user may add notes or figures to a run or report folder.
+MANIFEST = "blendsim-files.json"
+
+
+def _entries(folder: Path) -> tuple[list[str], list[str]]:
+    """Every file (or link) under ``folder`` and every folder, as relative POSIX paths, the record excluded."""
+    files, dirs = [], []
+    for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
+        if p.is_dir() and not p.is_symlink():
+            dirs.append(rel)
+        elif rel != MANIFEST:
+            files.append(rel)
+    return files, dirs
+
+
+def write_manifest(folder: str | Path, kind: str) -> Path:
+    """Record every file now under ``folder`` as blendsim's (``kind``: what wrote it)."""
+    folder = Path(folder)
+    files, _ = _entries(folder)
+    return write_json(folder / MANIFEST, {"kind": kind, "files": files})
+
+
+def add_to_manifest(folder: str | Path, names) -> None:
+    """Add files blendsim wrote into an already recorded ``folder`` (relative names) to its record."""
+    folder = Path(folder)
+    doc = read_json(folder / MANIFEST, "blendsim file record")
+    write_json(folder / MANIFEST, {**doc, "files": sorted({*doc.get("files", []), *names})})
+
+
+def foreign_entries(folder: str | Path) -> list[str] | None:
+    """What under ``folder`` blendsim's record does not list (files, and folders holding no recorded file),
+    or ``None`` when the folder has no readable record."""
+    folder = Path(folder)
+    try:
+        doc = json.loads((folder / MANIFEST).read_text())
+        mine = set(doc["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    files, dirs = _entries(folder)
+    parents = {q.as_posix() for f in mine for q in Path(f).parents if q != Path(".")}
+    return [f for f in files if f not in mine] + [d for d in dirs if d not in parents]
+
+
+def check_own_files(folder: str | Path) -> None:
+    """Fail, with one line, unless every entry of ``folder`` is one blendsim recorded writing there."""
+    folder = Path(folder)
+    extra = foreign_entries(folder)
+    if extra is None:
+        raise UserError(f"{folder}: has no record of what blendsim wrote there ({MANIFEST}: another tool's "
+                        f"folder, or an older blendsim's); choose another -o, or move it away")
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise UserError(f"{folder}: holds what blendsim did not write ({', '.join(extra[:3])}{more}); move "
+                        f"{'it' if len(extra) == 1 else 'them'} out, or choose another -o")
+
+
 def check_output_dir(final: str | Path, what: str, own=None, inputs=()) -> Path:
     """Fail now, with one line, unless ``final`` can become an output folder of kind ``what``: absent, empty,
     or one ``own`` recognises (a marker file name, names, or a predicate) -- never the current folder, one
-    above it, or a folder holding an input (:func:`refuse_unsafe_dir`), never a file; and writable."""
+    above it, or a folder holding an input (:func:`refuse_unsafe_dir`), never a file, never one holding anything
+    its record (:data:`MANIFEST`) does not list; and writable."""
     final = refuse_unsafe_dir(final, inputs)
     if final.exists() or final.is_symlink():
         if not final.is_dir():
             raise UserError(f"{final}: exists and is not a folder; give the name of a folder to write")
-        if any(final.iterdir()) and not _is_own(final, own):
-            raise UserError(f"{final}: exists and is not a {what}; choose another -o")
+        if any(final.iterdir()):
+            if not _is_own(final, own):
+                raise UserError(f"{final}: exists and is not a {what}; choose another -o")
+            check_own_files(final)
     staging_dir(final).rmdir()
     return final
 
@@ -128,15 +190,19 @@ def check_output_dir(final: str | Path, what: str, own=None, inputs=()) -> Path:
 def atomic_dir(final: str | Path, own=None, what: str = "blendsim output folder"):
     """Yield an empty staging folder beside ``final``; it replaces ``final`` only if the block succeeds, and is
     removed if the block fails. An earlier ``final`` is replaced only when it is empty or of the writer's own
-    kind (``own``: see :func:`check_output_dir`), never when it is the current folder, one above it or not a
-    folder: nothing the command did not make is removed."""
+    kind (``own``: see :func:`check_output_dir`) and holds only what blendsim recorded writing there (the staging
+    folder's files are recorded in :data:`MANIFEST` before it moves into place), never when it is the current
+    folder, one above it or not a folder: nothing the command did not make is removed."""
     import shutil
 
     final = check_output_dir(final, what, own)
     tmp = staging_dir(final)
     try:
         yield tmp
+        write_manifest(tmp, what)
         old = None
+        if final.exists() and final.is_dir() and any(final.iterdir()):
+            check_own_files(final)  # again: the user may have added something while the command ran
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
             final.rename(old / "x")

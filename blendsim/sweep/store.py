@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import read_json, write_json
+from blendsim.sim.io import MANIFEST, add_to_manifest, check_own_files, read_json, write_json
 from blendsim.sim.io import staging_dir as io_staging_dir
 
 MARKER = "sweep.json"
@@ -49,6 +49,7 @@ def open_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict:
     d = Path(sweep_dir)
     old = check_sweep_dir(d, spec, resume)
     if old is not None and not resume:
+        _check_removable(d)
         for sub in ("runs", "traces"):
             shutil.rmtree(d / sub, ignore_errors=True)
         for f in ("results.parquet", "failures.json"):
@@ -63,6 +64,33 @@ def open_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict:
     write_json(d / MARKER, doc)
     clean_stale(d)
     return doc
+
+
+def _check_removable(d: Path) -> None:
+    """Fail, with one line, if starting over would remove what the sweep did not write: under runs/ anything
+    outside its recorded run folders (or unrecorded inside one), under traces/ anything but its trace files."""
+    foreign = []
+    runs = d / "runs"
+    if runs.exists():
+        recorded = [m.parent for m in runs.rglob(MANIFEST)]
+        for p in sorted(runs.rglob("*")):
+            if p.is_dir() and not p.is_symlink():
+                if not any(r == p or r in p.parents or p in r.parents for r in recorded):
+                    foreign.append(p)
+            elif not any(r in p.parents for r in recorded):
+                foreign.append(p)
+        for r in recorded:
+            try:
+                check_own_files(r)
+            except UserError as e:
+                raise UserError(f"{e}; --no-resume would remove it") from None
+    traces = d / "traces"
+    if traces.exists():
+        foreign += [p for p in sorted(traces.rglob("*")) if not p.is_dir() and p.suffix != ".parquet"]
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise UserError(f"{d}: --no-resume would remove what the sweep did not write "
+                        f"({', '.join(str(p.relative_to(d)) for p in foreign[:3])}{more}); move it out first")
 
 
 def read_marker(sweep_dir: Path) -> dict:
@@ -105,7 +133,9 @@ def install_run(src: Path, sweep_dir: Path, cell) -> Path:
     """Add cell.json to the run directory ``src`` (beside the final place) and rename it into place."""
     final = Path(sweep_dir) / cell.run_relpath()
     write_json(src / "cell.json", cell.label())
-    if final.exists():  # an unfinished or redone cell
+    add_to_manifest(src, ["cell.json"])
+    if final.exists():  # an unfinished or redone cell: only ever a run folder holding nothing but its own files
+        check_own_files(final)
         shutil.rmtree(final)
     src.rename(final)
     return final
