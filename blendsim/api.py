@@ -257,7 +257,7 @@ class SweepResult:
 @_boundary
 def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharing="0.05:0.45:0.10",
           policies=None, models="llama-3-8b", hardware="a100-80gb", requests: int = 40_000,
-          mode: str = "sequential", engine: str | None = None, engine_of: str | None = None,
+          mode: str | None = None, engine: str | None = None, engine_of: str | None = None,
           recipe_options: dict | None = None, seed: int = 0, jobs: int | None = None, backend: str = "local",
           ray_address: str | None = None, resume: bool = True, progress=None,
           fixed_trace: bool | None = None, seeds: int = 1, tp: int = 1, ep: int = 1, pp: int = 1,
@@ -285,7 +285,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     out = C.path(out, "sweep: out")
     C.optional(C.integer, jobs, "--jobs", 1)
     C.text(recipe, "--recipe")
-    C.text(mode, "--mode")
+    if mode is not None:
+        C.text(mode, "--mode")
     C.text(backend, "--backend")
     for v, flag in ((engine, "--engine"), (engine_of, "--engine-of"), (ray_address, "--ray-address")):
         C.optional(C.text, v, flag)
@@ -384,7 +385,7 @@ def _policy_spec(p) -> str:
 # ---- one step's cost ---------------------------------------------------------------------------------
 @_boundary
 def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_tokens: int = 0,
-         decode_seqs: int = 0, context: int = 0, tp: int = 1, mode: str = "sequential", engine: str = "ideal",
+         decode_seqs: int = 0, context: int = 0, tp: int = 1, mode: str | None = None, engine: str = "ideal",
          profile=None, dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None,
          ep: int = 1, expert_skew: float = 0.0, pp: int = 1) -> dict:
     """`blendsim cost --json`: the price of one step (a prefill chunk of ``prefill_tokens`` and/or
@@ -413,7 +414,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     C.integer(tp, "--tp", 1, C.MAX_GPUS)
     C.integer(ep, "--ep", 1, C.MAX_GPUS)
     C.number(expert_skew, "--expert-skew", 0.0)
-    C.text(mode, "--mode")
+    C.optional(C.text, mode, "--mode")
     C.text(engine, "--engine")
     for v, flag in ((dtype, "--dtype"), (weights, "--weights"), (kv_dtype, "--kv-dtype")):
         C.optional(C.text, v, flag)
@@ -433,7 +434,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     # MoE/MLA models: each layer operator also says on how many layers it runs (dense-first, MoE layers)
     keep_layer = keep + (("layers",) if m.is_moe or m.is_mla else ())
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
-           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": mode,
+           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": cm.mode,
            "engine": cm.engine.label, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
            "kv_dtype": m.kv_dtype, "ep": dep.ep,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],

@@ -30,7 +30,7 @@ class RunConfig:
     hardware: str = "a100-80gb"
     tp: int = 1
     replicas: int = 1
-    mode: str = "sequential"
+    mode: str | None = None  # None: the engine's (overlap for nanoflow, else sequential)
     engine: str | None = None  # engine key (sim.engines: NAME[@VERSION][:field=value]); None: DEFAULT_ENGINE
     profile: str | None = None  # calibration profile JSON
     dtype: str | None = None

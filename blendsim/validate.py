@@ -31,7 +31,7 @@ class ValidateConfig:
     profile: str | None = None
     dtype: str | None = None
     engine: str = "ideal"  # the measured forward excludes engine overhead, so the default adds none
-    mode: str = "sequential"
+    mode: str | None = None  # None: the engine's
     replicas: int = 1
     max_steps: int | None = None  # per replica
     repeats: int | None = None  # forwards per step, median taken; None: 3 on CPU, 1 on CUDA

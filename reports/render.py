@@ -62,8 +62,13 @@ def one_pricing(runs: pd.DataFrame, mixed: bool) -> pd.DataFrame:
     """``runs`` with ``pricing`` (engine and cost model); runs of several are refused in one line unless
     ``mixed``, which labels every row with its engine instead."""
     runs = runs.copy()
-    runs["pricing"] = ("engine " + runs["engine"].astype(str) + ", " + runs["cost_model"].astype(str)
-                       + " cost model")
+    # the modelled profile that priced a run (and the key's own overrides): vllm@0.10 and vllm are one engine
+    engine = runs["engine"].astype(str)
+    if "engine_profile" in runs:
+        prof = runs["engine_profile"].where(runs["engine_profile"].notna(), engine.str.partition(":")[0]).astype(str)
+        over = engine.str.partition(":")[2]
+        engine = prof + over.where(over == "", ":" + over)
+    runs["pricing"] = "engine " + engine + ", " + runs["cost_model"].astype(str) + " cost model"
     kinds = sorted(set(runs["pricing"]))
     if len(kinds) > 1:
         if not mixed:

@@ -19,10 +19,10 @@ from blendsim.sim.profile import Profile, ProfileTimer, load_profile
 from blendsim.sim.timers import RooflineTimer
 
 
-def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str | EngineProfile | None = "ideal",
+def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | EngineProfile | None = "ideal",
                      profile=None, params: dict | None = None) -> CostModel:
     """The cost model of engine ``engine`` (a key, ``NAME[@VERSION][:field=value,...]``, or a profile) on
-    ``dep`` under ``mode``. ``profile``: a calibration profile (path or Profile) whose measured kernels
+    ``dep`` under ``mode`` (None: the engine's own, overlap for NanoFlow, else sequential). ``profile``: a calibration profile (path or Profile) whose measured kernels
     replace the roofline; ``params``: fitted parameters (default: ``sim/engine_params.json``)."""
     if params is None:  # a calibrated engine file brings its own fitted parameters
         prof = get_profile(engine, load_params())
@@ -30,6 +30,7 @@ def build_cost_model(dep: Deployment, mode: str = "sequential", engine: str | En
         prof = get_profile(engine, params)
     else:
         prof = get_profile(engine, params)
+    mode = mode or prof.mode
     if profile is not None:
         cal = profile if isinstance(profile, Profile) else load_profile(profile)
         m = dep.model

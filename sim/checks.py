@@ -138,7 +138,7 @@ def check_run_config(cfg) -> None:
     integer(cfg.tp, "--tp", 1, MAX_GPUS)
     integer(cfg.replicas, "--replicas", 1, MAX_GPUS)
     integer(cfg.ep, "--ep", 1, MAX_GPUS)
-    text(cfg.mode, "--mode")
+    optional(text, cfg.mode, "--mode")
     for name in ("engine", "profile", "dtype", "weights", "kv_dtype", "mix", "admission", "kv_full"):
         optional(text, getattr(cfg, name), flag_of(name))
     number(cfg.expert_skew, "--expert-skew", 0.0)

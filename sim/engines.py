@@ -19,6 +19,7 @@ are read from ``sim/engine_params.json``, written by ``blendsim fidelity --refit
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -95,6 +96,21 @@ class EngineProfile:
         return self.key or self.name
 
     @property
+    def modelled(self) -> str:
+        """The modelled profile that prices it, ``NAME@VERSION`` (or NAME where it has no versions; a calibrated
+        profile's file name)."""
+        if self.params_file:
+            return self.label
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+    @property
+    def described(self) -> str:
+        """Its label, and the modelled profile behind it where the label does not name that one (``vllm@0.7.2
+        (modelled by vllm@0.6)``, ``vllm (modelled by vllm@0.8)``)."""
+        base = self.label.partition(":")[0]
+        return self.label if base == self.modelled else f"{self.label} (modelled by {self.modelled})"
+
+    @property
     def overhead_scale(self) -> float:
         """What the engine loop's overhead is multiplied by: 1, or 1 + ``api_share`` behind an API server that
         shares the engine's process."""
@@ -140,6 +156,16 @@ class EngineKey(NamedTuple):
     overrides: dict
 
 
+_VERSION = re.compile(r"[vV]?(\d+(?:\.\d+)*)(?:[.\-_]?(?:post|rc|dev|a|b|alpha|beta)\d*)*")
+
+
+def release(version: str) -> str | None:
+    """The release numbers of a version as an engine's tags and packages write it (``v0.6`` -> ``0.6``,
+    ``0.5.5.post1`` -> ``0.5.5``, ``0.5.3rc0`` -> ``0.5.3``); None when ``version`` is no version number."""
+    m = _VERSION.fullmatch(str(version).strip())
+    return m.group(1) if m else None
+
+
 def parse_key(text: str) -> EngineKey:
     """Split ``NAME[@VERSION][:field=value,...]`` (or bare ``field=value,...``, from ``ideal``) and check the
     overrides' names and values; unknown names are left to :func:`get_profile`."""
@@ -147,14 +173,22 @@ def parse_key(text: str) -> EngineKey:
     head, sep, spec = text.partition(":")
     if not sep and "=" in head:  # fixed_s=...,per_seq_s=...: the user's own overhead, from ideal
         head, spec = "", head
-    name, _, version = head.partition("@")
+    name, at, version = head.partition("@")
     name = name.strip() or "ideal"
+    if at:
+        rel = release(version)
+        if rel is None:
+            raise UserError(f"engine {text!r}: {version.strip()!r} is not a version number (like 0.6, 0.5.3 or "
+                            f"v0.6; a pre- or post-release suffix counts as its release)")
+        version = rel
     values: dict = {}
     for part in (spec.split(",") if spec.strip() else []):
         k, eq, val = part.partition("=")
         k = k.strip()
         if k not in OVERRIDABLE:
             raise UserError(f"engine {text!r}: unknown field {k!r}; use {', '.join(OVERRIDABLE)}")
+        if k in values:
+            raise UserError(f"engine {text!r}: {k} is given twice")
         kind = OVERRIDABLE[k][0]
         try:
             v = kind(val.strip()) if eq else None
@@ -469,7 +503,9 @@ PROFILES: dict[str, EngineProfile] = {}
 
 
 def _version_order(v: str) -> tuple:
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in v.replace("-", ".").split(".")) if v else ()
+    """A version's release numbers as a tuple to compare (suffixes such as .post1 or rc0 ignored)."""
+    rel = release(v) if v else None
+    return tuple(int(p) for p in rel.split(".")) if rel else ()
 
 
 def register(profile: EngineProfile) -> EngineProfile:
@@ -601,8 +637,10 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
         if k.name in PROFILES:
             have = ", ".join(f"{n}@{v}" for n, v in sorted(VERSIONS, key=lambda nv: _version_order(nv[1]))
                              if n == k.name and v)
+            if not have:
+                raise UserError(f"engine {text!r}: {k.name} has no modelled versions; use {k.name}")
             raise UserError(f"engine {text!r}: version {k.version} is older than every modelled version of "
-                            f"{k.name} ({have or k.name + ' (unversioned)'})")
+                            f"{k.name} ({have})")
         raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (optionally "
                         f"NAME:field=value,... with fields {', '.join(OVERRIDABLE)})")
     params = load_params() if params is None else params

@@ -279,6 +279,7 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "replicas": cfg.replicas,
         "mode": cost_model.mode,
         "engine": cost_model.engine.label,
+        "engine_profile": cost_model.engine.modelled,
         "cost_model": cost_model.timer_name,
         "token_budget": engine_cfg.token_budget,
         "max_seqs": engine_cfg.max_seqs,

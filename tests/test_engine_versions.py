@@ -93,3 +93,53 @@ def test_sglang_02_batches_whole_prompts_and_captures_fewer_graphs():
     assert v02.scheduler["token_budget"] == 16384 and v03.scheduler["token_budget"] == 8192
     assert (v02.cuda_graph_max, v03.cuda_graph_max) == (128, 160)
     assert v02.graph_size(129) == 129 and v03.graph_size(129) == 136  # eager above 128 on 0.2
+
+
+@pytest.mark.parametrize("typed,modelled", [("vllm@v0.6", "vllm@0.6"), ("vllm@0.5.5.post1", "vllm@0.5"),
+                                            ("sglang@0.3rc0", "sglang@0.3"), ("sglang@0.5.5.post1", "sglang@0.4"),
+                                            ("vllm@0.6.0", "vllm@0.6"), ("trtllm@V1.0", "trtllm@1.0")])
+def test_tags_and_release_suffixes_select_their_release(typed, modelled):
+    assert get_profile(typed).modelled == modelled
+
+
+@pytest.mark.parametrize("typed", ["vllm@abc", "vllm@latest", "vllm@", "vllm@-1", "vllm@0.6@0.8", "sglang@0.x"])
+def test_what_is_no_version_number_is_one_line_not_the_newest_profile(typed):
+    with pytest.raises(UserError, match="not a version number") as e:
+        get_profile(typed)
+    assert "\n" not in str(e.value)
+
+
+def test_an_unversioned_engine_with_a_version_says_it_has_none():
+    for typed in ("nanoflow@2", "ideal@1.0"):
+        with pytest.raises(UserError, match="has no modelled versions"):
+            get_profile(typed)
+    with pytest.raises(UserError, match="given twice"):
+        get_profile("vllm:fixed_s=0.001,fixed_s=0.002")
+
+
+def test_a_run_names_the_modelled_profile_that_priced_it(tmp_path):
+    t = write_trace(random_trace(np.random.default_rng(2), n=16), tmp_path / "t.parquet")
+    for typed, modelled in (("vllm@0.7.2", "vllm@0.6"), ("vllm", "vllm@0.8"), ("nanoflow", "nanoflow")):
+        d = tmp_path / typed.replace("@", "_")
+        r = invoke("simulate", t, "--model", "tiny", "--hardware", "cpu", "--engine", typed, "-o", d)
+        assert r.exit_code == 0, r.output
+        s = json.loads((d / "summary.json").read_text())
+        assert (s["engine"], s["engine_profile"]) == (typed, modelled)
+        assert typed == modelled or f"(modelled by {modelled})" in " ".join(r.output.split())
+    # vllm@0.10 and vllm are one profile: a report takes both as priced on one engine
+    r = invoke("simulate", t, "--model", "tiny", "--hardware", "cpu", "--engine", "vllm@0.10", "-o", tmp_path / "v10")
+    assert r.exit_code == 0, r.output
+    assert invoke("report", tmp_path / "vllm", tmp_path / "v10", "-o", tmp_path / "rep").exit_code == 0
+
+
+def test_nanoflow_runs_in_its_own_overlap_mode_unless_told_otherwise(tmp_path):
+    t = write_trace(random_trace(np.random.default_rng(3), n=16), tmp_path / "t.parquet")
+    modes = {}
+    for extra in ((), ("--mode", "sequential")):
+        d = tmp_path / f"r{len(extra)}"
+        r = invoke("simulate", t, "--model", "tiny", "--hardware", "cpu", "--engine", "nanoflow", *extra, "-o", d)
+        assert r.exit_code == 0, r.output
+        modes[extra] = json.loads((d / "summary.json").read_text())["mode"]
+    assert modes == {(): "overlap", ("--mode", "sequential"): "sequential"}
+    r = invoke("simulate", t, "--model", "tiny", "--hardware", "cpu", "--engine", "vllm", "-o", tmp_path / "v")
+    assert json.loads((tmp_path / "v" / "summary.json").read_text())["mode"] == "sequential"

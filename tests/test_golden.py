@@ -3,7 +3,8 @@
 The stored digests (tests/golden_sha256.json) are made by main without this work (``python tests/golden.py
 --write`` run with main 7b989ad installed; main's own summary.json changed since c2822e5 and 3099fbc, its step
 and request tables did not); each case here must reproduce them. A regeneration is due only when a change of
-results is intended. The slow-path test runs cases with a list-backed step log (the old representation) and
+results is intended (the summary digests were last regenerated when summary.json gained
+``engine_profile``, the modelled profile that priced the run; every step and request digest stayed as it was). The slow-path test runs cases with a list-backed step log (the old representation) and
 compares.
 """
 

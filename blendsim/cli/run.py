@@ -9,6 +9,7 @@ import typer
 
 from blendsim.options import check_seed, parse_opts
 
+MODE_HELP = "Execution mode: sequential or overlap (default: the engine's -- overlap for nanoflow, else sequential)."
 MODEL_HELP = "Model preset name (see `blendsim models`) or a HuggingFace config.json."
 HW_HELP = "Hardware preset (see `blendsim hardware`)."
 WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: the model's; fp8/fp4 run at the "
@@ -24,7 +25,7 @@ def cost_cmd(
     model: str = typer.Option("llama-3-8b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
-    mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
+    mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
     prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="New prompt tokens in the step (one chunk)."),
     decode_seqs: int = typer.Option(0, "--decode-seqs", help="Decoding sequences in the step."),
@@ -57,7 +58,7 @@ def cost_cmd(
     from rich.table import Table
 
     prec = f"weights {m.weights}, KV {m.kv_dtype}" + (f", ep {dep.ep}" if dep.ep > 1 else "")
-    t = Table(title=f"{m.name} on {dep.hardware.name} x{tp} ({prec}), {mode}, {cm.timer_name}, engine {cm.engine.name}")
+    t = Table(title=f"{m.name} on {dep.hardware.name} x{tp} ({prec}), {cm.mode}, {cm.timer_name}, engine {cm.engine.described}")
     for c in ("op", "scope", "GFLOP", "MB", "time (us)", "x layers (ms)"):
         t.add_column(c, justify="right" if c != "op" else "left")
     for r in rows:
@@ -69,7 +70,7 @@ def cost_cmd(
     c.print(t)
     ms = {k: 1e3 * out[f"{k}_s"] for k in ("step_time", "compute", "memory", "other", "comm", "overhead")}
     c.print(f"step {ms['step_time']:.3f} ms = compute {ms['compute']:.3f} + memory {ms['memory']:.3f} "
-            f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({mode} mode)")
+            f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({cm.mode} mode)")
     if dep.pp > 1:
         for st in out["stages"]:
             c.print(f"stage {st['stage']} (layers {st['layers'][0]}-{st['layers'][1]}): "
@@ -87,7 +88,7 @@ def simulate_cmd(
     hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
-    mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
+    mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
     engine: str = typer.Option(None, "--engine", help="Engine profile NAME[@VERSION][:field=value,...] that "
                                                        "prices the run: ideal, vllm, vllm-v0, sglang, nanoflow, trtllm "

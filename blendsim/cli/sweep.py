@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from blendsim.cli.run import MODE_HELP
 from blendsim.sweep.grid import DEFAULT_POLICIES
 
 
@@ -30,7 +31,7 @@ def sweep_cmd(
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
-    mode: str = typer.Option("sequential", "--mode", help="Execution mode: sequential or overlap."),
+    mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
                                                       "scheduler defaults, overheads, CUDA graphs, fitted kernel "
                                                       "efficiencies; policies keep their ordering) or ideal: one "

@@ -24,7 +24,7 @@ def validate_cmd(
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (fp32, bf16, fp16)."),
     engine: str = typer.Option("ideal", "--engine", help="Engine overhead the simulator adds; the measured "
                                                          "forward has none, so keep ideal to compare kernels."),
-    mode: str = typer.Option("sequential", "--mode", help="Execution mode of the cost model."),
+    mode: str = typer.Option(None, "--mode", help="Execution mode of the cost model (default: the engine's)."),
     replicas: int = typer.Option(1, "--replicas", help="Replicas to simulate (replayed one after another)."),
     max_steps: int = typer.Option(None, "--max-steps", help="Replay at most this many steps per replica."),
     repeats: int = typer.Option(None, "--repeats", help="Forwards per step, median kept (default 3 on CPU, "

@@ -144,7 +144,7 @@ class SweepSpec:
     models: tuple[str, ...]
     hardware: tuple[str, ...]
     requests: int
-    mode: str = "sequential"
+    mode: str | None = None  # None: the engine's
     engine: str | None = None  # the one engine every cell is priced on (None: sim.engines.DEFAULT_ENGINE)
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0

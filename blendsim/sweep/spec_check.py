@@ -62,7 +62,7 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         check_tier_gb(spec.tiers.get("host_kv_gb"), "--host-kv-gb", hw.host_memory_bytes,
                       f"{hw.name}'s host memory per node")
         check_tier_gb(spec.tiers.get("disk_kv_gb"), "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
-    if spec.mode not in MODES:
+    if spec.mode is not None and spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
     if spec.engine is not None:
         get_profile(spec.engine)  # an engine key (sim.engines): one clear line if unknown
