@@ -21,7 +21,7 @@ from blendsim.sim.io import atomic_dir
 SPEC = [("id", "id", "s"), ("engine", "engine", "s"), ("model", "model", "s"), ("hardware", "hardware", "s"),
         ("unit", "metric", "s"), ("predicted", "predicted", ",.0f"), ("measured", "measured", ",.0f"),
         ("error_pct", "error %", "+.1f"), ("bound", "bound by", "s"), ("status", "status", "s")]
-UNITS = {"output_tok_s": "output tok/s", "total_tok_s": "total tok/s"}  # of the whole deployment
+UNITS = {"output_tok_s": "output tok/s", "total_tok_s": "total tok/s", "req_s": "requests/s"}  # of the whole deployment
 
 
 def fidelity_frame(result: dict, rows: list, bounds: dict) -> pd.DataFrame:
@@ -86,8 +86,8 @@ def write_fidelity_report(result: dict, rows: list, bounds: dict, out) -> Path:
     df = fidelity_frame(result, rows, bounds)
     figs = [_scatter(df), _by(df, "engine"), _by(df, "hardware")]
     summary = (f"{result['n_ok']} rows predicted, {result['n_skipped']} skipped; median |error| (predicted / "
-               f"measured - 1, each row in its own metric: tokens per second of the whole deployment) "
-               f"{_pct(result['median_abs_error'])}, p90 {_pct(result['p90_abs_error'])}.")
+               f"measured - 1, each row in its own metric: output or total tokens per second, or requests per "
+               f"second, of the whole deployment) {_pct(result['median_abs_error'])}, p90 {_pct(result['p90_abs_error'])}.")
     for k, v in result.get("cv", {}).items():
         summary += f" {k.replace('_', '-')}: median {_pct(v['median_abs_error'])}, p90 {_pct(v['p90_abs_error'])}."
     with atomic_dir(out, REPORT_FILES, REPORT_KIND) as tmp:
@@ -102,7 +102,7 @@ def write_fidelity_report(result: dict, rows: list, bounds: dict, out) -> Path:
             body.append(f'<figure><img alt="{html.escape(it.title)}" src="data:image/png;base64,{b64}">'
                         f"<figcaption><b>{html.escape(it.title)}.</b> {html.escape(it.caption)}</figcaption></figure>")
             md.append(f"### {it.title}\n\n![{it.title}](figures/{png.name})\n\n{it.caption}\n")
-        body.append(f'<h2>Rows</h2><p class=legend>metric: what the source published, in tokens per second of '
+        body.append(f'<h2>Rows</h2><p class=legend>metric: what the source published (output or total tokens per second, or requests per second) of '
                     f'the whole deployment; predicted and measured are in it. A skipped row says why on the line '
                     f'below it.</p><div class="scroll">{_rows_html(df)}</div>')
         md.append(f"## Rows\n\n{T.to_markdown(df, SPEC + [('reason', 'reason', 's')])}")

@@ -58,7 +58,8 @@ def test_fit_recovers_an_engine_that_generated_half_of_the_runs(tmp_path):
     # (within the ranges an H200 measured for Hopper, sim.efficiency.MEASURED, which bound the fit)
     truth.setdefault("hardware", {})["h100-80gb"] = {"gemm_eff": 0.7, "mem_eff": 0.5, "attn_mem_eff": 0.5}
     shapes = [(128, 128, 400), (2048, 128, 120), (128, 1024, 200), (1000, 1000, 100), (3000, 200, 80),
-              (64, 2048, 200), (512, 512, 200), (256, 64, 400)]
+              (64, 2048, 200), (512, 512, 200), (256, 64, 400), (1500, 300, 150), (300, 1500, 150),
+              (4000, 100, 60), (100, 4000, 60)]
     rows = [_row(id=f"r{i}x{o}", engine="vllm", workload=f"const:{i}/{o}", requests=n) for i, o, n in shapes]
     suite = load_suite(_write(tmp_path, rows), truth)
     measured = [dataclasses.replace(r, value=predict(r, pr, truth)) for r, pr in suite.ok]
@@ -68,6 +69,7 @@ def test_fit_recovers_an_engine_that_generated_half_of_the_runs(tmp_path):
     res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "train.csv"), "--engine", "vllm",
                                          "--hardware", "h100-80gb", "-o", str(out)])
     assert res.exit_code == 0, res.output
+    assert "fitted the engine's loop alone" not in res.output  # six runs: enough for the GPU's efficiencies too
     fitted = _fidelity(tmp_path / "test.csv", out)
     base = CliRunner().invoke(get_app(), ["fidelity", str(tmp_path / "test.csv"), "--json", "--no-cv"])
     base = json.loads(base.stdout)
@@ -150,3 +152,37 @@ def test_a_calibrated_profile_file_runs_as_an_engine(tmp_path):
     r = CliRunner().invoke(get_app(), ["simulate", str(t), "--model", "tiny", "--hardware", "cpu", "--engine",
                                        str(bad), "-o", str(tmp_path / "rb")])
     assert r.exit_code == 2 and "not an engine profile" in r.output
+
+
+def test_too_few_runs_fit_the_engines_loop_alone_and_one_run_is_refused(tmp_path):
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    pre = "vllm-0.6.0-blog-llama-3-"
+    write_rows_csv(tmp_path / "two.csv", [rows[pre + "8b-a100-80gb-tp1-decode"], rows[pre + "70b-a100-80gb-tp4-prefill"]])
+    write_rows_csv(tmp_path / "one.csv", [rows[pre + "8b-a100-80gb-tp1-decode"]])
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "two.csv"), "--engine", "vllm@0.6",
+                                         "--hardware", "a100-80gb", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "fitted the engine's loop alone" in " ".join(res.output.split())
+    assert json.loads(out.read_text())["profile"]["fitted"] == ["engine.vllm@0.6.fixed_s", "engine.vllm@0.6.per_seq_s"]
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "one.csv"), "--engine", "vllm@0.6",
+                                         "--hardware", "a100-80gb", "-o", str(tmp_path / "q.json")])
+    assert res.exit_code == 2 and "only 1 run(s)" in res.output and not (tmp_path / "q.json").exists()
+
+
+def test_catalogue_rows_of_other_versions_are_not_fitted_and_user_files_not_replaced(tmp_path):
+    rows = [r for r in read_catalogue(SHIPPED_CATALOGUE) if r.engine == "vllm" and r.hardware == "a100-80gb"]
+    write_rows_csv(tmp_path / "all.csv", rows)
+    notes = tmp_path / "notes.json"
+    notes.write_text("{}")
+    for o in (notes, tmp_path / "notes.json" / "x.json"):
+        res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "all.csv"), "--engine", "vllm@0.6",
+                                             "--hardware", "a100-80gb", "-o", str(o)])
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert notes.read_text() == "{}"
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "all.csv"), "--engine", "vllm@0.6",
+                                         "--hardware", "a100-80gb", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    fitted_on = {x["id"] for x in json.loads(out.read_text())["profile"]["fitted_on"]}
+    assert fitted_on and all(i.startswith("vllm-0.6") for i in fitted_on)

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from blendsim.cli.fidelity import at_bound
 from blendsim.fidelity.catalogue import build_workload, read_catalogue
+from blendsim.fidelity.fit import at_bound
 from blendsim.fidelity.suite import SHIPPED_CATALOGUES, engine_version_key, load_suite
 from tests.test_fidelity import _row, _write
 

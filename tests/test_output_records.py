@@ -125,3 +125,13 @@ def test_a_second_demo_into_its_folder_replaces_it_but_not_a_users_file(tmp_path
     before = snapshot(out)
     r = invoke("demo", "--requests", "400", "-o", out)
     assert r.exit_code == 2 and "mynotes.txt" in one_line_error(r) and snapshot(out) == before
+
+
+def test_a_new_trace_replaces_a_trace_but_never_a_users_file(tmp_path):
+    mine = tmp_path / "a.parquet"
+    mine.write_text("my own notes")
+    r = invoke("workloads", "synth", "blendserve", "--requests", "500", "-o", mine)
+    assert r.exit_code == 2 and "not a blendsim trace" in one_line_error(r) and mine.read_text() == "my own notes"
+    t = tmp_path / "t.parquet"
+    for _ in range(2):
+        assert invoke("workloads", "synth", "blendserve", "--requests", "500", "-o", t).exit_code == 0

@@ -119,7 +119,8 @@ def test_engine_fast_path_equals_exact_cost_with_the_new_terms(model, weights):
 def test_shipped_parameters_sit_at_no_bound_but_a_physical_ceiling():
     import json
 
-    from blendsim.cli.fidelity import at_bound, flatten
+    from blendsim.cli.fidelity import flatten
+    from blendsim.fidelity.fit import at_bound
     from blendsim.sim.efficiency import CEILINGS, measured
     from blendsim.sim.engines import PARAMS_FILE
 

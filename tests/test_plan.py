@@ -191,3 +191,20 @@ def test_budget_nothing_fits_gives_the_fastest(trace, exhaustive):
     assert not out.meets_any
     fastest = min(exhaustive.points.values(), key=lambda p: (p.makespan_s, p.cost_usd, p.cand.key))
     assert recommend(out, 1e9, 1e-9).cand == fastest.cand
+
+
+def test_a_planned_engine_is_vouched_for_by_its_own_versions_rows(monkeypatch):
+    import csv
+
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
+    from blendsim.plan import trust
+
+    monkeypatch.setattr(trust, "MAX_ROW_REQUESTS", 0)  # count the rows, simulate none
+    rows = list(csv.DictReader(open(SHIPPED_CATALOGUE)))
+    a100 = [r for r in rows if r["engine"] == "vllm" and r["hardware"] == "a100-80gb"]
+    v06 = [r for r in a100 if r["id"].startswith("vllm-0.6")]
+    v1 = [r for r in a100 if r["id"].startswith(("vllm-0.10", "vllm-0.11"))]
+    assert v06 and v1
+    got = trust.fidelity_of([("vllm@0.6", "a100-80gb"), ("vllm", "a100-80gb"), ("vllm@0.11.0", "a100-80gb")])
+    assert got["vllm@0.6@a100-80gb"]["catalogue_rows"] == len(v06)
+    assert got["vllm@a100-80gb"]["catalogue_rows"] == got["vllm@0.11.0@a100-80gb"]["catalogue_rows"] == len(v1)

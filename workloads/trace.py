@@ -425,9 +425,25 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
         b"blendsim.schema_version": str(SCHEMA_VERSION).encode(),
         b"blendsim.meta": json.dumps(trace.meta, sort_keys=True, default=str).encode(),
     })
+    if path.exists() and not path.is_dir() and not is_trace_file(path):
+        from blendsim.sim.errors import UserError
+
+        raise UserError(f"{path}: exists and is not a blendsim trace; choose another name (nothing was replaced)")
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
+
+
+def is_trace_file(path: str | Path) -> bool:
+    """Whether ``path`` is a trace blendsim wrote (a Parquet file carrying its schema metadata): what a new
+    trace may replace."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception:  # noqa: BLE001 -- anything unreadable as Parquet is not ours
+        return False
+    return b"blendsim.schema_version" in meta
 
 
 REQUIRED = ("input_len", "output_len")
@@ -656,5 +672,5 @@ class _TraceColumns:
 
 __all__ = [
     "MAX_TIME_S", "MAX_TOKENS", "SCHEMA_VERSION", "SEGMENT_BASE", "Trace", "concat", "from_columns", "from_segment_arrays",
-    "read_trace", "unique_prompts", "write_trace",
+    "is_trace_file", "read_trace", "unique_prompts", "write_trace",
 ]

@@ -142,6 +142,7 @@ def engine_cmd(
     from blendsim.fidelity.engine_calibration import (
         Setup,
         calibrate,
+        check_profile_out,
         read_results,
         split_engine,
         write_profile,
@@ -159,6 +160,7 @@ def engine_cmd(
         raise UserError(f"--params-file {params_file}: no such file")
     if Path(out).exists() and Path(out).is_dir():
         raise UserError(f"-o {out}: is a folder")
+    check_profile_out(out)  # before the fit: a place it can write, never a file of the user's
     setup = Setup(name, version, hardware, model, tp, weights, kv_dtype, workload)
     rows = read_results(list(results), setup)
     base = load_params(params_file) if params_file else load_params()
@@ -181,6 +183,8 @@ def engine_cmd(
     errs = [abs(x["error"]) for x in report if "error" in x]
     typer.echo(f"fitted {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample "
                f"median |error| {100 * float(np.median(errs)):.1f}%")
+    for note in params.get("_notes", []):
+        typer.echo(f"note: {note}")
     typer.echo(f"wrote {out}")
 
 def register(app: typer.Typer) -> None:

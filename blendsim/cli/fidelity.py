@@ -119,6 +119,7 @@ CV_ORDER = ("source", "engine_version", "model", "hardware")
 
 
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
+    from blendsim.fidelity.fit import at_bound
     from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, PUBLISHED_SOURCE, measured
     from blendsim.sim.engines import PROFILES
 
@@ -173,13 +174,13 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         f"{p.mode}" for p in PROFILES.values() if not p.fitted))
 
 
-def at_bound(value: float, bounds, rel: float = 1e-3) -> str | None:
-    """``"lower"`` / ``"upper"`` when ``value`` sits within ``rel`` of its bounds' span of one end, else None."""
-    if not bounds:
-        return None
-    lo, hi = bounds
-    tol = rel * max(hi - lo, 1e-12)
-    return "lower" if value <= lo + tol else "upper" if value >= hi - tol else None
+# a row's metric as the table's unit column says it
+SHORT_UNITS = {"output_tok_s": "out tok/s", "total_tok_s": "tok/s", "req_s": "req/s"}
+
+
+def _num(v: float) -> str:
+    """A throughput as the table prints it: whole numbers, but two decimals below 100 (requests per second)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
 
 
 def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
@@ -261,13 +262,14 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
         if x["status"] == "ok":
             b = bounds[x["id"]]
             top = max(b, key=b.get)
-            rows.append((x["id"], [r.engine, f"{x['predicted']:,.0f}", f"{x['measured']:,.0f}",
+            rows.append((x["id"], [r.engine, _num(x["predicted"]), _num(x["measured"]), SHORT_UNITS[r.metric],
                                    f"{100 * x['error']:+.1f}%", f"{top} {100 * b[top]:.0f}%"], ""))
         else:
-            rows.append((x["id"], [r.engine, "skipped", f"{x['measured']:,.0f}", "", ""], f"skipped: {x['reason']}"))
-    cols = [("engine", "left"), ("predicted", "right"), ("measured", "right"), ("error", "right"),
+            rows.append((x["id"], [r.engine, "skipped", _num(x["measured"]), SHORT_UNITS[r.metric], "", ""],
+                         f"skipped: {x['reason']}"))
+    cols = [("engine", "left"), ("predicted", "right"), ("measured", "right"), ("unit", "left"), ("error", "right"),
             ("bound by", "left")]
-    out = ["predicted vs measured (output tokens/s of the whole deployment)", *records(width, cols, rows, "id")]
+    out = ["predicted vs measured (each row's metric, of the whole deployment)", *records(width, cols, rows, "id")]
     cvs = res.get("cv", {})
     heads = [(h, k, cvs[f"leave_one_{k}_out"]) for h, k in CV_HEADS if f"leave_one_{k}_out" in cvs]
     fit_head = fit_label

@@ -33,8 +33,9 @@ import numpy as np
 
 from blendsim.sim.engines import PROFILE_KIND  # one name for the header kind
 from blendsim.sim.errors import UserError
+from blendsim.sim.io import atomic_path, check_output_file
 
-from .catalogue import Row, read_catalogue
+from .catalogue import Row, engine_version_key, read_catalogue
 
 OVERHEAD = ("fixed_s", "per_seq_s")
 
@@ -51,6 +52,16 @@ class Setup:
     weights: str
     kv_dtype: str
     workload: str | None
+
+
+def _modelled(key: str) -> str | None:
+    """The modelled profile a catalogue row's ``engine@version`` (or an --engine value) resolves to."""
+    from blendsim.sim.engines import get_profile
+
+    try:
+        return get_profile(key, {}).modelled
+    except UserError:
+        return None
 
 
 def split_engine(spec: str) -> tuple[str, str]:
@@ -73,7 +84,14 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
                    and (not setup.hardware or r.hardware == setup.hardware)]
             if not got:
                 raise UserError(f"{path}: no catalogue row of engine {setup.engine!r} on {setup.hardware!r}")
-            rows += got
+            # only the rows of the version being calibrated: another version's loop is another profile
+            want = _modelled(f"{setup.engine}@{setup.version}" if setup.version else setup.engine)
+            mine = [r for r in got if _modelled(engine_version_key(r)) == want]
+            if not mine:
+                have = sorted({engine_version_key(r) for r in got})
+                raise UserError(f"{path}: no catalogue row of {want} on {setup.hardware!r} (its rows of "
+                                f"{setup.engine} are of {', '.join(have)}); give --engine NAME@VERSION of one of them")
+            rows += mine
             continue
         try:
             text = path.read_text()
@@ -202,7 +220,7 @@ def owned(engine: str, hardware: str):
 
 def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=None) -> tuple[dict, list[dict]]:
     """Fitted parameters (``base`` with this engine's and GPU's values refitted) and the per-row errors."""
-    from .fit import fit, predict
+    from .fit import fit, free_params, predict
     from .runner import Skip
     from .suite import prepare_row
 
@@ -220,20 +238,46 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
         pairs.append((r, pr))
     if not pairs:
         raise UserError("no measurement could be simulated: " + "; ".join(skipped[:3]))
-    fitted = fit(pairs, base=copy.deepcopy(base), select=owned(engine, hardware))
+    select = owned(engine, hardware)
+    free = [p for p in free_params(pairs) if select(p)]
+    notes = []
+    if len(pairs) < len(free):  # too few runs for the GPU's efficiencies too: the engine's own loop alone
+        loop = [p for p in free if p.path[0] == "engine"]
+        if not loop or len(pairs) < len(loop):
+            raise UserError(f"only {len(pairs)} run(s) for {len(loop) or len(free)} free parameters ("
+                            f"{', '.join('.'.join(p.path) for p in loop or free)}); a fit needs at least one run per "
+                            f"parameter, so nothing was written: give more runs (other lengths, batch sizes or models)")
+        notes.append(f"only {len(pairs)} run(s) for the {len(free)} parameters of the engine and the GPU: fitted the "
+                     f"engine's loop alone and kept the shipped {hardware} efficiencies (give {len(free)} runs or "
+                     f"more to fit them too)")
+        select = (lambda keep: lambda p: keep(p) and p.path[0] == "engine")(select)
+    fitted = fit(pairs, base=copy.deepcopy(base), select=select)
     new_bounds = fitted.pop("bounds", {})
     fitted["bounds"] = {**base.get("bounds", {}), **new_bounds}
     fitted["_fitted"] = sorted(new_bounds)
+    fitted["_notes"] = notes + [f"{name} sits at its {side} bound {fitted['bounds'][name][0 if side == 'lower' else 1]:g}"
+                                for name in sorted(new_bounds) for side in [_at_bound(fitted, name)] if side]
     report = [{"id": r.id, "measured": r.value, "predicted": predict(r, pr, fitted),
                "error": predict(r, pr, fitted) / r.value - 1} for r, pr in pairs]
     report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
     return fitted, report
 
 
+def _at_bound(params: dict, name: str) -> str | None:
+    """``lower`` / ``upper`` when the fitted parameter ``name`` (dotted) sits at that end of its bounds."""
+    from .fit import at_bound
+
+    node = params
+    for k in name.split("."):
+        node = node.get(k, {}) if isinstance(node, dict) else {}
+    return at_bound(float(node), params["bounds"].get(name)) if isinstance(node, (int, float)) else None
+
+
 def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) -> None:
     """The parameters file with a ``profile`` header (what was fitted, on what)."""
     out = copy.deepcopy(params)
     names = out.pop("_fitted", [])
+    out.pop("_notes", None)
     errs = [abs(x["error"]) for x in report if "error" in x]
     out["profile"] = {"kind": PROFILE_KIND, "engine": setup.engine, "version": setup.version,
                       "hardware": setup.hardware, "fitted": names,
@@ -241,10 +285,26 @@ def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) ->
                                     for x in report if "error" in x],
                       "median_abs_error": float(np.median(errs)) if errs else None}
     out.pop("fitted_on", None)
+    path = check_profile_out(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+
+
+def check_profile_out(path: Path) -> Path:
+    """Fail now, with one line, unless ``path`` can take an engine profile: a new file in an existing, writable
+    folder, or an earlier engine profile (never another file, which it would replace)."""
     path = Path(path)
     if path.parent and not path.parent.exists():
         raise UserError(f"-o {path}: folder {path.parent} does not exist")
-    path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    check_output_file(path)
+    if path.exists():
+        try:
+            kind = json.loads(path.read_text()).get("profile", {}).get("kind")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            kind = None
+        if kind != PROFILE_KIND:
+            raise UserError(f"-o {path}: exists and is not a blendsim engine profile; choose another name")
+    return path
 
 
 def write_rows_csv(path: Path, rows: list[Row]) -> None:

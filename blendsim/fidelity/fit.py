@@ -83,6 +83,15 @@ MOE_PRIOR = 0.85
 # 1,979 TFLOP/s at 4,096 rows (0.30-0.69 by shape), about the fraction cuBLAS's BF16 GEMMs reach of theirs.
 
 
+def at_bound(value: float, bounds, rel: float = 1e-3) -> str | None:
+    """``"lower"`` / ``"upper"`` when ``value`` sits within ``rel`` of its bounds' span of one end, else None."""
+    if not bounds:
+        return None
+    lo, hi = bounds
+    tol = rel * max(hi - lo, 1e-12)
+    return "lower" if value <= lo + tol else "upper" if value >= hi - tol else None
+
+
 def free_params(rows: list) -> list[Param]:
     """The parameters the given (row, pricer) pairs exercise."""
     out: dict[tuple, Param] = {}

@@ -114,6 +114,11 @@ def predictions(suite: Suite, params: dict) -> dict:
     return out
 
 
+def _what(r) -> dict:
+    """What a JSON row's numbers are: the metric (their unit) and the engine that ran it."""
+    return {"metric": r.metric, "engine": r.engine, "engine_version": engine_version_key(r)}
+
+
 def summarise(suite: Suite, pred: dict) -> dict:
     """The ``--json`` object: rows, median and p90 |error|, counts, and per-group errors."""
     rows = []
@@ -121,10 +126,10 @@ def summarise(suite: Suite, pred: dict) -> dict:
         if r.id in pred:
             p = pred[r.id]
             rows.append({"id": r.id, "status": "ok", "reason": "", "predicted": p, "measured": r.value,
-                         "error": p / r.value - 1.0})
+                         "error": p / r.value - 1.0, **_what(r)})
         else:
             rows.append({"id": r.id, "status": "skipped", "reason": suite.reasons.get(r.id, "not predicted"),
-                         "predicted": None, "measured": r.value, "error": None})
+                         "predicted": None, "measured": r.value, "error": None, **_what(r)})
     errs = np.array([abs(x["error"]) for x in rows if x["status"] == "ok"])
     out = {"rows": rows, "median_abs_error": _q(errs, 50), "p90_abs_error": _q(errs, 90),
            "n_ok": int(len(errs)), "n_skipped": len(rows) - int(len(errs))}

@@ -1,7 +1,8 @@
 """How far to trust a planned point: the fidelity catalogue's error for that engine on that GPU.
 
-For an engine x hardware pair, the shipped catalogue's rows of that pair (``blendsim/fidelity/catalogue.csv``)
-are simulated as `blendsim fidelity` does (rows of at most ``MAX_ROW_REQUESTS`` requests, so this takes
+For an engine x hardware pair, the shipped catalogue's rows of that pair (``blendsim/fidelity/catalogue.csv``;
+rows whose engine and version resolve to the same modelled profile: ``vllm@0.6`` is vouched for by vLLM 0.6.x
+rows, ``vllm`` by the newest modelled version's) are simulated as `blendsim fidelity` does (rows of at most ``MAX_ROW_REQUESTS`` requests, so this takes
 seconds, not the quarter hour of the 400,000-request rows) and their median |error| is reported with the row
 count. These rows are in-sample: the shipped efficiencies were fitted on them. A pair with no rows says so
 ("untested"): its figures rest on the cost model's presets and on other GPUs' fits.
@@ -14,15 +15,26 @@ MAX_ROW_REQUESTS = 3000
 
 def fidelity_of(pairs, model: str | None = None) -> dict:
     """``{"engine@hardware": {...}}`` for each ``(engine, hardware)`` in ``pairs``."""
-    from blendsim.fidelity.catalogue import read_catalogue
+    from blendsim.fidelity.catalogue import engine_version_key, read_catalogue
     from blendsim.fidelity.suite import SHIPPED_CATALOGUE, load_suite, predictions
-    from blendsim.sim.engines import load_params
+    from blendsim.sim.engines import get_profile, load_params
+    from blendsim.sim.errors import UserError
 
     rows = read_catalogue(SHIPPED_CATALOGUE)
     params = load_params()
+    modelled = {}  # each row's modelled profile: a planned engine is vouched for by its own version's rows only
+    for r in rows:
+        try:
+            modelled[r.id] = get_profile(engine_version_key(r), params).modelled
+        except UserError:
+            modelled[r.id] = None
     out = {}
     for engine, hw in sorted(set(pairs)):
-        all_rows = [r for r in rows if r.engine == engine and r.hardware == hw]
+        try:
+            mine_prof = get_profile(engine, params).modelled
+        except UserError:
+            mine_prof = engine
+        all_rows = [r for r in rows if modelled[r.id] == mine_prof and r.hardware == hw]
         mine = [r for r in all_rows if r.requests <= MAX_ROW_REQUESTS]
         entry = {"engine": engine, "hardware": hw, "catalogue_rows": len(all_rows), "rows_checked": 0,
                  "median_abs_error": None, "max_abs_error": None, "same_model_rows": 0}
