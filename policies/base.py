@@ -327,6 +327,18 @@ def check_policy_class(cls: type) -> None:
         raise UserError(f"{where}: router must be a registered router's name (a string)")
     if not (isinstance(cls.scheduler_cls, type) and issubclass(cls.scheduler_cls, Scheduler)):
         raise UserError(f"{where}: scheduler_cls must be a subclass of blendsim.sim.scheduler.Scheduler")
+    guard_scheduler(cls.scheduler_cls)
+
+
+def guard_scheduler(sched: type) -> None:
+    """A user's Scheduler subclass: every method it defines (its hooks) ends in one line naming the user's file
+    and line when it raises, as a policy's methods do (the built-in Scheduler's own methods stay as they are)."""
+    for klass in sched.__mro__:
+        if klass is Scheduler or not _plugins.is_users(klass):
+            continue
+        for name, fn in list(vars(klass).items()):
+            if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
+                setattr(klass, name, _plugins.guard(lambda obj: f"scheduler {type(obj).__qualname__}", name, fn))
 
 
 def option_records(policy) -> dict[str, Option]:

@@ -150,6 +150,21 @@ def test_a_router_raising_is_one_line(tmp_path, trace_file):
     one_line_error(r, "route() raised KeyError", f"{src}, line {line_of(src, 'BOOM')}")
 
 
+def test_a_scheduler_hook_raising_is_one_line(tmp_path, trace_file):
+    src = policy_file(tmp_path, """\
+        class S(Scheduler):
+            def on_admit(self, *args, **kwargs):
+                raise RuntimeError("hook")  # BOOM
+
+
+        class P(blendsim.Policy):
+            scheduler_cls = S
+        """)
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY)
+    assert "scheduler S" in one_line_error(r, "on_admit() raised RuntimeError", f"{src}, line {line_of(src, 'BOOM')}")
+    assert not (tmp_path / "run").exists()
+
+
 # ---- any rank() result -------------------------------------------------------------------------------------
 N = 12
 RANKS = st.one_of(

@@ -82,8 +82,10 @@ class LocalBackend:
             try:
                 out.append((f, f.result()))
             except BrokenProcessPool:
-                raise UserError("a sweep worker process died (killed, out of memory, or failed to start: see above); "
-                                "finished cells are kept, rerun the command to resume") from None
+                raise UserError("a sweep worker process died (killed, out of memory, or failed to start: see above; "
+                                "a Python script that calls blendsim.sweep with jobs > 1 must call it under "
+                                "`if __name__ == \"__main__\":`, since each worker imports the script); finished "
+                                "cells are kept, rerun the command to resume") from None
         return out
 
     def trace_arg(self, path: Path, handle=None):
