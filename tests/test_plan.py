@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import blendsim
 from blendsim.cli import get_app
 from blendsim.plan import parse_deadline
 from blendsim.plan.prices import read_prices
@@ -208,3 +209,22 @@ def test_a_planned_engine_is_vouched_for_by_its_own_versions_rows(monkeypatch):
     got = trust.fidelity_of([("vllm@0.6", "a100-80gb"), ("vllm", "a100-80gb"), ("vllm@0.11.0", "a100-80gb")])
     assert got["vllm@0.6@a100-80gb"]["catalogue_rows"] == len(v06)
     assert got["vllm@a100-80gb"]["catalogue_rows"] == got["vllm@0.11.0@a100-80gb"]["catalogue_rows"] == len(v1)
+
+
+def test_pipeline_stages_are_searched_and_their_bounds_hold(trace):
+    space = Space("llama-3-8b", ("h100-80gb",), ("vllm",), ("dfs",), (), (), max_gpus=4, max_tp=2, max_pp=2)
+    found = {(sh.tp, sh.pp) for sh, _dep in shapes(space, trace)[0]}
+    assert found == {(1, 1), (1, 2), (2, 1), (2, 2)}
+    ex = run_search(trace, space, 1e9, read_prices(), prune=False)
+    s = PrefixTree(trace.offline()).optimal_sharing_ratio()
+    staged = [p for p in ex.points.values() if p.cand.shape.pp == 2]
+    assert staged
+    for shape, dep in shapes(space, trace)[0]:
+        b = shape_bounds(trace, dep, s, shape.engine)
+        for p in ex.points.values():
+            if p.cand.shape == shape:
+                assert b.makespan(p.cand.replicas) <= p.makespan_s, p.cand.key
+    # a staged point is the simulation of that deployment (simulate --pp)
+    p = staged[0]
+    res = blendsim.simulate(trace, policy="dfs", model="llama-3-8b", **p.cand.run_options())
+    assert res.summary["makespan_s"] == pytest.approx(p.makespan_s, rel=1e-9)

@@ -25,8 +25,8 @@ def plan_cmd(
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtypes to try, comma list (default: the "
                                                          "model's)."),
     tp: int = typer.Option(8, "--tp", help="Largest tensor-parallel degree (powers of two up to it)."),
-    pp: int = typer.Option(1, "--pp", help="Largest pipeline-parallel degree. Accepted, but only pp=1 is searched: "
-                                           "the simulator does not model pipelining yet."),
+    pp: int = typer.Option(1, "--pp", help="Largest pipeline-parallel degree (powers of two up to it; default 1: "
+                                           "no pipelining)."),
     ep: int = typer.Option(8, "--ep", help="Largest expert-parallel degree (MoE models; divides TP)."),
     budget: float = typer.Option(None, "--budget", help="Most USD the job may cost (optional)."),
     prices: Path = typer.Option(None, "--prices", help="Price CSV with columns hardware,usd_per_gpu_hour (default: "

@@ -45,8 +45,8 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
          fidelity: bool = True, progress=None, prune: bool = True) -> dict:
     """`blendsim plan TRACE`: the answer as `--json` prints it (``pareto``, ``recommended``, ``candidates``,
     ``pruned``, ``sampling``, ...). ``hardware``, ``engines``, ``policies``, ``weights`` and ``kv_dtype`` take a
-    comma list or a list; ``tp``, ``pp`` and ``ep`` are upper limits (pp: only 1 is searched until the
-    simulator models pipelining). ``out`` writes the HTML report there and makes the search resumable.
+    comma list or a list; ``tp``, ``pp`` and ``ep`` are upper limits (powers of two up to each;
+    ``pp`` 1: no pipelining). ``out`` writes the HTML report there and makes the search resumable.
     ``progress(simulated, deployment)`` is called as simulations finish."""
     from blendsim.api import _as_trace
     from blendsim.options import parse_names

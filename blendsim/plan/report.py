@@ -32,7 +32,7 @@ def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests
 def simulate_command(trace_path, model: str, e: dict) -> str:
     """The `blendsim simulate` line that re-runs a deployment."""
     t = str(trace_path) if trace_path is not None else "TRACE.parquet"
-    return (f"blendsim simulate {t} --model {model} --hardware {e['hardware']} --tp {e['tp']} --ep {e['ep']} "
+    return (f"blendsim simulate {t} --model {model} --hardware {e['hardware']} --tp {e['tp']} --pp {e['pp']} --ep {e['ep']} "
             f"--replicas {e['replicas']} --engine {e['engine']} --policy {e['policy']} --weights {e['weights']} "
             f"--kv-dtype {e['kv_dtype']} --offline -o RUN_DIR")
 

@@ -7,10 +7,12 @@ simulator can never beat, so the search may skip it safely:
 
 * work: T_o = max((1 - s_o) T_comp, T_mem) of the whole trace (``sim.density``) at the GPU's *datasheet*
   peaks (efficiency 1: fitted efficiencies may exceed the preset's, so the preset's T_o is not a bound for
-  every engine), spread over the replicas: T_o / replicas (replicas share prefixes at most as well as one);
+  every engine) of all tp x pp GPUs of a replica, spread over the replicas: T_o / replicas (replicas share
+  prefixes at most as well as one);
 * tail: the request with the longest output needs that many steps one after another (its prefill step, then
   one decode step per further token), and every step reads the replica's active GEMM weights at most at
-  peak HBM bandwidth: (d_max - 1) x active weight bytes / (tp x bandwidth).
+  peak HBM bandwidth: (d_max - 1) x active weight bytes / (tp x bandwidth) (with pipeline stages, each stage
+  reads its layers' weights in turn, so the sum is the same).
 
 The cost bound is GPUs x price x the makespan bound. tests/test_plan.py checks both against simulation.
 """
@@ -69,8 +71,8 @@ class Candidate:
     def run_options(self) -> dict:
         """``blendsim.simulate``'s options for this deployment (an offline job: every request at t=0)."""
         s = self.shape
-        return {"hardware": s.hardware, "tp": s.tp, "replicas": self.replicas, "engine": s.engine, "weights": s.weights,
-                "kv_dtype": s.kv_dtype, "ep": s.ep, "offline": True}
+        return {"hardware": s.hardware, "tp": s.tp, "pp": s.pp, "replicas": self.replicas, "engine": s.engine,
+                "weights": s.weights, "kv_dtype": s.kv_dtype, "ep": s.ep, "offline": True}
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,8 @@ def _powers_of_two(limit: int) -> list[int]:
 def shapes(space: Space, trace) -> tuple[list, dict]:
     """Every replica shape of ``space``: ``(feasible shapes, {reason: count of infeasible deployments})``.
 
-    NOTE: pipeline parallelism is accepted in the limits but only pp=1 is enumerated: the simulator does not
-    model pipelining yet (the pp branch adds it)."""
+    TP and PP run over the powers of two up to their limits, PP at most the model's layers; a replica's GPUs
+    (tp x pp) stay within ``max_gpus``."""
     from blendsim.policies.registry import resolve_policy
     from blendsim.runner import RunConfig, engine_config
     from blendsim.sim.deployment import Deployment
@@ -118,17 +120,19 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
         for w in (space.weights or (base.weights,)):
             for kv in (space.kv_dtypes or (base.kv_dtype,)):
                 model = get_model(space.model, None, w, kv)
-                for tp in _powers_of_two(min(space.max_tp, space.max_gpus)):
+                tp_pp = [(tp, pp) for tp in _powers_of_two(min(space.max_tp, space.max_gpus))
+                         for pp in _powers_of_two(min(space.max_pp, space.max_gpus // tp, model.num_layers))]
+                for tp, pp in tp_pp:
                     eps = [e for e in _powers_of_two(min(space.max_ep, tp)) if tp % e == 0] if model.is_moe else [1]
                     for ep in eps:
                         for engine in space.engines:
                             for policy in space.policies:
-                                shape = Shape(hw_name, tp, 1, ep, engine, policy, model.weights, model.kv_dtype)
+                                shape = Shape(hw_name, tp, pp, ep, engine, policy, model.weights, model.kv_dtype)
                                 n = space.max_gpus // shape.gpus_per_replica
                                 eng = engine_config(RunConfig(policy=policy, engine=engine),
                                                     resolve_policy(policy).cls)
                                 try:
-                                    dep = Deployment(model, hw, tp, ep=ep,
+                                    dep = Deployment(model, hw, tp, ep=ep, pp=pp,
                                                      gpu_memory_utilization=eng.gpu_memory_utilization,
                                                      max_batched_tokens=eng.token_budget,
                                                      max_seqs=eng.max_seqs or 1024,
@@ -161,8 +165,9 @@ def peak_rates(dep):
     from blendsim.sim.density import Rates
 
     m, hw = dep.model, dep.hardware
-    return dataclasses.replace(Rates.of(dep, 0.0), flops=max(hw.flops_for(m.dtype), hw.flops_for(m.weights)) * dep.tp,
-                               bandwidth=hw.mem_bandwidth * dep.tp)
+    gpus = dep.tp * dep.pp  # every GPU of the replica at its peak (stages of a full pipe all work at once)
+    return dataclasses.replace(Rates.of(dep, 0.0), flops=max(hw.flops_for(m.dtype), hw.flops_for(m.weights)) * gpus,
+                               bandwidth=hw.mem_bandwidth * gpus)
 
 
 def work_bound(trace, dep, sharing: float) -> float:
