@@ -88,6 +88,20 @@ def run(cmd: list[str], log) -> float:
     return time.perf_counter() - t
 
 
+def device_missing(device: str) -> str | None:
+    """Why ``device`` (cuda or cuda:N) cannot run here, or None."""
+    try:
+        import torch
+    except ImportError:
+        return "no torch installed (pip install torch): the GPU day needs it"
+    if not torch.cuda.is_available():
+        return f"no GPU available for --device {device} (torch {torch.__version__}); --device cpu runs the CPU path"
+    idx = int(device.partition(":")[2] or 0)
+    if idx >= torch.cuda.device_count():
+        return f"--device {device}: this machine has {torch.cuda.device_count()} GPU(s)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda (cuda:N) or cpu")
@@ -110,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"gpu_validation: --profile {a.profile} does not exist")
     if out.exists():
         raise SystemExit(f"gpu_validation: {out} exists; choose another --out (earlier results are kept)")
+    if not cpu:  # before any folder is made: a machine without the device stops here, with one line
+        why = device_missing(a.device)
+        if why:
+            print(f"gpu_validation: {why}", file=sys.stderr)
+            return 2
     exe = a.blendsim or str(Path(sys.executable).with_name("blendsim"))
     if not Path(exe).exists():
         exe = "blendsim"

@@ -36,3 +36,20 @@ def test_cpu_path_profiles_replays_three_traces_under_two_policies_and_tabulates
     again = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--small", "--out", str(out)],
                            capture_output=True, text=True, timeout=60)
     assert again.returncode != 0 and "exists" in (again.stdout + again.stderr)
+
+
+def test_without_the_device_it_stops_in_one_line_before_making_a_folder(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validation.py"
+    spec = importlib.util.spec_from_file_location("gpu_validation_main", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--out", str(tmp_path / "gv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no GPU available" in err and not (tmp_path / "gv").exists()

@@ -121,7 +121,7 @@ CV_ORDER = ("source", "engine_version", "model", "hardware")
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
     from blendsim.fidelity.fit import at_bound
     from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, PUBLISHED_SOURCE, measured
-    from blendsim.sim.engines import PROFILES
+    from blendsim.sim.engines import VERSIONS
 
     def was_measured(n: str, b) -> bool:  # the file's bounds are measured ones (sim.efficiency MEASURED, PUBLISHED)
         parts = n.split(".")
@@ -170,8 +170,8 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
              "a fit at such a bound wants the kernels slower or faster than measured, i.e. the cost model misprices "
              "something else")
     echo("engine constants (cited, not fitted): " + "; ".join(
-        f"{p.name}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
-        f"{p.mode}" for p in PROFILES.values() if not p.fitted))
+        f"{p.modelled}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
+        f"{p.mode}" for p in VERSIONS.values() if not p.fitted and p.fit_as == ""))
 
 
 # a row's metric as the table's unit column says it

@@ -91,7 +91,7 @@ def simulate_cmd(
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
     engine: str = typer.Option(None, "--engine", help="Engine profile NAME[@VERSION][:field=value,...] that "
-                                                       "prices the run: ideal, vllm, vllm-v0, sglang, nanoflow, trtllm "
+                                                       "prices the run: ideal, vllm, vllm-v0, sglang, nanoflow, trtllm, deepspeed-fastgen "
                                                        "(scheduler defaults, overheads, CUDA graphs, fitted kernel "
                                                        "efficiencies; the policy's own settings apply on top and are "
                                                        "printed; explicit options win). Default: ideal, for every "

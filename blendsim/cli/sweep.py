@@ -32,7 +32,7 @@ def sweep_cmd(
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
-    engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow: "
+    engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow, deepspeed-fastgen: "
                                                       "scheduler defaults, overheads, CUDA graphs, fitted kernel "
                                                       "efficiencies; policies keep their ordering) or ideal: one "
                                                       "engine for every policy (default: ideal)."),
