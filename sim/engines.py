@@ -631,6 +631,9 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     text = "ideal" if key is None else str(key)
     if is_profile_file(text):
         return _from_file(text)
+    if is_profile_file(text.partition(":")[0]):
+        raise UserError(f"engine {text!r}: a calibrated profile file takes no overrides; use the file alone, or "
+                        f"NAME@VERSION:field=value,...")
     k = parse_key(text)
     prof = resolve_version(k.name, k.version) if k.version else PROFILES.get(k.name)
     if prof is None:

@@ -143,3 +143,8 @@ def test_nanoflow_runs_in_its_own_overlap_mode_unless_told_otherwise(tmp_path):
     assert modes == {(): "overlap", ("--mode", "sequential"): "sequential"}
     r = invoke("simulate", t, "--model", "tiny", "--hardware", "cpu", "--engine", "vllm", "-o", tmp_path / "v")
     assert json.loads((tmp_path / "v" / "summary.json").read_text())["mode"] == "sequential"
+
+
+def test_a_profile_file_with_overrides_says_it_takes_none():
+    with pytest.raises(UserError, match="takes no overrides"):
+        get_profile("my.json:fixed_s=0.01")
