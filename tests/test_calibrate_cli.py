@@ -18,6 +18,9 @@ from blendsim.sim.models import get_model
 from blendsim.sim.profile import ProfileTimer, load_profile
 from tests.helpers import one_line_error
 
+# an earlier profile of the user's (what -o may replace): a failed run must keep it as it was
+PRECIOUS = '{"schema": "blendsim.profile", "precious": true}'
+
 
 def run(*args: str):
     return CliRunner().invoke(get_app(), list(args))
@@ -164,10 +167,10 @@ def test_missing_profile_file(tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
 def test_cuda_without_gpu_is_one_line_and_keeps_the_old_output(tmp_path):
     out = tmp_path / "p.json"
-    out.write_text("precious")
+    out.write_text(PRECIOUS)
     one_line_error(run("calibrate", "--device", "cuda", "--model", "tiny", "-o", str(out)), "--device cuda",
                    "no GPU")
-    assert out.read_text() == "precious"
+    assert out.read_text() == PRECIOUS
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -180,10 +183,10 @@ def test_cuda_without_gpu_is_one_line_and_keeps_the_old_output(tmp_path):
 ])
 def test_bad_calibrate_options(tmp_path, args, needle):
     out = tmp_path / "p.json"
-    out.write_text("precious")
+    out.write_text(PRECIOUS)
     cmd = ["calibrate", *args] + (["-o", str(out)] if "give --model" not in needle else [])
     one_line_error(run(*cmd), needle)
-    assert out.read_text() == "precious"
+    assert out.read_text() == PRECIOUS
 
 
 def test_output_that_is_a_folder_is_refused_before_any_work(tmp_path):

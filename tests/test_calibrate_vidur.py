@@ -13,6 +13,9 @@ from typer.testing import CliRunner
 from blendsim.cli import get_app
 from blendsim.sim.profile import load_profile
 
+# an earlier profile of the user's (what -o may replace): a failed run must keep it as it was
+PRECIOUS = '{"schema": "blendsim.profile", "precious": true}'
+
 STATS = ("min", "max", "mean", "median", "std")
 MLP_OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
            "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
@@ -205,6 +208,6 @@ def test_a_failed_import_keeps_the_existing_output(tmp_path):
     df.loc[0, "num_tensor_parallel_workers"] = np.nan
     df.to_csv(d / "mlp.csv", index=False)
     out = tmp_path / "p.json"
-    out.write_text("precious")
+    out.write_text(PRECIOUS)
     one_line_error(run(str(d), "--model", "tiny", "-o", str(out)), "row 2, column num_tensor_parallel_workers")
-    assert out.read_text() == "precious"
+    assert out.read_text() == PRECIOUS

@@ -135,3 +135,10 @@ def test_a_new_trace_replaces_a_trace_but_never_a_users_file(tmp_path):
     t = tmp_path / "t.parquet"
     for _ in range(2):
         assert invoke("workloads", "synth", "blendserve", "--requests", "500", "-o", t).exit_code == 0
+
+
+def test_calibrate_never_writes_over_a_users_file(tmp_path):
+    mine = tmp_path / "k.json"
+    mine.write_text("mine")
+    r = invoke("calibrate", "--device", "cpu", "--model", "tiny", "--quick", "-o", mine)
+    assert r.exit_code == 2 and "not a blendsim calibration profile" in one_line_error(r) and mine.read_text() == "mine"

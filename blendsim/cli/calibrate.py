@@ -194,9 +194,21 @@ def register(app: typer.Typer) -> None:
 
 # ---- helpers ------------------------------------------------------------------------------
 def _check_out(out: Path) -> None:
-    """Fail before any work when the output cannot be written."""
+    """Fail before any work when the output cannot be written, or would replace a file that is no calibration
+    profile (a user's own file is never overwritten)."""
     if out.is_dir():
         raise UserError(f"{out}: is a folder; give a file name for the profile")
+    if out.exists():
+        import json
+
+        from blendsim.sim.profile import SCHEMA
+
+        try:
+            kind = json.loads(out.read_text()).get("schema")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            kind = None
+        if kind != SCHEMA:
+            raise UserError(f"{out}: exists and is not a blendsim calibration profile; choose another name")
     parent = out.parent if str(out.parent) else Path(".")
     probe = parent
     while not probe.exists():
