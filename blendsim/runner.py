@@ -136,6 +136,20 @@ class Prepared:
     cost_model_of: object = None  # Deployment -> CostModel (a pipeline stage's pricer is built with it)
 
 
+def calibrated_elsewhere(prof, hardware: str) -> list[str]:
+    """A note when a ``blendsim calibrate engine`` profile prices a GPU other than the one it was fitted on: the
+    engine's fitted loop applies, that GPU's efficiencies are the shipped ones."""
+    if not getattr(prof, "params_file", ""):
+        return []
+    from blendsim.sim.engines import load_params
+
+    fitted_on = (load_params(prof.params_file).get("profile") or {}).get("hardware")
+    if not fitted_on or fitted_on == hardware:
+        return []
+    return [f"{prof.label}: calibrated on {fitted_on}, run on {hardware}: its fitted engine loop applies, "
+            f"{hardware}'s kernel efficiencies are the shipped ones"]
+
+
 def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:
     """Check the trace fits the deployment, build the cost model and prefix tree, prepare the policy.
 
@@ -166,6 +180,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
                                    kv_of_free=get_profile(cfg.engine or DEFAULT_ENGINE, {}).kv_of_free)
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
+    notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name)
     tree = PrefixTree(trace)
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:

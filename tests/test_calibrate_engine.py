@@ -186,3 +186,20 @@ def test_catalogue_rows_of_other_versions_are_not_fitted_and_user_files_not_repl
     assert res.exit_code == 0, res.output
     fitted_on = {x["id"] for x in json.loads(out.read_text())["profile"]["fitted_on"]}
     assert fitted_on and all(i.startswith("vllm-0.6") for i in fitted_on)
+
+
+def test_a_profile_run_on_another_gpu_says_which_efficiencies_apply(tmp_path):
+    from blendsim.workloads.trace import write_trace
+    from tests.helpers import random_trace
+
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    pre = "vllm-0.6.0-blog-llama-3-"
+    write_rows_csv(tmp_path / "two.csv", [rows[pre + "8b-a100-80gb-tp1-decode"], rows[pre + "70b-a100-80gb-tp4-prefill"]])
+    prof = tmp_path / "p.json"
+    assert CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "two.csv"), "--engine", "vllm@0.6",
+                                          "--hardware", "a100-80gb", "-o", str(prof)]).exit_code == 0
+    t = write_trace(random_trace(np.random.default_rng(0), n=8), tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["simulate", str(t), "--model", "tiny", "--hardware", "cpu", "--engine", str(prof),
+                                       "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    assert "calibrated on a100-80gb, run on cpu" in " ".join(r.output.split())
