@@ -111,6 +111,9 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
         v = getattr(cfg, k)
         if v is not None:
             base[k] = v
+    if base["round_tokens"] and base["round_tokens"] > base["token_budget"]:
+        notes.append(f"round_tokens {base['round_tokens']} exceeds the token budget {base['token_budget']}: a step "
+                     f"cannot hold one multiple of it, so steps are not rounded")
     return EngineConfig(**base), notes
 
 

@@ -197,3 +197,10 @@ def test_an_unwritable_output_is_one_line_before_any_work(cmd, trace_file, tmp_p
     assert r.exit_code == 2, r.output
     assert r.output.strip().count("\n") == 0 and "cannot write there" in r.output, r.output
     assert (tmp_path / "a-file").read_text() == "x"
+
+
+def test_rounding_beyond_the_token_budget_is_said(trace_file, tmp_path):
+    r = invoke("simulate", trace_file, "--model", "tiny", "--hardware", "cpu", "--token-budget", "64",
+               "--round-tokens", "128", "-o", tmp_path / "r")
+    assert r.exit_code == 0, r.output
+    assert "round_tokens 128 exceeds the token budget 64" in " ".join(r.output.split())

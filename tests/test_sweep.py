@@ -341,3 +341,15 @@ def test_seed_replicates_give_a_confidence_interval(tmp_path):
     assert set(spread["seeds"]) == {3} and spread["throughput_ci"].gt(0).all()
     assert (spread["speedup_lo"] <= spread["speedup"]).all() and (spread["speedup"] <= spread["speedup_hi"]).all()
     assert "95% confidence intervals" in page.read_text()
+
+
+def test_sweep_prints_what_each_policy_declares_over_the_engine(tmp_path):
+    from typer.testing import CliRunner
+
+    from blendsim.cli import get_app
+
+    r = CliRunner().invoke(get_app(), ["sweep", "--requests", "300", "--densities", "1.1", "--sharing", "0.2",
+                                       "--policies", "fcfs,sarathi", "--engine", "vllm@0.6", "--jobs", "1",
+                                       "-o", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    assert "note: sarathi: token_budget 512 (policy) over vllm@0.6's 8192" in r.output

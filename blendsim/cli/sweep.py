@@ -95,6 +95,8 @@ def sweep_cmd(
                    f"every model and hardware (--trace-per-model for a trace of each's own density)")
     typer.echo(f"sweep: {len(spec.workloads())} workload(s) x {len(spec.policies)} polic{'y' if len(spec.policies) == 1 else 'ies'}"
                f" = {n} cells, {spec.requests} requests each, {backend} backend, {be.capacity} in parallel")
+    for line in policy_notes(spec):  # what each policy declares over the engine, as simulate prints it
+        typer.echo(f"note: {line}")
     try:
         with Progress("sweep", unit="cells", quiet=quiet) as bar:
             outcome = run_sweep(spec, out, be, resume=resume, progress=lambda done, total: bar.update(done, total))
@@ -119,3 +121,21 @@ def sweep_cmd(
 
 
 __all__ = ["sweep_cmd"]
+
+
+def policy_notes(spec) -> list[str]:
+    """The scheduler settings each policy of ``spec`` changes over its engine (on the first model and GPU),
+    each once: ``simulate``'s notes, before the cells run."""
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.runner import RunConfig, scheduler_settings
+    from blendsim.sim.errors import UserError
+
+    out: list[str] = []
+    for p in spec.policies:
+        try:
+            cfg = RunConfig(policy=p, model=spec.models[0], hardware=spec.hardware[0], **spec.run_settings())
+            _, notes = scheduler_settings(cfg, resolve_policy(p).cls)
+        except UserError:
+            continue  # the cells say what is wrong with it
+        out += [n for n in notes if n not in out]
+    return out
