@@ -17,11 +17,11 @@ from blendsim.reports import figures as F
 from blendsim.reports import tables as T
 from blendsim.reports.render import _page
 from blendsim.sim.io import atomic_dir
+from blendsim.sim.metrics import METRIC_UNITS as UNITS
 
 SPEC = [("id", "id", "s"), ("engine", "engine", "s"), ("model", "model", "s"), ("hardware", "hardware", "s"),
         ("unit", "metric", "s"), ("predicted", "predicted", ",.0f"), ("measured", "measured", ",.0f"),
         ("error_pct", "error %", "+.1f"), ("bound", "bound by", "s"), ("status", "status", "s")]
-UNITS = {"output_tok_s": "output tok/s", "total_tok_s": "total tok/s", "req_s": "requests/s"}  # of the whole deployment
 
 
 def fidelity_frame(result: dict, rows: list, bounds: dict) -> pd.DataFrame:

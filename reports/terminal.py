@@ -24,6 +24,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from blendsim.sim.engines import describe_engine
 from blendsim.sim.metrics import critical_path_warning
 
 
@@ -138,17 +139,10 @@ def is_online(s: dict) -> bool:
 
 # ---- simulate ------------------------------------------------------------------------------------------
 
-def engine_described(s: dict) -> str:
-    """A summary's engine, and the modelled profile behind it where its name does not say (``vllm@0.7.2
-    (modelled by vllm@0.6)``)."""
-    e, prof = str(s.get("engine", "")), s.get("engine_profile")
-    return e if not prof or e.partition(":")[0] == prof else f"{e} (modelled by {prof})"
-
-
 def run_summary_lines(s: dict) -> list[str]:
     """The paragraphs of ``simulate``'s summary (without the wrote-line)."""
     lines = [f"{s['policy']} on {s['model']} / {s['hardware']} x{s['tp']} ({s['replicas']} replica(s), "
-             f"{s['mode']} mode, engine {engine_described(s)}, {s['cost_model']} cost model)",
+             f"{s['mode']} mode, engine {describe_engine(str(s['engine']), s.get('engine_profile'))}, {s['cost_model']} cost model)",
              f"{s['n_requests']:,} requests, {s['input_tokens']:,} input + {s['output_tokens']:,} output tokens, "
              f"{s['steps']:,} steps"]
     online = is_online(s)

@@ -105,10 +105,8 @@ class EngineProfile:
 
     @property
     def described(self) -> str:
-        """Its label, and the modelled profile behind it where the label does not name that one (``vllm@0.7.2
-        (modelled by vllm@0.6)``, ``vllm (modelled by vllm@0.8)``)."""
-        base = self.label.partition(":")[0]
-        return self.label if base == self.modelled else f"{self.label} (modelled by {self.modelled})"
+        """Its label, and the modelled profile behind it where the label does not name it (:func:`describe_engine`)."""
+        return describe_engine(self.label, self.modelled)
 
     @property
     def overhead_scale(self) -> float:
@@ -620,6 +618,21 @@ def _from_file(path: str) -> EngineProfile:
     prof = get_profile(base, params)
     return replace(prof, key=str(path), params_file=str(p.resolve()),
                    source=f"{prof.source}; fitted by blendsim calibrate engine ({path})")
+
+
+def modelled_profile(key: str, params: dict | None = None) -> str | None:
+    """The modelled profile (``NAME@VERSION``) an engine key or a catalogue row's ``engine@version`` resolves to;
+    None when it names none."""
+    try:
+        return get_profile(key, {} if params is None else params).modelled
+    except UserError:
+        return None
+
+
+def describe_engine(label: str, modelled: str | None) -> str:
+    """An engine's label, and the modelled profile behind it where the label does not name that one (``vllm@0.7.2
+    (modelled by vllm@0.6)``, ``vllm (modelled by vllm@0.8)``)."""
+    return label if not modelled or label.partition(":")[0] == modelled else f"{label} (modelled by {modelled})"
 
 
 def get_profile(key: str | EngineProfile | None = None, params: dict | None = None) -> EngineProfile:

@@ -156,6 +156,26 @@ def foreign_entries(folder: str | Path) -> list[str] | None:
     return [f for f in files if f not in mine] + [d for d in dirs if d not in parents]
 
 
+def check_own_file(path: str | Path, own, what: str) -> Path:
+    """Fail, with one line, when ``path`` exists and ``own(path)`` says it is no ``what``: a command replaces only a
+    file of its own kind, never a user's."""
+    path = Path(path)
+    if path.exists() and not path.is_dir() and not own(path):
+        raise UserError(f"{path}: exists and is not a {what}; choose another name (nothing was replaced)")
+    return path
+
+
+def json_value(path: str | Path, *keys):
+    """The value at ``keys`` in the JSON file ``path``; None when the file is unreadable or has no such value."""
+    try:
+        node = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    for k in keys:
+        node = node.get(k) if isinstance(node, dict) else None
+    return node
+
+
 def check_own_files(folder: str | Path) -> None:
     """Fail, with one line, unless every entry of ``folder`` is one blendsim recorded writing there."""
     folder = Path(folder)

@@ -20,6 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 SUMMARY_SCHEMA = 1
+# the throughput metrics engines' benchmarks publish (a fidelity catalogue row's ``metric``), each as tables and
+# reports name its unit; every one is of the whole deployment
+METRIC_UNITS = {"output_tok_s": "output tok/s", "total_tok_s": "total tok/s", "req_s": "requests/s"}
 
 
 def per_request_table(trace, rec, steps_by_replica: list[dict]) -> dict[str, np.ndarray]:
@@ -341,5 +344,5 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     return out
 
 
-__all__ = ["CRITICAL_SHARE", "SUMMARY_SCHEMA", "critical_path", "critical_path_warning", "latency_summary",
+__all__ = ["CRITICAL_SHARE", "METRIC_UNITS", "SUMMARY_SCHEMA", "critical_path", "critical_path_warning", "latency_summary",
            "per_request_table", "summarize"]

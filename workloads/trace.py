@@ -387,7 +387,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     import pyarrow.parquet as pq
 
     from blendsim.sim import columns as col
-    from blendsim.sim.io import atomic_path
+    from blendsim.sim.io import atomic_path, check_own_file
 
     path = Path(path)
     n = trace.n
@@ -425,10 +425,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
         b"blendsim.schema_version": str(SCHEMA_VERSION).encode(),
         b"blendsim.meta": json.dumps(trace.meta, sort_keys=True, default=str).encode(),
     })
-    if path.exists() and not path.is_dir() and not is_trace_file(path):
-        from blendsim.sim.errors import UserError
-
-        raise UserError(f"{path}: exists and is not a blendsim trace; choose another name (nothing was replaced)")
+    check_own_file(path, is_trace_file, "blendsim trace")
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path

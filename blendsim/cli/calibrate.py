@@ -198,17 +198,10 @@ def _check_out(out: Path) -> None:
     profile (a user's own file is never overwritten)."""
     if out.is_dir():
         raise UserError(f"{out}: is a folder; give a file name for the profile")
-    if out.exists():
-        import json
+    from blendsim.sim.io import check_own_file, json_value
+    from blendsim.sim.profile import SCHEMA
 
-        from blendsim.sim.profile import SCHEMA
-
-        try:
-            kind = json.loads(out.read_text()).get("schema")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            kind = None
-        if kind != SCHEMA:
-            raise UserError(f"{out}: exists and is not a blendsim calibration profile; choose another name")
+    check_own_file(out, lambda p: json_value(p, "schema") == SCHEMA, "blendsim calibration profile")
     parent = out.parent if str(out.parent) else Path(".")
     probe = parent
     while not probe.exists():

@@ -174,10 +174,6 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         f"{p.mode}" for p in VERSIONS.values() if not p.fitted and p.fit_as == ""))
 
 
-# a row's metric as the table's unit column says it
-SHORT_UNITS = {"output_tok_s": "out tok/s", "total_tok_s": "tok/s", "req_s": "req/s"}
-
-
 def _num(v: float) -> str:
     """A throughput as the table prints it: whole numbers, but two decimals below 100 (requests per second)."""
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
@@ -253,6 +249,7 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
     from rich.console import Console
 
     from blendsim.reports.terminal import records
+    from blendsim.sim.metrics import METRIC_UNITS as UNITS
 
     width = Console().width
     byid = {r.id: r for r in suite.rows}
@@ -262,10 +259,10 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
         if x["status"] == "ok":
             b = bounds[x["id"]]
             top = max(b, key=b.get)
-            rows.append((x["id"], [r.engine, _num(x["predicted"]), _num(x["measured"]), SHORT_UNITS[r.metric],
+            rows.append((x["id"], [r.engine, _num(x["predicted"]), _num(x["measured"]), UNITS[r.metric],
                                    f"{100 * x['error']:+.1f}%", f"{top} {100 * b[top]:.0f}%"], ""))
         else:
-            rows.append((x["id"], [r.engine, "skipped", _num(x["measured"]), SHORT_UNITS[r.metric], "", ""],
+            rows.append((x["id"], [r.engine, "skipped", _num(x["measured"]), UNITS[r.metric], "", ""],
                          f"skipped: {x['reason']}"))
     cols = [("engine", "left"), ("predicted", "right"), ("measured", "right"), ("unit", "left"), ("error", "right"),
             ("bound by", "left")]

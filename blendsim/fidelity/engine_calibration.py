@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from blendsim.sim.engines import PROFILE_KIND  # one name for the header kind
+from blendsim.sim.engines import PROFILE_KIND, modelled_profile  # one name for the header kind
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import atomic_path, check_output_file
+from blendsim.sim.io import atomic_path, check_output_file, check_own_file, json_value
 
 from .catalogue import Row, engine_version_key, read_catalogue
 
@@ -52,16 +52,6 @@ class Setup:
     weights: str
     kv_dtype: str
     workload: str | None
-
-
-def _modelled(key: str) -> str | None:
-    """The modelled profile a catalogue row's ``engine@version`` (or an --engine value) resolves to."""
-    from blendsim.sim.engines import get_profile
-
-    try:
-        return get_profile(key, {}).modelled
-    except UserError:
-        return None
 
 
 def split_engine(spec: str) -> tuple[str, str]:
@@ -85,8 +75,8 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
             if not got:
                 raise UserError(f"{path}: no catalogue row of engine {setup.engine!r} on {setup.hardware!r}")
             # only the rows of the version being calibrated: another version's loop is another profile
-            want = _modelled(f"{setup.engine}@{setup.version}" if setup.version else setup.engine)
-            mine = [r for r in got if _modelled(engine_version_key(r)) == want]
+            want = modelled_profile(f"{setup.engine}@{setup.version}" if setup.version else setup.engine)
+            mine = [r for r in got if modelled_profile(engine_version_key(r)) == want]
             if not mine:
                 have = sorted({engine_version_key(r) for r in got})
                 raise UserError(f"{path}: no catalogue row of {want} on {setup.hardware!r} (its rows of "
@@ -220,7 +210,7 @@ def owned(engine: str, hardware: str):
 
 def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=None) -> tuple[dict, list[dict]]:
     """Fitted parameters (``base`` with this engine's and GPU's values refitted) and the per-row errors."""
-    from .fit import fit, free_params, predict
+    from .fit import at_bound, fit, free_params, get_value, predict
     from .runner import Skip
     from .suite import prepare_row
 
@@ -255,22 +245,13 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
     new_bounds = fitted.pop("bounds", {})
     fitted["bounds"] = {**base.get("bounds", {}), **new_bounds}
     fitted["_fitted"] = sorted(new_bounds)
-    fitted["_notes"] = notes + [f"{name} sits at its {side} bound {fitted['bounds'][name][0 if side == 'lower' else 1]:g}"
-                                for name in sorted(new_bounds) for side in [_at_bound(fitted, name)] if side]
+    fitted["_notes"] = notes + [f"{p.name} sits at its {side} bound {p.lo if side == 'lower' else p.hi:g}"
+                                for p in free if select(p)
+                                for side in [at_bound(float(get_value(fitted, p.path)), (p.lo, p.hi))] if side]
     report = [{"id": r.id, "measured": r.value, "predicted": predict(r, pr, fitted),
                "error": predict(r, pr, fitted) / r.value - 1} for r, pr in pairs]
     report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
     return fitted, report
-
-
-def _at_bound(params: dict, name: str) -> str | None:
-    """``lower`` / ``upper`` when the fitted parameter ``name`` (dotted) sits at that end of its bounds."""
-    from .fit import at_bound
-
-    node = params
-    for k in name.split("."):
-        node = node.get(k, {}) if isinstance(node, dict) else {}
-    return at_bound(float(node), params["bounds"].get(name)) if isinstance(node, (int, float)) else None
 
 
 def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) -> None:
@@ -297,14 +278,7 @@ def check_profile_out(path: Path) -> Path:
     if path.parent and not path.parent.exists():
         raise UserError(f"-o {path}: folder {path.parent} does not exist")
     check_output_file(path)
-    if path.exists():
-        try:
-            kind = json.loads(path.read_text()).get("profile", {}).get("kind")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            kind = None
-        if kind != PROFILE_KIND:
-            raise UserError(f"-o {path}: exists and is not a blendsim engine profile; choose another name")
-    return path
+    return check_own_file(path, lambda p: json_value(p, "profile", "kind") == PROFILE_KIND, "blendsim engine profile")
 
 
 def write_rows_csv(path: Path, rows: list[Row]) -> None:

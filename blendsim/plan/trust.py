@@ -17,23 +17,15 @@ def fidelity_of(pairs, model: str | None = None) -> dict:
     """``{"engine@hardware": {...}}`` for each ``(engine, hardware)`` in ``pairs``."""
     from blendsim.fidelity.catalogue import engine_version_key, read_catalogue
     from blendsim.fidelity.suite import SHIPPED_CATALOGUE, load_suite, predictions
-    from blendsim.sim.engines import get_profile, load_params
-    from blendsim.sim.errors import UserError
+    from blendsim.sim.engines import load_params, modelled_profile
 
     rows = read_catalogue(SHIPPED_CATALOGUE)
     params = load_params()
-    modelled = {}  # each row's modelled profile: a planned engine is vouched for by its own version's rows only
-    for r in rows:
-        try:
-            modelled[r.id] = get_profile(engine_version_key(r), params).modelled
-        except UserError:
-            modelled[r.id] = None
+    # each row's modelled profile: a planned engine is vouched for by its own version's rows only
+    modelled = {r.id: modelled_profile(engine_version_key(r), params) for r in rows}
     out = {}
     for engine, hw in sorted(set(pairs)):
-        try:
-            mine_prof = get_profile(engine, params).modelled
-        except UserError:
-            mine_prof = engine
+        mine_prof = modelled_profile(engine, params) or engine
         all_rows = [r for r in rows if modelled[r.id] == mine_prof and r.hardware == hw]
         mine = [r for r in all_rows if r.requests <= MAX_ROW_REQUESTS]
         entry = {"engine": engine, "hardware": hw, "catalogue_rows": len(all_rows), "rows_checked": 0,
