@@ -12,8 +12,9 @@ This module is the only place an engine is defined (``ideal``, pure kernel time,
 the colon (:data:`OVERRIDABLE`) override *that profile's* values and nothing else; ``field=value,...``
 with no name starts from ``ideal``. Profiles are registered under ``(name, version)`` (:func:`register`);
 today every engine has one, unversioned (``version`` ""). A policy keeps its own ordering on any engine.
-The fixed numbers are cited below; the few fitted ones (the trtllm overhead, the hardware efficiencies)
-are read from ``sim/engine_params.json``, written by ``blendsim fidelity --refit``.
+The fixed numbers are cited below; the fitted ones (the per-step loops of trtllm, vllm@0.5, vllm@0.6, vllm@0.8
+and sglang@0.3, each from a cited prior, and the hardware efficiencies) are read from ``sim/engine_params.json``,
+written by ``blendsim fidelity --refit``.
 """
 
 from __future__ import annotations
@@ -253,8 +254,21 @@ def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: fl
     return int(max_bs), int(max(2048, step * math.ceil(tok / step)))
 
 
-_CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to Vidur's A100 V0 CPU overheads "
-               "(microsoft/vidur data/profiling/a100/cpu_overheads.csv); vLLM PR #46112")
+_CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to V0's loop as derived from the vLLM blog of "
+               "2024-09-05 (_V0_LOOP); loop fitted by blendsim fidelity")
+
+# vLLM V0's synchronous per-step loop (schedule, prepare inputs, sample, process outputs), the prior every Python
+# engine loop below is derived from. The vLLM blog of 2024-09-05 ("Performance Diagnosis") profiled v0.5.3 with
+# Llama 3 8B on one H100: the HTTP API server took 33% of the time, scheduling with input and output handling 29%,
+# GPU execution 38%. Taken at the 256 sequences its ShareGPT run keeps in flight (500 prompts at once,
+# max_num_seqs 256; mean context ~290 tokens), where the plain roofline prices the decode step at 13.3 ms
+# (`blendsim cost -m llama-3-8b --hardware h100-80gb --decode-seqs 256 --context 290`), the loop is
+# 29/38 x 13.3 = 10.2 ms per step. The split between a fixed and a per-sequence part is not published: 1 ms fixed
+# (ours: the step's tensor setup, graph launch and host sync) and (10.2 - 1.0) / 256 = 36 us per sequence. It is a
+# prior only: the loops of vllm@0.5, vllm@0.6, vllm@0.8 and sglang@0.3 are fitted to the catalogue's rows of that
+# version (``fitted``), starting from it.
+_V0_LOOP = (1.0e-3, 36e-6)
+_FIT_LOOP = ("fixed_s", "per_seq_s")
 
 _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "prefill-first",
              "prefix_caching": False, "gpu_memory_utilization": 0.90, "admission": "greedy"}
@@ -264,8 +278,8 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 # vllm/worker/model_runner.py _BATCH_SIZES_TO_CAPTURE (1, 2, 4, 8..256: decode-only graphs up to
 # 256). max_num_batched_tokens is max(max_model_len, 2048) with chunked prefill off (vllm/config.py
 # SchedulerConfig): 8192 here, Llama-3's context (longer-context models pack more prompt tokens per
-# step in the real engine). Overhead: Vidur's A100 V0 CPU profile, stage by stage in vllm-v0@0.5's comment
-# (_BUILTIN), which runs this profile under its older name.
+# step in the real engine). Overhead: the V0 loop (_V0_LOOP), fitted to the catalogue's vLLM 0.5 rows
+# (vllm-v0@0.5 in _BUILTIN runs this profile under its older name and shares the fit).
 # Behind its OpenAI server vLLM <= 0.5 ran the HTTP server in the engine's process, so the two competed for the GIL
 # and the server's work -- request handling, formatting and streaming each sequence's token -- came on top of the
 # engine loop (vLLM blog 2024-09-05, "Performance Diagnosis": for Llama 3 8B on one H100 the HTTP API server took
@@ -273,21 +287,23 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 # process, PR #6883): priced as 33/29 of the loop's overhead per step (``api_share``, with ``serve``).
 _VLLM_05 = EngineProfile(
     "vllm", version="0.5", scheduler=dict(_V0_SCHED),
-    fixed_s=1.28e-3, per_seq_s=106e-6, per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
-    api_share=33 / 29,
-    source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; microsoft/vidur "
-           "data/profiling/a100/cpu_overheads.csv; vLLM blog 2024-09-05")
+    fixed_s=_V0_LOOP[0], per_seq_s=_V0_LOOP[1], per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
+    api_share=33 / 29, fitted=_FIT_LOOP,
+    source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; vLLM blog 2024-09-05; loop "
+           "fitted by blendsim fidelity")
 # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
 # (vllm@v0.6.0 config.py verify_async_output_proc) and --num-scheduler-steps 10 (multi-step: one
 # schedule and input preparation per ten decode steps, vllm@v0.6.0 engine/arg_utils.py); scheduler as
-# 0.5. Overhead as vllm-v0@0.6 (_BUILTIN). Without multi-step (0.6's default num_scheduler_steps 1) only
-# process_model_outputs (Vidur: 62 us/seq) is hidden: --engine 'vllm@0.6:fixed_s=1.15e-3,per_seq_s=44e-6'.
+# 0.5. Prior: the V0 loop (_V0_LOOP) over ten steps plus 0.15 ms per step of GPU sampling launch and host
+# sync, as SGLang's overlapped loop keeps (sglang@0.4); fitted to the catalogue's vLLM 0.6 rows. Without
+# multi-step (0.6's default num_scheduler_steps 1) the loop runs every step, less the output processing that
+# async output processing hides: --engine 'vllm@0.6:fixed_s=1e-3,per_seq_s=36e-6' is an upper bound.
 _VLLM_06 = EngineProfile(
     "vllm", version="0.6", scheduler=dict(_V0_SCHED),
-    fixed_s=1.28e-3 / 10 + 0.15e-3, per_seq_s=106e-6 / 10, per_token_s=0.1e-6, cuda_graph_max=256,
-    regime="cuda-graph",
+    fixed_s=_V0_LOOP[0] / 10 + 0.15e-3, per_seq_s=_V0_LOOP[1] / 10, per_token_s=0.1e-6, cuda_graph_max=256,
+    regime="cuda-graph", fitted=_FIT_LOOP,
     source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
-           "async output processing); microsoft/vidur cpu_overheads.csv")
+           "async output processing); loop fitted by blendsim fidelity")
 
 # TensorRT-LLM as trtllm-bench runs it (1.0; 0.13 and 0.19 are copies of it): _BUILTIN below cites each value
 _TRTLLM_BENCH = EngineProfile(
@@ -321,16 +337,15 @@ _BUILTIN = [
         _TRTLLM_BENCH,
         # vLLM V1 (default since 0.8): 8192-token chunked prefill, 256 sequences, 16-token blocks, prefix
         # cache, greedy admission with recompute-preemption, CUDA graphs up to 512. Synchronous scheduling
-        # (async scheduling came later as an opt-in flag, vLLM PR #19970). Overhead: start from V0 as Vidur
-        # measured it (vllm-v0@0.5 below: 1.28 ms + 106 us/seq); 0.6's async output processing hides
-        # process_model_outputs (62 us/seq): 1.15 ms + 44 us/seq. The V1 blog (2025-01-27) reports up to 1.7x
-        # the throughput of V0 without multi-step, for Llama-3.1-8B with ShareGPT (taken as one H100), from
-        # CPU-overhead cuts alone. At 256 sequences and ShareGPT's ~290-token mean context the decode
-        # roofline of llama-3-8b on h100-80gb is 12.0 ms, so V0 takes 12.0 + 1.15 + 0.044 x 256 = 24.3 ms and
-        # V1 24.3 / 1.7 = 14.3 ms: 2.3 ms of overhead at 256 sequences = 0.8 ms + 6 us/seq (the fixed part
-        # keeps GPU sampling launch, the host sync and the EngineCore-worker hop; V1's update_from_output
-        # alone costs 0.29 ms at batch 256, ~1.1 us/seq, vLLM PR #46112). Input preparation is numpy over a
-        # persistent batch: ~20 ns per token (ten passes at ~2 ns each).
+        # (async scheduling came later as an opt-in flag, vLLM PR #19970). Overhead prior: the V1 blog
+        # (2025-01-27) reports up to 1.7x the throughput of V0 without multi-step, for Llama-3.1-8B with ShareGPT
+        # (taken as one H100), from CPU-overhead cuts alone. At 256 sequences and ShareGPT's ~290-token mean
+        # context the plain roofline prices the decode step at 13.3 ms; V0 adds its loop (_V0_LOOP: 10.2 ms; the
+        # share async output processing hides is not published and taken as none), 23.5 ms, so V1 takes
+        # 23.5 / 1.7 = 13.8 ms: 0.5 ms of overhead at 256 sequences, split (ours) as 0.2 ms fixed -- GPU sampling
+        # launch, the host sync and the EngineCore-worker hop -- and 1.2 us per sequence of output bookkeeping.
+        # Fitted to the catalogue's V1 rows.
+        # Input preparation is numpy over a persistent batch: ~20 ns per token (ten passes at ~2 ns each).
         # Batch limits by device and entry point (vllm/engine/arg_utils.py, from 0.8.5/0.9: PR #17073 gave GPUs of
         # >= 70 GiB 1024 sequences and 16384 tokens offline / 8192 behind the API server, PR #17885 took the A100
         # back out; other GPUs 256 sequences and 8192 / 2048 tokens): the 0.9+ rule, which 0.10 and 0.11 keep
@@ -338,30 +353,24 @@ _BUILTIN = [
         EngineProfile("vllm", version="0.8", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
-                      fixed_s=0.8e-3, per_seq_s=6e-6, per_token_s=0.02e-6, cuda_graph_max=512,
-                      regime="cuda-graph", source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
+                      fixed_s=0.2e-3, per_seq_s=1.2e-6, per_token_s=0.02e-6, cuda_graph_max=512,
+                      regime="cuda-graph", fitted=_FIT_LOOP,
+                      source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
                       by_device={"large-offline": {"token_budget": 16384, "max_seqs": 1024},
                                  "large-serve": {"token_budget": 8192, "max_seqs": 1024},
                                  "small-serve": {"token_budget": 2048}}),
-        # vLLM V0 0.6: prefill-first steps (no chunked prefill by default), 256 sequences, overhead as
-        # sim.cost's vllm-v0 (Vidur's A100 CPU profile); 0.6's multi-step scheduling (--num-scheduler-steps
-        # 10) amortises the per-step CPU work over ten steps: the per-sequence share of vllm-v0@0.5's
-        # overhead drops tenfold.
+        # vLLM V0 0.6: prefill-first steps (no chunked prefill by default), 256 sequences; 0.6's multi-step
+        # scheduling (--num-scheduler-steps 10) amortises the per-step CPU work over ten steps: the prior is the
+        # V0 loop (_V0_LOOP) over ten; the loop is vllm@0.6's, fitted.
         replace(_VLLM_06, name="vllm-v0", fit_as="vllm@0.6",
-                source="microsoft/vidur cpu_overheads.csv (V0 on A100); vLLM 0.6 release blog "
-                       "2024-09-05 (multi-step scheduling)"),
+                source="vLLM 0.6 release blog 2024-09-05 (multi-step scheduling); loop fitted by blendsim fidelity"),
         # vLLM V0 <= 0.5.x (the vLLM of mid-2024 baselines such as NanoFlow's): fully synchronous, so every
-        # CPU stage is exposed. Vidur measured it on A100 (microsoft/vidur data/profiling/a100/
-        # cpu_overheads.csv, Llama-2-7B TP1, medians at batch 8 -> 64): schedule 0.165 -> 0.952 ms,
-        # prepare_inputs 0.293 -> 1.163, sampler 0.888 -> 1.370, process_model_outputs 0.624 -> 4.108,
-        # ray_comm 0.156 -> 0.455; in sum 2.13 -> 8.05 ms = 1.28 ms + 106 us/seq (vLLM issue #6801
-        # independently reports ~20 ms between steps at batch 200: 1.28 + 21.1 = 22.4). The 2024-09-05 vLLM
-        # blog found the same regime on Llama-3-8B/H100 with v0.5.3: scheduling and input preparation 29% of
-        # the time against 38% of GPU execution. Prompt inputs were built with Python lists, three appends
+        # CPU stage is exposed: the V0 loop (_V0_LOOP, from the 2024-09-05 vLLM blog's profile of v0.5.3:
+        # scheduling and input/output handling 29% of the time against 38% of GPU execution), fitted to the
+        # catalogue's vLLM 0.5 rows (vllm@0.5's). Prompt inputs were built with Python lists, three appends
         # per token: ~0.1 us per token. Scheduler as 0.6 (prefill-first, 256 sequences, no prefix cache).
         replace(_VLLM_05, name="vllm-v0", fit_as="vllm@0.5",
-                source="microsoft/vidur data/profiling/a100/cpu_overheads.csv (Llama-2-7B TP1); "
-                       "vLLM blog 2024-09-05; vLLM issue #6801"),
+                source="vLLM blog 2024-09-05; loop fitted by blendsim fidelity"),
         # SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
         # 8192 in 0.3), token-granular radix cache, reserve-style admission (new_token_ratio), CUDA graphs up
         # to 160 (0.3) -- larger decode batches run eagerly. Overhead: SGLang >= 0.4 runs its scheduler one
@@ -397,15 +406,17 @@ _BUILTIN = [
 # TP4, 0.83 TP8), prefill-first steps; admission reserves new_token_ratio (0.7 at start) of the
 # running requests' remaining outputs (global_config.py). No per-step CPU figure is published: the
 # exposed loop (schedule, batch tensors, token copy and bookkeeping, detokenization in its own
-# process) is taken as vLLM V1's synchronous EngineCore loop, which has the same stages and the same
-# process split: 0.8 ms + 6 us/seq (vllm@0.8 above); the SGLang v0.4 blog's +10% from hiding it is
-# consistent with that at the blog's decode batches.
+# process) starts from vLLM V1's synchronous EngineCore loop, which has the same stages and the same
+# process split (prior 0.2 ms + 1.2 us/seq, vllm@0.8 above), and is fitted to the catalogue's SGLang 0.2 and
+# 0.3 rows: 0.2 has the same synchronous loop and shares it (fitted apart, 0.2's and 0.3's loops both went to
+# their per-sequence bound and leave-one-source-out got worse, 12.0% -> 12.4%, 26 Nov 2026).
 _SGLANG_03 = EngineProfile(
     "sglang", version="0.3",
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
-    fixed_s=0.8e-3, per_seq_s=6e-6, cuda_graph_max=160, regime="cuda-graph",
-    source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; SGLang v0.4 blog 2024-12-04")
+    fixed_s=0.2e-3, per_seq_s=1.2e-6, cuda_graph_max=160, regime="cuda-graph", fitted=_FIT_LOOP,
+    source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; loop fitted by blendsim "
+           "fidelity")
 
 # ---- versions of the same engines (issue 24): NAME@VERSION selects one; a release between two modelled ones
 # behaves like the older (resolve_version). Constants are cited to the engines' source at the release tag
@@ -425,8 +436,9 @@ _VERSIONED = [
         # what prefill-first does here.
         replace(_SGLANG_03, version="0.2", scheduler={**_SGLANG_03.scheduler, "token_budget": 16384,
                                                      "gpu_memory_utilization": 0.89},
-                cuda_graph_max=128, source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
-                                           "model_runner.py, global_config.py; overhead as sglang@0.3"),
+                cuda_graph_max=128, fit_as="sglang@0.3",
+                source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
+                       "model_runner.py, global_config.py; loop as sglang@0.3's (fitted)"),
         _SGLANG_03,
         # TensorRT-LLM 0.13 as its perf-overview page ran it (trtllm-bench on a built TRT engine, in-flight
         # batching under max_num_tokens / max_batch_size that trtllm-bench derives from the dataset,
@@ -466,14 +478,14 @@ _VERSIONED = [
         # all memory but 1 GB after the weights (MemoryConfig RESERVE 1e9: 0.98 of an 80 GB GPU); no CUDA
         # graphs (RaggedInferenceEngineConfig has none); no prefix cache. The loop is synchronous Python with a
         # blocking device-to-host copy each step (ragged_batching.py generate): no published per-step figure.
-        # Fixed part as vLLM V0's measured synchronous loop (vllm@0.5: 1.28 ms). Per sequence, counted in MII
+        # Fixed part as vLLM V0's synchronous loop (_V0_LOOP: 1 ms). Per sequence, counted in MII
         # v0.1.1's step (ours, not measured): its top-p filter loops over the batch's rows (logit_processors.py,
         # ~:46-60: about three eager PyTorch ops and one mask-indexing sync per row) and a request's GPU stop
         # flag is read back about four times a step (ragged_batching.py done_tokens, ~:297-301, read at ~:220,
         # :403, :405, :269), so five blocking one-value reads at ~15 us (copy launch, stream sync, Python) and
-        # three ops at ~10 us: 105 us; plus the per-sequence schedule and input bookkeeping vLLM V0 measured
-        # (Vidur's A100 profile: schedule + prepare_inputs, 14 + 15.5 us per sequence between batch 8 and 64)
-        # and MII's per-sequence put / insert_sequence / postprocess (~15 us): 150 us. MII v0.2.0 (PR #377,
+        # three ops at ~10 us: 105 us; plus vLLM V0's whole per-sequence loop (_V0_LOOP: 36 us; schedule, input
+        # bookkeeping, sampling and outputs) and MII's per-sequence put / insert_sequence / postprocess (~15 us):
+        # 156 us. MII v0.2.0 (PR #377,
         # 2024-01-18) vectorised the top-p filter and kept the stop flags on the CPU.
         # When the KV is full (kv_full = "stall"): DeepSpeed-MII v0.1.1 (2023-11-10) ragged_batching.py
         # _do_schedule_requests (~lines 504-553) passes over a decode that finds no free KV block for its next
@@ -486,7 +498,8 @@ _VERSIONED = [
                       scheduler={"token_budget": 768, "max_seqs": 512, "block_size": 64, "mix": "decode-first",
                                  "prefix_caching": False, "gpu_memory_utilization": 0.98, "admission": "greedy",
                                  "kv_full": "stall"},
-                      fixed_s=1.28e-3, per_seq_s=150e-6, per_token_s=0.1e-6, cuda_graph_max=0, regime="cuda-graph",
+                      fixed_s=_V0_LOOP[0], per_seq_s=105e-6 + _V0_LOOP[1] + 15e-6, per_token_s=0.1e-6, cuda_graph_max=0,
+                      regime="cuda-graph",
                       source="microsoft/DeepSpeed inference/v2 ragged/manager_configs.py, blocked_flash.py; "
                              "DeepSpeed-MII v0.1.1 and v0.2.3 mii/batching/ragged_batching.py; DeepSpeed-FastGen blog 2023-11"),
 ]

@@ -28,9 +28,8 @@ GiB = 1 << 30
 #   much as 256), the M tile of cuBLAS's large kernels; at 64 tokens or fewer a 64-row tile is used.
 # * gemm_roofline_blend 3 — a GEMM's time is (t_compute^3 + t_memory^3)^(1/3) rather than the max of the
 #   two: near the ridge (65-128 tokens on A100) cuBLAS reaches neither bound, and Vidur's Llama-2-7B
-#   GEMMs there sit 15-30% above max(); the blend takes that region's median error from -23% to -11%
-#   and, held out, Vidur's Meta-Llama-3-8B A100 profile from 9.7% to 6.4% median error, while large
-#   GEMMs (and BlendServe Table 1) move by under 1%. 0 restores the plain max.
+#   GEMMs there sit 15-30% above max(); the blend takes that region's median error from -23% to -11%,
+#   while large GEMMs (and BlendServe Table 1) move by under 1%. 0 restores the plain max.
 # * overlap_interference 0.2 — the slowdown of the shorter of two co-running compute- and memory-bound
 #   kernel groups; NanoFlow reports overlapped nano-batches lose 10-25% against ideal overlap. Replaced by
 #   the calibrated value (``calibrate``'s overlap profile) when a profile is given.
@@ -254,13 +253,14 @@ HOST_IO: dict[str, dict] = {
                       host_source="PCIe Gen5 x16 card; achieved rate as h100-80gb (U); Azure NC80adis H100 v5 "
                                   "640 GB for 2 GPUs (aspire.dev VM sizes); NVMe not found; " + DISK_DEFAULT),
     "h200": dict(host_link_bandwidth=55.6e9, host_memory_bytes=2 * TiB, disk_bytes=8 * 3.84e12,
-                 host_source="PCIe Gen5 x16 (MLPerf v4.1 H200 system json); achieved rate as H100 (U); DGX H200: "
+                 host_source="PCIe Gen5 x16 (NVIDIA H200 Tensor Core GPU datasheet: PCIe Gen5 128 GB/s); achieved rate as "
+                             "H100 (U); DGX H200: "
                              "2 TB DDR5, 8 x 3.84 TB U.2 NVMe (NVIDIA DGX BasePOD RA); " + DISK_DEFAULT),
     "h20": dict(host_link_bandwidth=55.6e9,
                 host_source="PCIe Gen5 x16 (U); achieved rate as H100 (U); host memory and NVMe not found; "
                             + DISK_DEFAULT),
     "b200": dict(host_link_bandwidth=55.6e9, host_memory_bytes=2 * TiB, disk_bytes=8 * 3.84e12,
-                 host_source="PCIe Gen5 x16 (MLPerf v6.0 Nebius B200 system json); achieved rate as H100 (U); "
+                 host_source="PCIe Gen5 x16 (U: the HGX B200 host interface); achieved rate as H100 (U); "
                              "DGX B200: 2 TB, 8 x 3.84 TB U.2 NVMe (DGX B200 User Guide); " + DISK_DEFAULT),
     "gb200": dict(host_link_bandwidth=225e9, host_memory_bytes=960e9, disk_read_bandwidth=14e9,
                   host_source="NVLink-C2C 900 GB/s bidirectional per Grace shared by its 2 GPUs -> 225 GB/s per "
@@ -274,9 +274,9 @@ HOST_IO: dict[str, dict] = {
     "l40s": dict(host_link_bandwidth=25e9,
                  host_source="PCIe Gen4 x16 (datasheet), achieved rate as A100's Gen4 (U); host memory and "
                              "NVMe not found; " + DISK_DEFAULT),
-    "mi300x": dict(host_link_bandwidth=55.6e9, host_memory_bytes=1.5 * TiB, disk_bytes=7e12,
-                   host_source="PCIe Gen5 x16 (AMD MLPerf v4.1 8xMI300X system json), achieved rate as H100's "
-                               "Gen5 (U); that node: 1.5 TiB DRAM, 2 x 3.5 TB NVMe; " + DISK_DEFAULT),
+    "mi300x": dict(host_link_bandwidth=55.6e9,
+                   host_source="PCIe Gen5 x16 (AMD Instinct MI300X product page: 'PCIe Gen 5 x16'), achieved rate "
+                               "as H100's Gen5 (U); host memory and NVMe of a typical node not found; " + DISK_DEFAULT),
 }
 PRESETS = {k: replace(h, **HOST_IO.get(k, {})) for k, h in PRESETS.items()}
 

@@ -54,7 +54,7 @@ def test_fit_recovers_an_engine_that_generated_half_of_the_runs(tmp_path):
     # predicts the other half, which the shipped parameters miss
     truth = load_params()
     truth = json.loads(json.dumps(truth))
-    truth.setdefault("engine", {})["vllm"] = {"fixed_s": 2.5e-3, "per_seq_s": 12e-6}
+    truth.setdefault("engine", {})["vllm@0.8"] = {"fixed_s": 2.5e-3, "per_seq_s": 12e-6}  # the newest: V1's loop
     # (within the ranges an H200 measured for Hopper, sim.efficiency.MEASURED, which bound the fit)
     truth.setdefault("hardware", {})["h100-80gb"] = {"gemm_eff": 0.7, "mem_eff": 0.5, "attn_mem_eff": 0.5}
     shapes = [(128, 128, 400), (2048, 128, 120), (128, 1024, 200), (1000, 1000, 100), (3000, 200, 80),

@@ -412,8 +412,8 @@ def test_override_changes_only_the_overhead_of_that_profile():
         sc = c.cost(f)
         assert (sc.compute_s, sc.memory_s, sc.other_s, sc.comm_s) == \
             (base.compute_s, base.memory_s, base.other_s, base.comm_s)
-        v = PROFILES["vllm"]
-        assert sc.overhead_s == fixed + v.per_seq_s * 100 + v.per_token_s * 100
+        v = get_profile("vllm")  # with the shipped fitted loop, under the override
+        assert sc.overhead_s == pytest.approx(fixed + v.per_seq_s * 100 + v.per_token_s * 100, rel=1e-12)
 
 
 def test_engine_keys_select_versions():
@@ -567,25 +567,26 @@ def test_engines_ordered_by_how_much_cpu_work_they_expose(seqs, tokens):
     assert o["ideal"] <= o["nanoflow"] <= o["sglang"] <= o["vllm"] <= o["vllm-v0@0.5"]
 
 
-def test_vllm_v0_preset_reproduces_vidur_cpu_overheads():
-    # Vidur a100 cpu_overheads.csv, Llama-2-7B TP1, medians (ms): schedule + prepare_inputs + sampler
-    # + process_model_outputs + ray_comm at batch 8 and 64; vLLM issue #6801: ~20 ms at batch 200.
-    at8 = 0.16513 + 0.29317 + 0.88781 + 0.62438 + 0.15646
-    at64 = 0.95218 + 1.16300 + 1.37026 + 4.10826 + 0.45470
-    v0 = get_profile("vllm-v0@0.5", {})
-    assert v0.overhead(8, 8) * 1e3 == pytest.approx(at8, rel=0.02)
-    assert v0.overhead(64, 64) * 1e3 == pytest.approx(at64, rel=0.02)
-    assert v0.overhead(200, 200) * 1e3 == pytest.approx(20.0, rel=0.15)
-
-
-def test_vllm_v1_preset_reproduces_the_v1_blog_speedup():
-    # V0 with async output processing: Vidur's stages less process_model_outputs = 1.154 ms + 43.5
-    # us/seq; V1 blog: up to 1.7x V0's throughput for Llama-3.1-8B on one H100 (ShareGPT, 256 seqs).
+def test_vllm_v0_loop_prior_reproduces_the_vllm_blogs_time_split():
+    # vLLM blog 2024-09-05, v0.5.3, Llama 3 8B on one H100: scheduling with input/output handling 29% of the time,
+    # GPU execution 38%; at the 256 sequences its ShareGPT run keeps in flight (~290-token mean context)
     f = BatchFeatures.decode_only(256, 290)
     gpu = cm("llama-3-8b", hw="h100-80gb").cost(f).time_s
-    v06 = gpu + 1.154e-3 + 256 * 43.5e-6
+    v0 = get_profile("vllm-v0@0.5", {})
+    assert v0.overhead(256, 0) / gpu == pytest.approx(29 / 38, rel=0.02)
+    # behind its API server (in the engine's process until 0.6) the server's 33% comes on top
+    served = get_profile("vllm@0.5:serve=1", {})
+    assert served.overhead(256, 0) / gpu == pytest.approx((29 + 33) / 38, rel=0.02)
+
+
+def test_vllm_v1_loop_prior_reproduces_the_v1_blog_speedup():
+    # V1 blog: up to 1.7x V0's throughput (no multi-step) for Llama-3.1-8B on one H100 (ShareGPT, 256 seqs); V0's
+    # loop as the prior above, none of it taken as hidden by async output processing
+    f = BatchFeatures.decode_only(256, 290)
+    gpu = cm("llama-3-8b", hw="h100-80gb").cost(f).time_s
+    v0 = gpu + get_profile("vllm@0.5", {}).overhead(256, 0)
     v1 = cm("llama-3-8b", hw="h100-80gb", engine="vllm").cost(f).time_s
-    assert v06 / v1 == pytest.approx(1.7, rel=0.05)
+    assert v0 / v1 == pytest.approx(1.7, rel=0.02)
 
 
 # ---- calibration profiles ---------------------------------------------------------------------
@@ -744,3 +745,4 @@ def test_opfit_scalar_and_vector_agree():
     for b, c in [(1, 16), (37, 900.5), (1024, 32768), (3000, 50000), (0.5, 2)]:
         assert fit.predict_scalar(b, c) == pytest.approx(float(fit.predict(b, c)), rel=1e-12)
     assert math.isclose(float(fit.predict(2048, 1000)), 2 * float(fit.predict(1024, 1000)))
+

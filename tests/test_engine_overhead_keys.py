@@ -60,8 +60,10 @@ def two_versions():
 
 
 def test_the_fit_frees_each_versions_loop_and_a_row_reads_only_its_own(two_versions):
-    # the shipped profiles fit only TensorRT-LLM's loop; calibrate engine frees any engine's, under its version
-    assert not any(p.path[0] == "engine" for p in free_params(two_versions))
+    # the shipped profiles fit the loops of TensorRT-LLM, vLLM 0.5, 0.6 and V1 and SGLang 0.3, each under its version;
+    # calibrate engine frees any engine's the same way
+    loops = {f"engine.{v}.{n}" for v in ("vllm@0.6", "sglang@0.3") for n in ("fixed_s", "per_seq_s")}
+    assert {p.name for p in free_params(two_versions) if p.path[0] == "engine"} == loops
     names = {p.name for p in free_params([(r, _freed(p)) for r, p in two_versions])}
     assert {"engine.vllm@0.6.fixed_s", "engine.vllm@0.6.per_seq_s",
             "engine.sglang@0.3.fixed_s", "engine.sglang@0.3.per_seq_s"} <= names
@@ -76,9 +78,9 @@ def test_fitting_one_versions_rows_moves_only_that_versions_loop(two_versions):
     (vr, vp), _ = two_versions
     out = fit([(vr, _freed(vp))], base={}, select=lambda p: p.path[0] == "engine")
     assert set(out["engine"]) == {"vllm@0.6"}
-    # the bound covers twice the cited constant where that is above the generic 20 us (vllm@0.5: 106 us)
-    assert out["bounds"]["engine.vllm@0.6.per_seq_s"] == [0.0, pytest.approx(2 * 106e-6 / 10)]
+    # the bound covers five times the prior where that is above the generic 20 us (vllm@0.5: 36 us, so 180 us)
+    assert out["bounds"]["engine.vllm@0.6.per_seq_s"] == [0.0, pytest.approx(20e-6)]
     slow = _freed(prepare_row(dataclasses.replace(vr, id="v05", engine_version="0.5.3"), {}))
     assert slow.profile.overhead_key == "vllm@0.5"
     (p05,) = [p for p in free_params([(vr, slow)]) if p.name == "engine.vllm@0.5.per_seq_s"]
-    assert (p05.prior, p05.hi) == (106e-6, 212e-6)
+    assert (p05.prior, p05.hi) == (36e-6, pytest.approx(180e-6))

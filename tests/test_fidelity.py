@@ -185,6 +185,20 @@ def test_params_flag_prints_every_fitted_constant_with_bounds():
         assert p["bounds"] is None or p["bounds"][0] <= p["value"] <= p["bounds"][1]
 
 
+def test_params_says_what_an_engine_loop_at_its_bound_means(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"engine": {"vllm@0.8": {"fixed_s": 2e-4, "per_seq_s": 2e-5}},
+                             "bounds": {"engine.vllm@0.8.fixed_s": [0, 5e-3], "engine.vllm@0.8.per_seq_s": [0, 2e-5]}}))
+    res = CliRunner().invoke(get_app(), ["fidelity", "--params", "--params-file", str(f)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "engine.vllm@0.8.per_seq_s" in res.stdout and "AT UPPER BOUND" in res.stdout
+    assert "(engine loops): an engine loop's upper bound is the most blendsim lets that loop cost" in res.stdout
+    f.write_text(json.dumps({"engine": {"vllm@0.8": {"fixed_s": 2e-4, "per_seq_s": 1e-5}},
+                             "bounds": {"engine.vllm@0.8.per_seq_s": [0, 2e-5]}}))
+    res = CliRunner().invoke(get_app(), ["fidelity", "--params", "--params-file", str(f)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "(engine loops)" not in res.stdout
+
+
 def test_only_selects_rows_by_id_pattern(tmp_path):
     cat = _write(tmp_path, [_row(id="keep-a", value=4000), _row(id="drop-b", value=4000)])
     res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--json", "--no-cv", "--only", "keep-*"])

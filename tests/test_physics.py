@@ -3,6 +3,8 @@ all-to-all, grouped-GEMM and quantised-GEMM efficiencies, and compute efficienci
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from blendsim.sim.batch import BatchFeatures
@@ -126,10 +128,15 @@ def test_shipped_parameters_sit_at_no_bound_but_a_physical_ceiling():
 
     params = json.loads(PARAMS_FILE.read_text())
     bounds = params["bounds"]
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme_bounds = readme[readme.index("**Parameters at a bound**"):readme.index("**What still misses, and why.**")]
     for name, value in flatten(params):
         a = at_bound(value, bounds.get(name))
         parts = name.split(".")
         # or at the end of a range a lent GPU measured (sim.efficiency.MEASURED), which the README explains
         m = measured(parts[1], parts[2]) if parts[0] == "arch" else None
         was_measured = m is not None and tuple(bounds.get(name)) == m[:2]
-        assert a is None or (a == "upper" and name.rsplit(".", 1)[-1] in CEILINGS) or was_measured, (name, value, a)
+        # or an engine loop at the most blendsim lets it cost (fit.LOOP_AT_BOUND), which the README names and explains
+        loop = parts[0] == "engine" and a == "upper" and f"`{name}`" in readme_bounds
+        assert a is None or (a == "upper" and name.rsplit(".", 1)[-1] in CEILINGS) or was_measured or loop, \
+            (name, value, a)

@@ -147,11 +147,11 @@ def test_save_into_a_missing_folder_creates_it(tmp_path):
     from tests.test_reliability_files import row, write_cat
 
     cat = write_cat(tmp_path / "cat.csv", [row(id=f"r{i}", workload=f"const:{32 + 16 * i}/{4 + 8 * i}",
-                                               value=100 + 50 * i) for i in range(5)])
+                                               value=100 + 50 * i) for i in range(8)])
     saved = tmp_path / "new" / "deeper" / "p.json"
     r = invoke("fidelity", cat, "--refit", "--save", saved, "--no-cv", "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(saved.read_text())["fitted_on"]["rows"] == 5
+    assert json.loads(saved.read_text())["fitted_on"]["rows"] == 8
 
 
 def test_workloads_load_onto_its_own_input_is_refused(tmp_path):

@@ -119,7 +119,7 @@ CV_ORDER = ("source", "engine_version", "model", "hardware")
 
 
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
-    from blendsim.fidelity.fit import at_bound
+    from blendsim.fidelity.fit import LOOP_AT_BOUND, at_bound
     from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, PUBLISHED_SOURCE, measured
     from blendsim.sim.engines import VERSIONS
 
@@ -164,6 +164,8 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         typer.echo("(ceiling): the upper bound is physical:")
     for key in sorted({n.rsplit(".", 1)[-1] for n, _v, _b, a in rows if ceiling(n, a)}):
         echo(f"  {key}: {CEILINGS[key]}", "  ")
+    if any(n.startswith("engine.") and a == "upper" for n, _v, _b, a in rows):
+        echo(f"(engine loops): {LOOP_AT_BOUND}")
     if any(was_measured(n, b) for n, _v, b, _a in rows):
         echo(f"(measured): bounds measured on a lent GPU's kernels ({MEASURED_SOURCE}; sim/efficiency.py MEASURED) "
              f"or in published kernel benchmarks ({PUBLISHED_SOURCE}; PUBLISHED); "

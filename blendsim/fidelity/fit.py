@@ -43,10 +43,16 @@ MOE_HW_PARAMS = ("moe_eff", "moe_mem_eff")  # only for rows of MoE models
 # ew_eff is global: how far engines fuse the small elementwise kernels is the engines' (and as a fraction of HBM
 # bandwidth about the same on every GPU), and per GPU it trades against the weight-streaming bandwidth
 GLOBAL_PARAMS = ("attn_eff", "link_eff", "ew_eff")
-# a step's CPU loop; an upper bound below twice the profile's cited constant is raised to that (vLLM 0.5's and
-# DeepSpeed-FastGen's synchronous Python loops: 106 us per sequence, microsoft/vidur cpu_overheads.csv), so
-# `blendsim calibrate engine` can fit a slow loop as well as a fast one
+# a step's CPU loop; an upper bound below five times the profile's prior is raised to that, so a slow Python loop
+# can be fitted as well as a fast one: the priors of the Python loops come from one published time split taken
+# at an assumed batch (sim.engines _V0_LOOP: vLLM 0.5's 36 us per sequence), and the per-step work of the same
+# code differs severalfold between hosts (CPU clock, Python version)
 ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
+LOOP_HEADROOM = 5.0
+# what a fitted engine loop at its upper bound means (``fidelity --params``; README "Parameters at a bound")
+LOOP_AT_BOUND = ("an engine loop's upper bound is the most blendsim lets that loop cost (5 ms fixed, 20 us per "
+                 "sequence, or five times its prior where that is more), not a measurement: a loop there takes on "
+                 "what the model misses on that engine's rows")
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,7 @@ def free_params(rows: list) -> list[Param]:
             default = getattr(VERSIONS.get((prof.name, prof.version), PROFILES[prof.name]), n)
             key = ("engine", prof.overhead_key, n)
             lo, hi = ENGINE_BOUNDS[n]
-            out.setdefault(key, Param(key, lo, max(hi, 2 * default), default))
+            out.setdefault(key, Param(key, lo, max(hi, LOOP_HEADROOM * default), default))
     return [out[k] for k in sorted(out)]
 
 
