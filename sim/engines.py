@@ -263,7 +263,8 @@ _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to V0's loop as d
 # GPU execution 38%. Taken at the 256 sequences its ShareGPT run keeps in flight (500 prompts at once,
 # max_num_seqs 256; mean context ~290 tokens), where the plain roofline prices the decode step at 13.3 ms
 # (`blendsim cost -m llama-3-8b --hardware h100-80gb --decode-seqs 256 --context 290`), the loop is
-# 29/38 x 13.3 = 10.2 ms per step. The split between a fixed and a per-sequence part is not published: 1 ms fixed
+# 29/38 x 13.3 = 10.2 ms per step (the plain roofline's step is shorter than the GPU's real one, so this loop is
+# on the low side). The split between a fixed and a per-sequence part is not published: 1 ms fixed
 # (ours: the step's tensor setup, graph launch and host sync) and (10.2 - 1.0) / 256 = 36 us per sequence. It is a
 # prior only: the loops of vllm@0.5, vllm@0.6, vllm@0.8 and sglang@0.3 are fitted to the catalogue's rows of that
 # version (``fitted``), starting from it.
@@ -294,10 +295,11 @@ _VLLM_05 = EngineProfile(
 # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
 # (vllm@v0.6.0 config.py verify_async_output_proc) and --num-scheduler-steps 10 (multi-step: one
 # schedule and input preparation per ten decode steps, vllm@v0.6.0 engine/arg_utils.py); scheduler as
-# 0.5. Prior: the V0 loop (_V0_LOOP) over ten steps plus 0.15 ms per step of GPU sampling launch and host
-# sync, as SGLang's overlapped loop keeps (sglang@0.4); fitted to the catalogue's vLLM 0.6 rows. Without
+# 0.5. Prior: the V0 loop (_V0_LOOP) over ten steps plus 0.15 ms per step of synchronisation that no overlap
+# hides, the figure SGLang's overlapped loop keeps (sglang@0.4); fitted to the catalogue's vLLM 0.6 rows. Without
 # multi-step (0.6's default num_scheduler_steps 1) the loop runs every step, less the output processing that
-# async output processing hides: --engine 'vllm@0.6:fixed_s=1e-3,per_seq_s=36e-6' is an upper bound.
+# async output processing hides: --engine 'vllm@0.6:fixed_s=1e-3,per_seq_s=36e-6' (the prior without multi-step,
+# an upper bound under that prior).
 _VLLM_06 = EngineProfile(
     "vllm", version="0.6", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0] / 10 + 0.15e-3, per_seq_s=_V0_LOOP[1] / 10, per_token_s=0.1e-6, cuda_graph_max=256,
@@ -484,8 +486,9 @@ _VERSIONED = [
         # flag is read back about four times a step (ragged_batching.py done_tokens, ~:297-301, read at ~:220,
         # :403, :405, :269), so five blocking one-value reads at ~15 us (copy launch, stream sync, Python) and
         # three ops at ~10 us: 105 us; plus vLLM V0's whole per-sequence loop (_V0_LOOP: 36 us; schedule, input
-        # bookkeeping, sampling and outputs) and MII's per-sequence put / insert_sequence / postprocess (~15 us):
-        # 156 us. MII v0.2.0 (PR #377,
+        # bookkeeping, sampling and outputs -- taken whole, so the sampling that the top-p count above covers is
+        # partly counted twice: an upper-side figure) and MII's per-sequence put / insert_sequence / postprocess
+        # (~15 us): 156 us. MII v0.2.0 (PR #377,
         # 2024-01-18) vectorised the top-p filter and kept the stop flags on the CPU.
         # When the KV is full (kv_full = "stall"): DeepSpeed-MII v0.1.1 (2023-11-10) ragged_batching.py
         # _do_schedule_requests (~lines 504-553) passes over a decode that finds no free KV block for its next

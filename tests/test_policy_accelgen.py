@@ -50,8 +50,8 @@ def test_pivot_of_opt13b_on_a100_near_the_papers_768():
     # sec. 3.1 measured 768 on this pair; the fitted roofline saturates within 1% at 768 from the 522-row refit
     # of issue 24 (A100 gemm_eff 0.67 -> 0.68, 0.70 after the 536-row refit; prefill attention 0.80 -> 0.90 of
     # peak; 640 before it) and at 640 again since the engines' loops were fitted (prefill attention 0.90 -> 0.84):
-    # within one 128-token step of the paper's figure
-    assert pivot_forward_size(cm, tol=0.01)[0] in (640, 768, 896)
+    # one 128-token step below the paper's figure
+    assert pivot_forward_size(cm, tol=0.01)[0] in (640, 768)
 
 
 def test_eq6_budget():

@@ -146,6 +146,7 @@ def test_save_onto_a_folder_a_file_parent_or_the_catalogue_is_refused_before_the
 def test_save_into_a_missing_folder_creates_it(tmp_path):
     from tests.test_reliability_files import row, write_cat
 
+    # eight rows: at least one per free parameter (the GPU's efficiencies and, since 26 Nov, the engine's fitted loop)
     cat = write_cat(tmp_path / "cat.csv", [row(id=f"r{i}", workload=f"const:{32 + 16 * i}/{4 + 8 * i}",
                                                value=100 + 50 * i) for i in range(8)])
     saved = tmp_path / "new" / "deeper" / "p.json"
