@@ -74,6 +74,12 @@ class EngineProfile:
     # request handling) as a multiple of the engine loop's overhead, where the two share one process and so
     # run one after the other (vLLM <= 0.5); 0 where the server runs apart and overlaps the engine
     api_share: float = 0.0
+    # behind its API server, a loop fitted apart from the offline one (``overhead_key`` NAME@VERSION:serve): the
+    # server runs in a process of its own (vLLM >= 0.6, PR #6883; SGLang's tokenizer manager) and its per-request
+    # and per-token work -- request handling, detokenising, streaming -- comes on the step in ways one offline loop
+    # cannot carry, so the served rows fit their own and an offline run keeps the loop its own rows (or its prior)
+    # give; the prior is the same
+    served_loop: bool = False
 
     def scheduler_for(self, hardware, serve: bool = False) -> dict:
         """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server (``serve``, or
@@ -87,7 +93,13 @@ class EngineProfile:
 
     @property
     def overhead_key(self) -> str:
-        """The key of its fitted overhead in ``params["engine"]``."""
+        """The key of its fitted overhead in ``params["engine"]``: its own (or the one it shares), with ``:serve``
+        behind its API server where the served loop is fitted apart (``served_loop``)."""
+        return f"{self.offline_key}:serve" if self.serve and self.served_loop else self.offline_key
+
+    @property
+    def offline_key(self) -> str:
+        """The key of its offline loop in ``params["engine"]``."""
         return self.fit_as or (f"{self.name}@{self.version}" if self.version else self.name)
 
     @property
@@ -129,7 +141,7 @@ class EngineProfile:
         """Its fitted overhead in a params dict: under its own key, else under its name (an older file or a
         ``blendsim calibrate engine`` profile of the name), else none."""
         eng = params.get("engine", {})
-        return eng.get(self.overhead_key) or eng.get(self.name) or {}
+        return eng.get(self.overhead_key) or eng.get(self.offline_key) or eng.get(self.name) or {}
 
     def with_params(self, values: dict) -> EngineProfile:
         keep = {k: float(v) for k, v in values.items() if k in ("fixed_s", "per_seq_s", "per_token_s")}
@@ -356,7 +368,7 @@ _BUILTIN = [
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.2e-3, per_seq_s=1.2e-6, per_token_s=0.02e-6, cuda_graph_max=512,
-                      regime="cuda-graph", fitted=_FIT_LOOP,
+                      regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True,
                       source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
                       by_device={"large-offline": {"token_budget": 16384, "max_seqs": 1024},
                                  "large-serve": {"token_budget": 8192, "max_seqs": 1024},
@@ -608,7 +620,9 @@ def load_params(path: str | Path | None = None) -> dict:
 def overhead_keys() -> list[str]:
     """What ``params["engine"]`` may be keyed by: a profile's name, or the key of a version's own fitted
     overhead (``vllm@0.6``)."""
-    return [*PROFILES, *sorted({p.overhead_key for p in VERSIONS.values()} - set(PROFILES))]
+    keys = {p.overhead_key for p in VERSIONS.values()} | {f"{p.offline_key}:serve" for p in VERSIONS.values()
+                                                          if p.served_loop}
+    return [*PROFILES, *sorted(keys - set(PROFILES))]
 
 
 PROFILE_KIND = "blendsim-engine-profile"
@@ -676,6 +690,8 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
         raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (optionally "
                         f"NAME:field=value,... with fields {', '.join(OVERRIDABLE)})")
     params = load_params() if params is None else params
+    if "serve" in k.overrides:  # the entry point picks the fitted loop (served_loop)
+        prof = replace(prof, serve=bool(k.overrides["serve"]))
     fitted = prof.fitted_overhead(params)
     if fitted:
         prof = prof.with_params(fitted)

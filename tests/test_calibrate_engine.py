@@ -70,6 +70,8 @@ def test_fit_recovers_an_engine_that_generated_half_of_the_runs(tmp_path):
                                          "--hardware", "h100-80gb", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "fitted the engine's loop alone" not in res.output  # six runs: enough for the GPU's efficiencies too
+    # one calibrated loop prices the engine behind its API server too: the shipped served loop is not carried over
+    assert "vllm@0.8:serve" not in json.loads(out.read_text())["engine"]
     fitted = _fidelity(tmp_path / "test.csv", out)
     base = CliRunner().invoke(get_app(), ["fidelity", str(tmp_path / "test.csv"), "--json", "--no-cv"])
     base = json.loads(base.stdout)

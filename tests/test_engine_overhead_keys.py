@@ -10,7 +10,7 @@ import pytest
 from blendsim.fidelity.catalogue import read_catalogue
 from blendsim.fidelity.fit import fit, free_params, predict
 from blendsim.fidelity.suite import SHIPPED_CATALOGUE, prepare_row
-from blendsim.sim.engines import VERSIONS, get_profile, load_params
+from blendsim.sim.engines import VERSIONS, get_profile, load_params, overhead_keys
 from blendsim.sim.errors import UserError
 
 
@@ -35,6 +35,18 @@ def test_a_versions_fitted_overhead_prices_that_version_only():
     assert get_profile("vllm@0.6", both).fixed_s == 1e-3 and get_profile("vllm@0.8", both).fixed_s == 3e-3
 
 
+def test_behind_its_api_server_an_engine_runs_its_served_loop_and_offline_its_own():
+    params = {"engine": {"vllm@0.8": {"fixed_s": 1e-4, "per_seq_s": 1e-6},
+                         "vllm@0.8:serve": {"fixed_s": 2e-4, "per_seq_s": 9e-6}}}
+    off, on = get_profile("vllm@0.8", params), get_profile("vllm@0.8:serve=1", params)
+    assert (off.overhead_key, off.fixed_s, off.per_seq_s) == ("vllm@0.8", 1e-4, 1e-6)
+    assert (on.overhead_key, on.fixed_s, on.per_seq_s) == ("vllm@0.8:serve", 2e-4, 9e-6)
+    # no served fit: the offline loop prices the served run too; vLLM 0.5 (server in the engine's process) has one loop
+    assert get_profile("vllm@0.8:serve=1", {"engine": {"vllm@0.8": {"fixed_s": 1e-4}}}).fixed_s == 1e-4
+    assert get_profile("vllm@0.5:serve=1", {}).overhead_key == "vllm@0.5"
+    assert "vllm@0.8:serve" in overhead_keys() and "vllm@0.5:serve" not in overhead_keys()
+
+
 def test_a_params_file_names_a_version_it_does_not_model_in_one_line(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"engine": {"sglang@0.3": {"fixed_s": 1e-3}}}))
@@ -47,7 +59,7 @@ def test_a_params_file_names_a_version_it_does_not_model_in_one_line(tmp_path):
 
 def _freed(pr):
     """The pricer (and its compressed copy, which the fit reads) with the overhead free, as calibrate engine does."""
-    prof = dataclasses.replace(pr.profile, fitted=("fixed_s", "per_seq_s"))
+    prof = dataclasses.replace(pr.profile, fitted=("fixed_s", "per_seq_s"), served_loop=False)
     pr.profile = pr.compressed().profile = prof
     return pr
 

@@ -223,8 +223,10 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
         except (Skip, UserError) as e:
             skipped.append(f"{r.id}: {e}")
             continue
-        # the engine's overhead is free here whether or not the shipped profile fits it
-        pr.profile = dataclasses.replace(pr.profile, fitted=tuple(dict.fromkeys((*pr.profile.fitted, *OVERHEAD))))
+        # the engine's overhead is free here whether or not the shipped profile fits it, one loop for the user's runs
+        # whatever their entry point (no separate served loop: EngineProfile.served_loop)
+        pr.profile = dataclasses.replace(pr.profile, fitted=tuple(dict.fromkeys((*pr.profile.fitted, *OVERHEAD))),
+                                         served_loop=False)
         pairs.append((r, pr))
     if not pairs:
         raise UserError("no measurement could be simulated: " + "; ".join(skipped[:3]))
@@ -242,6 +244,8 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
                      f"more to fit them too)")
         select = (lambda keep: lambda p: keep(p) and p.path[0] == "engine")(select)
     fitted = fit(pairs, base=copy.deepcopy(base), select=select)
+    for _r, pr in pairs:  # the calibrated loop prices this engine behind its server too: drop the shipped served one
+        fitted.get("engine", {}).pop(f"{pr.profile.offline_key}:serve", None)
     new_bounds = fitted.pop("bounds", {})
     fitted["bounds"] = {**base.get("bounds", {}), **new_bounds}
     fitted["_fitted"] = sorted(new_bounds)
