@@ -12,9 +12,9 @@ This module is the only place an engine is defined (``ideal``, pure kernel time,
 the colon (:data:`OVERRIDABLE`) override *that profile's* values and nothing else; ``field=value,...``
 with no name starts from ``ideal``. Profiles are registered under ``(name, version)`` (:func:`register`);
 today every engine has one, unversioned (``version`` ""). A policy keeps its own ordering on any engine.
-The fixed numbers are cited below; the fitted ones (the per-step loops of trtllm, vllm@0.5, vllm@0.6, vllm@0.8
-and sglang@0.3, each from a cited prior, and the hardware efficiencies) are read from ``sim/engine_params.json``,
-written by ``blendsim fidelity --refit``.
+The fixed numbers are cited below; the fitted ones (the per-step loops of trtllm, vllm@0.5, vllm@0.6, vllm@0.8 --
+offline and, under ``vllm@0.8:serve``, behind its API server -- and sglang@0.3, each from a cited prior, and the
+hardware efficiencies) are read from ``sim/engine_params.json``, written by ``blendsim fidelity --refit``.
 """
 
 from __future__ import annotations

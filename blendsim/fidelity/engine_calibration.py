@@ -244,8 +244,8 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
                      f"more to fit them too)")
         select = (lambda keep: lambda p: keep(p) and p.path[0] == "engine")(select)
     fitted = fit(pairs, base=copy.deepcopy(base), select=select)
-    for _r, pr in pairs:  # the calibrated loop prices this engine behind its server too: drop the shipped served one
-        fitted.get("engine", {}).pop(f"{pr.profile.offline_key}:serve", None)
+    for key in {pr.profile.offline_key for _r, pr in pairs}:  # the calibrated loop prices it behind its server too:
+        fitted.get("engine", {}).pop(f"{key}:serve", None)     # the shipped served loop goes
     new_bounds = fitted.pop("bounds", {})
     fitted["bounds"] = {**base.get("bounds", {}), **new_bounds}
     fitted["_fitted"] = sorted(new_bounds)

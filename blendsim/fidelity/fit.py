@@ -50,9 +50,10 @@ GLOBAL_PARAMS = ("attn_eff", "link_eff", "ew_eff")
 ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
 LOOP_HEADROOM = 5.0
 # what a fitted engine loop at its upper bound means (``fidelity --params``; README "Parameters at a bound")
-LOOP_AT_BOUND = ("an engine loop's upper bound is the most blendsim lets that loop cost (5 ms fixed, 20 us per "
-                 "sequence, or five times its prior where that is more), not a measurement: a loop there takes on "
-                 "what the model misses on that engine's rows")
+LOOP_AT_BOUND = (f"an engine loop's upper bound is the most blendsim lets that loop cost "
+                 f"({ENGINE_BOUNDS['fixed_s'][1] * 1e3:g} ms fixed, {ENGINE_BOUNDS['per_seq_s'][1] * 1e6:g} us per "
+                 f"sequence, or {LOOP_HEADROOM:g} times its prior where that is more), not a measurement: a loop "
+                 f"there takes on what the model misses on that engine's rows")
 
 
 @dataclass(frozen=True)
