@@ -20,7 +20,7 @@ from blendsim.sim.io import atomic_dir
 from blendsim.sim.metrics import METRIC_UNITS as UNITS
 
 SPEC = [("id", "id", "s"), ("engine", "engine", "s"), ("model", "model", "s"), ("hardware", "hardware", "s"),
-        ("unit", "metric", "s"), ("predicted", "predicted", ",.0f"), ("measured", "measured", ",.0f"),
+        ("unit", "metric", "s"), ("predicted", "predicted", "tput"), ("measured", "measured", "tput"),
         ("error_pct", "error %", "+.1f"), ("bound", "bound by", "s"), ("status", "status", "s")]
 
 

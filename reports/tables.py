@@ -208,6 +208,10 @@ def fmt(value, spec: str) -> str:
         return str(value)
     if spec == "ms":
         return f"{1e3 * float(value):,.1f}"
+    if spec == "tput":  # a throughput in any metric's unit (blendsim.sim.metrics.format_throughput)
+        from blendsim.sim.metrics import format_throughput
+
+        return format_throughput(float(value))
     if spec.endswith("×"):
         return f"{float(value):{spec[:-1]}}×"
     return f"{float(value):{spec}}"

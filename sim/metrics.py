@@ -25,6 +25,11 @@ SUMMARY_SCHEMA = 1
 METRIC_UNITS = {"output_tok_s": "output tok/s", "total_tok_s": "total tok/s", "req_s": "requests/s"}
 
 
+def format_throughput(v: float) -> str:
+    """A throughput as tables print it: whole numbers, but two decimals below 100 (requests per second)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+
+
 def per_request_table(trace, rec, steps_by_replica: list[dict]) -> dict[str, np.ndarray]:
     """Per-request outcomes: times relative to arrival, mean and max time between tokens.
 
@@ -344,5 +349,5 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     return out
 
 
-__all__ = ["CRITICAL_SHARE", "METRIC_UNITS", "SUMMARY_SCHEMA", "critical_path", "critical_path_warning", "latency_summary",
+__all__ = ["CRITICAL_SHARE", "METRIC_UNITS", "SUMMARY_SCHEMA", "critical_path", "critical_path_warning", "format_throughput", "latency_summary",
            "per_request_table", "summarize"]

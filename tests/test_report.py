@@ -447,3 +447,10 @@ def test_step_plots_can_use_time(tmp_path):
             xs = f.fig.axes[0].lines[0].get_xdata()
             assert xs[-1] <= df["makespan_s"].max() + 1e-9 and xs[-1] > xs[0]
         S.plt.close(f.fig)
+
+
+def test_a_throughput_cell_keeps_two_decimals_below_100_as_the_terminal_table_does():
+    # requests per second (the vLLM blog's rows: 18.98 req/s) would read 19 as a whole number
+    from blendsim.reports.tables import fmt
+
+    assert (fmt(18.98, "tput"), fmt(4282.4, "tput"), fmt(None, "tput")) == ("18.98", "4,282", "–")

@@ -176,11 +176,6 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         f"{p.mode}" for p in VERSIONS.values() if not p.fitted and p.fit_as == ""))
 
 
-def _num(v: float) -> str:
-    """A throughput as the table prints it: whole numbers, but two decimals below 100 (requests per second)."""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
-
-
 def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
     """``(dotted name, value)`` of every parameter in a params dict (bookkeeping keys left out)."""
     out = []
@@ -252,6 +247,7 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
 
     from blendsim.reports.terminal import records
     from blendsim.sim.metrics import METRIC_UNITS as UNITS
+    from blendsim.sim.metrics import format_throughput as _num
 
     width = Console().width
     byid = {r.id: r for r in suite.rows}
