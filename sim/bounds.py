@@ -128,7 +128,7 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
     ``max_step_tokens``: the largest step the run actually formed, if larger than its configuration allows
     (a user policy's own scheduler); the tables then cover it too.
     """
-    from blendsim.sim.cost import features_arrays
+    from blendsim.sim.cost import combine_times, features_arrays, net_share
 
     n = max(work.n, 1)
     dcap = min(max_seqs, n) if max_seqs > 0 else n
@@ -180,12 +180,9 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
     m += attn_dec
     e = cm.engine
     ovh = (e.fixed_s * s_all + e.per_seq_s * (work.decode_tokens + work.n) + e.per_token_s * work.tokens) * e.overhead_scale
-    if cm.mode == "sequential":
-        kernels = c + m + o + comm
-    else:
-        kappa = min(max(float(cm.kappa), 0.0), 1.0)
-        hi = max(c, m, comm)
-        kernels = hi + kappa * (c + m + comm - hi) + o
+    kappa = min(max(float(cm.kappa), 0.0), 1.0)
+    kernels = combine_times(cm.mode, kappa, float(c), float(m), float(o), float(comm),
+                            net_share(cm.dep.hardware, kappa))
     total = kernels + ovh
     return {"t_lb_s": float(total) / max(replicas, 1), "exact": exact, "compute_s": float(c), "memory_s": float(m),
             "other_s": float(o), "comm_s": float(comm), "overhead_s": float(ovh), "steps_min": float(s_all), "max_step_tokens": tcap,

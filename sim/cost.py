@@ -9,8 +9,10 @@ One step is priced in four parts, each written once here:
 
   * ``sequential`` -- compute + memory + other + communication, as vLLM and SGLang run a step;
   * ``overlap`` -- NanoFlow-style: compute-bound operators (GEMMs, prefill attention), memory-bound ones
-    (decode attention, KV writes) and communication run concurrently, so the step takes the longest of
-    the three plus an interference share ``kappa`` of the rest; small elementwise operators stay serial;
+    (decode attention, KV writes) and communication run concurrently. Compute- and memory-bound kernels
+    share every SM, so the longer of the two takes the step plus an interference share ``kappa`` of the
+    shorter; the collectives run on a few SMs of their own (:func:`net_share`), so they delay the step by
+    that share of their time, or bound it when they are the longest; small elementwise operators stay serial;
 
 * the engine's overhead rule, :meth:`blendsim.sim.engines.EngineProfile.overhead` (CPU scheduling,
   sampling, launches that real engines do not hide; ``ideal`` adds nothing).
@@ -65,17 +67,34 @@ def price_parts(timer: OpTimer, shapes: Shapes, f, counts: dict | None = None, s
     return acc
 
 
-def combine_times(mode: str, kappa: float, c, m, o, comm):
-    """A step's kernel time from its compute, memory, other and comm seconds (numbers or arrays):
-    their sum in ``sequential`` mode; with operator overlap the longest of compute, memory and comm plus
-    ``kappa`` of the rest (interference), plus ``other``."""
+# NanoFlow's collectives are MSCCL++ kernels launched on a few thread blocks of 1,024 threads each, beside the
+# GEMM and decode-attention kernels that take every SM: per layer 16, 8, 8, 8, 32 and 16 blocks for its six
+# all-gathers and all-reduces (efeslab/Nanoflow pipeline/src/pipeline.cu, the ``configRun(nblocks, 1024, ...)``
+# of AG1_GEMV, AG_O1, AR_O2, AR_D1, AR1_D2, AR2_D2). Their mean, at most one SM each, over the GPU's SMs is the
+# share of the GPU a running collective takes from the compute- and memory-bound kernels (:func:`net_share`).
+NET_BLOCKS = (16 + 8 + 8 + 8 + 32 + 16) / 6
+
+
+def net_share(hardware, kappa: float) -> float:
+    """The share of ``hardware``'s SMs an overlapped collective occupies (``NET_BLOCKS`` of ``num_sms``, at most
+    1); ``kappa`` where the preset gives no SM count."""
+    n = getattr(hardware, "num_sms", 0)
+    return min(1.0, NET_BLOCKS / n) if n > 0 else kappa
+
+
+def combine_times(mode: str, kappa: float, c, m, o, comm, net: float | None = None):
+    """A step's kernel time from its compute, memory, other and comm seconds (numbers or arrays): their sum in
+    ``sequential`` mode. With operator overlap, compute and memory take the longer of the two plus ``kappa``
+    of the shorter (they share the SMs); the collectives, on their own SMs, add ``net`` of their time
+    (:func:`net_share`; ``kappa`` when None) or bound the step when longer; ``other`` runs serially."""
     if mode == "sequential":
         return c + m + o + comm
+    net = kappa if net is None else net
     if isinstance(c, float) and isinstance(m, float) and isinstance(comm, float):
-        hi = max(c, m, comm)  # the engine's per-step path: plain floats
-    else:
-        hi = np.maximum(np.maximum(c, m), comm)
-    return hi + kappa * (c + m + comm - hi) + o
+        cm = max(c, m) + kappa * min(c, m) + net * comm  # the engine's per-step path: plain floats
+        return (cm if cm > comm else comm) + o
+    cm = np.maximum(c, m) + kappa * np.minimum(c, m) + net * comm
+    return np.maximum(cm, comm) + o
 
 
 class CostModel:
@@ -96,6 +115,7 @@ class CostModel:
         self.engine = engine or PROFILES["ideal"]
         self.timer = timer or RooflineTimer(dep)
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
+        self.net = net_share(dep.hardware, self.kappa)  # overlapped collectives' share of the SMs
         self.layers = self.timer.shapes.layers  # a pipeline stage's own layers
         self.graph_cap = graph_cap
         self._shapes = self.timer.shapes
@@ -131,7 +151,7 @@ class CostModel:
         parts = price_parts(self.timer, self._shapes, self._graph_padded(f))
         c, m, o, comm = (float(parts[k]) for k in PARTS)
         ovh = float(self.engine.overhead(f.num_prefill_seqs + f.num_decode, f.num_tokens))
-        return StepCost(combine_times(self.mode, self.kappa, c, m, o, comm) + ovh, c, m, o, comm, ovh)
+        return StepCost(combine_times(self.mode, self.kappa, c, m, o, comm, self.net) + ovh, c, m, o, comm, ovh)
 
     def cost_many(self, f: BatchFeatures) -> dict[str, np.ndarray]:
         """Vectorised :meth:`cost`: ``f`` has BatchFeatures' fields as equal-length arrays
@@ -140,7 +160,8 @@ class CostModel:
         c, m, o, comm = (np.asarray(parts[k], dtype=float) for k in PARTS)
         ovh = self.engine.overhead(np.asarray(f.num_prefill_seqs) + np.asarray(f.num_decode),
                                    np.asarray(f.num_tokens))
-        return {"time_s": combine_times(self.mode, self.kappa, c, m, o, comm) + ovh, "compute_s": c, "memory_s": m,
+        t = combine_times(self.mode, self.kappa, c, m, o, comm, self.net)
+        return {"time_s": t + ovh, "compute_s": c, "memory_s": m,
                 "other_s": o, "comm_s": comm, "overhead_s": ovh + 0 * c}
 
     def step(self, T: int, Tp: int, Np: int, pairs: int, pkv: int, D: int, Cd: int, N: int, chunks=None):
@@ -165,7 +186,7 @@ class CostModel:
             m += self._decode_s(D, Cd) * self.layers
             if self._mla:
                 c += self._mla_time("attn_absorb", BatchFeatures(num_decode=D))
-        return (combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T])
+        return (combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net)
                 + self.engine.overhead(Np + D, T0), c, m)
 
     def decode_many(self, D: int, Cd: np.ndarray):
@@ -177,7 +198,8 @@ class CostModel:
         if self._mla and D:
             c = c + self._mla_time("attn_absorb", BatchFeatures(num_decode=D))
         m = self._tm[T] + self._attn_decode(D, Cd)
-        return combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T]) + self.engine.overhead(D, D), c, m
+        t = combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net)
+        return t + self.engine.overhead(D, D), c, m
 
     # ---- internals ------------------------------------------------------------------------
     def _graph_padded(self, f: BatchFeatures) -> BatchFeatures:
@@ -239,4 +261,5 @@ def largest_fit(time_of, limit: float, cap: int) -> int:
 
 
 
-__all__ = ["MODES", "PARTS", "CostModel", "StepCost", "combine_times", "features_arrays", "largest_fit", "price_parts"]
+__all__ = ["MODES", "NET_BLOCKS", "PARTS", "CostModel", "StepCost", "combine_times", "features_arrays", "largest_fit",
+           "net_share", "price_parts"]

@@ -318,6 +318,35 @@ def test_overlap_between_max_and_sequential(f, model, tp):
     assert seq.time_s == pytest.approx(seq.compute_s + seq.memory_s + seq.other_s + seq.comm_s, rel=1e-12)
 
 
+def test_overlap_collectives_take_their_sm_share_not_kappa():
+    """NanoFlow's collectives run on ~15 thread blocks beside the GEMMs (pipeline.cu): overlapped, they delay a
+    compute-bound step by that share of the SMs (15/108 on an A100), not by the compute/memory interference."""
+    from blendsim.sim.cost import NET_BLOCKS, combine_times, net_share
+
+    a100, h100 = get_hardware("a100-80gb"), get_hardware("h100-80gb")
+    assert net_share(a100, 0.8) == pytest.approx(NET_BLOCKS / 108) == pytest.approx(88 / 6 / 108)
+    assert net_share(h100, 0.8) == pytest.approx(NET_BLOCKS / 132)
+    assert net_share(a100.with_(num_sms=0), 0.8) == 0.8  # no SM count: the interference stands in
+    s = net_share(a100, 0.8)
+    # compute-bound: the longer of compute and memory, kappa of the shorter, the SM share of the collectives
+    assert combine_times("overlap", 0.8, 10.0, 4.0, 1.0, 3.0, s) == pytest.approx(10 + 0.8 * 4 + s * 3 + 1)
+    # collectives longest: they bound the step
+    assert combine_times("overlap", 0.8, 1.0, 1.0, 0.5, 9.0, s) == pytest.approx(9.5)
+    # arrays take the same rule
+    t = combine_times("overlap", 0.8, np.array([10.0, 1.0]), np.array([4.0, 1.0]), np.array([1.0, 0.5]),
+                      np.array([3.0, 9.0]), s)
+    np.testing.assert_allclose(t, [10 + 0.8 * 4 + s * 3 + 1, 9.5])
+    # a TP-8 70B step: NanoFlow hides most of the all-reduces that its interference alone would not
+    c = cm("llama-3-70b", tp=8, mode="overlap", engine="nanoflow")
+    f = BatchFeatures.from_parts([(0, 640, 0, 0)], 1408, 1408 * 1000, 1409)
+    st_ = c.cost(f)
+    assert st_.comm_s > 0.1 * st_.compute_s
+    kern = st_.time_s - st_.overhead_s - st_.other_s
+    hi, lo = max(st_.compute_s, st_.memory_s), min(st_.compute_s, st_.memory_s)
+    assert kern == pytest.approx(hi + c.kappa * lo + s * st_.comm_s)
+    assert kern < hi + c.kappa * (lo + st_.comm_s)
+
+
 @FAST
 @given(f=batches(), model=st.sampled_from(MODELS), tp=st.sampled_from([1, 2]),
        mode=st.sampled_from(["sequential", "overlap"]), engine=st.sampled_from(sorted(PROFILES)))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from blendsim.sim.cost import combine_times
+from blendsim.sim.cost import combine_times, net_share
 from blendsim.sim.efficiency import Efficiency
 
 from .price import RowPricer
@@ -69,11 +69,12 @@ class PipelineRowPricer:
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
         kappa = self.dep.hardware.overlap_interference if eff.kappa is None else eff.kappa
         link = eff.link_eff if eff.link_eff is not None else 1.0
+        net = net_share(self.dep.hardware, kappa)
         per_stage = []
         for i, st in enumerate(self.stages):
             t = 0.0 * self.tokens
             for c in st.components(params):  # one part: the replicas end to end
-                t = combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"])
+                t = combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"], net)
                 t = t + (c["overhead"] if i == 0 else 0.0)
             per_stage.append(t)
         hand = 0.0 * self.tokens

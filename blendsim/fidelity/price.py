@@ -11,7 +11,7 @@ import numpy as np
 
 from blendsim.sim.batch import FEATURE_FIELDS as FIELDS
 from blendsim.sim.batch import BatchFeatures
-from blendsim.sim.cost import PARTS, combine_times, price_parts
+from blendsim.sim.cost import PARTS, combine_times, net_share, price_parts
 from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
 from blendsim.sim.engines import graph_pad
 from blendsim.sim.ops import Shapes, op_counts
@@ -66,10 +66,11 @@ class RowPricer:
         prof = self.profile
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
         kappa = self.dep.hardware.overlap_interference if eff.kappa is None else eff.kappa
+        net = net_share(self.dep.hardware, kappa)
         res = []
         for c in self.components(params):
-            res.append((c["weight"], combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"])
-                        + c["overhead"]))
+            t = combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"], net)
+            res.append((c["weight"], t + c["overhead"]))
         return res
 
     def makespan(self, params: dict) -> float:
