@@ -80,6 +80,11 @@ class EngineProfile:
     # cannot carry, so the served rows fit their own and an offline run keeps the loop its own rows (or its prior)
     # give; the prior is the same
     served_loop: bool = False
+    # the first release with an opt-in asynchronous scheduler (``--engine NAME@VERSION:async_scheduling=1``; a
+    # catalogue row whose command passes ``--async-scheduling``): "" = none. With it the scheduler prepares step
+    # n + 1 while the GPU runs step n, so the loop leaves only ASYNC_RESIDUAL on the step (see there)
+    async_since: str = ""
+    async_scheduling: bool = False
 
     def scheduler_for(self, hardware, serve: bool = False) -> dict:
         """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server (``serve``, or
@@ -139,7 +144,10 @@ class EngineProfile:
 
     def fitted_overhead(self, params: dict) -> dict:
         """Its fitted overhead in a params dict: under its own key, else under its name (an older file or a
-        ``blendsim calibrate engine`` profile of the name), else none."""
+        ``blendsim calibrate engine`` profile of the name), else none; none with the asynchronous scheduler on
+        (its residual replaces the loop)."""
+        if self.async_scheduling:
+            return {}
         eng = params.get("engine", {})
         return eng.get(self.overhead_key) or eng.get(self.offline_key) or eng.get(self.name) or {}
 
@@ -156,6 +164,8 @@ OVERRIDABLE: dict[str, tuple[type, str]] = {
     "cuda_graph_max": (int, "largest CUDA-graph decode batch (0: eager)"),
     "serve": (int, "1: behind the engine's OpenAI-compatible API server (its batch limits there and, for vLLM <= 0.5, "
                    "the server's CPU work in the engine's process); 0: the offline entry point"),
+    "async_scheduling": (int, "1: the engine's opt-in asynchronous scheduler (vLLM >= 0.10's --async-scheduling): "
+                              "the loop runs one step ahead of the GPU and only its residual stays on the step"),
 }
 
 
@@ -213,6 +223,10 @@ def parse_key(text: str) -> EngineKey:
         if k == "serve":
             if v not in (0, 1):
                 raise UserError(f"engine {text!r}: serve must be 0 (offline) or 1 (behind the API server), got {val!r}")
+            v = bool(v)
+        if k == "async_scheduling":
+            if v not in (0, 1):
+                raise UserError(f"engine {text!r}: async_scheduling must be 0 (off) or 1 (on), got {val!r}")
             v = bool(v)
         values[k] = v
     return EngineKey(name, version.strip(), values)
@@ -281,6 +295,14 @@ _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to V0's loop as d
 # prior only: the loops of vllm@0.5, vllm@0.6, vllm@0.8 and sglang@0.3 are fitted to the catalogue's rows of that
 # version (``fitted``), starting from it.
 _V0_LOOP = (1.0e-3, 36e-6)
+
+# What a scheduler that runs one step ahead of the GPU leaves on each step: a per-step synchronisation and
+# attention-plan gap and GPU sampling, (fixed, per sequence) -- the figures sglang@0.4 carries for SGLang's
+# overlapped scheduler (SGLang v0.4 blog 2024-12-04: its Nsight trace of five decode batches shows no GPU idle
+# time). vLLM's --async-scheduling (vllm-project/vllm PR #19970, first released in v0.10.0) overlaps V1's
+# scheduler and output handling with the forward pass the same way; no measurement of its own residual is
+# published, so it takes SGLang's. Not fitted: no catalogue row with it runs a preset model yet.
+ASYNC_RESIDUAL = (0.15e-3, 1e-6)
 _FIT_LOOP = ("fixed_s", "per_seq_s")
 
 _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "prefill-first",
@@ -368,7 +390,7 @@ _BUILTIN = [
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.2e-3, per_seq_s=1.2e-6, per_token_s=0.02e-6, cuda_graph_max=512,
-                      regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True,
+                      regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True, async_since="0.10",
                       source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
                       by_device={"large-offline": {"token_budget": 16384, "max_seqs": 1024},
                                  "large-serve": {"token_budget": 8192, "max_seqs": 1024},
@@ -577,6 +599,18 @@ for _p in (*_BUILTIN, *_VERSIONED):
 
 
 
+def _async(prof: EngineProfile, k: EngineKey, text: str) -> EngineProfile:
+    """``prof`` with its opt-in asynchronous scheduler on: the loop's residual (:data:`ASYNC_RESIDUAL`) in place of
+    its loop, where the requested release has one (the key's own fixed_s / per_seq_s still win)."""
+    if not prof.async_since:
+        raise UserError(f"engine {text!r}: {prof.modelled} has no opt-in asynchronous scheduler to turn on"
+                        + (" (its overlapped scheduler is always on)" if prof.name == "sglang" else ""))
+    if k.version and _version_order(k.version) < _version_order(prof.async_since):
+        raise UserError(f"engine {text!r}: {prof.name}'s --async-scheduling arrived in {prof.async_since} "
+                        f"({prof.name}@{k.version} predates it)")
+    return replace(prof, fixed_s=ASYNC_RESIDUAL[0], per_seq_s=ASYNC_RESIDUAL[1], fitted=())
+
+
 def resolve_version(name: str, version: str) -> EngineProfile | None:
     """The profile of ``name`` that models ``version``: that version if registered, else the newest registered
     one older than it (a release between two modelled ones behaves like the older until the newer's
@@ -698,6 +732,8 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     since = KV_LOAD_SINCE.get(prof.name)
     if since and k.version and prof.kv_load != "stall" and _version_order(k.version) < _version_order(since):
         prof = replace(prof, kv_load="stall")  # a release before the engine's own overlapped reload
+    if k.overrides.get("async_scheduling"):
+        prof = _async(prof, k, text)
     if k.overrides or k.version:
         prof = replace(prof, **k.overrides, key=text)
         if k.overrides:
@@ -705,7 +741,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
+__all__ = ["ASYNC_RESIDUAL", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
            "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
            "is_profile_file", "load_params", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
            "trtllm_bench_settings"]

@@ -149,3 +149,38 @@ def test_nanoflow_runs_in_its_own_overlap_mode_unless_told_otherwise(tmp_path):
 def test_a_profile_file_with_overrides_says_it_takes_none():
     with pytest.raises(UserError, match="takes no overrides"):
         get_profile("my.json:fixed_s=0.01")
+
+
+def test_vllm_async_scheduling_leaves_only_its_residual_on_the_step():
+    """vLLM >= 0.10's --async-scheduling (PR #19970) runs the scheduler a step ahead of the GPU: the loop's place on
+    the step is taken by the residual SGLang's overlapped scheduler keeps, not fitted; older releases refuse it."""
+    from blendsim.sim.engines import ASYNC_RESIDUAL, load_params
+
+    params = load_params()
+    for key in ("vllm@0.10:async_scheduling=1", "vllm@0.11:serve=1,async_scheduling=1", "vllm:async_scheduling=1"):
+        p = get_profile(key, params)
+        assert p.async_scheduling and (p.fixed_s, p.per_seq_s) == ASYNC_RESIDUAL and p.fitted == ()
+        assert p.fitted_overhead(params) == {}  # the fidelity re-pricer keeps the residual
+        sync = get_profile(key.replace("async_scheduling=1", "async_scheduling=0"), params)
+        assert not sync.async_scheduling and p.overhead(512, 512) < sync.overhead(512, 512)
+    # the key's own loop still wins over the residual
+    assert get_profile("vllm@0.10:async_scheduling=1,fixed_s=0.001", params).fixed_s == 0.001
+    for key, said in (("vllm@0.9:async_scheduling=1", "arrived in 0.10"), ("vllm@0.6:async_scheduling=1", "no opt-in"),
+                      ("sglang@0.4:async_scheduling=1", "always on"), ("vllm:async_scheduling=2", r"0 \(off\) or 1")):
+        with pytest.raises(UserError, match=said):
+            get_profile(key, params)
+
+
+def test_a_catalogue_row_with_async_scheduling_runs_it(tmp_path):
+    base = "vLLM v0.11.0 (V1 engine); server command: vllm serve m --max-model-len 32768"
+    rows = [_row(id="sync", engine="vllm", engine_version=base, workload="const:400/200", requests=300),
+            _row(id="async", engine="vllm", engine_version=base + " --async-scheduling", workload="const:400/200",
+                 requests=300)]
+    suite = load_suite(_write(tmp_path, rows), {})
+    a, s = suite.pricers["async"].profile, suite.pricers["sync"].profile
+    assert a.async_scheduling and a.serve and not s.async_scheduling and s.serve
+    assert suite.pricers["async"].makespan({}) < suite.pricers["sync"].makespan({})
+    r = invoke("simulate", write_trace(random_trace(np.random.default_rng(2), n=24), tmp_path / "t.parquet"),
+               "--model", "tiny", "--hardware", "cpu", "--engine", "vllm@0.10:async_scheduling=1", "-o",
+               tmp_path / "r", "--json")
+    assert r.exit_code == 0, r.output

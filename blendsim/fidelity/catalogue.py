@@ -227,7 +227,16 @@ def row_engine_key(row: Row) -> str:
     """The ``--engine`` key a row runs on: its engine at its version, behind the engine's API server
     (``:serve=1``) where its command says so (:func:`serves`)."""
     key = engine_version_key(row)
-    return f"{key}:serve=1" if serves(row) else key
+    opts = (["serve=1"] if serves(row) else []) + (["async_scheduling=1"] if asynchronous(row) else [])
+    return f"{key}:{','.join(opts)}" if opts else key
+
+
+def asynchronous(row: Row) -> bool:
+    """Whether the row's command turns on the engine's opt-in asynchronous scheduler (vLLM's
+    ``--async-scheduling``)."""
+    import re
+
+    return re.search(r"--async[-_]scheduling\b", row.engine_version or "") is not None
 
 
 def engine_settings(row: Row, profile, hardware) -> dict:
