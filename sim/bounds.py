@@ -165,6 +165,8 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
     comm = hull_bound(tables["comm"], s_all, work.tokens)
 
     lin_pf, lin_dec = _linear_attention(cm.timer)
+    if cm.timer.shapes.swa_layers:  # a sliding window caps each step's keys: a min() over the run's totals would
+        lin_pf = lin_dec = False    # overstate them, so attention adds nothing here (true, looser)
     prefill_fn, decode_fn = cm.timer.attn_scalars()
     L = cm.layers
     attn_pf = attn_dec = 0.0

@@ -34,7 +34,16 @@ from blendsim.sim.batch import BatchFeatures, features_arrays
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.engines import PROFILES, EngineProfile, graph_pad, graph_size
 from blendsim.sim.errors import UserError
-from blendsim.sim.ops import FEATURE_OPS, OPS, Shapes, attn_coefs, mla_absorb_counts, mla_up_counts, op_counts
+from blendsim.sim.ops import (
+    FEATURE_OPS,
+    OPS,
+    Shapes,
+    attn_coefs,
+    mla_absorb_counts,
+    mla_up_counts,
+    op_counts,
+    window_features,
+)
 from blendsim.sim.timers import OpTimer, RooflineTimer
 
 MODES = ("sequential", "overlap")
@@ -224,7 +233,7 @@ class CostModel:
     def _attn_decode(self, D, Cd):
         f = BatchFeatures(num_decode=D, decode_ctx_sum=Cd)
         _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self._shapes)
-        keys = Cd + D
+        keys = window_features(self._shapes, 0, 0, 0, 0, D, Cd)[2] + D
         flops = fd * keys
         nbytes = bdk * keys + bds * D
         t = self.timer.op_time("attn_decode", flops, nbytes, 1, f) * self.layers

@@ -153,7 +153,8 @@ class Deployment:
         w, d = m.weight_elem_bytes, m.dtype_bytes
         attn = m.attn_linear_params * w + m._attn_extra_params * d
         dense = attn + m.mlp_params * w
-        moe_b = attn + (m.num_experts * m.expert_params + m.shared_params) * w + m.router_params * d
+        moe_b = (attn + m.num_experts * m.expert_params * m.expert_elem_bytes + m.shared_params * w
+                 + m.router_params * d)
         out = (L - moe) * dense + moe * moe_b
         if i == 0:
             out += m.embedding_params * d
@@ -184,7 +185,9 @@ class Deployment:
         """KV tokens stage ``i`` can hold for its own layers."""
         per_gpu = self._kv_bytes_per_gpu(self.stage_weight_bytes(i) / self.tp,
                                          self._activation_bytes(last=i == self.pp - 1))
-        per_token = self.kv_bytes_per_token // self.model.num_layers * self.stage_layers()[i]
+        m = self.model
+        full = -(-self.stage_layers()[i] * m.full_attention_layers // m.num_layers)  # its full-attention layers
+        per_token = self.kv_bytes_per_token // m.full_attention_layers * full
         return int(per_gpu * self.tp // per_token) if per_gpu > 0 else 0
 
     def stage_kv_tokens(self) -> list[int]:
@@ -299,7 +302,12 @@ class Deployment:
         return self.hardware.memory_bytes * (1.0 if self.kv_of_free else self.gpu_memory_utilization)
 
     def _kv_bytes_per_gpu(self, weights: float, act: float) -> float:
-        """KV bytes per GPU beside ``weights`` and ``act`` bytes (see ``kv_of_free``)."""
+        """KV bytes per GPU beside ``weights`` and ``act`` bytes (see ``kv_of_free``), less the sliding-window
+        layers' KV: a whole window for each of ``max_seqs`` sequences (the per-token KV counts only the
+        full-attention layers)."""
+        m = self.model
+        if m.sliding_layers:
+            act = act + self.max_seqs * m.window_kv_bytes * max(1, self.tp // m.num_kv_heads) / (self.tp * self.pp)
         if self.kv_of_free:
             free = self.hardware.memory_bytes - weights - act
             return self.gpu_memory_utilization * free if free > 0 else free

@@ -179,9 +179,14 @@ class EfficiencyTimer(RooflineTimer):
             self.gemm_rate *= eff.gemm_eff / hw.compute_efficiency  # lowp_ratio scales the weights' GEMMs
         if eff.mem_eff is not None:
             self.bw *= eff.mem_eff / hw.memory_efficiency
-        if eff.lowp_eff is not None and dep.model.weight_elem_bytes != dep.model.dtype_bytes:
-            # GEMMs with quantised weights at lowp_eff of their precision's peak instead of gemm_eff of it
-            self.lowp_ratio *= eff.lowp_eff / (eff.gemm_eff or hw.compute_efficiency)
+        if eff.lowp_eff is not None:
+            # GEMMs with quantised weights at lowp_eff of their precision's peak instead of gemm_eff of it (the
+            # routed experts by their own precision)
+            m, adj = dep.model, eff.lowp_eff / (eff.gemm_eff or hw.compute_efficiency)
+            if m.weight_elem_bytes != m.dtype_bytes:
+                self.lowp_ratio *= adj
+            if m.expert_elem_bytes != m.dtype_bytes:
+                self.expert_ratio *= adj
         if eff.ew_eff is not None:
             self.ew_bw = hw.mem_bandwidth * eff.ew_eff
         if eff.launch_s is not None:

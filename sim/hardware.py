@@ -120,7 +120,7 @@ class HardwareSpec:
         dequantised to 16-bit (weight-only kernels: Marlin for FP8 on Ampere, the MXFP4/NVFP4 kernels on
         Hopper), as is weight-only int4 everywhere.
         """
-        if precision == "fp4" and self.peak_flops_fp4 > 0:
+        if precision in ("fp4", "mxfp4") and self.peak_flops_fp4 > 0:
             return "fp4"
         if precision == "fp8" and self.peak_flops_fp8 > 0:
             return "fp8"

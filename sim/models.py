@@ -26,7 +26,9 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 #   blog "Introducing NVFP4 for efficient and accurate low-precision inference", 2025-06-24);
 # * int4: AWQ/GPTQ layout, 4-bit values with an fp16 scale and a 4-bit zero point per group of 128
 #   = 4 + 20/128 bits (Lin et al., AWQ, MLSys'24; the AutoAWQ/GPTQ checkpoint format).
-WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 4.5 / 8, "int4": (4 + 20 / 128) / 8}
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 4.5 / 8, "int4": (4 + 20 / 128) / 8,
+                # OCP microscaling FP4: 4-bit E2M1 values, one 8-bit E8M0 scale per 32 (gpt-oss's expert weights)
+                "mxfp4": (4 + 8 / 32) / 8}
 WEIGHT_PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int4")
 KV_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 KV_DTYPES = ("bf16", "fp16", "fp8")
@@ -80,6 +82,15 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0  # decoupled rotary key width, cached with the latent
     v_head_dim: int = 0
+    # sliding-window attention: ``sliding_layers`` of the decoder layers attend only the last ``sliding_window``
+    # tokens (gpt-oss: every other layer, 128); their KV beyond the window is freed (vLLM's hybrid KV manager,
+    # SGLang's SWA pool), so the per-token KV counts the full-attention layers and each running sequence holds at
+    # most a window in the others
+    sliding_window: int = 0
+    sliding_layers: int = 0
+    # the routed experts' weight precision where it differs from ``weights`` (gpt-oss: MXFP4 experts, BF16
+    # attention, router and LM head); "" = ``weights``
+    expert_weights: str = ""
 
     def __post_init__(self) -> None:
         where = f"model {self.name!r}"
@@ -139,6 +150,20 @@ class ModelSpec:
             for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, f) <= 0:
                     raise UserError(f"{where}: {f} must be positive for multi-head latent attention")
+        if self.sliding_window < 0 or not 0 <= self.sliding_layers < self.num_layers:
+            raise UserError(f"{where}: sliding_window must be >= 0 and sliding_layers in 0..num_layers - 1 "
+                            f"({self.num_layers - 1}), got {self.sliding_window} / {self.sliding_layers}")
+        if bool(self.sliding_window) != bool(self.sliding_layers):
+            raise UserError(f"{where}: sliding_window and sliding_layers come together (got "
+                            f"{self.sliding_window} / {self.sliding_layers})")
+        if self.sliding_layers and self.is_mla:
+            raise UserError(f"{where}: sliding-window layers with multi-head latent attention are not modelled")
+        if self.expert_weights:
+            if self.expert_weights not in WEIGHT_BYTES:
+                raise UserError(f"{where}: unknown expert weight precision {self.expert_weights!r}; use one of "
+                                f"{', '.join(WEIGHT_BYTES)}")
+            if not self.num_experts:
+                raise UserError(f"{where}: expert_weights needs routed experts (num_experts > 0)")
 
     # ---- kinds and precisions ----------------------------------------------------------------
     @property
@@ -160,8 +185,23 @@ class ModelSpec:
         return WEIGHT_BYTES[self.weights]
 
     @property
+    def expert_precision(self) -> str:
+        """The routed experts' weight precision (``expert_weights``, else ``weights``)."""
+        return self.expert_weights or self.weights
+
+    @property
+    def expert_elem_bytes(self) -> float:
+        """Bytes of one routed-expert weight, block scales included."""
+        return WEIGHT_BYTES[self.expert_precision]
+
+    @property
     def kv_elem_bytes(self) -> int:
         return KV_BYTES[self.kv_dtype]
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Decoder layers whose attention reads the whole context (all but the sliding-window ones)."""
+        return self.num_layers - self.sliding_layers
 
     # ---- derived shapes -------------------------------------------------------------------
     @property
@@ -298,9 +338,15 @@ class ModelSpec:
 
     @property
     def gemm_weight_params(self) -> int:
-        """Weights stored in the ``weights`` precision: every decoder GEMM but the routers."""
+        """Weights stored in the ``weights`` precision (the routed experts' in ``expert_precision``): every
+        decoder GEMM but the routers."""
         return (self.num_layers * self.attn_linear_params + self.dense_layers * self.mlp_params
                 + self.moe_layers * (self.num_experts * self.expert_params + self.shared_params))
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Weights of every routed expert of every MoE layer."""
+        return self.moe_layers * self.num_experts * self.expert_params
 
     @property
     def gemm_params_active(self) -> int:
@@ -311,14 +357,25 @@ class ModelSpec:
     @property
     def weight_bytes(self) -> int:
         """GEMM weights in their precision; embeddings, LM head, norms and routers in ``dtype``."""
-        g = self.gemm_weight_params
-        return round(g * self.weight_elem_bytes + (self.num_params - g) * self.dtype_bytes)
+        g, e = self.gemm_weight_params, self.routed_expert_params
+        return round((g - e) * self.weight_elem_bytes + e * self.expert_elem_bytes
+                     + (self.num_params - g) * self.dtype_bytes)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV of one token over all layers: K and V of the KV heads (MLA: the latent and rotary key)."""
-        per_layer = self.kv_dim if self.is_mla else 2 * self.kv_dim
-        return per_layer * self.num_layers * self.kv_elem_bytes
+        """KV of one token over the full-attention layers (all layers but sliding-window ones): K and V of the
+        KV heads (MLA: the latent and rotary key)."""
+        return self.kv_layer_bytes * self.full_attention_layers
+
+    @property
+    def kv_layer_bytes(self) -> int:
+        """KV of one token in one layer."""
+        return (self.kv_dim if self.is_mla else 2 * self.kv_dim) * self.kv_elem_bytes
+
+    @property
+    def window_kv_bytes(self) -> int:
+        """KV one running sequence holds at most in the sliding-window layers (their whole window)."""
+        return self.kv_layer_bytes * self.sliding_layers * self.sliding_window
 
     # ---- variants and identity ---------------------------------------------------------------
     def with_dtype(self, dtype: str) -> ModelSpec:
@@ -362,7 +419,11 @@ class ModelSpec:
         if self.is_moe:
             out.update({"moe_layers": self.moe_layers, "experts": self.num_experts,
                         "experts_per_token": self.experts_per_token, "expert_width": self.moe_intermediate_size,
-                        "shared_experts": self.num_shared_experts, "shared_width": self.shared_intermediate_size})
+                        "shared_experts": self.num_shared_experts, "shared_width": self.shared_intermediate_size,
+                        "expert_weights": self.expert_precision})
+        if self.sliding_layers:
+            out.update({"sliding_window": self.sliding_window, "sliding_layers": self.sliding_layers,
+                        "window_kv_bytes": self.window_kv_bytes})
         if self.is_mla:
             out.update({"kv_lora_rank": self.kv_lora_rank, "q_lora_rank": self.q_lora_rank,
                         "qk_nope_head_dim": self.qk_nope_head_dim, "qk_rope_head_dim": self.qk_rope_head_dim,
@@ -428,6 +489,21 @@ PRESETS: dict[str, ModelSpec] = {
                   model_type="llama4", num_experts=128, experts_per_token=1, moe_intermediate_size=8192,
                   num_shared_experts=1, shared_intermediate_size=8192, moe_layers=24,
                   source=_HF + "meta-llama/Llama-4-Maverick-17B-128E (text_config)"),
+        # gpt-oss (OpenAI, Aug 2025): every layer MoE (top-4 of 32 / 128 experts 2,880 wide), 64 query and 8 KV
+        # heads of 64 (queries 4,096 wide against a 2,880-wide residual), q/k/v biases, alternating sliding-window
+        # (128 tokens, the even layers) and full attention; the checkpoint keeps the routed experts in MXFP4 and
+        # attention, router, embedding and LM head in BF16 (quantization_config.modules_to_not_convert). The
+        # per-head attention sinks (one learned logit a head) cost nothing here.
+        ModelSpec("gpt-oss-20b", 2880, 24, 64, 8, 2880, 201088, head_dim=64, qkv_bias=True,
+                  max_position_embeddings=131072, model_type="gpt_oss", num_experts=32, experts_per_token=4,
+                  moe_intermediate_size=2880, moe_layers=24, sliding_window=128, sliding_layers=12,
+                  expert_weights="mxfp4", source=_HF + "openai/gpt-oss-20b (config.json: layer_types, "
+                                                      "quantization_config mxfp4)"),
+        ModelSpec("gpt-oss-120b", 2880, 36, 64, 8, 2880, 201088, head_dim=64, qkv_bias=True,
+                  max_position_embeddings=131072, model_type="gpt_oss", num_experts=128, experts_per_token=4,
+                  moe_intermediate_size=2880, moe_layers=36, sliding_window=128, sliding_layers=18,
+                  expert_weights="mxfp4", source=_HF + "openai/gpt-oss-120b (config.json: layer_types, "
+                                                       "quantization_config mxfp4)"),
         # ---- multi-head latent attention + MoE (first 3 layers dense); published with FP8 weights ----
         ModelSpec("deepseek-v3", 7168, 61, 128, 128, 18432, 129280, head_dim=192, max_position_embeddings=163840,
                   model_type="deepseek_v3", weights="fp8", num_experts=256, experts_per_token=8,
@@ -531,8 +607,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     top = cfg
     model_type = str(cfg.get("model_type", "llama"))
     if model_type not in _SUPPORTED:
+        hint = "; gpt-oss-20b and gpt-oss-120b are presets" if model_type == "gpt_oss" else ""
         raise UserError(f"{path}: model_type {model_type!r} is not supported (supported: "
-                        f"{', '.join(SUPPORTED_TYPES)})")
+                        f"{', '.join(SUPPORTED_TYPES)}){hint}")
     if model_type == "llama4":  # a multimodal config: the text model lives in text_config
         if not isinstance(cfg.get("text_config"), dict):
             raise UserError(f"{path}: a llama4 config needs a 'text_config' object")

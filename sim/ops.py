@@ -118,6 +118,10 @@ class Shapes:
     sh_mlp1: int = 0  # shared experts' first matrix width per GPU
     sh_inter: int = 0
     ep: int = 1
+    e_w_bytes: float = 0.0  # routed-expert weight element; 0: w_bytes
+    # sliding-window attention: layers (of ``layers``) that attend only the last ``window`` tokens
+    swa_layers: int = 0
+    window: int = 0
     disp_bytes: float = 0.0  # one dispatched activation element of the all-to-all; 0: dtype_bytes
     expert_q: tuple = ()  # per local expert: the probability a token picks it
     # multi-head latent attention
@@ -141,6 +145,8 @@ class Shapes:
             object.__setattr__(self, "o", self.q)
         if self.disp_bytes == 0:
             object.__setattr__(self, "disp_bytes", self.dtype_bytes)
+        if self.e_w_bytes == 0:
+            object.__setattr__(self, "e_w_bytes", self.w_bytes)
         if self.dense_layers < 0:
             object.__setattr__(self, "dense_layers", self.layers - self.moe_layers)
 
@@ -151,7 +157,7 @@ class Shapes:
             hidden=m.hidden_size, mlp1=m.mlp_in_out // t, inter=m.intermediate_size // t,
             vocab=-(-m.vocab_size // t), layers=m.num_layers, dtype_bytes=m.dtype_bytes, gated=m.gated_mlp,
             rope=m.rope, learned_pos=not m.rope, tp=t, w_bytes=m.weight_elem_bytes, kv_bytes=m.kv_elem_bytes,
-            dense_layers=m.dense_layers,
+            dense_layers=m.dense_layers, swa_layers=m.sliding_layers, window=m.sliding_window,
         )
         if m.is_mla:
             heads = m.num_heads // t
@@ -171,17 +177,18 @@ class Shapes:
             # quantise the tokens before the dispatch, not after it: DeepSeek-V3 (arXiv 2412.19437, sec. 3.3.2)
             # dispatches FP8 activations and combines in BF16, as DeepEP and TensorRT-LLM's FP8/NVFP4 MoE do.
             # Weight-only kernels (FP8 on Ampere, int4) take 16-bit tokens.
-            lowp = dep.hardware.gemm_precision(m.weights) in ("fp8", "fp4")
-            disp = m.weight_elem_bytes if lowp else m.dtype_bytes
+            lowp = dep.hardware.gemm_precision(m.expert_precision) in ("fp8", "fp4")
+            disp = min(m.expert_elem_bytes, 1.0) if lowp else m.dtype_bytes
             moe = dict(moe_layers=m.moe_layers, experts=m.num_experts, topk=m.experts_per_token,
                        e_mlp1=2 * m.moe_intermediate_size // etp, e_inter=m.moe_intermediate_size // etp,
                        sh_mlp1=2 * m.shared_intermediate_size // t, sh_inter=m.shared_intermediate_size // t,
-                       ep=ep, expert_q=tuple(float(x) for x in q), disp_bytes=disp)
+                       ep=ep, expert_q=tuple(float(x) for x in q), disp_bytes=disp, e_w_bytes=m.expert_elem_bytes)
         if dep.pp > 1 and dep.stage >= 0:  # one pipeline stage: its layers, embedding or LM head
             i = dep.stage
             L = dep.stage_layers()[i]
             ml = dep.stage_moe_layers(i) if m.is_moe else 0
-            common.update(layers=L, dense_layers=L - ml, embed=i == 0, head=i == dep.pp - 1)
+            swa = L - -(-L * m.full_attention_layers // m.num_layers)  # its sliding-window layers
+            common.update(layers=L, dense_layers=L - ml, embed=i == 0, head=i == dep.pp - 1, swa_layers=swa)
             if moe:
                 moe["moe_layers"] = ml
         return Shapes(**common, **attn, **moe)
@@ -267,6 +274,22 @@ def attn_coefs(s: Shapes) -> tuple:
     return (4 * s.q, ba * 2 * s.q, bk * 2 * s.kv, 4 * s.q, bk * 2 * s.kv, ba * 2 * s.q)
 
 
+def window_features(s: Shapes, Tp, Np, pairs, pkv, D, Cd):
+    """``(pairs, pkv, Cd)`` as one layer's attention sees them on average over the layers: the full-attention
+    layers see the step's own, the sliding-window ones at most ``window`` keys per query -- prefill pairs
+    min(pairs, Tp x window), keys read min(pkv, Tp + Np x window), decode context min(Cd, D x (window - 1)).
+    Attention is linear in these (the roofline's max of two proportional bounds), so the mean over layers prices
+    the sum of both kinds; numbers or arrays. Unchanged for a model without sliding-window layers."""
+    if not s.swa_layers:
+        return pairs, pkv, Cd
+    W, a = s.window, s.swa_layers / s.layers
+
+    def mix(full, capped):
+        return full - a * (full - np.minimum(full, capped))
+
+    return mix(pairs, Tp * W), mix(pkv, Tp + Np * W), mix(Cd, D * (W - 1))
+
+
 def op_counts(s: Shapes, f) -> dict[str, tuple]:
     """``{op: (flops, bytes, kernels)}`` for one layer (layer ops) or the whole model (model ops).
 
@@ -284,7 +307,9 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     has_p = _pos(f.num_prefill_seqs)
     has_d = _pos(D)
     has_t = _pos(T)
-    dec_keys = f.decode_ctx_sum + D  # each decode token attends its context plus itself
+    pairs, pkv, cd = window_features(s, Tp, f.num_prefill_seqs, f.attn_pairs, f.prefill_kv_tokens, D,
+                                     f.decode_ctx_sum)
+    dec_keys = cd + D  # each decode token attends its context plus itself
     # NOTE: a GEMM with no rows does not run, so its weights are read only when it has rows
     has_n = _pos(N)
     zero = (0 * T, 0 * T, 0 * T)
@@ -305,7 +330,7 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         out["qkv_proj"] = (2 * T * h * qkv, bw * h * qkv * has_t + b * (T * h + T * qkv), has_t)
         out["rope"] = (6 * T * (s.q + s.kv), b * 2 * T * (s.q + s.kv), has_t) if s.rope else zero
         out["kv_write"] = (0 * T, b * 2 * T * s.kv + bk * 2 * T * s.kv, has_t)
-    out["attn_prefill"] = (fp * f.attn_pairs, bq * Tp + bkey * f.prefill_kv_tokens, has_p)
+    out["attn_prefill"] = (fp * pairs, bq * Tp + bkey * pkv, has_p)
     if s.mla:
         out["kv_up_proj"] = mla_up_counts(s, f.prefill_kv_tokens, has_p)
     out["attn_decode"] = (fd * dec_keys, bdk * dec_keys + bds * D, has_d)
@@ -333,11 +358,12 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         # weighted combine: read each assignment's output row, write the token's sum
         out["router"] = (2 * T * h * E, b * (h * E * has_t + T * h) + 4 * T * E, has_t)
         out["moe_combine"] = (2 * A * h, b * (A * h + T * h), 3 * has_t)
-        out["moe_gate_up"] = (2 * A * h * s.e_mlp1, bw * h * s.e_mlp1 * touched + b * (A * h + A * s.e_mlp1), has_t)
+        ew = s.e_w_bytes
+        out["moe_gate_up"] = (2 * A * h * s.e_mlp1, ew * h * s.e_mlp1 * touched + b * (A * h + A * s.e_mlp1), has_t)
         sh = s.sh_inter > 0
         out["moe_act"] = (4 * (A * s.e_inter + T * s.sh_inter), b * 3 * (A * s.e_inter + T * s.sh_inter),
                           (2 if sh else 1) * has_t)
-        out["moe_down"] = (2 * A * s.e_inter * h, bw * s.e_inter * h * touched + b * (A * s.e_inter + A * h), has_t)
+        out["moe_down"] = (2 * A * s.e_inter * h, ew * s.e_inter * h * touched + b * (A * s.e_inter + A * h), has_t)
         if sh:
             out["shared_gate_up"] = (2 * T * h * s.sh_mlp1, bw * h * s.sh_mlp1 * has_t + b * (T * h + T * s.sh_mlp1),
                                      has_t)
@@ -401,4 +427,4 @@ def _pos(x):
 __all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MLA_OPS", "MODEL_OPS",
            "MOE_GEMMS", "MOE_OPS", "OPS", "OP_TABLE", "Op", "PROFILED_OPS",
            "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
-           "op_counts"]
+           "op_counts", "window_features"]

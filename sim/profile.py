@@ -39,7 +39,7 @@ from blendsim.sim.deployment import Deployment
 from blendsim.sim.errors import UserError
 from blendsim.sim.io import read_json, write_json
 from blendsim.sim.models import DTYPE_BYTES
-from blendsim.sim.ops import MLA_OPS, MOE_OPS, OPS, PROFILED_OPS
+from blendsim.sim.ops import MLA_OPS, MOE_OPS, OPS, PROFILED_OPS, window_features
 from blendsim.sim.profile_check import check_profile
 from blendsim.sim.timers import RooflineTimer
 
@@ -217,14 +217,20 @@ class ProfileTimer:
         if fit is None:
             return self.roofline.op_time(op, flops, nbytes, kernels, f)
         on = np.asarray(kernels) > 0
+        if op in ("attn_prefill", "attn_decode"):  # sliding-window layers: the mean layer's keys
+            pairs, _, cd = window_features(self.shapes, np.asarray(f.num_prefill_tokens, dtype=float),
+                                           np.asarray(f.num_prefill_seqs, dtype=float),
+                                           np.asarray(f.attn_pairs, dtype=float), 0.0,
+                                           np.asarray(f.num_decode, dtype=float),
+                                           np.asarray(f.decode_ctx_sum, dtype=float))
         if op == "attn_prefill":
             np_ = np.maximum(np.asarray(f.num_prefill_seqs, dtype=float), 1)
             n = np.maximum(np.asarray(f.num_prefill_tokens, dtype=float) / np_, 1)
-            ctx = np.maximum(np.asarray(f.attn_pairs, dtype=float) / np_ / n - (n + 1) / 2, 0)
+            ctx = np.maximum(pairs / np_ / n - (n + 1) / 2, 0)
             t = fit.predict(n, ctx) * np_
         elif op == "attn_decode":
             d = np.maximum(np.asarray(f.num_decode, dtype=float), 1)
-            t = fit.predict(d, np.asarray(f.decode_ctx_sum, dtype=float) / d)
+            t = fit.predict(d, cd / d)
         else:
             x = f.num_logits if op == "lm_head" else f.num_tokens
             t = fit.predict(np.maximum(np.asarray(x, dtype=float), 1))
@@ -234,11 +240,16 @@ class ProfileTimer:
         rp, rd = self.roofline.attn_scalars()
         pf, dfit = self.profile.ops.get("attn_prefill"), self.profile.ops.get("attn_decode")
 
+        s = self.shapes
+        a, W = (s.swa_layers / s.layers, s.window) if s.swa_layers else (0.0, 0)
+
         def prefill(Tp, Np, pairs, pkv, chunks=None):
             if pf is None:
                 return rp(Tp, Np, pairs, pkv)
-            if chunks:  # exact: one kernel call per sequence's chunk
-                return sum(self._prefill_chunk(pf, n, c) for _, n, c, _ in chunks)
+            if chunks:  # exact: one kernel call per sequence's chunk (a sliding-window layer's context <= W)
+                return sum((1 - a) * self._prefill_chunk(pf, n, c) + (a * self._prefill_chunk(pf, n, min(c, W))
+                                                                      if a else 0.0) for _, n, c, _ in chunks)
+            pairs = float(window_features(s, Tp, Np, pairs, pkv, 0, 0)[0])
             n = max(Tp / Np, 1.0)
             ctx = max(pairs / Np / n - (n + 1) / 2, 0.0)
             return self._prefill_chunk(pf, n, ctx) * Np
@@ -246,7 +257,7 @@ class ProfileTimer:
         def decode(D, Cd):
             if dfit is None:
                 return rd(D, Cd)
-            return dfit.predict_scalar(D, Cd / D)
+            return dfit.predict_scalar(D, float(window_features(s, 0, 0, 0, 0, D, Cd)[2]) / D)
 
         return prefill, decode
 

@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from blendsim.sim.deployment import Deployment
-from blendsim.sim.ops import ALL_GEMM_OPS, LOWP_GEMMS, Shapes, attn_coefs, gemm_m
+from blendsim.sim.ops import ALL_GEMM_OPS, LOWP_GEMMS, MOE_GEMMS, Shapes, attn_coefs, gemm_m, window_features
 
 
 class OpTimer(Protocol):
@@ -82,6 +82,8 @@ class RooflineTimer:
         # GEMMs with weights in the ``weights`` precision run at its tensor-core peak where the device has one:
         # this ratio to the 16-bit rate (1 for 16-bit weights), so timers that rescale gemm_rate keep it
         self.lowp_ratio = hw.flops_for(m.weights) / peak
+        # the routed experts' GEMMs at their own precision's peak (gpt-oss: MXFP4 experts beside BF16 attention)
+        self.expert_ratio = hw.flops_for(m.expert_precision) / peak
         self.attn_rate = peak * hw.attention_compute_efficiency
         self.bw = hw.mem_bandwidth * hw.memory_efficiency
         self.attn_bw = self.bw  # decode attention reading the paged KV cache (EfficiencyTimer fits its own)
@@ -107,7 +109,8 @@ class RooflineTimer:
             m = np.asarray(gemm_m(op, f, self.shapes))
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
             pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
-            tc = flops * pad / (self.gemm_rate * self.lowp_ratio if op in LOWP_GEMMS else self.gemm_rate)
+            ratio = (self.expert_ratio if op in MOE_GEMMS else self.lowp_ratio) if op in LOWP_GEMMS else 1.0
+            tc = flops * pad / (self.gemm_rate * ratio)
             tm = nbytes / self.bw
             if self.blend:
                 # NOTE: a p-norm instead of max(): near the ridge neither bound is reached (see hardware.py)
@@ -132,7 +135,21 @@ class RooflineTimer:
         """Closures pricing one layer's prefill and decode attention from scalars (engine hot path)."""
         fp, bq, bkey, fd, bdk, bds = attn_coefs(self.shapes)
         ar, gr, bw, abw, la = self.attn_rate, self.gemm_rate, self.bw, self.attn_bw, self.launch
+        s = self.shapes
+        if s.swa_layers:  # sliding-window layers: the mean layer's keys (ops.window_features)
+            def prefill(Tp, Np, pairs, pkv, chunks=None):
+                pairs, pkv, _ = window_features(s, Tp, Np, pairs, pkv, 0, 0)
+                return dense_prefill(Tp, Np, pairs, pkv)
 
+            def decode(D, Cd):
+                return dense_decode(D, window_features(s, 0, 0, 0, 0, D, Cd)[2])
+
+            dense_prefill, dense_decode = self._attn_closures(fp, bq, bkey, fd, bdk, bds, ar, gr, bw, abw, la)
+            return prefill, decode
+        return self._attn_closures(fp, bq, bkey, fd, bdk, bds, ar, gr, bw, abw, la)
+
+    @staticmethod
+    def _attn_closures(fp, bq, bkey, fd, bdk, bds, ar, gr, bw, abw, la):
         def prefill(Tp, Np, pairs, pkv, chunks=None):
             a = fp * pairs / ar
             m = (bq * Tp + bkey * pkv) / bw

@@ -112,7 +112,8 @@ def free_params(rows: list) -> list[Param]:
     for _row, pr in rows:
         prof, hw = pr.profile, pr.dep.hardware
         moe = bool(getattr(pr.dep.model, "num_experts", 0))
-        quant = pr.dep.model.weight_elem_bytes != pr.dep.model.dtype_bytes
+        m = pr.dep.model
+        quant = m.weight_elem_bytes != m.dtype_bytes or (moe and m.expert_elem_bytes != m.dtype_bytes)
         for n in HW_PARAMS:
             # gemm_eff only where a row's weights are 16-bit: on a row with quantised weights only the LM head and
             # the router run at it, too little to identify it (it stays at the preset there)

@@ -1,0 +1,152 @@
+"""gpt-oss: MXFP4 routed experts beside BF16 attention, and sliding-window layers (every other one, 128 tokens).
+
+Sizes against OpenAI's model card (116.8B / 20.9B parameters; 5.1B / 3.6B active without the embedding) and the
+Hugging Face checkpoints (65.3 GB / 13.8 GB of safetensors); mechanisms worked by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from blendsim.sim.batch import BatchFeatures, features_arrays
+from blendsim.sim.cost import CostModel
+from blendsim.sim.deployment import Deployment
+from blendsim.sim.engines import get_profile
+from blendsim.sim.errors import UserError
+from blendsim.sim.hardware import get_hardware
+from blendsim.sim.models import PRESETS, WEIGHT_BYTES, ModelSpec
+from blendsim.sim.ops import Shapes, op_counts, window_features
+
+
+def dep(name="gpt-oss-120b", hw="h100-80gb", tp=1, pp=1, model=None, **kw) -> Deployment:
+    return Deployment(model or PRESETS[name], get_hardware(hw), tp, pp=pp, **kw)
+
+
+@pytest.mark.parametrize("name, total, active, ckpt_gb", [("gpt-oss-120b", 116.8, 5.13, 65.3),
+                                                           ("gpt-oss-20b", 20.9, 3.61, 13.8)])
+def test_sizes_match_the_model_card_and_the_checkpoint(name, total, active, ckpt_gb):
+    m = PRESETS[name]
+    assert m.params_total / 1e9 == pytest.approx(total, rel=0.005)
+    assert (m.params_active - m.embedding_params) / 1e9 == pytest.approx(active, rel=0.01)
+    assert m.weight_bytes / 1e9 == pytest.approx(ckpt_gb, rel=0.01)  # MXFP4 experts, the rest BF16
+    # the experts at 4.25 bits, the rest at 16
+    e = m.routed_expert_params
+    assert m.weight_bytes == round(e * WEIGHT_BYTES["mxfp4"] + (m.num_params - e) * 2)
+    assert WEIGHT_BYTES["mxfp4"] == pytest.approx(4.25 / 8)
+
+
+def test_kv_counts_the_full_attention_layers_and_reserves_each_sequence_a_window():
+    m = PRESETS["gpt-oss-120b"]
+    assert m.full_attention_layers == 18 and m.sliding_layers == 18
+    assert m.kv_bytes_per_token == 18 * 2 * 8 * 64 * 2  # K and V of 8 heads of 64, BF16, full layers only
+    assert m.window_kv_bytes == 18 * 128 * 2 * 8 * 64 * 2
+    full = replace(m, sliding_window=0, sliding_layers=0)
+    a, b = dep(model=m, max_seqs=256), dep(model=full, max_seqs=256)
+    # the same bytes for KV, less 256 windows; per token half the layers: about twice the tokens
+    kv_a, kv_b = a.kv_capacity_bytes, b.kv_capacity_bytes
+    assert kv_b - kv_a == pytest.approx(256 * m.window_kv_bytes, rel=1e-9)
+    assert a.kv_capacity_tokens == pytest.approx(2 * kv_a / full.kv_bytes_per_token, rel=1e-6)
+
+
+def test_sliding_window_layers_read_at_most_the_window():
+    s = Shapes.of(dep())
+    assert (s.swa_layers, s.window, s.layers) == (18, 128, 36)
+    # decode: 100 sequences at 4,000 tokens of context: half the layers read 4,000 keys, half 127 (+ itself)
+    pairs, pkv, cd = window_features(s, 0, 0, 0, 0, 100, 400_000)
+    assert cd == pytest.approx(0.5 * 400_000 + 0.5 * 100 * 127)
+    # short contexts are unchanged
+    assert window_features(s, 0, 0, 0, 0, 100, 5_000)[2] == pytest.approx(5_000)
+    # prefill: 2,048 new tokens after 6,000: full layers see their pairs, window layers <= 128 keys per query
+    f = BatchFeatures.from_parts([(0, 2048, 6000, 0)], 0, 0, 1)
+    pairs, pkv, _ = window_features(s, f.num_prefill_tokens, 1, f.attn_pairs, f.prefill_kv_tokens, 0, 0)
+    assert pairs == pytest.approx(0.5 * f.attn_pairs + 0.5 * 2048 * 128)
+    assert pkv == pytest.approx(0.5 * f.prefill_kv_tokens + 0.5 * (2048 + 128))
+    # so a long-context decode step costs about half the attention of the same model without windows
+    c = CostModel(dep(), "sequential", get_profile("ideal", {}))
+    full = CostModel(dep(model=replace(PRESETS["gpt-oss-120b"], sliding_window=0, sliding_layers=0)), "sequential",
+                     get_profile("ideal", {}))
+    g = BatchFeatures.decode_only(64, 32_000)
+    att = {r["op"]: r["time_s"] for r in c.breakdown(g)}["attn_decode"]
+    att_full = {r["op"]: r["time_s"] for r in full.breakdown(g)}["attn_decode"]
+    assert att == pytest.approx(att_full * (0.5 + 0.5 * 128 / 32_001), rel=0.02)
+
+
+def test_expert_gemms_stream_mxfp4_and_the_rest_bf16():
+    s = Shapes.of(dep())
+    assert s.e_w_bytes == pytest.approx(4.25 / 8) and s.w_bytes == 2
+    f = BatchFeatures.decode_only(1, 0)
+    n = op_counts(s, f)
+    h = 2880
+    # one token touches its 4 experts: gate/up (2 x 2880 wide) and down, 4.25 bits a weight
+    assert n["moe_gate_up"][1] == pytest.approx(4.25 / 8 * h * 5760 * 4 + 2 * (4 * h + 4 * 5760), rel=1e-9)
+    assert n["qkv_proj"][1] == pytest.approx(2 * h * (4096 + 1024) + 2 * (h + 5120), rel=1e-9)  # BF16 weights
+
+
+@pytest.mark.parametrize("d", [dep(), dep("gpt-oss-20b", hw="a100-80gb"), dep(tp=2), dep(hw="b200")])
+@pytest.mark.parametrize("mode", ["sequential", "overlap"])
+def test_engine_path_equals_cost(d, mode):
+    c = CostModel(d, mode, get_profile("vllm", {}))
+    feats = [BatchFeatures.decode_only(1, 0), BatchFeatures.prefill_only(4096),
+             BatchFeatures.from_parts([(0, 256, 9000, 0)], 100, 150_000, 100), BatchFeatures.decode_only(300, 2000)]
+    for f in feats:
+        ref = c.cost(f)
+        t, comp, mem = c.step(f.num_tokens, f.num_prefill_tokens, f.num_prefill_seqs, f.attn_pairs,
+                              f.prefill_kv_tokens, f.num_decode, f.decode_ctx_sum, f.num_logits)
+        assert (t, comp, mem) == pytest.approx((ref.time_s, ref.compute_s, ref.memory_s), rel=1e-9)
+    many = c.cost_many(features_arrays(**{k: [getattr(f, k) for f in feats] for k in (
+        "num_tokens", "num_prefill_tokens", "num_prefill_seqs", "attn_pairs", "prefill_kv_tokens", "num_decode",
+        "decode_ctx_sum", "num_logits")}))
+    assert many["time_s"] == pytest.approx([c.cost(f).time_s for f in feats], rel=1e-9)
+    ctx = np.array([50, 1000, 20000])
+    t, comp, mem = c.decode_many(32, ctx)
+    assert t == pytest.approx([c.cost(BatchFeatures(32, 0, 0, 0, 0, 32, int(x), 32)).time_s for x in ctx], rel=1e-9)
+
+
+def test_mxfp4_runs_on_fp4_cores_where_there_are_some():
+    from blendsim.sim.timers import RooflineTimer
+
+    for hw, ratio in (("h100-80gb", 1.0), ("a100-80gb", 1.0), ("b200", 4.0)):
+        t = RooflineTimer(dep(hw=hw))
+        assert t.expert_ratio == pytest.approx(ratio) and t.lowp_ratio == 1.0  # BF16 attention at the 16-bit peak
+
+
+def test_pipeline_stages_split_the_window_layers():
+    d = dep(pp=2)
+    assert [Shapes.of(d.at_stage(i)).swa_layers for i in range(2)] == [9, 9]
+    assert sum(d.stage_kv_tokens()) > 0
+
+
+def test_bad_window_fields_are_one_line():
+    base = dict(name="x", hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=4, intermediate_size=128,
+                vocab_size=100)
+    for kw, said in (({"sliding_window": 128}, "come together"), ({"sliding_layers": 4, "sliding_window": 8}, "0..num"),
+                     ({"expert_weights": "mxfp4"}, "needs routed experts"), ({"expert_weights": "int3"}, "unknown")):
+        with pytest.raises(UserError, match=said):
+            ModelSpec(**base, **kw)
+
+
+def test_simulate_runs_gpt_oss(tmp_path):
+    from blendsim import api
+
+    trace = api.make_trace(input_len=[300] * 40, output_len=[200] * 40)
+    r = api.simulate(trace, policy="fcfs", model="gpt-oss-20b", hardware="h100-80gb", engine="vllm@0.11")
+    assert r.summary["makespan_s"] > 0 and r.summary["model"] == "gpt-oss-20b"
+
+
+def test_validation_rows_run_and_stay_out_of_the_fit():
+    """validation.csv's gpt-oss rows are cited catalogue rows the shipped parameters were not fitted on."""
+    import csv
+
+    from blendsim.fidelity.catalogue import read_catalogue, row_engine_key
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUES, SHIPPED_VALIDATION
+
+    rows = read_catalogue(SHIPPED_VALIDATION)
+    assert len(rows) == 20 and all(r.model in PRESETS and r.source and r.note for r in rows)
+    fitted = {r["id"] for p in SHIPPED_CATALOGUES for r in csv.DictReader(open(p, newline=""))}
+    assert not fitted & {r.id for r in rows}
+    assert all(r.id.startswith(r.engine + "-") for r in rows)
+    assert sum(r.weights == "bf16" for r in rows) == 20  # attention, router, LM head; the preset's experts MXFP4
+    assert sum("async_scheduling=1" in row_engine_key(r) for r in rows) == 12
