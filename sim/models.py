@@ -35,7 +35,7 @@ KV_DTYPES = ("bf16", "fp16", "fp8")
 _HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8"}
 # decoder layouts whose shapes this module reads (llama4: the text model of the config's text_config)
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "opt", "qwen3_moe", "mixtral", "llama4", "deepseek_v2",
-                   "deepseek_v3")
+                   "deepseek_v3", "gpt_oss")
 _SUPPORTED = set(SUPPORTED_TYPES) | {"llama4_text"}
 
 
@@ -607,9 +607,8 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     top = cfg
     model_type = str(cfg.get("model_type", "llama"))
     if model_type not in _SUPPORTED:
-        hint = "; gpt-oss-20b and gpt-oss-120b are presets" if model_type == "gpt_oss" else ""
         raise UserError(f"{path}: model_type {model_type!r} is not supported (supported: "
-                        f"{', '.join(SUPPORTED_TYPES)}){hint}")
+                        f"{', '.join(SUPPORTED_TYPES)})")
     if model_type == "llama4":  # a multimodal config: the text model lives in text_config
         if not isinstance(cfg.get("text_config"), dict):
             raise UserError(f"{path}: a llama4 config needs a 'text_config' object")
@@ -654,6 +653,21 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         kw.update(_moe(c, layers, experts=("num_local_experts",), width=("intermediate_size",), moe_ids=ids))
         kw.update(num_shared_experts=1, shared_intermediate_size=kw["moe_intermediate_size"],
                   intermediate_size=c.int("intermediate_size_mlp", "intermediate_size"))
+    elif model_type == "gpt_oss":  # every layer MoE; layer_types marks the sliding-window layers
+        kw.update(_moe(c, layers, experts=("num_local_experts", "num_experts"), width=("intermediate_size",),
+                       moe_ids=range(layers)))
+        kw["intermediate_size"] = kw["moe_intermediate_size"]  # no dense layer; kept for shapes
+        kw["qkv_bias"] = c.bool("attention_bias", True)
+        types = c.cfg.get("layer_types") or []
+        if not isinstance(types, list) or len(types) not in (0, layers) or any(not isinstance(t, str) for t in types):
+            raise c.err(f"field 'layer_types' must list one attention type per layer ({layers}), got {types!r}")
+        sliding = sum(t == "sliding_attention" for t in types)
+        if sliding:
+            kw.update(sliding_layers=sliding, sliding_window=c.int("sliding_window"))
+        if kw["weights"] == "fp4" and str((c.cfg.get("quantization_config") or {}).get("quant_method")) == "mxfp4":
+            # the checkpoint's MXFP4 covers the experts only (modules_to_not_convert: attention, router, embedding,
+            # LM head stay in the dtype)
+            kw.update(weights="", expert_weights="mxfp4")
     elif model_type in ("deepseek_v2", "deepseek_v3"):
         first = c.int("first_k_dense_replace", default=0, minimum=0)
         freq = c.int("moe_layer_freq", default=1)

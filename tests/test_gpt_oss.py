@@ -150,3 +150,29 @@ def test_validation_rows_run_and_stay_out_of_the_fit():
     assert all(r.id.startswith(r.engine + "-") for r in rows)
     assert sum(r.weights == "bf16" for r in rows) == 20  # attention, router, LM head; the preset's experts MXFP4
     assert sum("async_scheduling=1" in row_engine_key(r) for r in rows) == 12
+
+
+@pytest.mark.parametrize("name, layers, experts", [("gpt-oss-120b", 36, 128), ("gpt-oss-20b", 24, 32)])
+def test_the_hugging_face_config_equals_the_preset(tmp_path, name, layers, experts):
+    """openai/gpt-oss-*/config.json's fields (layer_types alternate sliding and full attention, even layers
+    sliding; quantization_config mxfp4 leaves attention, router, embedding and LM head unconverted)."""
+    import json
+
+    from blendsim.sim.models import load_hf_config
+
+    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 2880,
+           "num_hidden_layers": layers, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+           "intermediate_size": 2880, "num_local_experts": experts, "num_experts_per_tok": 4, "vocab_size": 201088,
+           "sliding_window": 128, "attention_bias": True, "max_position_embeddings": 131072,
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "_name_or_path": name,
+           "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+           "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+               "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    m = load_hf_config(p)
+    assert m.fingerprint() == PRESETS[name].fingerprint(), (m.to_dict(), PRESETS[name].to_dict())
+    cfg["layer_types"] = ["full_attention"] * 3
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(UserError, match="one attention type per layer"):
+        load_hf_config(p)

@@ -166,7 +166,7 @@ def _write(path, cfg):
      ({"max_position_embeddings": 0}, "field 'max_position_embeddings' must be >= 1, got 0"),
      ({"max_position_embeddings": -5}, "field 'max_position_embeddings' must be >= 1"),
      ({"num_key_value_heads": 5}, "not a multiple of num_kv_heads"),
-     ({"model_type": "gpt_oss"}, "model_type 'gpt_oss' is not supported (supported: llama, mistral"),
+     ({"model_type": "falcon"}, "model_type 'falcon' is not supported (supported: llama, mistral"),
      ({"quantization_config": {"quant_method": "bitnet"}}, "give the weight precision with --weights")],
 )
 def test_config_errors_name_the_file(tmp_path, change, message):
