@@ -114,7 +114,7 @@ def _size(nbytes: float) -> str:
 
 def need_bytes(spec, peak_blocks: int, block_size: int, max_tokens: int, max_logits: int, cuda: bool) -> int:
     """Device memory a replay needs: weights, peak KV, the largest step's activations and logits."""
-    kv = peak_blocks * block_size * spec.kv_bytes_per_token
+    kv = peak_blocks * block_size * spec.kv_layer_bytes * spec.num_layers  # the replay's paged KV holds every layer
     per_token = (spec.mlp_in_out + spec.intermediate_size + 3 * spec.hidden_size + spec.qkv_out) * spec.dtype_bytes
     act = max_tokens * per_token + max_logits * spec.vocab_size * 4
     return int(spec.weight_bytes + kv + act + (512 if cuda else 128) * 2**20)
@@ -146,7 +146,7 @@ def run_validation(trace_path, cfg: ValidateConfig, out, progress=None) -> dict:
             tokens = max(res.steps[rep]["num_tokens"], default=0)
             b = need_bytes(spec, peak, sch.block_size, tokens, tokens, dev.type == "cuda")
             if b > need:
-                need, worst = b, (peak, peak * sch.block_size * spec.kv_bytes_per_token)
+                need, worst = b, (peak, peak * sch.block_size * spec.kv_layer_bytes * spec.num_layers)
         plans[p] = (sch.block_size, reps)
     ctx = int((trace.input_len + trace.output_len).max())
     if ctx > spec.max_position_embeddings:

@@ -46,11 +46,13 @@ class Rates:
         return Rates(
             # NOTE: the fastest GEMM rate of the deployment (FP8/FP4 weights: their tensor-core peak), so
             # T_o stays a lower bound; MoE models multiply by their active GEMM weights only
-            flops=max(hw.flops_for(m.dtype), hw.flops_for(m.weights)) * hw.compute_efficiency * dep.tp,
+            flops=max(hw.flops_for(m.dtype), hw.flops_for(m.weights), hw.flops_for(m.expert_precision))
+            * hw.compute_efficiency * dep.tp,
             bandwidth=hw.mem_bandwidth * hw.memory_efficiency * dep.tp,
             gemm_params=m.gemm_params_active,
             head_params=m.lm_head_params,
-            attn_coef=m.num_layers * m.attn_flops_per_pair / 2.0,
+            # the full-attention layers only: a sliding-window layer's pairs are capped per step (a lower bound)
+            attn_coef=m.full_attention_layers * m.attn_flops_per_pair / 2.0,
             kv_bytes=dep.kv_bytes_per_token,
             interference=hw.overlap_interference if interference is None else interference,
         )

@@ -96,14 +96,15 @@ class Deployment:
             self._check_stages()
             return
         if self.kv_capacity_bytes <= 0:
-            need = (self.weight_bytes_per_gpu + self.activation_reserve_bytes) / GiB
+            act = (self.activation_reserve_bytes + self._window_reserve) / GiB
+            need = self.weight_bytes_per_gpu / GiB + act
             have = self._usable_bytes / GiB
-            act = self.activation_reserve_bytes / GiB
+            what = " (and the sliding-window KV of that many sequences)" if self._window_reserve else ""
             if self.weight_bytes_per_gpu / GiB < have and act > 0.5:  # the weights fit; the largest step does not
                 raise UserError(
                     f"--token-budget {self.max_batched_tokens} / --max-seqs {self.max_seqs}: the activations of "
-                    f"such a step need {act:,.1f} GiB per GPU beside {self.weight_bytes_per_gpu / GiB:.1f} GiB of "
-                    f"{self.model.name} weights, {have:.1f} GiB usable on {self.hardware.name}; lower them"
+                    f"such a step{what} need {act:,.1f} GiB per GPU beside {self.weight_bytes_per_gpu / GiB:.1f} GiB "
+                    f"of {self.model.name} weights, {have:.1f} GiB usable on {self.hardware.name}; lower them"
                 )
             raise UserError(
                 f"{self.model.name} ({m.weights} weights) does not fit on {self.hardware.name} with tp={self.tp}: "
@@ -170,15 +171,17 @@ class Deployment:
         have = self._usable_bytes
         for i in range(self.pp):
             w = self.stage_weight_bytes(i) / self.tp
-            act = self._activation_bytes(last=i == self.pp - 1)
+            act = self._activation_bytes(last=i == self.pp - 1) + self._window_reserve
             if w + act >= have or self._stage_kv_tokens(i) < 1:
                 a, b = self.stage_range(i)
                 what = (" + embedding" if i == 0 else "") + (" + LM head" if i == self.pp - 1 else "")
+                wkv = " and sliding-window KV" if self._window_reserve else ""
                 raise UserError(
                     f"{self.model.name} ({self.model.weights} weights) does not fit on {self.hardware.name} with "
                     f"tp={self.tp} pp={self.pp}: stage {i} (layers {a}-{b - 1}{what}) needs {w / GiB:.1f} GiB of "
-                    f"weights and {act / GiB:.1f} GiB of activations per GPU, {have / GiB:.1f} GiB usable, short by "
-                    f"{(w + act - have) / GiB:.1f} GiB before any KV cache"
+                    f"weights and {act / GiB:.1f} GiB of activations{wkv} per GPU, {have / GiB:.1f} GiB usable, "
+                    + (f"short by {(w + act - have) / GiB:.1f} GiB before any KV cache" if w + act >= have else
+                       "no room for a KV block of its layers")
                 )
 
     def _stage_kv_tokens(self, i: int) -> int:
@@ -305,9 +308,19 @@ class Deployment:
         """KV bytes per GPU beside ``weights`` and ``act`` bytes (see ``kv_of_free``), less the sliding-window
         layers' KV: a whole window for each of ``max_seqs`` sequences (the per-token KV counts only the
         full-attention layers)."""
+        return self._kv_room(weights, act + self._window_reserve)
+
+    @property
+    def _window_reserve(self) -> float:
+        """Bytes per GPU the sliding-window layers' KV takes: a whole window for every sequence in flight on the
+        stage (``max_seqs`` per virtual engine, ``pp`` of them on a pipeline, each stage holding its 1/pp of the
+        layers); 0 for a model without sliding-window layers."""
         m = self.model
-        if m.sliding_layers:
-            act = act + self.max_seqs * m.window_kv_bytes * max(1, self.tp // m.num_kv_heads) / (self.tp * self.pp)
+        if not m.sliding_layers:
+            return 0.0
+        return self.max_seqs * m.window_kv_bytes * max(1, self.tp // m.num_kv_heads) / self.tp
+
+    def _kv_room(self, weights: float, act: float) -> float:
         if self.kv_of_free:
             free = self.hardware.memory_bytes - weights - act
             return self.gpu_memory_utilization * free if free > 0 else free

@@ -159,7 +159,7 @@ class ModelSpec:
         if self.sliding_layers and self.is_mla:
             raise UserError(f"{where}: sliding-window layers with multi-head latent attention are not modelled")
         if self.expert_weights:
-            if self.expert_weights not in WEIGHT_BYTES:
+            if not isinstance(self.expert_weights, str) or self.expert_weights not in WEIGHT_BYTES:
                 raise UserError(f"{where}: unknown expert weight precision {self.expert_weights!r}; use one of "
                                 f"{', '.join(WEIGHT_BYTES)}")
             if not self.num_experts:
@@ -658,8 +658,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
                        moe_ids=range(layers)))
         kw["intermediate_size"] = kw["moe_intermediate_size"]  # no dense layer; kept for shapes
         kw["qkv_bias"] = c.bool("attention_bias", True)
-        types = c.cfg.get("layer_types") or []
-        if not isinstance(types, list) or len(types) not in (0, layers) or any(not isinstance(t, str) for t in types):
+        types = c.cfg.get("layer_types")
+        if types is None:  # transformers' GptOssConfig default: the even layers slide, the odd ones attend fully
+            types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        if not isinstance(types, list) or len(types) != layers or any(not isinstance(t, str) for t in types):
             raise c.err(f"field 'layer_types' must list one attention type per layer ({layers}), got {types!r}")
         sliding = sum(t == "sliding_attention" for t in types)
         if sliding:

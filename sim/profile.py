@@ -217,19 +217,15 @@ class ProfileTimer:
         if fit is None:
             return self.roofline.op_time(op, flops, nbytes, kernels, f)
         on = np.asarray(kernels) > 0
-        if op in ("attn_prefill", "attn_decode"):  # sliding-window layers: the mean layer's keys
-            pairs, _, cd = window_features(self.shapes, np.asarray(f.num_prefill_tokens, dtype=float),
-                                           np.asarray(f.num_prefill_seqs, dtype=float),
-                                           np.asarray(f.attn_pairs, dtype=float), 0.0,
-                                           np.asarray(f.num_decode, dtype=float),
-                                           np.asarray(f.decode_ctx_sum, dtype=float))
         if op == "attn_prefill":
             np_ = np.maximum(np.asarray(f.num_prefill_seqs, dtype=float), 1)
             n = np.maximum(np.asarray(f.num_prefill_tokens, dtype=float) / np_, 1)
-            ctx = np.maximum(pairs / np_ / n - (n + 1) / 2, 0)
-            t = fit.predict(n, ctx) * np_
-        elif op == "attn_decode":
+            ctx = np.maximum(np.asarray(f.attn_pairs, dtype=float) / np_ / n - (n + 1) / 2, 0)
+            t = self._prefill_layers(n, ctx, fit.predict) * np_
+        elif op == "attn_decode":  # sliding-window layers: the mean layer's keys (ops.window_features)
             d = np.maximum(np.asarray(f.num_decode, dtype=float), 1)
+            cd = window_features(self.shapes, 0, 0, 0, 0, np.asarray(f.num_decode, dtype=float),
+                                 np.asarray(f.decode_ctx_sum, dtype=float))[2]
             t = fit.predict(d, cd / d)
         else:
             x = f.num_logits if op == "lm_head" else f.num_tokens
@@ -241,18 +237,18 @@ class ProfileTimer:
         pf, dfit = self.profile.ops.get("attn_prefill"), self.profile.ops.get("attn_decode")
 
         s = self.shapes
-        a, W = (s.swa_layers / s.layers, s.window) if s.swa_layers else (0.0, 0)
+
+        def chunk(n, c):
+            return self._prefill_chunk(pf, n, c)
 
         def prefill(Tp, Np, pairs, pkv, chunks=None):
             if pf is None:
                 return rp(Tp, Np, pairs, pkv)
-            if chunks:  # exact: one kernel call per sequence's chunk (a sliding-window layer's context <= W)
-                return sum((1 - a) * self._prefill_chunk(pf, n, c) + (a * self._prefill_chunk(pf, n, min(c, W))
-                                                                      if a else 0.0) for _, n, c, _ in chunks)
-            pairs = float(window_features(s, Tp, Np, pairs, pkv, 0, 0)[0])
+            if chunks:  # exact: one kernel call per sequence's chunk
+                return sum(self._prefill_layers(n, c, chunk) for _, n, c, _ in chunks)
             n = max(Tp / Np, 1.0)
             ctx = max(pairs / Np / n - (n + 1) / 2, 0.0)
-            return self._prefill_chunk(pf, n, ctx) * Np
+            return self._prefill_layers(n, ctx, chunk) * Np
 
         def decode(D, Cd):
             if dfit is None:
@@ -260,6 +256,20 @@ class ProfileTimer:
             return dfit.predict_scalar(D, float(window_features(s, 0, 0, 0, 0, D, Cd)[2]) / D)
 
         return prefill, decode
+
+    def _prefill_layers(self, n, c, price):
+        """One chunk of ``n`` new tokens after ``c`` (numbers or arrays) averaged over the layers: a
+        sliding-window layer computes at most ``window`` keys per query, priced as the measured chunk at the
+        context it keeps, scaled by the pairs it computes (``price(n, c)`` prices one full chunk)."""
+        s = self.shapes
+        full = price(n, c)
+        if not s.swa_layers:
+            return full
+        a, W = s.swa_layers / s.layers, s.window
+        cw = np.minimum(c, W)
+        pairs = n * c + n * (n + 1) / 2
+        kept = n * cw + n * (n + 1) / 2
+        return (1 - a) * full + a * price(n, cw) * np.minimum(pairs, n * W) / kept
 
     @staticmethod
     def _prefill_chunk(fit: OpFit, n: float, c: float) -> float:

@@ -97,7 +97,7 @@ class RooflineTimer:
         t = self.shapes.tp
         self.ar_factor = NVLS_FACTOR if (hw.nvls and not dep.tp_spans_nodes and t > 2) else 2 * (t - 1) / max(t, 1)
         # the tensor cores the expert GEMMs run on (the same rule as the all-to-all's dispatch precision, ops.Shapes)
-        self.grouped_k = grouped_k_factors(self.shapes, hw.gemm_precision(m.weights) in ("fp8", "fp4"))
+        self.grouped_k = grouped_k_factors(self.shapes, hw.gemm_precision(m.expert_precision) in ("fp8", "fp4"))
 
     def op_time(self, op: str, flops, nbytes, kernels, f):
         """Seconds of ``op`` (one layer for layer ops), numbers or arrays."""

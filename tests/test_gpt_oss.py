@@ -176,3 +176,73 @@ def test_the_hugging_face_config_equals_the_preset(tmp_path, name, layers, exper
     p.write_text(json.dumps(cfg))
     with pytest.raises(UserError, match="one attention type per layer"):
         load_hf_config(p)
+
+
+def test_a_pipeline_stage_reserves_a_window_for_every_sequence_in_flight():
+    """pp virtual engines of max_seqs sequences each run through every stage; each stage holds the windows of its
+    own sliding-window layers for all of them: max_seqs x (window KV of all layers / pp) x pp."""
+    m = PRESETS["gpt-oss-120b"]
+    full = replace(m, sliding_window=0, sliding_layers=0)
+    for pp in (1, 2):
+        a, b = dep(model=m, pp=pp, max_seqs=256), dep(model=full, pp=pp, max_seqs=256)
+        assert b._kv_bytes_per_gpu(1e9, 1e9) - a._kv_bytes_per_gpu(1e9, 1e9) == pytest.approx(256 * m.window_kv_bytes)
+
+
+def test_fit_errors_count_the_windows():
+    with pytest.raises(UserError, match="sliding-window KV"):
+        dep(max_seqs=16384).kv_capacity_bytes  # noqa: B018 (the check runs on construction)
+
+
+def test_a_calibrated_profile_keeps_the_window_in_prefill():
+    """A profile's prefill fit prices a sliding-window layer's chunk at the context it keeps, scaled by the pairs it
+    computes: a fresh 8,192-token prompt costs those layers ~1/32 of the full causal chunk, in both paths."""
+    from blendsim.sim.profile import ProfileTimer
+    from tests.test_cost_model import make_profile
+
+    m = PRESETS["gpt-oss-20b"]
+    full = replace(m, sliding_window=0, sliding_layers=0)
+    t, t_full = (ProfileTimer(make_profile("gpt-oss-20b"), dep(model=x)) for x in (m, full))
+    n = 8192
+    f = BatchFeatures.from_parts([(0, n, 0, 0)], 0, 0, 1)
+    exact, exact_full = (x.op_time("attn_prefill", 0, 0, 1, f) for x in (t, t_full))
+    w = n * 128 / (n * (n + 1) / 2)  # the window's share of the causal pairs
+    assert float(exact) == pytest.approx(float(exact_full) * (0.5 + 0.5 * w), rel=1e-6)
+    pf = t.attn_scalars()[0]
+    assert pf(n, 1, f.attn_pairs, f.prefill_kv_tokens) == pytest.approx(float(exact), rel=1e-9)
+    g = BatchFeatures.from_parts([(0, 2048, 6000, 0)], 0, 0, 1)
+    assert pf(2048, 1, g.attn_pairs, g.prefill_kv_tokens, [(0, 2048, 6000, 0)]) == pytest.approx(
+        float(t.op_time("attn_prefill", 0, 0, 1, g)), rel=1e-9)
+
+
+def test_the_experts_short_k_constant_follows_their_precision():
+    from blendsim.sim.timers import GROUPED_K0, RooflineTimer
+
+    t = RooflineTimer(dep(hw="b200"))  # MXFP4 experts on FP4 cores, BF16 attention
+    assert t.grouped_k["moe_down"] == pytest.approx(1 + GROUPED_K0["low-precision"] / 2880)
+    t = RooflineTimer(dep())  # weight-only MXFP4 on an H100: 16-bit tensor cores
+    assert t.grouped_k["moe_down"] == pytest.approx(1 + GROUPED_K0["16-bit"] / 2880)
+
+
+def test_the_plan_work_bound_stays_below_the_run():
+    """T_o at datasheet peaks is a lower bound: a window layer's pairs and the FP4 experts' rate do not inflate it."""
+    from blendsim import api
+    from blendsim.plan.space import work_bound
+
+    trace = api.make_trace(input_len=[131000] * 4, output_len=[2] * 4)
+    for hw in ("b200", "h100-80gb"):
+        r = api.simulate(trace, policy="fcfs", model="gpt-oss-20b", hardware=hw, engine="vllm")
+        assert work_bound(trace, dep("gpt-oss-20b", hw=hw), 0.0) <= r.summary["makespan_s"]
+
+
+def test_a_config_without_layer_types_alternates_like_transformers(tmp_path):
+    import json
+
+    from blendsim.sim.models import load_hf_config
+
+    cfg = {"model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 24, "num_attention_heads": 64,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 32,
+           "num_experts_per_tok": 4, "vocab_size": 201088, "sliding_window": 128, "torch_dtype": "bfloat16"}
+    p = tmp_path / "gpt-oss-20b.json"
+    p.write_text(json.dumps(cfg))
+    m = load_hf_config(p)
+    assert (m.sliding_layers, m.sliding_window, m.expert_precision) == (12, 128, "bf16")

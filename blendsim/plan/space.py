@@ -166,8 +166,8 @@ def peak_rates(dep):
 
     m, hw = dep.model, dep.hardware
     gpus = dep.tp * dep.pp  # every GPU of the replica at its peak (stages of a full pipe all work at once)
-    return dataclasses.replace(Rates.of(dep, 0.0), flops=max(hw.flops_for(m.dtype), hw.flops_for(m.weights)) * gpus,
-                               bandwidth=hw.mem_bandwidth * gpus)
+    flops = max(hw.flops_for(m.dtype), hw.flops_for(m.weights), hw.flops_for(m.expert_precision))
+    return dataclasses.replace(Rates.of(dep, 0.0), flops=flops * gpus, bandwidth=hw.mem_bandwidth * gpus)
 
 
 def work_bound(trace, dep, sharing: float) -> float:
@@ -185,7 +185,9 @@ def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> Shape
     from blendsim.sim.models import WEIGHT_BYTES
 
     m = dep.model
-    weights = m.gemm_params_active * WEIGHT_BYTES[m.weights] / (dep.tp * dep.hardware.mem_bandwidth)
+    experts = m.moe_layers * m.experts_per_token * m.expert_params  # one token's routed experts, their precision
+    weights = ((m.gemm_params_active - experts) * WEIGHT_BYTES[m.weights] + experts * m.expert_elem_bytes) / (
+        dep.tp * dep.hardware.mem_bandwidth)
     step = weights
     if engine is not None:
         mode = get_profile(engine).mode
