@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
-from blendsim.sim.batch import BatchFeatures, features_arrays
+from blendsim.sim.batch import BatchFeatures
 from blendsim.sim.cost import CostModel
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.engines import get_profile
@@ -83,26 +82,6 @@ def test_expert_gemms_stream_mxfp4_and_the_rest_bf16():
     # one token touches its 4 experts: gate/up (2 x 2880 wide) and down, 4.25 bits a weight
     assert n["moe_gate_up"][1] == pytest.approx(4.25 / 8 * h * 5760 * 4 + 2 * (4 * h + 4 * 5760), rel=1e-9)
     assert n["qkv_proj"][1] == pytest.approx(2 * h * (4096 + 1024) + 2 * (h + 5120), rel=1e-9)  # BF16 weights
-
-
-@pytest.mark.parametrize("d", [dep(), dep("gpt-oss-20b", hw="a100-80gb"), dep(tp=2), dep(hw="b200")])
-@pytest.mark.parametrize("mode", ["sequential", "overlap"])
-def test_engine_path_equals_cost(d, mode):
-    c = CostModel(d, mode, get_profile("vllm", {}))
-    feats = [BatchFeatures.decode_only(1, 0), BatchFeatures.prefill_only(4096),
-             BatchFeatures.from_parts([(0, 256, 9000, 0)], 100, 150_000, 100), BatchFeatures.decode_only(300, 2000)]
-    for f in feats:
-        ref = c.cost(f)
-        t, comp, mem = c.step(f.num_tokens, f.num_prefill_tokens, f.num_prefill_seqs, f.attn_pairs,
-                              f.prefill_kv_tokens, f.num_decode, f.decode_ctx_sum, f.num_logits)
-        assert (t, comp, mem) == pytest.approx((ref.time_s, ref.compute_s, ref.memory_s), rel=1e-9)
-    many = c.cost_many(features_arrays(**{k: [getattr(f, k) for f in feats] for k in (
-        "num_tokens", "num_prefill_tokens", "num_prefill_seqs", "attn_pairs", "prefill_kv_tokens", "num_decode",
-        "decode_ctx_sum", "num_logits")}))
-    assert many["time_s"] == pytest.approx([c.cost(f).time_s for f in feats], rel=1e-9)
-    ctx = np.array([50, 1000, 20000])
-    t, comp, mem = c.decode_many(32, ctx)
-    assert t == pytest.approx([c.cost(BatchFeatures(32, 0, 0, 0, 0, 32, int(x), 32)).time_s for x in ctx], rel=1e-9)
 
 
 def test_mxfp4_runs_on_fp4_cores_where_there_are_some():

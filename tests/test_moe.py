@@ -205,7 +205,11 @@ FEATS = [ONE, BIG, BatchFeatures.from_parts([(0, 256, 512, 0)], 100, 150_000, 10
 
 @pytest.mark.parametrize("d", [dep("mixtral-8x7b", tp=2, ep=2), dep("qwen3-30b-a3b", skew=0.8),
                                dep("llama-4-maverick", hw="h200", tp=8), dep("deepseek-v3", hw="h200", tp=8),
-                               dep("deepseek-v3", hw="b200", tp=8, ep=8, weights="fp4", kv="fp8")])
+                               dep("deepseek-v3", hw="b200", tp=8, ep=8, weights="fp4", kv="fp8"),
+                               # gpt-oss: MXFP4 experts beside BF16 attention, sliding-window layers (contexts past
+                               # the window below)
+                               dep("gpt-oss-120b", weights=None), dep("gpt-oss-20b", hw="a100-80gb", weights=None),
+                               dep("gpt-oss-120b", hw="b200", tp=2, weights=None)])
 @pytest.mark.parametrize("mode", ["sequential", "overlap"])
 def test_step_and_cost_many_equal_cost(d, mode):
     c = CostModel(d, mode, get_profile("vllm", {}))
