@@ -98,9 +98,11 @@ def models_cmd(
              "experts": f"{m.num_experts}{f'+{m.num_shared_experts}' if m.num_shared_experts else ''}"
                         f"/{m.experts_per_token}" if m.is_moe else "-",
              "heads": "MLA" if m.is_mla else f"{m.num_heads}/{m.num_kv_heads}",
-             "weights": m.weights, "KV KiB": _kib(m.kv_bytes_per_token)} for m in specs]
+             "weights": f"{m.expert_weights}*" if m.expert_weights else m.weights,
+             "KV KiB": _kib(m.kv_bytes_per_token)} for m in specs]
     _print_rows(rows, "Model presets", "L: layers; experts: routed+shared/top-k; heads: query/KV heads (MLA: latent KV); "
-                "KV KiB: KV cache per token in the KV dtype; every field: blendsim models NAME")
+                "weights: GEMM weights (*: the routed experts', the rest in the dtype); KV KiB: KV cache per token in the KV "
+                "dtype (sliding-window layers: a window per sequence, not per token); every field: blendsim models NAME")
 
 
 @app.command("hardware")
