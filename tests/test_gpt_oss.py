@@ -123,12 +123,12 @@ def test_validation_rows_run_and_stay_out_of_the_fit():
     from blendsim.fidelity.suite import SHIPPED_CATALOGUES, SHIPPED_VALIDATION
 
     rows = read_catalogue(SHIPPED_VALIDATION)
-    assert len(rows) == 20 and all(r.model in PRESETS and r.source and r.note for r in rows)
+    assert len(rows) == 52 and all(r.model in PRESETS and r.source and r.note for r in rows)
     fitted = {r["id"] for p in SHIPPED_CATALOGUES for r in csv.DictReader(open(p, newline=""))}
     assert not fitted & {r.id for r in rows}
     assert all(r.id.startswith(r.engine + "-") for r in rows)
-    assert sum(r.weights == "bf16" for r in rows) == 20  # attention, router, LM head; the preset's experts MXFP4
-    assert sum("async_scheduling=1" in row_engine_key(r) for r in rows) == 12
+    assert sum(r.weights == "bf16" for r in rows) == 52  # attention, router, LM head; the preset's experts MXFP4
+    assert sum("async_scheduling=1" in row_engine_key(r) for r in rows) == 12 + 16
 
 
 @pytest.mark.parametrize("name, layers, experts", [("gpt-oss-120b", 36, 128), ("gpt-oss-20b", 24, 32)])
