@@ -42,7 +42,7 @@ from blendsim.sim.ops import (
     mla_absorb_counts,
     mla_up_counts,
     op_counts,
-    window_features,
+    window_decode,
 )
 from blendsim.sim.timers import OpTimer, RooflineTimer
 
@@ -91,14 +91,13 @@ def net_share(hardware, kappa: float) -> float:
     return min(1.0, NET_BLOCKS / n) if n > 0 else kappa
 
 
-def combine_times(mode: str, kappa: float, c, m, o, comm, net: float | None = None):
+def combine_times(mode: str, kappa: float, c, m, o, comm, net: float):
     """A step's kernel time from its compute, memory, other and comm seconds (numbers or arrays): their sum in
     ``sequential`` mode. With operator overlap, compute and memory take the longer of the two plus ``kappa``
     of the shorter (they share the SMs); the collectives, on their own SMs, add ``net`` of their time
-    (:func:`net_share`; ``kappa`` when None) or bound the step when longer; ``other`` runs serially."""
+    (:func:`net_share`) or bound the step when longer; ``other`` runs serially."""
     if mode == "sequential":
         return c + m + o + comm
-    net = kappa if net is None else net
     if isinstance(c, float) and isinstance(m, float) and isinstance(comm, float):
         cm = max(c, m) + kappa * min(c, m) + net * comm  # the engine's per-step path: plain floats
         return (cm if cm > comm else comm) + o
@@ -233,7 +232,7 @@ class CostModel:
     def _attn_decode(self, D, Cd):
         f = BatchFeatures(num_decode=D, decode_ctx_sum=Cd)
         _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self._shapes)
-        keys = window_features(self._shapes, 0, 0, 0, 0, D, Cd)[2] + D
+        keys = window_decode(self._shapes, D, Cd) + D
         flops = fd * keys
         nbytes = bdk * keys + bds * D
         t = self.timer.op_time("attn_decode", flops, nbytes, 1, f) * self.layers

@@ -131,6 +131,12 @@ class Deployment:
         a = sum(parts[:i])
         return a, a + parts[i]
 
+    def stage_full_attention_layers(self, i: int) -> int:
+        """Full-attention layers of stage ``i`` (its layers but the sliding-window ones, taken as spread evenly over
+        the depth, rounded up: gpt-oss alternates them)."""
+        m = self.model
+        return -(-self.stage_layers()[i] * m.full_attention_layers // m.num_layers)
+
     def stage_moe_layers(self, i: int) -> int:
         """MoE layers of stage ``i``, taken as spread evenly over the depth (exact for all-MoE models and
         Llama-4-Maverick's every-other-layer interleave; DeepSeek's 3 leading dense layers of 61 land up to
@@ -188,9 +194,7 @@ class Deployment:
         """KV tokens stage ``i`` can hold for its own layers."""
         per_gpu = self._kv_bytes_per_gpu(self.stage_weight_bytes(i) / self.tp,
                                          self._activation_bytes(last=i == self.pp - 1))
-        m = self.model
-        full = -(-self.stage_layers()[i] * m.full_attention_layers // m.num_layers)  # its full-attention layers
-        per_token = self.kv_bytes_per_token // m.full_attention_layers * full
+        per_token = self.kv_bytes_per_token // self.model.full_attention_layers * self.stage_full_attention_layers(i)
         return int(per_gpu * self.tp // per_token) if per_gpu > 0 else 0
 
     def stage_kv_tokens(self) -> list[int]:
@@ -308,7 +312,11 @@ class Deployment:
         """KV bytes per GPU beside ``weights`` and ``act`` bytes (see ``kv_of_free``), less the sliding-window
         layers' KV: a whole window for each of ``max_seqs`` sequences (the per-token KV counts only the
         full-attention layers)."""
-        return self._kv_room(weights, act + self._window_reserve)
+        act = act + self._window_reserve
+        if self.kv_of_free:
+            free = self.hardware.memory_bytes - weights - act
+            return self.gpu_memory_utilization * free if free > 0 else free
+        return self.hardware.memory_bytes * self.gpu_memory_utilization - weights - act
 
     @property
     def _window_reserve(self) -> float:
@@ -319,12 +327,6 @@ class Deployment:
         if not m.sliding_layers:
             return 0.0
         return self.max_seqs * m.window_kv_bytes * max(1, self.tp // m.num_kv_heads) / self.tp
-
-    def _kv_room(self, weights: float, act: float) -> float:
-        if self.kv_of_free:
-            free = self.hardware.memory_bytes - weights - act
-            return self.gpu_memory_utilization * free if free > 0 else free
-        return self.hardware.memory_bytes * self.gpu_memory_utilization - weights - act
 
     @property
     def kv_bytes_per_token(self) -> int:

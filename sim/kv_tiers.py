@@ -189,9 +189,9 @@ def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "st
         raise UserError(f"kv_load must be one of {', '.join(LOAD_MODES)}, got {load_mode!r}")
     bb = int(dep.kv_bytes_per_token) * int(block_size)
     per_layer = int(dep.kv_bytes_per_token) // dep.model.full_attention_layers
-    m = dep.model  # a stage's full-attention layers (sliding-window ones hold no per-token KV)
-    stage_bytes = (tuple(per_layer * -(-n * m.full_attention_layers // m.num_layers) * int(block_size)
-                         for n in dep.stage_layers()) if pp > 1 else ())
+    # a stage's full-attention layers (sliding-window ones hold no per-token KV)
+    stage_bytes = (tuple(per_layer * dep.stage_full_attention_layers(i) * int(block_size) for i in range(pp))
+                   if pp > 1 else ())
     spec = TierSpec(int(host * GB // bb) // pp, int(disk * GB // bb) // pp, bb, link * dep.tp, dread * dep.tp,
                     dwrite * dep.tp, load_mode, stage_bytes)
     if not spec.enabled:

@@ -187,8 +187,8 @@ class Shapes:
             i = dep.stage
             L = dep.stage_layers()[i]
             ml = dep.stage_moe_layers(i) if m.is_moe else 0
-            swa = L - -(-L * m.full_attention_layers // m.num_layers)  # its sliding-window layers
-            common.update(layers=L, dense_layers=L - ml, embed=i == 0, head=i == dep.pp - 1, swa_layers=swa)
+            common.update(layers=L, dense_layers=L - ml, embed=i == 0, head=i == dep.pp - 1,
+                          swa_layers=L - dep.stage_full_attention_layers(i))
             if moe:
                 moe["moe_layers"] = ml
         return Shapes(**common, **attn, **moe)
@@ -274,20 +274,30 @@ def attn_coefs(s: Shapes) -> tuple:
     return (4 * s.q, ba * 2 * s.q, bk * 2 * s.kv, 4 * s.q, bk * 2 * s.kv, ba * 2 * s.q)
 
 
-def window_features(s: Shapes, Tp, Np, pairs, pkv, D, Cd):
-    """``(pairs, pkv, Cd)`` as one layer's attention sees them on average over the layers: the full-attention
-    layers see the step's own, the sliding-window ones at most ``window`` keys per query -- prefill pairs
-    min(pairs, Tp x window), keys read min(pkv, Tp + Np x window), decode context min(Cd, D x (window - 1)).
-    Attention is linear in these (the roofline's max of two proportional bounds), so the mean over layers prices
-    the sum of both kinds; numbers or arrays. Unchanged for a model without sliding-window layers."""
+def _window_mix(s: Shapes, full, capped):
+    """The mean over the layers of ``full`` (full-attention layers) and min(full, capped) (sliding-window ones)."""
+    return full - s.swa_layers / s.layers * (full - np.minimum(full, capped))
+
+
+def window_prefill(s: Shapes, Tp, Np, pairs, pkv):
+    """A step's prefill ``(pairs, pkv)`` as one layer's attention sees them on average over the layers: a
+    sliding-window layer computes at most min(pairs, Tp x window) and reads min(pkv, Tp + Np x window) keys."""
     if not s.swa_layers:
-        return pairs, pkv, Cd
-    W, a = s.window, s.swa_layers / s.layers
+        return pairs, pkv
+    return _window_mix(s, pairs, Tp * s.window), _window_mix(s, pkv, Tp + Np * s.window)
 
-    def mix(full, capped):
-        return full - a * (full - np.minimum(full, capped))
 
-    return mix(pairs, Tp * W), mix(pkv, Tp + Np * W), mix(Cd, D * (W - 1))
+def window_decode(s: Shapes, D, Cd):
+    """A step's decode context sum ``Cd`` as one layer's attention sees it on average over the layers: a
+    sliding-window layer reads at most min(Cd, D x (window - 1)) keys besides each token's own."""
+    return _window_mix(s, Cd, D * (s.window - 1)) if s.swa_layers else Cd
+
+
+def window_features(s: Shapes, Tp, Np, pairs, pkv, D, Cd):
+    """``(pairs, pkv, Cd)`` averaged over the layers (:func:`window_prefill`, :func:`window_decode`). Attention is
+    linear in these (the roofline's max of two proportional bounds), so the mean layer prices the sum of both
+    kinds; numbers or arrays. Unchanged for a model without sliding-window layers."""
+    return (*window_prefill(s, Tp, Np, pairs, pkv), window_decode(s, D, Cd))
 
 
 def op_counts(s: Shapes, f) -> dict[str, tuple]:
@@ -427,4 +437,5 @@ def _pos(x):
 __all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MLA_OPS", "MODEL_OPS",
            "MOE_GEMMS", "MOE_OPS", "OPS", "OP_TABLE", "Op", "PROFILED_OPS",
            "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
-           "op_counts", "window_features"]
+           "op_counts", "window_decode", "window_features",
+           "window_prefill"]

@@ -39,7 +39,7 @@ from blendsim.sim.deployment import Deployment
 from blendsim.sim.errors import UserError
 from blendsim.sim.io import read_json, write_json
 from blendsim.sim.models import DTYPE_BYTES
-from blendsim.sim.ops import MLA_OPS, MOE_OPS, OPS, PROFILED_OPS, window_features
+from blendsim.sim.ops import MLA_OPS, MOE_OPS, OPS, PROFILED_OPS, window_decode
 from blendsim.sim.profile_check import check_profile
 from blendsim.sim.timers import RooflineTimer
 
@@ -222,10 +222,10 @@ class ProfileTimer:
             n = np.maximum(np.asarray(f.num_prefill_tokens, dtype=float) / np_, 1)
             ctx = np.maximum(np.asarray(f.attn_pairs, dtype=float) / np_ / n - (n + 1) / 2, 0)
             t = self._prefill_layers(n, ctx, fit.predict) * np_
-        elif op == "attn_decode":  # sliding-window layers: the mean layer's keys (ops.window_features)
+        elif op == "attn_decode":  # sliding-window layers: the mean layer's keys (ops.window_decode)
             d = np.maximum(np.asarray(f.num_decode, dtype=float), 1)
-            cd = window_features(self.shapes, 0, 0, 0, 0, np.asarray(f.num_decode, dtype=float),
-                                 np.asarray(f.decode_ctx_sum, dtype=float))[2]
+            cd = window_decode(self.shapes, np.asarray(f.num_decode, dtype=float),
+                               np.asarray(f.decode_ctx_sum, dtype=float))
             t = fit.predict(d, cd / d)
         else:
             x = f.num_logits if op == "lm_head" else f.num_tokens
@@ -253,7 +253,7 @@ class ProfileTimer:
         def decode(D, Cd):
             if dfit is None:
                 return rd(D, Cd)
-            return dfit.predict_scalar(D, float(window_features(s, 0, 0, 0, 0, D, Cd)[2]) / D)
+            return dfit.predict_scalar(D, float(window_decode(s, D, Cd)) / D)
 
         return prefill, decode
 

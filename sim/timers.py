@@ -14,7 +14,16 @@ from typing import Protocol
 import numpy as np
 
 from blendsim.sim.deployment import Deployment
-from blendsim.sim.ops import ALL_GEMM_OPS, LOWP_GEMMS, MOE_GEMMS, Shapes, attn_coefs, gemm_m, window_features
+from blendsim.sim.ops import (
+    ALL_GEMM_OPS,
+    LOWP_GEMMS,
+    MOE_GEMMS,
+    Shapes,
+    attn_coefs,
+    gemm_m,
+    window_decode,
+    window_prefill,
+)
 
 
 class OpTimer(Protocol):
@@ -136,20 +145,7 @@ class RooflineTimer:
         fp, bq, bkey, fd, bdk, bds = attn_coefs(self.shapes)
         ar, gr, bw, abw, la = self.attn_rate, self.gemm_rate, self.bw, self.attn_bw, self.launch
         s = self.shapes
-        if s.swa_layers:  # sliding-window layers: the mean layer's keys (ops.window_features)
-            def prefill(Tp, Np, pairs, pkv, chunks=None):
-                pairs, pkv, _ = window_features(s, Tp, Np, pairs, pkv, 0, 0)
-                return dense_prefill(Tp, Np, pairs, pkv)
 
-            def decode(D, Cd):
-                return dense_decode(D, window_features(s, 0, 0, 0, 0, D, Cd)[2])
-
-            dense_prefill, dense_decode = self._attn_closures(fp, bq, bkey, fd, bdk, bds, ar, gr, bw, abw, la)
-            return prefill, decode
-        return self._attn_closures(fp, bq, bkey, fd, bdk, bds, ar, gr, bw, abw, la)
-
-    @staticmethod
-    def _attn_closures(fp, bq, bkey, fd, bdk, bds, ar, gr, bw, abw, la):
         def prefill(Tp, Np, pairs, pkv, chunks=None):
             a = fp * pairs / ar
             m = (bq * Tp + bkey * pkv) / bw
@@ -161,7 +157,16 @@ class RooflineTimer:
             m = (bdk * keys + bds * D) / abw
             return (a if a > m else m) + la
 
-        return prefill, decode
+        if not s.swa_layers:
+            return prefill, decode
+
+        def windowed_prefill(Tp, Np, pairs, pkv, chunks=None):  # the mean layer's keys (ops.window_prefill)
+            return prefill(Tp, Np, *window_prefill(s, Tp, Np, pairs, pkv))
+
+        def windowed_decode(D, Cd):
+            return decode(D, window_decode(s, D, Cd))
+
+        return windowed_prefill, windowed_decode
 
     def notes(self) -> list[str]:
         return []
