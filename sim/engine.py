@@ -256,6 +256,8 @@ class Replica:
         return t
 
     def _fast_forward(self, now: float, horizon: float) -> float:
+        if now >= horizon:  # a request arrived during the last step: the next one must see it (run_until)
+            return now
         sched = self.scheduler
         k, needs = sched.decode_run(1 << 20)
         if k < 2:
@@ -263,13 +265,14 @@ class Replica:
         D = sched.n_dec
         ctx = (sched.dec_S + D * sched.tau) + D * np.arange(k, dtype=np.int64)
         times, comp, mem = self.executor.run_decodes(D, ctx)
-        ends = now + np.cumsum(times)
+        # the clock as a step-by-step run moves it, one addition a step ((now + t0) + t1 ...), to the last bit
+        ends = np.add.accumulate(np.concatenate(((now,), times)))[1:]
         if math.isfinite(horizon):
             starts_before = int(np.searchsorted(ends, horizon, side="left")) + 1
             k = min(k, starts_before)
         used0 = sched.kv.used
         needs = needs[:k]
-        sched.advance_decode(needs)
+        sched.advance_decode(needs, (now, float(ends[0])) if k > 1 else (now,))
         self.log.extend(t_end_s=ends[:k], dt_s=times[:k], compute_s=comp[:k] + 0 * times[:k],
                         memory_s=mem[:k], num_tokens=[D] * k, num_prefill_tokens=[0] * k, num_decode=[D] * k,
                         num_prefill_seqs=[0] * k, kv_used_blocks=(used0 + np.cumsum(needs)).tolist())
@@ -357,8 +360,10 @@ class PipelinedReplica:
             if best < 0 or bt >= horizon:
                 break
             if runs[best] is not None:
-                self._run_step(best, bt)
-                continue
+                if len(ves[best].scheduler.waiting) == runs[best][9]:
+                    self._run_step(best, bt)
+                    continue
+                self._end_run(best)  # a request arrived since the run began: the next step must see it
             ve = ves[best]
             sched = ve.scheduler
             if ve.max_steps and sched.step_no >= ve.max_steps:
@@ -402,11 +407,14 @@ class PipelinedReplica:
         ctx = (sched.dec_S + D * sched.tau) + D * np.arange(k, dtype=np.int64)
         times, xfer, comp, mem = self.pricer.run_decodes(D, ctx)
         used = (sched.kv.used + np.cumsum(needs)).tolist()
-        self._run[v] = [0, k, needs, [t.tolist() for t in times], xfer, comp.tolist(), mem.tolist(), used, D]
+        self._run[v] = [0, k, needs, [t.tolist() for t in times], xfer, comp.tolist(), mem.tolist(), used, D,
+                        len(sched.waiting), []]
 
     def _run_step(self, v: int, t0: float) -> None:
         r = self._run[v]
         j, k = r[0], r[1]
+        if j < 2:
+            r[10].append(t0)  # the first two steps' starts (Scheduler.advance_decode)
         end = self._through(t0, [t[j] for t in r[3]], r[4])
         self.ready[v] = end
         D = r[8]
@@ -420,7 +428,7 @@ class PipelinedReplica:
         r = self._run[v]
         self._run[v] = None
         if r[0]:
-            self.ves[v].scheduler.advance_decode(r[2][:r[0]])
+            self.ves[v].scheduler.advance_decode(r[2][:r[0]], r[10])
         if self.ves[v]._spills:
             self.ves[v].log.spill_if_full()
 

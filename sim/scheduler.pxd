@@ -15,10 +15,10 @@ cdef class Scheduler:
     cdef public dict running, dec, resume
     cdef public Py_ssize_t B, replica, n_dec, dec_S, tau, step_no, _order, _resv_tau, _owner
     cdef public Py_ssize_t est_sum, gen_S, gen_P, fin_sum, fin_n, hit_tokens
-    cdef public bint record, blocked, stall
+    cdef public bint record, blocked, stall, refused_touch, _plain_finish
     cdef public object stalled
-    cdef public Py_ssize_t flushes
-    cdef public double _load_ready
+    cdef public Py_ssize_t flushes, refused_req
+    cdef public double _load_ready, reserve_need
 
     cpdef bint has_work(self)
     @cython.locals(step=Py_ssize_t, tau=Py_ssize_t, heap=list, s=Seq)
@@ -33,7 +33,8 @@ cdef class Scheduler:
     cpdef max_insert_blocks(self, Seq s)
     @cython.locals(n=Py_ssize_t, c=Py_ssize_t, s=Seq)
     cpdef Py_ssize_t _continue_prefills(self, Py_ssize_t budget, now, list chunks, list seqs) except? -2
-    @cython.locals(cap=Py_ssize_t, reserve=bint, c=Py_ssize_t, n=Py_ssize_t, s=Seq)
+    @cython.locals(cap=Py_ssize_t, reserve=bint, c=Py_ssize_t, n=Py_ssize_t, s=Seq, need=double, refused=bint,
+                   grows=bint)
     cpdef _schedule_prefill(self, Py_ssize_t budget, now, list chunks, list seqs)
     @cython.locals(g=Py_ssize_t, p=Py_ssize_t, hit=Py_ssize_t, acc=Py_ssize_t, i=Py_ssize_t, nb=list, path=list, s=Seq, kv=KVCache)
     cpdef _admit(self, r, now)
@@ -41,6 +42,11 @@ cdef class Scheduler:
     @cython.locals(hw=Py_ssize_t, h=Py_ssize_t)
     cpdef _commit_admission(self, Seq s, now)
     cpdef bint _fits_expected(self, Seq s) except -1
+    @cython.locals(growth=Py_ssize_t, need=double)
+    cpdef double _reserve_need(self, Seq s) except? -1
+    @cython.locals(growth=Py_ssize_t, q=Seq)
+    cpdef Py_ssize_t _growth(self) except? -1
+    cpdef double _reserve_own(self, Seq s) except? -1
     @cython.locals(B=Py_ssize_t, c=Py_ssize_t, have=Py_ssize_t, e=Py_ssize_t, need=Py_ssize_t, free=Py_ssize_t,
                    avail=Py_ssize_t, r=Py_ssize_t, kv=KVCache, p=Py_ssize_t, hw=Py_ssize_t, new_first=Py_ssize_t)
     cpdef Py_ssize_t _grow(self, Seq s, Py_ssize_t n, now) except? -1

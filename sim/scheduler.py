@@ -29,6 +29,8 @@ from blendsim.sim.batch import Batch
 from blendsim.sim.kv import KVCache
 from blendsim.sim.seq import STALLED, EngineConfig, RequestRecords, Seq, WaitQueue
 
+INF = float("inf")
+
 DEFAULT_EST_OUTPUT = 256  # expected output tokens before 16 requests have finished on a replica
 UNLIMITED = 1 << 62
 
@@ -70,6 +72,14 @@ class Scheduler:
         self.tau = 0
         self.step_no = 0
         self.blocked = False  # admission stopped for lack of memory or sequence slots
+        # when reserve admission refused the next request: the KV (tokens) it needed for itself, besides the running
+        # requests' expected growth, which pure decode steps shrink; INF when nothing but a finish can admit one
+        self.reserve_need = INF
+        # the request a refused admission locked and unlocked (its cached prefix marked used then, LRU): a
+        # step-by-step run retries it every step, which advance_decode repeats where it orders evictions
+        self.refused_touch = False
+        self.refused_req = -1
+        self._plain_finish = type(self).on_finish is Scheduler.on_finish  # no policy hook reorders on a finish
         self.resume: dict[int, int] = {}  # preempted request -> tokens it had generated
         self.hi_water = [0] * len(prompt_len)  # prompt positions ever computed or hit, per request
         self._order = 0
@@ -98,6 +108,8 @@ class Scheduler:
     def schedule(self, now: float) -> Batch | None:
         """Form the next step's Batch (None when there is nothing to run)."""
         chunks: list = []
+        self.reserve_need = INF
+        self.refused_touch = False
         self._chunk_seqs = seqs = []
         if self.kv.tiered:
             self.kv.now = now
@@ -236,9 +248,16 @@ class Scheduler:
             if r is None:
                 return
             s = self._admit(r, now)
-            if (reserve and self.running and not self._fits_expected(s)) or not self._can_grow(s):
+            need = self._reserve_need(s) if reserve and self.running else 0.0
+            refused = need > self.kv.available * self.B
+            grows = self._can_grow(s)
+            if refused or not grows:
                 self._release_locks(s, now)
                 self.blocked = True
+                self.refused_touch = True
+                self.refused_req = r
+                if grows:  # refused by the reserve rule alone (decode_run stops a run before it would admit)
+                    self.reserve_need = self._reserve_own(s)
                 return
             self.take_candidate(r)
             self._commit_admission(s, now)
@@ -315,11 +334,24 @@ class Scheduler:
     def _fits_expected(self, s: Seq) -> bool:
         """Reserve admission: memory must cover the rest of every running request — remaining prompt
         chunks and expected remaining output — plus all of ``s``, scaled by ``reserve_ratio``."""
+        return self._reserve_need(s) <= self.kv.available * self.B
+
+    def _reserve_need(self, s: Seq) -> float:
+        """The KV (tokens) reserve admission needs free to admit ``s`` (:meth:`_fits_expected`)."""
+        growth = self._growth()
+        need = (s.target - s.computed + s.load * self.B) + self.cfg.reserve_ratio * (s.est - s.generated + max(growth, 0))
+        return need
+
+    def _growth(self) -> int:
+        """The running requests' expected growth: remaining prompt chunks and expected remaining output."""
         growth = self.est_sum - self.gen_S - self.n_dec * self.tau - self.gen_P
         for q in self.prefilling:
             growth += q.target - q.computed
-        need = (s.target - s.computed + s.load * self.B) + self.cfg.reserve_ratio * (s.est - s.generated + max(growth, 0))
-        return need <= self.kv.available * self.B
+        return growth
+
+    def _reserve_own(self, s: Seq) -> float:
+        """What of :meth:`_reserve_need` is ``s``'s own (its prompt, loads and expected output)."""
+        return (s.target - s.computed + s.load * self.B) + self.cfg.reserve_ratio * (s.est - s.generated)
 
     def _grow(self, s: Seq, n: int, now: float) -> int:
         """Give ``s`` KV for ``n`` more tokens (fewer if memory is short); returns tokens granted."""
@@ -529,6 +561,11 @@ class Scheduler:
 
     def _finish(self, s: Seq, now: float, step: int) -> None:
         r = s.req
+        # what it held is free and its slot open: admission must be tried again before the next run of pure
+        # decode steps (quiescent), as a step-by-step run does -- but for a refusal by the reserve rule alone,
+        # which decode_run re-checks against the KV free then (unless a policy's on_finish may change the queue)
+        if self.reserve_need == INF or not self._plain_finish:
+            self.blocked = False
         self._release_locks(s, now)
         del self.running[r]
         self.est_sum -= s.est
@@ -545,6 +582,7 @@ class Scheduler:
 
     def _preempt(self, s: Seq, now: float) -> None:
         r = s.req
+        self.blocked = False  # its KV is free and it waits again: admission must be tried before a run of decodes
         if s.fin >= 0:
             ctx = self._leave_decode(s)
             g = s.generated + self.tau - s.tau0
@@ -597,20 +635,58 @@ class Scheduler:
         needs = []
         total = 0
         b, t = self.buckets, self.tau
+        # a request that reserve admission refused fits once the decodes' expected remaining output has fallen
+        # far enough: the run stops before the first step whose admission could pass (its own need, plus the
+        # running requests' growth, which falls by n_dec a step; the free KV is what is free now less the blocks
+        # earlier steps of the run take; no lost prefix hit counted, and a token of margin for rounding: so
+        # never after it)
+        own = self.reserve_need if self.blocked and len(self.waiting) else INF
+        ratio = self.cfg.reserve_ratio
+        growth = self._growth() if own < INF else 0
+        D = self.n_dec
         for j in range(k):
             n = b[-(t + j) % B]
             if total + n > avail:
                 break
+            if own < INF:
+                g = growth - D * j
+                if own + ratio * (g if g > 0 else 0) <= (avail - total) * B + 1:
+                    break
             total += n
             needs.append(n)
         return len(needs), needs
 
-    def advance_decode(self, needs: list) -> None:
-        """Apply ``len(needs)`` pure-decode steps at once (no finishes among them)."""
+    def advance_decode(self, needs: list, starts=()) -> None:
+        """Apply ``len(needs)`` pure-decode steps at once (no finishes among them); ``starts``: the times the first
+        two of them start.
+
+        A request refused admission is retried at every step of a step-by-step run, and the retry marks its
+        cached prefix used at that step's start (LRU), before (prefill-first) or after (decode-first) the step's
+        decode blocks are taken, evicting cache when short. After two retries its prefix is the newest cache and
+        stays so, so the retries at the first two starts order every eviction of the run as step by step."""
         k = len(needs)
-        self.kv.reserve(sum(needs))
+        kv = self.kv
+        r = self.refused_req
+        if not (self.refused_touch and self.blocked and len(self.waiting) and len(starts) >= min(k, 2) and k):
+            kv.reserve(sum(needs))
+        else:
+            first = self.cfg.mix == "prefill-first"
+            taken = 0
+            for j in range(min(k, 2)):
+                if first:
+                    self._retouch(r, starts[j])
+                kv.reserve(needs[j])
+                taken += needs[j]
+                if not first:
+                    self._retouch(r, starts[j])
+            kv.reserve(sum(needs) - taken)
         self.tau += k
         self.step_no += k
+
+    def _retouch(self, r: int, now: float) -> None:
+        """The effect on the cache of a refused admission of ``r`` at ``now``: its prefix locked and unlocked."""
+        s = self._admit(r, now)
+        self._release_locks(s, now)
 
 
 __all__ = ["Scheduler"]

@@ -162,12 +162,12 @@ class E2Scheduler(Scheduler):
             self._late.clear()
         return super().schedule(now)
 
-    def advance_decode(self, needs: list) -> None:
+    def advance_decode(self, needs: list, starts=()) -> None:
         # NOTE: evictions for decode growth inside a fast-forwarded stretch are reported when the
         # next step starts (its end), never before they happen
         self._ff = True
         try:
-            super().advance_decode(needs)
+            super().advance_decode(needs, starts)
         finally:
             self._ff = False
 
