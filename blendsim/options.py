@@ -13,9 +13,18 @@ def check_seed(seed: int) -> None:
         raise UserError(f"--seed must be >= 0, got {seed}")
 
 
-def parse_names(text: str, flag: str) -> tuple[str, ...]:
-    """A comma list of names (order kept, duplicates dropped)."""
-    names = list(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
+def parse_names(text: str, flag: str, engines: bool = False) -> tuple[str, ...]:
+    """A comma list of names (order kept, duplicates dropped). With ``engines``, a ``field=value`` part continues
+    the engine key before it, so ``vllm:fixed_s=0.001,per_seq_s=1e-6,sglang`` is two engines (an engine's
+    overrides are themselves a comma list; no engine name has an ``=``)."""
+    parts: list[str] = []
+    for p in str(text).split(","):
+        p = p.strip()
+        if engines and parts and "=" in p and not any(c in p.partition("=")[0] for c in ":@"):
+            parts[-1] = f"{parts[-1]},{p}"
+        elif p:
+            parts.append(p)
+    names = list(dict.fromkeys(parts))
     if not names:
         raise UserError(f"{flag} {text!r}: give at least one name")
     return tuple(names)

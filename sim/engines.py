@@ -195,7 +195,10 @@ def parse_key(text: str) -> EngineKey:
     if not sep and "=" in head:  # fixed_s=...,per_seq_s=...: the user's own overhead, from ideal
         head, spec = "", head
     name, at, version = head.partition("@")
-    name = name.strip() or "ideal"
+    if at and not name.strip():
+        raise UserError(f"engine {text!r}: no engine name before '@' (like vllm@0.6); versioned engines: "
+                        f"{modelled_versions()}")
+    name = name.strip().lower() or "ideal"  # engine names are lower-case: vLLM@0.6 is vllm@0.6
     if at:
         rel = release(version)
         if rel is None:
@@ -230,6 +233,12 @@ def parse_key(text: str) -> EngineKey:
             v = bool(v)
         values[k] = v
     return EngineKey(name, version.strip(), values)
+
+
+def modelled_versions() -> str:
+    """Every modelled ``NAME@VERSION``, oldest first per engine (for error messages and help)."""
+    return ", ".join(f"{n}@{v}" for n, v in sorted((nv for nv in VERSIONS if nv[1]),
+                                                   key=lambda nv: (nv[0], _version_order(nv[1]))))
 
 
 def graph_size(n: int, cap: int) -> int:
@@ -664,7 +673,7 @@ PROFILE_KIND = "blendsim-engine-profile"
 
 def is_profile_file(key) -> bool:
     """Whether an ``--engine`` value names a profile file (``blendsim calibrate engine -o FILE.json``)."""
-    return isinstance(key, (str, Path)) and str(key).endswith(".json")
+    return isinstance(key, (str, Path)) and str(key).strip().lower().endswith(".json")
 
 
 def _from_file(path: str) -> EngineProfile:
@@ -679,7 +688,14 @@ def _from_file(path: str) -> EngineProfile:
         raise UserError(f"--engine {path}: not an engine profile (no 'profile' header with kind {PROFILE_KIND!r}; "
                         f"write one with blendsim calibrate engine)")
     base = head["engine"] + (f"@{head['version']}" if head.get("version") else "")
-    prof = get_profile(base, params)
+    if ":" in base:
+        raise UserError(f"{path}: field profile.engine / profile.version: {base!r} carries overrides; a profile "
+                        f"names NAME[@VERSION] only (write it again with blendsim calibrate engine)")
+    try:
+        prof = get_profile(base, params)
+    except UserError as e:
+        field = "profile.version" if head.get("version") and "version" in str(e) else "profile.engine"
+        raise UserError(f"{path}: field {field}: {e}") from None
     return replace(prof, key=str(path), params_file=str(p.resolve()),
                    source=f"{prof.source}; fitted by blendsim calibrate engine ({path})")
 
@@ -705,7 +721,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     profile passes through unchanged."""
     if isinstance(key, EngineProfile):
         return key
-    text = "ideal" if key is None else str(key)
+    text = "ideal" if key is None else str(key).strip()
     if is_profile_file(text):
         return _from_file(text)
     if is_profile_file(text.partition(":")[0]):
@@ -721,8 +737,9 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
                 raise UserError(f"engine {text!r}: {k.name} has no modelled versions; use {k.name}")
             raise UserError(f"engine {text!r}: version {k.version} is older than every modelled version of "
                             f"{k.name} ({have})")
-        raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (optionally "
-                        f"NAME:field=value,... with fields {', '.join(OVERRIDABLE)})")
+        raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (versions: "
+                        f"{modelled_versions()}; optionally NAME:field=value,... with fields "
+                        f"{', '.join(OVERRIDABLE)}), or a profile .json from blendsim calibrate engine")
     params = load_params() if params is None else params
     if "serve" in k.overrides:  # the entry point picks the fitted loop (served_loop)
         prof = replace(prof, serve=bool(k.overrides["serve"]))
@@ -743,5 +760,5 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 __all__ = ["ASYNC_RESIDUAL", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
            "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
-           "is_profile_file", "load_params", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
+           "is_profile_file", "load_params", "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
            "trtllm_bench_settings"]

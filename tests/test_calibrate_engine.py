@@ -205,3 +205,25 @@ def test_a_profile_run_on_another_gpu_says_which_efficiencies_apply(tmp_path):
                                        "-o", str(tmp_path / "run")])
     assert r.exit_code == 0, r.output
     assert "calibrated on a100-80gb, run on cpu" in " ".join(r.output.split())
+    c = CliRunner().invoke(get_app(), ["cost", "--model", "tiny", "--hardware", "cpu", "--engine", str(prof),
+                                       "--decode-seqs", "4"])
+    assert c.exit_code == 0 and "calibrated on a100-80gb, run on cpu" in " ".join(c.output.split()), c.output
+    w = CliRunner().invoke(get_app(), ["sweep", "--densities", "1.0", "--sharing", "0.25", "--requests", "300",
+                                       "--policies", "dfs", "--models", "llama-3-8b", "--hardware", "h100-80gb",
+                                       "--engine", str(prof), "--quiet", "-o", str(tmp_path / "sw")])
+    assert w.exit_code == 0 and "calibrated on a100-80gb, run on h100-80gb" in " ".join(w.output.split()), w.output
+
+
+@pytest.mark.parametrize("engine,out,message", [
+    ("vllm@0.6:fixed_s=0.1", "o.json", "without :field=value overrides"),
+    ("vllm@0.10:async_scheduling=1", "o.json", "without :field=value overrides"),
+    ("vllm@abc", "o.json", "'abc' is not a version number"),
+    ("vllm@0.2", "o.json", "older than every modelled version"),
+    ("@0.6", "o.json", "no engine name before '@'"),
+    ("vllm@0.6", "o.txt", "an engine profile is a .json file"),
+])
+def test_the_engine_to_fit_is_checked_before_any_work(tmp_path, engine, out, message):
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", "x.csv", "--engine", engine, "--hardware",
+                                         "h100-80gb", "-o", str(tmp_path / out)])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / out).exists()

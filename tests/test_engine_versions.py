@@ -184,3 +184,44 @@ def test_a_catalogue_row_with_async_scheduling_runs_it(tmp_path):
                "--model", "tiny", "--hardware", "cpu", "--engine", "vllm@0.10:async_scheduling=1", "-o",
                tmp_path / "r", "--json")
     assert r.exit_code == 0, r.output
+
+
+def test_engine_names_are_case_blind_trimmed_and_a_missing_name_is_one_line():
+    assert get_profile("vLLM@0.6").modelled == "vllm@0.6" and get_profile(" vllm@0.6 ").label == "vllm@0.6"
+    with pytest.raises(UserError, match="no engine name before '@'") as e:
+        get_profile("@0.5")
+    assert "vllm@0.5" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(UserError, match="unknown engine 'tgi'") as e:
+        get_profile("tgi")
+    assert "sglang@0.3" in str(e.value) and "trtllm@0.8" in str(e.value)  # the modelled versions are named
+
+
+def test_a_profile_file_with_a_bad_header_names_the_file_and_field(tmp_path):
+    f = tmp_path / "mine.JSON"  # the suffix in any case
+    for head, field in (({"engine": "vllmx"}, "profile.engine"), ({"engine": "vllm", "version": "0.4"},
+                                                                   "profile.version")):
+        f.write_text(json.dumps({"profile": {"kind": "blendsim-engine-profile", **head}}))
+        with pytest.raises(UserError) as e:
+            get_profile(str(f))
+        assert str(e.value).startswith(f"{f}: field {field}: "), str(e.value)
+
+
+@pytest.mark.parametrize("text,key", [("CUDA 12.4, vLLM 0.5.3", "vllm@0.5"), ("vLLM for Llama-3.1 models, 0.5.3", "vllm@0.5"),
+                                      ("vLLM v0.6.0, --num-scheduler-steps 10", "vllm@0.6"),
+                                      ("Triton r24.07 (TensorRT-LLM v0.11.0)", "trtllm@0.11"), ("", "vllm")])
+def test_a_rows_version_is_the_one_written_after_the_engines_name(text, key):
+    from types import SimpleNamespace
+
+    from blendsim.fidelity.catalogue import engine_version_key
+
+    row = SimpleNamespace(engine="trtllm" if "TensorRT" in text else "vllm", engine_version=text)
+    assert engine_version_key(row) == key
+
+
+def test_plan_engine_lists_keep_each_engines_overrides_together():
+    from blendsim.options import parse_names
+
+    assert parse_names("vllm:fixed_s=0.001,per_seq_s=1e-6, sglang@0.4", "--engines", engines=True) == (
+        "vllm:fixed_s=0.001,per_seq_s=1e-6", "sglang@0.4")
+    assert parse_names("fixed_s=0.001,per_seq_s=1e-6", "--engines", engines=True) == ("fixed_s=0.001,per_seq_s=1e-6",)
+    assert parse_names("a,b=1", "--policies") == ("a", "b=1")  # other lists split on every comma

@@ -206,3 +206,10 @@ def test_only_selects_rows_by_id_pattern(tmp_path):
     assert [r["id"] for r in json.loads(res.stdout)["rows"]] == ["keep-a"]
     res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--only", "none-*"])
     assert res.exit_code == 2 and "no catalogue row id matches" in res.output
+
+
+def test_a_catalogue_that_predicts_nothing_exits_2(tmp_path):
+    cat = _write(tmp_path, [_row(id="typo", engine="vlm")])
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--no-cv"])
+    assert res.exit_code == 2 and "nothing could be predicted (1 skipped; the first, typo: unknown engine" in res.output, res.output
+    assert "Traceback" not in res.output

@@ -93,9 +93,10 @@ def test_a_catalogue_policy_column_naming_a_failing_policy_skips_the_row_with_on
     src = policy_file(tmp_path, "class P(blendsim.Policy):\n    def rank(self):\n        return None\n")
     cat = write_cat(tmp_path / "c.csv", [row(policy=f"{src}:P")])
     r = invoke("fidelity", cat, "--json", "--no-cv")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 2, r.output  # its only row skipped: nothing predicted, said in one line after the JSON
     reason = json.loads(r.stdout)["rows"][0]["reason"]
     assert "rank() returned NoneType" in reason and str(src) in reason and "\n" not in reason
+    assert r.stderr.count("\n") == 1 and "nothing could be predicted" in r.stderr
 
 
 @pytest.mark.parametrize(("attrs", "needle"), [

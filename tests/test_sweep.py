@@ -353,3 +353,21 @@ def test_sweep_prints_what_each_policy_declares_over_the_engine(tmp_path):
                                        "-o", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
     assert "note: sarathi: token_budget 512 (policy) over vllm@0.6's 8192" in r.output
+
+
+def test_resuming_with_an_edited_profile_file_is_refused(tmp_path):
+    from blendsim.sim.engines import load_params
+
+    prof = tmp_path / "mine.json"
+    params = load_params()
+    params["profile"] = {"kind": "blendsim-engine-profile", "engine": "vllm", "version": "0.6"}
+    prof.write_text(json.dumps(params))
+    args = ["--densities", "1.0", "--sharing", "0.25", "--requests", "300", "--policies", "dfs", "--models", "llama-3-8b",
+            "--hardware", "a100-80gb", "--engine", str(prof), "--quiet", "-o", str(tmp_path / "s")]
+    first = sweep(*args)
+    assert first.exit_code == 0, first.output
+    assert sweep(*args).exit_code == 0  # the same file resumes
+    params["engine"]["vllm@0.6"] = {"fixed_s": 0.05, "per_seq_s": 1e-6}
+    prof.write_text(json.dumps(params))
+    r = sweep(*args)
+    assert r.exit_code == 2 and "engine_sha256" in r.stderr and "--no-resume" in r.stderr, r.stderr

@@ -147,12 +147,12 @@ def engine_cmd(
         split_engine,
         write_profile,
     )
-    from blendsim.sim.engines import is_profile, load_params, profile_names
+    from blendsim.sim.engines import load_params
     from blendsim.sim.hardware import get_hardware
 
     name, version = split_engine(engine)
-    if not is_profile(name):
-        raise UserError(f"--engine {engine!r}: unknown engine; profiles: {', '.join(profile_names())}")
+    if not str(out).lower().endswith(".json"):
+        raise UserError(f"-o {out}: an engine profile is a .json file (--engine takes it by that suffix)")
     get_hardware(hardware)
     if tp < 1:
         raise UserError(f"--tp must be >= 1, got {tp}")

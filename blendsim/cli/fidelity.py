@@ -110,8 +110,13 @@ def fidelity_cmd(
         typer.echo(f"wrote {rep}", err=True)
     if as_json:
         typer.echo(json.dumps(result, indent=1, sort_keys=True))
-        return
-    _print_table(result, suite, bounds, fit_label)
+    else:
+        _print_table(result, suite, bounds, fit_label)
+    if not result["n_ok"]:  # a catalogue (or an --only) that predicts nothing is a mistake, not a result
+        first = next((x for x in result["rows"] if x.get("status") != "ok"), None)
+        why = f"; the first, {first['id']}: {first.get('reason')}" if first else ""
+        raise UserError(f"{', '.join(str(p) for p in paths)}: nothing could be predicted ({result['n_skipped']} "
+                        f"skipped{', --only ' + ', '.join(only) if only else ''}{why})")
 
 
 # cross-validations, headline first: a source no fit has seen is what a user's own setup is

@@ -31,9 +31,10 @@ def cost_cmd(
     decode_seqs: int = typer.Option(0, "--decode-seqs", help="Decoding sequences in the step."),
     context: int = typer.Option(0, "--context", help="Context before each sequence's new tokens."),
     engine: str = typer.Option("ideal", "--engine", help="Engine profile NAME[@VERSION][:field=value,...]: "
-                               "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm; fields fixed_s, per_seq_s, "
-                               "per_token_s, cuda_graph_max, serve (1: behind its API server) override that "
-                               "profile (no NAME: from ideal)."),
+                               "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm, deepspeed-fastgen, or a .json "
+                               "from blendsim calibrate engine; fields fixed_s, per_seq_s, per_token_s, "
+                               "cuda_graph_max, serve (1: behind its API server), async_scheduling (1: vLLM >= "
+                               "0.10's) override that profile (no NAME: from ideal)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
@@ -48,8 +49,10 @@ def cost_cmd(
     out, rows, dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                     context=context, tp=tp, mode=mode, engine=engine, profile=profile, dtype=dtype,
                                     weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp)
+    from blendsim.runner import calibrated_elsewhere
+
     m = dep.model
-    for note in cm.notes() + dep.topology_notes():
+    for note in cm.notes() + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name):
         typer.echo(f"note: {note}", err=True)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
@@ -58,7 +61,8 @@ def cost_cmd(
     from rich.table import Table
 
     prec = f"weights {m.weights}, KV {m.kv_dtype}" + (f", ep {dep.ep}" if dep.ep > 1 else "")
-    t = Table(title=f"{m.name} on {dep.hardware.name} x{tp} ({prec}), {cm.mode}, {cm.timer_name}, engine {cm.engine.described}")
+    gpus = f"x{tp}" if pp == 1 else f"x{tp * pp} (TP{tp} x PP{pp})"
+    t = Table(title=f"{m.name} on {dep.hardware.name} {gpus} ({prec}), {cm.mode}, {cm.timer_name}, engine {cm.engine.described}")
     for c in ("op", "scope", "GFLOP", "MB", "time (us)", "x layers (ms)"):
         t.add_column(c, justify="right" if c != "op" else "left")
     for r in rows:

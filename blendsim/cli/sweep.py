@@ -97,6 +97,13 @@ def sweep_cmd(
                f" = {n} cells, {spec.requests} requests each, {backend} backend, {be.capacity} in parallel")
     for line in policy_notes(spec):  # what each policy declares over the engine, as simulate prints it
         typer.echo(f"note: {line}")
+    if spec.engine:  # a calibrated profile on another GPU than its own, as simulate says it
+        from blendsim.runner import calibrated_elsewhere
+        from blendsim.sim.engines import get_profile
+
+        for hw in spec.hardware:
+            for line in calibrated_elsewhere(get_profile(spec.engine), hw):
+                typer.echo(f"note: {line}")
     try:
         with Progress("sweep", unit="cells", quiet=quiet) as bar:
             outcome = run_sweep(spec, out, be, resume=resume, progress=lambda done, total: bar.update(done, total))

@@ -170,12 +170,22 @@ def _row(path: Path, line: int, r: dict) -> Row:
                host_kv_gb=gb("host_kv_gb"), disk_kv_gb=gb("disk_kv_gb"))
 
 
+# How a row's engine_version text may name each engine, for the version written right after the name
+_ENGINE_WORDS = {"vllm": r"vllm", "sglang": r"sglang", "trtllm": r"(?:tensorrt[-_ ]?llm|trt[-_ ]?llm)",
+                 "deepspeed-fastgen": r"(?:deepspeed[-_ ]?(?:mii|fastgen)|mii|fastgen)", "nanoflow": r"nanoflow"}
+
+
 def engine_version_key(row: Row) -> str:
-    """``engine@MAJOR.MINOR`` from the row's engine and the first version number in its ``engine_version``
-    text (``vLLM v0.6.0, --num-scheduler-steps 10`` -> ``vllm@0.6``); the engine alone when none is stated."""
+    """``engine@MAJOR.MINOR`` from the row's engine and its ``engine_version`` text: the version written right
+    after the engine's name (``CUDA 12.4, vLLM 0.5.3`` -> ``vllm@0.5``), else the first version number that is
+    not part of a name (``vLLM v0.6.0, --num-scheduler-steps 10`` -> ``vllm@0.6``; not Llama-3.1's); the engine
+    alone when none is stated."""
     import re
 
-    m = re.search(r"(?<![\w.])v?(\d+)\.(\d+)", row.engine_version or "")
+    text = row.engine_version or ""
+    word = _ENGINE_WORDS.get(row.engine)
+    m = re.search(rf"(?<![\w-]){word}[\s:=@-]*v?(\d+)\.(\d+)", text, re.I) if word else None
+    m = m or re.search(r"(?<![\w.\-])v?(\d+)\.(\d+)", text)
     return f"{row.engine}@{m.group(1)}.{m.group(2)}" if m else row.engine
 
 

@@ -55,11 +55,22 @@ class Setup:
 
 
 def split_engine(spec: str) -> tuple[str, str]:
-    """``NAME[@VERSION]`` -> (name, version)."""
-    name, _, version = spec.partition("@")
-    if not name:
-        raise UserError(f"--engine {spec!r}: expected NAME or NAME@VERSION")
-    return name, version
+    """``NAME[@VERSION]`` -> (name, version), the version as its release (``v0.6`` -> ``0.6``); one line for a
+    bad version, an engine or version that is not modelled, or overrides (the fit sets the loop, and a profile
+    file takes none)."""
+    from blendsim.sim.engines import get_profile, parse_key
+
+    spec = str(spec).strip()
+    if ":" in spec or "=" in spec:
+        raise UserError(f"--engine {spec!r}: give NAME or NAME@VERSION of the engine that ran the benchmarks, "
+                        f"without :field=value overrides (the fit sets the engine's loop; the profile it "
+                        f"writes takes none)")
+    if spec.lower().endswith(".json"):
+        raise UserError(f"--engine {spec!r}: give NAME or NAME@VERSION of the engine that ran the benchmarks, "
+                        f"not a profile file")
+    k = parse_key(spec)  # a bad version or a name missing before '@': one line
+    get_profile(spec, {})  # an unknown engine, or a version older than every modelled one: one line
+    return k.name, k.version
 
 
 def read_results(paths: list[Path], setup: Setup) -> list[Row]:

@@ -17,6 +17,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 
 from blendsim.sim.errors import UserError
 
@@ -133,6 +134,18 @@ class Cell:
                 **({"grid_point": workload_name(w.density, w.sharing), "grid_seed": w.seed} if w.seed >= 0 else {})}
 
 
+def _profile_digest(engine: str | None) -> str | None:
+    """The SHA-256 of the calibrated profile file ``engine`` names (None for a named engine or a missing file,
+    which the engine check reports)."""
+    import hashlib
+
+    from blendsim.sim.engines import is_profile_file
+
+    if not engine or not is_profile_file(engine) or not Path(engine).is_file():
+        return None
+    return hashlib.sha256(Path(engine).read_bytes()).hexdigest()
+
+
 @dataclass(frozen=True)
 class SweepSpec:
     """What a sweep runs. ``settings()`` are the parts every cell of one SWEEP_DIR must share."""
@@ -174,6 +187,9 @@ class SweepSpec:
             out["seeds"] = self.seeds
         if self.fixed:  # likewise: only when on
             out["fixed_trace"] = f"{self.model_names.get(self.models[0], self.models[0])}/{self.hardware[0]}"
+        digest = _profile_digest(self.engine)
+        if digest:  # a calibrated profile file: its content, so an edited file is not mixed with the old one
+            out["engine_sha256"] = digest
         return out
 
     def run_settings(self) -> dict:
