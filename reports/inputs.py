@@ -54,6 +54,8 @@ def load_inputs(paths: list) -> Inputs:
         else:  # a folder of runs
             frames.append(_run_rows(sorted(q.parent for q in p.glob("*/summary.json")), origin=p))
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if "run_path" in runs:  # a run given twice (itself and the folder holding it) is one run
+        runs = runs[~runs["run_path"].map(lambda s: str(Path(s).resolve())).duplicated()].reset_index(drop=True)
     if "t_opt_practical_s" in runs and "t_reference_s" not in runs:  # summaries written before issue 28
         runs = runs.rename(columns={"t_opt_practical_s": "t_reference_s", "frac_of_practical_opt": "frac_of_reference"})
     if len(runs):
@@ -262,6 +264,8 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
     df["label"] = df["policy"].astype(str)
     dup = df.duplicated(["group", "label"], keep=False)
     df.loc[dup, "label"] = df.loc[dup, "policy"] + " (" + df.loc[dup, "run_path"].map(lambda s: Path(s).name) + ")"
+    dup = df.duplicated(["group", "label"], keep=False)  # runs of one name in different folders (a copied run)
+    df.loc[dup, "label"] = df.loc[dup, "policy"] + " (" + df.loc[dup, "run_path"].astype(str) + ")"
     return df
 
 

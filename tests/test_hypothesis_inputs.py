@@ -32,7 +32,7 @@ SETTINGS = settings(max_examples=80, deadline=None, derandomize=True, database=N
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # what a message names when no single field is at fault
 WHOLE_FILE = ("not valid JSON", "not usable JSON", "no requests", "expected a JSON object", "not a UTF-8",
-              "is empty", "no data rows", "malformed CSV", "missing column", "not a text CSV", "no successful",
+              "is empty", "no data rows", "malformed CSV", "missing column", "not a text CSV", "not UTF-8 text", "no successful",
               "not a blendsim profile", "schema version", "corrupt profile", "missing field", "both prompt_tokens")
 
 

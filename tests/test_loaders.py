@@ -225,3 +225,21 @@ def test_unknown_format_and_bad_limit(tmp_path):
         load(path, "parquet")
     with pytest.raises(UserError, match="--limit must be at least 1"):
         load(path, "azure", limit=0)
+
+
+@pytest.mark.parametrize("fmt,text,message", [
+    ("azure", b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n2023-11-16 18:15:50.99,39\xe9,109\n",
+     "data row 2: not UTF-8 text (byte 0xe9 at column 26)"),
+    ("vidur", b"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,100,10\n1.0,1\xe900,10\n", "data row 2: not UTF-8"),
+    ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens\n1,Chat\xe9GPT,10,10\n", "data row 1: not UTF-8"),
+    ("azure", b"TIMESTAMP,ContextTokens,GeneratedTokens,TIMESTAMP\n2023-11-16 18:15:46.68,374,44,x\n",
+     "column 'TIMESTAMP' appears twice"),
+    ("burstgpt", b"Timestamp,Model,Request tokens,Response tokens,Model\n1,a,10,10,b\n", "column 'Model' appears twice"),
+])
+def test_bytes_that_are_not_text_and_columns_named_twice_are_one_line(tmp_path, fmt, text, message):
+    f = tmp_path / "t.csv"
+    f.write_bytes(text)
+    for limit in (None, 5):  # the fast reader and the row-by-row one
+        with pytest.raises(UserError) as e:
+            load(f, fmt, limit=limit)
+        assert str(e.value) == f"{f}: {message}" or str(e.value).startswith(f"{f}: {message}"), str(e.value)

@@ -65,3 +65,20 @@ def test_report_refuses_runs_of_two_engines_without_mixed(tmp_path):
     assert r.exit_code == 0, r.output
     side = pd.read_csv(tmp_path / "rep" / "policies.csv")
     assert sorted(side["label"]) == ["dfs [vllm]", "fcfs [ideal]"]
+
+
+def test_a_run_given_twice_is_one_run_and_a_copied_run_gets_its_own_label(tmp_path):
+    import shutil
+
+    trace = tmp_path / "t.parquet"
+    write_trace(random_trace(np.random.default_rng(13), n=30), trace)
+    for p in ("fcfs", "dfs"):
+        simulate(trace, p, tmp_path / "runs" / p)
+    r = cli("report", str(tmp_path / "runs"), str(tmp_path / "runs" / "dfs"), "-o", str(tmp_path / "rep"))
+    assert r.exit_code == 0, r.output
+    assert sorted(pd.read_csv(tmp_path / "rep" / "policies.csv")["label"]) == ["dfs", "fcfs"]
+    shutil.copytree(tmp_path / "runs", tmp_path / "copy")
+    r = cli("report", str(tmp_path / "runs"), str(tmp_path / "copy"), "-o", str(tmp_path / "rep2"))
+    assert r.exit_code == 0, r.output
+    labels = pd.read_csv(tmp_path / "rep2" / "policies.csv")["label"]
+    assert len(labels) == 4 and labels.is_unique

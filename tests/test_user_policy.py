@@ -303,3 +303,18 @@ def test_a_user_router_places_every_request(workdir):
     r = invoke("simulate", "t.parquet", "--policy", "routed.py:Pinned", *TINY, "--replicas", "3", "-o", "run")
     assert r.exit_code == 0, r.output
     assert set(pd.read_parquet(workdir / "run" / "requests.parquet")["replica"]) == {2}
+
+
+def test_a_policy_cannot_change_the_trace_it_schedules():
+    trace = blendsim.synthesize("blendserve", requests=300, density=1.1, sharing=0.3, seed=0)
+    before = trace.output_len.copy()
+
+    class Mutates(blendsim.Policy):
+        def rank(self):
+            self.ctx.trace.output_len[:] = 1
+            return np.arange(self.ctx.trace.n)
+
+    with pytest.raises(blendsim.BlendsimError, match="read-only"):
+        blendsim.simulate(trace, policy=Mutates)
+    np.testing.assert_array_equal(trace.output_len, before)
+    trace.output_len[0] += 1  # the caller's own arrays stay writable

@@ -294,3 +294,12 @@ def test_accelgen_mix_and_slos():
     assert 0.45 < alone_vllm.mean() < alone.mean() < 0.6
     with pytest.raises(UserError, match="--long-share"):
         synthesize("accelgen", long_share=1.5)
+
+
+@pytest.mark.parametrize("name,options,field", [
+    ("preble", {"kind": "programming", "requests": 200, "rate": 1e-12}, "arrival_s"),
+    ("batchllm", {"prefix_len": 9_000_000, "distinct_len": 9_000_000, "share_degree": 4, "requests": 8}, "input_len"),
+])
+def test_options_that_make_a_trace_beyond_the_limits_are_refused_before_writing(name, options, field):
+    with pytest.raises(UserError, match=f"recipe {name} .*field {field}: .* exceeds"):
+        get_recipe(name).make(**options)

@@ -141,6 +141,7 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None):
         raise UserError(f"{path}: no such file") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    _check_header(path)
     df = _read_arrow(path) if limit is None else None
     if df is None:
         try:
@@ -150,7 +151,7 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None):
         except pd.errors.ParserError as e:
             raise UserError(f"{path}: malformed CSV ({_first_line(e)})") from None
         except UnicodeDecodeError:
-            raise UserError(f"{path}: not a text CSV file (undecodable bytes)") from None
+            raise UserError(f"{path}: {_undecodable(path)}") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         found = ", ".join(map(str, df.columns[:8]))
@@ -158,6 +159,30 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None):
     if len(df) == 0:
         raise UserError(f"{path}: no data rows after the header")
     return df
+
+
+def _check_header(path: Path) -> None:
+    """One line for a column named twice (which of the two a loader would read is a guess)."""
+    import csv
+    from collections import Counter
+
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        header = next(csv.reader(fh), [])
+    twice = [c for c, n in Counter(h.strip() for h in header).items() if n > 1 and c]
+    if twice:
+        raise UserError(f"{path}: column {twice[0]!r} appears twice in the header")
+
+
+def _undecodable(path: Path) -> str:
+    """Where the first bytes that are not UTF-8 text are (``data row N``, or the header)."""
+    with path.open("rb") as fh:
+        for i, line in enumerate(fh):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                where = "the header" if i == 0 else f"data row {i}"
+                return f"{where}: not UTF-8 text (byte {line[e.start]:#04x} at column {e.start + 1})"
+    return "not UTF-8 text"
 
 
 def _read_arrow(path: Path):
@@ -168,8 +193,10 @@ def _read_arrow(path: Path):
         table = pcsv.read_csv(path)
     except (pa.ArrowInvalid, UnicodeDecodeError, OSError):
         return None
-    if table.num_rows == 0 or any(pa.types.is_null(t) for t in table.schema.types):
-        return None
+    types = table.schema.types
+    if table.num_rows == 0 or any(pa.types.is_null(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                                  for t in types):
+        return None  # a binary column is one with bytes that are not UTF-8: the text path names the row
     return table.to_pandas()
 
 

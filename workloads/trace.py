@@ -113,6 +113,21 @@ class Trace:
             return [(int(s - SEGMENT_BASE), int(x)) for s, x in zip(sym, ln)]
         return [int(s) for s in sym]
 
+    def readonly(self) -> Trace:
+        """The same trace over read-only views of its columns (what a policy sees: writing to one raises, and the
+        caller's own arrays stay as they were)."""
+        import dataclasses
+
+        def view(a):
+            if not isinstance(a, np.ndarray):
+                return a
+            v = a.view()
+            v.flags.writeable = False
+            return v
+
+        return dataclasses.replace(self, **{f.name: view(getattr(self, f.name)) for f in dataclasses.fields(self)
+                                            if isinstance(getattr(self, f.name), np.ndarray)}, meta=dict(self.meta))
+
     def take(self, idx) -> Trace:
         """A new trace of the rows ``idx`` (in that order)."""
         idx = np.asarray(idx, dtype=np.int64)

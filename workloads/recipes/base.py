@@ -45,7 +45,11 @@ class Recipe:
                 integer(v, flag_of(k), None, MAX_TOKENS)  # overflow numpy, 10**12 allocate terabytes)
         if "requests" in options:
             integer(options["requests"], "--requests", 0, MAX_REQUESTS)  # a recipe refuses 0 if 0 is no default
-        return self.build(self.options(**options))
+        trace = self.build(self.options(**options))
+        # what its options make must be a trace blendsim reads back (each length and time within MAX_TOKENS /
+        # MAX_TIME_S, a prompt's segments summed too): refused here rather than written and refused on reading
+        trace.validate(f"recipe {self.name} (these options make a trace beyond blendsim's limits)")
+        return trace
 
 
 def option_help(options_cls: type) -> dict[str, str]:
