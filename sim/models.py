@@ -536,7 +536,7 @@ def get_model(name_or_path: str, dtype: str | None = None, weights: str | None =
             raise UserError(
                 f"unknown model {name_or_path!r}: not a preset ({', '.join(PRESETS)}) and no config.json there"
             )
-        spec = load_hf_config(p)
+        spec = load_hf_config(p, weights_given=weights is not None)
     if dtype is not None and dtype != spec.dtype:
         if dtype not in DTYPE_BYTES:
             raise UserError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_BYTES)}")
@@ -593,8 +593,10 @@ class _Cfg:
         return v
 
 
-def load_hf_config(path: str | Path) -> ModelSpec:
-    """Read a HuggingFace ``config.json`` (the layouts of :data:`SUPPORTED_TYPES`)."""
+def load_hf_config(path: str | Path, weights_given: bool = False) -> ModelSpec:
+    """Read a HuggingFace ``config.json`` (the layouts of :data:`SUPPORTED_TYPES`). ``weights_given``: the caller
+    sets the weight precision itself (``--weights``), so a ``quantization_config`` blendsim does not read is no
+    error."""
     path = Path(path)
     try:
         cfg = json.loads(path.read_text(encoding="utf-8-sig"))
@@ -605,7 +607,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object")
     top = cfg
-    model_type = str(cfg.get("model_type", "llama"))
+    if "model_type" not in cfg:  # which layout the file has cannot be guessed (a MoE read as a dense llama)
+        arch = cfg.get("architectures")
+        raise UserError(f"{path}: field 'model_type' is missing" + (f" (architectures: {arch!r})" if arch else "")
+                        + f"; add the model_type of its transformers config (supported: {', '.join(SUPPORTED_TYPES)})")
+    model_type = str(cfg.get("model_type"))
     if model_type not in _SUPPORTED:
         raise UserError(f"{path}: model_type {model_type!r} is not supported (supported: "
                         f"{', '.join(SUPPORTED_TYPES)})")
@@ -631,7 +637,7 @@ def load_hf_config(path: str | Path) -> ModelSpec:
         rope=not is_opt, qkv_bias=model_type == "qwen2" or (model_type == "qwen3" and c.bool("attention_bias", False)),
         qk_norm=model_type in ("qwen3", "qwen3_moe"), dtype=dtype, model_type=model_type,
         max_position_embeddings=c.int("max_position_embeddings", default=8192),
-        weights=_weights_of(c, top),
+        weights=_weights_of(c, top, weights_given),
     )
     if model_type == "opt":
         kw["intermediate_size"] = c.int("ffn_dim", "intermediate_size", "n_inner", default=4 * hidden)
@@ -663,6 +669,10 @@ def load_hf_config(path: str | Path) -> ModelSpec:
             types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
         if not isinstance(types, list) or len(types) != layers or any(not isinstance(t, str) for t in types):
             raise c.err(f"field 'layer_types' must list one attention type per layer ({layers}), got {types!r}")
+        odd = next((t for t in types if t not in ("sliding_attention", "full_attention")), None)
+        if odd is not None:
+            raise c.err(f"field 'layer_types': unknown attention type {odd!r} (known: sliding_attention, "
+                        f"full_attention)")
         sliding = sum(t == "sliding_attention" for t in types)
         if sliding:
             kw.update(sliding_layers=sliding, sliding_window=c.int("sliding_window"))
@@ -710,8 +720,9 @@ def _dtype_of(c: _Cfg, top: dict) -> str:
     return "bf16" if d == "fp8" else d  # an fp8 torch_dtype describes the stored weights
 
 
-def _weights_of(c: _Cfg, top: dict) -> str:
-    """The GEMM weights' precision from ``quantization_config`` ("" = the dtype's)."""
+def _weights_of(c: _Cfg, top: dict, given: bool = False) -> str:
+    """The GEMM weights' precision from ``quantization_config`` ("" = the dtype's; also when the scheme is not
+    understood but the caller gives the precision, ``given``)."""
     q = c.cfg.get("quantization_config")
     if q is None:
         return "fp8" if str(c.cfg.get("torch_dtype", "")) == "float8_e4m3fn" else ""
@@ -737,6 +748,8 @@ def _weights_of(c: _Cfg, top: dict) -> str:
                 return "fp8"
             if bits == 4:
                 return "fp4" if typ == "float" else "int4"
+    if given:
+        return ""
     raise c.err(f"field 'quantization_config': quantization {method or algo or q!r} is not understood; "
                 f"give the weight precision with --weights ({', '.join(WEIGHT_PRECISIONS)})")
 

@@ -101,7 +101,8 @@ def test_impossible_deadline_is_said_plainly(tmp_path, trace):
     assert r.exit_code == 0, r.output
     a = json.loads(r.stdout)
     assert a["recommended"]["meets_deadline"] is False
-    assert a["recommendation"].startswith("NO deployment in the search space meets the deadline")
+    assert a["recommendation"].startswith("NO deployment in the search space meets the 1 s deadline")
+    assert a["cheapest_meeting_deadline"] is None  # no budget was given
     assert a["recommended"]["makespan_s"] == min(e["makespan_s"] for e in a["pareto"])
 
 
@@ -228,3 +229,21 @@ def test_pipeline_stages_are_searched_and_their_bounds_hold(trace):
     p = staged[0]
     res = blendsim.simulate(trace, policy="dfs", model="llama-3-8b", **p.cand.run_options())
     assert res.summary["makespan_s"] == pytest.approx(p.makespan_s, rel=1e-9)
+
+
+def test_a_sample_its_longest_request_dominates_is_simulated_whole():
+    # one long request among short ones: a small sample's makespan is that request's own chain, which scaling
+    # the sample by the trace's work would multiply fifty-fold; such deployments run on the whole trace
+    rng = np.random.default_rng(8)
+    n = 900
+    out = rng.integers(5, 60, n)
+    out[17] = 3000
+    big = blendsim.make_trace(input_len=rng.integers(50, 400, n), output_len=out)
+    kw = dict(hardware="a100-80gb", max_gpus=4, engines="vllm", policies="fcfs", jobs=1, fidelity=False, verify=1)
+    # one A100 takes ~49 s, its sample ~18 s of which the long request's chain is nearly all: scaled by the
+    # work (x9) it would miss a one-minute deadline that the whole trace meets
+    a = blendsim.plan(big, "llama-3-8b", "60", sample=100, **kw)
+    exact = blendsim.plan(big, "llama-3-8b", "60", sample=1000, **kw)  # no sampling
+    assert a["sampling"]["tail_dominated"] >= 1 and exact["sampling"] is None
+    assert a["recommended"]["meets_deadline"] and a["recommended"]["gpus"] == exact["recommended"]["gpus"] == 1
+    assert a["recommended"]["makespan_s"] == pytest.approx(exact["recommended"]["makespan_s"])

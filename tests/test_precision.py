@@ -334,3 +334,24 @@ def test_huge_config_integers_are_one_line_not_an_overflow_or_oom(tmp_path, base
             assert value == 2**31 or "beyond any model" in str(e), (key, str(e))
         else:
             assert value == 2**31 and key == "max_position_embeddings", key  # 2**31 positions: allowed
+
+
+def test_weights_given_by_the_user_override_a_quantization_blendsim_does_not_read(tmp_path):
+    from blendsim.sim.models import get_model
+
+    p = _write(tmp_path / "q.json", {**LLAMA, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}})
+    assert get_model(str(p), weights="int4").weights == "int4"
+    with pytest.raises(UserError, match="give the weight precision with --weights"):
+        get_model(str(p))
+
+
+def test_a_config_without_model_type_or_with_unknown_layer_types_is_one_line(tmp_path):
+    cfg = {k: v for k, v in LLAMA.items() if k != "model_type"}
+    p = _write(tmp_path / "n.json", {**cfg, "architectures": ["Qwen3MoeForCausalLM"]})
+    with pytest.raises(UserError) as e:
+        load_hf_config(p)
+    assert str(e.value).startswith(f"{p}: field 'model_type' is missing (architectures: ['Qwen3MoeForCausalLM'])")
+    oss = {**LLAMA, "model_type": "gpt_oss", "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 128,
+           "layer_types": ["foo"] * 32}
+    with pytest.raises(UserError, match="field 'layer_types': unknown attention type 'foo'"):
+        load_hf_config(_write(tmp_path / "o.json", oss))

@@ -30,6 +30,8 @@ def parse_deadline(text) -> float:
         v = float(text)
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([smhd]?)\s*", str(text))
+        if not m and str(text).strip().startswith("-"):
+            raise UserError(f"--deadline {text!r}: must be a positive duration")
         if not m:
             raise UserError(f"--deadline {text!r}: give a duration like 30m, 24h, 2d, or seconds")
         v = float(m.group(1)) * UNITS[m.group(2) or "s"]
@@ -62,7 +64,8 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     def names(v, flag):
         if v is None:
             return None
-        return parse_names(v, flag) if isinstance(v, str) else tuple(dict.fromkeys(str(x) for x in v))
+        return (parse_names(v, flag, engines=flag == "--engines") if isinstance(v, str)
+                else tuple(dict.fromkeys(str(x) for x in v)))
 
     deadline_s = parse_deadline(deadline)
     for flag, v, low in (("--max-gpus", max_gpus, 1), ("--tp", tp, 1), ("--pp", pp, 1), ("--ep", ep, 1),

@@ -53,6 +53,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
         return e
 
     recd = mk(rec) if rec is not None else None
+    over_budget = None  # when only the budget fails: the cheapest deployment that meets the deadline
     if rec is None:
         say = "no deployment could be simulated (see failures)"
     elif out.meets_any:
@@ -60,14 +61,21 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
                                                                          else "") +
                f": {_label(recd)}, {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}")
     else:
-        why = "the deadline" + (" within the budget" if budget is not None else "")
-        say = (f"NO deployment in the search space meets {why} ({_dur(deadline_s)}); the fastest is "
-               f"{_label(recd)}: {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}")
+        why = f"the {_dur(deadline_s)} deadline" + (f" within the ${budget:,.2f} budget" if budget is not None else "")
+        say = f"NO deployment in the search space meets {why}"
+        in_time = [p for p in out.points.values() if p.makespan_s <= deadline_s] if budget is not None else []
+        if in_time:  # the budget alone fails: what meeting the deadline costs
+            c = min(in_time, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
+            ce = mk(c)
+            over_budget = {"deployment": ce, "over_budget_usd": c.cost_usd - budget}
+            say += (f"; the cheapest simulated one that meets the deadline is {_label(ce)}: {_dur(c.makespan_s)} "
+                    f"for ${c.cost_usd:,.2f} (${c.cost_usd - budget:,.2f} over the budget)")
+        say += f"; the fastest is {_label(recd)}: {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}"
     checks = out.checks
     sampling = None
     if out.sample_requests is not None:
         sampling = {"sample_requests": out.sample_requests, "full_requests": n_requests, "seed": seed,
-                    "checks": checks,
+                    "checks": checks, "tail_dominated": out.tail_dominated,
                     "max_abs_error": max((abs(c["error"]) for c in checks), default=None)}
     return {
         "trace": str(trace_path) if trace_path is not None else None, "n_requests": n_requests, "model": model,
@@ -76,6 +84,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
                    "used": {h: prices.prices[h].__dict__ for h in sorted({p.cand.shape.hardware for p in f})}},
         "candidates": out.candidates, "simulated": len(out.points), "pruned": dict(sorted(out.pruned.items())),
         "failures": out.failures, "pareto": [mk(p) for p in f], "recommended": recd, "recommendation": say,
+        "cheapest_meeting_deadline": over_budget,
         "sampling": sampling, "fidelity": fid,
     }
 
@@ -125,6 +134,9 @@ def notes(answer: dict) -> list[str]:
         else:
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests; no full run checked "
                          f"the extrapolation")
+        if s.get("tail_dominated"):
+            lines.append(f"simulated whole: {s['tail_dominated']} deployment(s) whose sample's makespan was mostly its "
+                         f"longest request's (T_critical), which no scaling of the sample predicts")
     for k, f in sorted(answer["fidelity"].items()):
         lines.append(f"fidelity {k}: {f['summary']}")
     for f in answer["failures"][:3]:

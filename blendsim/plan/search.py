@@ -11,7 +11,9 @@
    deployment) and recommends the fastest, saying so.
 3. A trace larger than ``sample`` requests is simulated as a seeded random sample (plus the request with
    the longest output, which sets the tail); a deployment's makespan is the sample's times the ratio of the
-   whole trace's work bound to the sample's (T_o at that shape). The recommended deployment and the next
+   whole trace's work bound to the sample's (T_o at that shape) -- unless the sample's makespan is mostly its
+   longest request's own chain (T_critical >= CRITICAL_SHARE of it), which does not grow with the trace: such a
+   deployment is simulated on the whole trace instead (``tail_dominated``). The recommended deployment and the next
    ``verify - 1`` front points are then simulated on the whole trace: their figures replace the estimates
    and the sampled-vs-full error is reported.
 
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from blendsim.sim.metrics import CRITICAL_SHARE
 
 from .prices import job_cost
 from .space import Candidate, shape_bounds, shapes, work_bound
@@ -60,6 +64,7 @@ class Search:
     meets_any: bool = False
     checks: list = field(default_factory=list)  # sampled-vs-full comparisons
     sample_requests: int | None = None
+    tail_dominated: int = 0  # deployments simulated whole because their sample's makespan was its longest request's
 
 
 def pareto(points: list) -> list:
@@ -136,12 +141,19 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
                 done[0] += 1
                 if progress:
                     progress(done[0], c.key)
+        whole_now = []
         for c in batch:
             res = results[c]
             if "error" in res:
                 out.failures.append({"deployment": c.key, "error": res["error"]})
                 continue
             m = float(res["makespan_s"])
+            crit = float(res.get("t_critical_s") or 0.0)
+            if not whole and sampled and crit >= CRITICAL_SHARE * m:
+                # the sample's makespan is mostly its longest request's own chain, which does not grow with the
+                # trace: scaled up, it would be far off (either way); the whole trace says what it is
+                whole_now.append(c)
+                continue
             if whole or not sampled:
                 p = out.points.get(c.key)
                 if p is not None and not p.full:  # a check of an estimate
@@ -153,6 +165,9 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             else:
                 est = max(m * scale[c.shape], bounds[c][0])
                 out.points[c.key] = Point(c, est, cost(c, est), tokens, m, None, False)
+        if whole_now:
+            out.tail_dominated += len(whole_now)
+            evaluate(whole_now, whole=True)
 
     def ok(p):
         return p.makespan_s <= deadline_s and (budget is None or p.cost_usd <= budget)

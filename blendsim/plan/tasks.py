@@ -34,7 +34,8 @@ def _simulate(model, policy, options, seed, trace):
         t = read_trace(trace)
     cfg = RunConfig(policy=policy, model=model, seed=seed, **options)
     s = run_simulation(t, cfg).summary
-    return {k: s[k] for k in ("makespan_s", "throughput_tok_s", "n_requests", "input_tokens", "output_tokens") if k in s}
+    return {k: s[k] for k in ("makespan_s", "throughput_tok_s", "n_requests", "input_tokens", "output_tokens",
+                              "t_critical_s") if k in s}
 
 
 __all__ = ["simulate_task"]
