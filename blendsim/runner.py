@@ -184,6 +184,9 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name)
+    if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
+        notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
+                     f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
     tree = PrefixTree(trace)
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:

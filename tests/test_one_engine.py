@@ -82,3 +82,12 @@ def test_a_run_given_twice_is_one_run_and_a_copied_run_gets_its_own_label(tmp_pa
     assert r.exit_code == 0, r.output
     labels = pd.read_csv(tmp_path / "rep2" / "policies.csv")["label"]
     assert len(labels) == 4 and labels.is_unique
+
+
+def test_overlap_mode_on_an_engine_that_does_not_overlap_is_said(tmp_path):
+    trace = tmp_path / "t.parquet"
+    write_trace(random_trace(np.random.default_rng(14), n=20), trace)
+    r = simulate(trace, "fcfs", tmp_path / "r", "--engine", "vllm", "--mode", "overlap")
+    assert "--mode overlap: vllm" in " ".join(r.output.split()) and "what-if" in r.output
+    r = simulate(trace, "fcfs", tmp_path / "n", "--engine", "nanoflow", "--mode", "overlap")
+    assert "--mode overlap:" not in r.output
