@@ -52,10 +52,12 @@ def _boundary(fn):
 
 # ---- traces ----------------------------------------------------------------------------------------
 @_boundary
-def load_trace(path, format: str | None = None, limit: int | None = None):  # noqa: A002 (the CLI's --format)
+def load_trace(path, format: str | None = None, limit: int | None = None, **options):  # noqa: A002 (the CLI's --format)
     """Read a trace: blendsim's Parquet trace, or a trace of another format as `blendsim workloads
-    load --format` reads it (burstgpt, azure, vidur, jsonl). ``format=None`` goes by the file name
-    (``.parquet``: blendsim's own, ``.jsonl``: jsonl). ``limit`` keeps the first N requests."""
+    load --format` reads it (burstgpt, azure, vidur, jsonl, mooncake, hashed). ``format=None`` goes by the file
+    name (``.parquet``: blendsim's own, ``.jsonl``: jsonl). ``limit`` keeps the first N requests. ``options``:
+    the block-hash formats' settings, as the CLI's flags (``block_size``, ``time_unit``, ``output_len``,
+    ``output_from``, ``seed``)."""
     from blendsim.workloads.loaders import FORMATS, load
 
     p = C.path(path, "load_trace: path")
@@ -65,8 +67,14 @@ def load_trace(path, format: str | None = None, limit: int | None = None):  # no
     if fmt is None:
         raise UserError(f"{p}: cannot tell the trace format from the name; give format= one of "
                         f"{', '.join((TRACE_FORMAT, *FORMATS))}")
+    known = ("block_size", "time_unit", "output_len", "output_from", "seed")
+    odd = sorted(set(options) - set(known))
+    if odd:
+        raise UserError(f"load_trace: unknown option {odd[0]!r}; the block-hash formats take {', '.join(known)}")
     if fmt != TRACE_FORMAT:
-        return load(p, fmt, limit)
+        return load(p, fmt, limit, **options)
+    if options:
+        raise UserError(f"load_trace: {sorted(options)[0]} applies to format mooncake or hashed, not {fmt}")
     from blendsim.workloads.trace import read_trace
 
     if limit is not None and limit < 1:

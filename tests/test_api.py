@@ -136,6 +136,14 @@ def test_load_trace_formats_and_limit(tmp_path):
     assert blendsim.load_trace(tmp_path / "t.parquet", limit=3).n == 3
     with pytest.raises(blendsim.BlendsimError, match="unknown format 'csvv'"):
         blendsim.load_trace(p, format="csvv")
+    h = tmp_path / "h.jsonl"  # a block-hash trace takes the CLI's --block-size as block_size=
+    h.write_text("\n".join(json.dumps({"input_length": 40, "hash_ids": [1, 2, 3], "output_length": 5})
+                           for _ in range(3)) + "\n")
+    assert list(blendsim.load_trace(h, format="hashed", block_size=16).input_len) == [40] * 3
+    with pytest.raises(blendsim.BlendsimError, match="unknown option 'bogus'"):
+        blendsim.load_trace(h, format="hashed", bogus=1)
+    with pytest.raises(blendsim.BlendsimError, match="applies to --format mooncake or hashed"):
+        blendsim.load_trace(p, format="jsonl", block_size=16)
 
 
 def test_synthesize_is_the_command_s_trace(tmp_path):
