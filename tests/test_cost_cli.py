@@ -147,3 +147,10 @@ def test_engine_overrides_change_only_that_profiles_overhead():
     assert two["overhead_s"] - one["overhead_s"] == pytest.approx(0.001, abs=1e-15)
     assert (one["engine"], two["engine"]) == ("vllm:fixed_s=0.001", "vllm:fixed_s=0.002")
     assert base["per_layer"] == one["per_layer"] and base["whole_model"] == one["whole_model"]
+
+
+def test_a_step_no_replica_can_hold_is_priced_with_a_note():
+    r = CliRunner().invoke(get_app(), ["cost", "--decode-seqs", "1000000", "--context", "1000"])
+    assert r.exit_code == 0 and "more than one replica's" in " ".join(r.output.split()), r.output
+    r = CliRunner().invoke(get_app(), ["cost", "--decode-seqs", "64", "--context", "1000"])
+    assert r.exit_code == 0 and "more than one replica's" not in r.output

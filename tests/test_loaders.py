@@ -243,3 +243,21 @@ def test_bytes_that_are_not_text_and_columns_named_twice_are_one_line(tmp_path, 
         with pytest.raises(UserError) as e:
             load(f, fmt, limit=limit)
         assert str(e.value) == f"{f}: {message}" or str(e.value).startswith(f"{f}: {message}"), str(e.value)
+
+
+def test_a_parquet_trace_with_some_arrival_times_missing_is_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from blendsim.workloads.trace import from_columns
+
+    p = write_trace(from_columns(input_len=[10, 20, 30], output_len=[5, 5, 5], arrival_s=[0.0, 1.0, 2.0]),
+                    tmp_path / "t.parquet")
+    tab = pq.read_table(p)
+    i = tab.column_names.index("arrival_s")
+    for name, values in (("some.parquet", [0.0, None, 2.0]), ("none.parquet", [None, None, None])):
+        pq.write_table(tab.set_column(i, "arrival_s", pa.array(values, type=pa.float64())), tmp_path / name)
+    with pytest.raises(UserError) as e:
+        read_trace(tmp_path / "some.parquet")
+    assert str(e.value).startswith(f"{tmp_path / 'some.parquet'}: row 2, field arrival_s: is missing (null)")
+    assert list(read_trace(tmp_path / "none.parquet").arrival_s) == [0.0] * 3  # no times at all: offline

@@ -572,6 +572,11 @@ class _TraceColumns:
             self.fail(name, f"must hold numbers, found {c.type}")
         if pa.types.is_floating(c.type) and c.type.bit_width == 16:
             c = c.cast(pa.float32())
+        if name == "arrival_s" and 0 < c.null_count < len(c):  # some requests timed, others not: when do they come?
+            import pyarrow.compute as pc
+
+            self.fail(name, "is missing (null) where other rows have an arrival time; give every row one (0 for "
+                            "offline), or none", int(pc.index(pc.is_null(c), True).as_py()))
         return col.to_numpy(c, fill=default).astype(np.float64)
 
     def strings(self, name: str, default, ints_ok: bool, allow_null: bool) -> np.ndarray:

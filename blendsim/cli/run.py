@@ -52,7 +52,12 @@ def cost_cmd(
     from blendsim.runner import calibrated_elsewhere
 
     m = dep.model
-    for note in cm.notes() + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name):
+    notes = cm.notes() + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
+    held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
+    if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
+        notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "
+                     f"({m.name} on {dep.hardware.name} x{tp * pp}): no engine could run it")
+    for note in notes:
         typer.echo(f"note: {note}", err=True)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
