@@ -115,11 +115,11 @@ class EngineProfile:
 
     @property
     def modelled(self) -> str:
-        """The modelled profile that prices it, ``NAME@VERSION`` (or NAME where it has no versions; a calibrated
-        profile's file name)."""
-        if self.params_file:
-            return self.label
-        return f"{self.name}@{self.version}" if self.version else self.name
+        """The modelled profile that prices it, ``NAME@VERSION`` (or NAME where it has no versions); for a calibrated
+        profile, that and the file it was fitted into, by its absolute path (``my.json`` and ``./my.json`` are one
+        engine)."""
+        base = f"{self.name}@{self.version}" if self.version else self.name
+        return f"{base} fitted in {self.params_file}" if self.params_file else base
 
     @property
     def described(self) -> str:

@@ -227,3 +227,24 @@ def test_the_engine_to_fit_is_checked_before_any_work(tmp_path, engine, out, mes
                                          "h100-80gb", "-o", str(tmp_path / out)])
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
     assert not (tmp_path / out).exists()
+
+
+def test_one_profile_file_named_two_ways_is_one_engine_in_a_report(tmp_path, monkeypatch):
+    from blendsim.workloads.trace import write_trace
+    from tests.helpers import random_trace
+
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    pre = "vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-"
+    write_rows_csv(tmp_path / "two.csv", [rows[pre + "decode"], rows[pre + "prefill"]])
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(get_app(), ["calibrate", "engine", "two.csv", "--engine", "vllm@0.6", "--hardware",
+                                          "a100-80gb", "-o", "mine.json"]).exit_code == 0
+    t = write_trace(random_trace(np.random.default_rng(3), n=20), tmp_path / "t.parquet")
+    for pol, eng in (("fcfs", "mine.json"), ("dfs", "./mine.json")):
+        r = CliRunner().invoke(get_app(), ["simulate", str(t), "--model", "llama-3-8b", "--hardware", "a100-80gb",
+                                           "--policy", pol, "--engine", eng, "-o", f"runs/{pol}"])
+        assert r.exit_code == 0, r.output
+        s = json.loads((tmp_path / "runs" / pol / "summary.json").read_text())
+        assert s["engine_profile"] == f"vllm@0.6 fitted in {tmp_path / 'mine.json'}"
+    r = CliRunner().invoke(get_app(), ["report", "runs", "-o", "rep"])
+    assert r.exit_code == 0, r.output
