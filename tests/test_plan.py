@@ -247,3 +247,19 @@ def test_a_sample_its_longest_request_dominates_is_simulated_whole():
     assert a["sampling"]["tail_dominated"] >= 1 and exact["sampling"] is None
     assert a["recommended"]["meets_deadline"] and a["recommended"]["gpus"] == exact["recommended"]["gpus"] == 1
     assert a["recommended"]["makespan_s"] == pytest.approx(exact["recommended"]["makespan_s"])
+
+
+def test_the_feasibility_check_sizes_the_kv_cache_as_the_run_will():
+    # vLLM V1 gives GPUs of 70 GiB or more a larger step budget offline (by device), so its activations take more
+    # memory there: the plan's check must use those settings, or deployments it keeps fail in simulation
+    from blendsim.plan.space import Candidate
+    from blendsim.runner import RunConfig, prepare_run
+
+    space = Space("llama-3-8b", ("h100-80gb", "b200"), ("vllm",), ("dfs",), (), (), max_gpus=2, max_pp=1)
+    trace = random_trace(np.random.default_rng(4), n=20)
+    feasible, _ = shapes(space, trace)
+    assert feasible
+    for shape, dep in feasible:
+        run = prepare_run(trace, RunConfig(policy=shape.policy, model="llama-3-8b",
+                                           **Candidate(shape, 1).run_options()))
+        assert dep.kv_capacity_tokens == run.deployment.kv_capacity_tokens, shape

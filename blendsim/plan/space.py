@@ -129,7 +129,8 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                             for policy in space.policies:
                                 shape = Shape(hw_name, tp, pp, ep, engine, policy, model.weights, model.kv_dtype)
                                 n = space.max_gpus // shape.gpus_per_replica
-                                eng = engine_config(RunConfig(policy=policy, engine=engine),
+                                # the scheduler settings the run will have: an engine's limits depend on the GPU
+                                eng = engine_config(RunConfig(policy=policy, engine=engine, hardware=hw_name),
                                                     resolve_policy(policy).cls)
                                 try:
                                     dep = Deployment(model, hw, tp, ep=ep, pp=pp,
