@@ -371,3 +371,47 @@ def test_resuming_with_an_edited_profile_file_is_refused(tmp_path):
     prof.write_text(json.dumps(params))
     r = sweep(*args)
     assert r.exit_code == 2 and "engine_sha256" in r.stderr and "--no-resume" in r.stderr, r.stderr
+
+
+def test_a_sweep_removes_only_its_own_leftovers_and_never_the_users_files(tmp_path):
+    args = ["--densities", "1.0", "--sharing", "0.25", "--requests", "300", "--policies", "dfs", "--models",
+            "llama-3-8b", "--hardware", "a100-80gb", "--quiet", "-o", str(tmp_path / "s")]
+    assert sweep(*args).exit_code == 0
+    s = tmp_path / "s"
+    run_parent = next(p for p in (s / "runs").rglob("dfs") if p.is_dir()).parent
+    (s / "traces" / ".notes").write_text("mine")
+    (run_parent / ".mine").mkdir()
+    (run_parent / ".mine" / "data").write_text("mine")
+    left = run_parent / ".dfs.abcd1234"  # a killed sweep's staging folder and temporary trace file
+    left.mkdir()
+    (left / "summary.json").write_text("{}")
+    tmp = next((s / "traces").rglob("*.parquet")).parent / ".d1-s0.25.parquet.que0qxfp.tmp"
+    tmp.write_text("")
+    assert sweep(*args).exit_code == 0  # a resume
+    assert (s / "traces" / ".notes").read_text() == "mine" and (run_parent / ".mine" / "data").read_text() == "mine"
+    assert not left.exists() and not tmp.exists()
+    r = sweep(*args, "--no-resume")  # starting over would remove the user's files: refused
+    assert r.exit_code == 2 and "would remove what the sweep did not write" in r.stderr, r.stderr
+    (s / "traces" / ".notes").unlink()
+    import shutil
+
+    shutil.rmtree(run_parent / ".mine")
+    (s / "traces" / "my_real_trace.parquet").write_bytes(next((s / "traces").rglob("d*.parquet")).read_bytes())
+    r = sweep(*args, "--no-resume")
+    assert r.exit_code == 2 and "traces/my_real_trace.parquet" in r.stderr, r.stderr
+    assert (s / "traces" / "my_real_trace.parquet").exists()
+
+
+def test_an_edited_policy_file_runs_its_cells_again(tmp_path):
+    pol = tmp_path / "mine.py"
+    pol.write_text("import numpy as np\nimport blendsim\n\n\nclass Mine(blendsim.Policy):\n"
+                   "    def rank(self):\n        return np.argsort(self.ctx.trace.input_len, kind='stable')\n")
+    args = ["--densities", "1.0", "--sharing", "0.25", "--requests", "300", "--policies", f"dfs,{pol}:Mine",
+            "--models", "llama-3-8b", "--hardware", "a100-80gb", "-o", str(tmp_path / "s")]
+    assert "2 cell(s) simulated" in sweep(*args).output
+    assert "0 cell(s) simulated, 2 already done" in sweep(*args).output
+    pol.write_text(pol.read_text().replace("self.ctx.trace.input_len", "-self.ctx.trace.input_len"))
+    from blendsim.sweep import store
+
+    store._SHA.clear()  # one process here; a new sweep command starts with none
+    assert "1 cell(s) simulated, 1 already done" in sweep(*args).output

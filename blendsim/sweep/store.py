@@ -9,11 +9,12 @@ absent, and at most some hidden ``.name.*`` temporaries, which the next sweep re
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import MANIFEST, add_to_manifest, check_own_files, read_json, write_json
+from blendsim.sim.io import MANIFEST, add_to_manifest, check_own_files, foreign_entries, read_json, write_json
 from blendsim.sim.io import staging_dir as io_staging_dir
 
 MARKER = "sweep.json"
@@ -70,10 +71,17 @@ def _check_removable(d: Path) -> None:
     """Fail, with one line, if starting over would remove what the sweep did not write: under runs/ anything
     outside its recorded run folders (or unrecorded inside one), under traces/ anything but its trace files."""
     foreign = []
+    temps = [p for sub in ("runs", "traces") if (d / sub).exists() for p in (d / sub).rglob(".*") if _own_temporary(p)]
+
+    def temporary(p: Path) -> bool:  # a killed sweep's own leftovers go with the rest
+        return any(t == p or t in p.parents for t in temps)
+
     runs = d / "runs"
     if runs.exists():
-        recorded = [m.parent for m in runs.rglob(MANIFEST)]
+        recorded = [m.parent for m in runs.rglob(MANIFEST) if not temporary(m)]
         for p in sorted(runs.rglob("*")):
+            if temporary(p):
+                continue
             if p.is_dir() and not p.is_symlink():
                 if not any(r == p or r in p.parents or p in r.parents for r in recorded):
                     foreign.append(p)
@@ -86,7 +94,8 @@ def _check_removable(d: Path) -> None:
                 raise UserError(f"{e}; --no-resume would remove it") from None
     traces = d / "traces"
     if traces.exists():
-        foreign += [p for p in sorted(traces.rglob("*")) if not p.is_dir() and p.suffix != ".parquet"]
+        foreign += [p for p in sorted(traces.rglob("*"))
+                    if not p.is_dir() and not temporary(p) and not _own_trace(p.relative_to(traces))]
     if foreign:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         raise UserError(f"{d}: --no-resume would remove what the sweep did not write "
@@ -103,15 +112,49 @@ def read_marker(sweep_dir: Path) -> dict:
     return doc
 
 
+# A trace the sweep writes: traces/<model>/<hardware>/d<density>-s<sharing>[-seed<k>].parquet (grid.Workload)
+_TRACE = re.compile(r"d[0-9.e+-]+-s[0-9.e+-]+(-seed\d+)?\.parquet")
+# What a killed sweep leaves: tempfile's names for its staging folders and files, ``.NAME.XXXXXXXX`` (sim.io
+# staging_dir, ``.NAME.old.XXXXXXXX`` when it replaced a run) and ``.NAME.XXXXXXXX.tmp`` (sim.io atomic_path)
+_TEMP_DIR = re.compile(r"\..+\.[a-z0-9_]{8}")
+_TEMP_FILE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+_RUN_FILES = {"summary.json", "steps.parquet", "requests.parquet", "schedule.parquet", "cell.json", MANIFEST}
+
+
+def _own_trace(rel: Path) -> bool:
+    return len(rel.parts) == 3 and bool(_TRACE.fullmatch(rel.name))
+
+
+def _own_temporary(p: Path) -> bool:
+    """A staging file or folder of the sweep's own: its name as tempfile makes them, and a folder holding only
+    what blendsim recorded writing (or nothing; a replaced run's ``x`` likewise)."""
+    if p.is_symlink():
+        return False
+    if p.is_file():
+        return bool(_TEMP_FILE.fullmatch(p.name))
+    if not (p.is_dir() and _TEMP_DIR.fullmatch(p.name)):
+        return False
+    inner = list(p.iterdir())
+    if not inner:
+        return True
+    target = inner[0] if len(inner) == 1 and inner[0].name == "x" and inner[0].is_dir() else p
+    extra = foreign_entries(target)
+    if extra is None:  # killed before its record was written: only a run's own files, or their temporaries
+        extra = [q.name for q in target.iterdir() if q.is_dir() or not (q.name in _RUN_FILES
+                                                                         or _TEMP_FILE.fullmatch(q.name))]
+    return extra == []
+
+
 def clean_stale(sweep_dir: Path) -> int:
-    """Remove hidden temporaries (``.name.*``) a killed sweep left under runs/ and traces/."""
+    """Remove the hidden temporaries a killed sweep left under runs/ and traces/ (:func:`_own_temporary`); any
+    other hidden file or folder there is the user's and stays."""
     n = 0
     for sub in ("runs", "traces"):
         root = Path(sweep_dir) / sub
         if not root.exists():
             continue
         for p in sorted(root.rglob(".*")):
-            if p.exists():
+            if p.exists() and _own_temporary(p):
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
                 n += 1
     return n
@@ -126,7 +169,24 @@ def cell_done(sweep_dir: Path, cell) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(s, dict) and "throughput_tok_s" in s and s.get("policy") == cell.policy and \
-        isinstance(c, dict) and c.get("policy") == cell.policy
+        isinstance(c, dict) and c.get("policy") == cell.policy and \
+        s.get("policy_sha256") == _policy_sha256(cell.policy)  # a policy file edited since: the cell runs again
+
+
+_SHA: dict = {}
+
+
+def _policy_sha256(spec: str) -> str | None:
+    """The SHA-256 of the file a ``path.py:Class`` policy comes from (None for blendsim's own), as the run records
+    it (``policy_sha256``)."""
+    if spec not in _SHA:
+        from blendsim.policies.registry import resolve_policy
+
+        try:
+            _SHA[spec] = resolve_policy(spec).sha256
+        except UserError:
+            _SHA[spec] = "unresolved"  # the sweep itself reports it
+    return _SHA[spec]
 
 
 def install_run(src: Path, sweep_dir: Path, cell) -> Path:
