@@ -242,6 +242,17 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
             df[c] = np.nan
     if "workload" not in df:
         df["workload"] = None
+    named = df["workload"].notna()
+    if named.any():  # one grid name and deployment, several traces (sweeps of other seeds or sizes): each trace
+        # its own workload (a model's own trace in a multi-model sweep is told apart by its deployment already)
+        sub = df.loc[named]
+        where = sub["workload"].astype(str) + " @ " + sub["model"].astype(str) + "/" + sub["hardware"].astype(str)
+        fp = sub[["n_requests", "input_tokens", "output_tokens"]].astype(str).agg("|".join, axis=1)
+        first: dict = {}
+        for w, key in zip(where, fp, strict=True):
+            first.setdefault(w, {}).setdefault(key, len(first.get(w, {})))
+        df.loc[named, "workload"] = [name if first[w][key] == 0 else f"{name}#{first[w][key] + 1}"
+                                     for name, w, key in zip(sub["workload"], where, fp, strict=True)]
     loose = df["workload"].isna()
     if loose.any():
         fp = df.loc[loose, ["n_requests", "input_tokens", "output_tokens", "optimal_sharing_ratio"]].astype(str).agg("|".join, axis=1)

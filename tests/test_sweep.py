@@ -415,3 +415,18 @@ def test_an_edited_policy_file_runs_its_cells_again(tmp_path):
 
     store._SHA.clear()  # one process here; a new sweep command starts with none
     assert "1 cell(s) simulated, 1 already done" in sweep(*args).output
+
+
+def test_two_sweeps_of_one_grid_name_and_other_traces_are_two_workloads_in_a_report(tmp_path):
+    import pandas as pd
+
+    for seed in (0, 1):
+        r = sweep("--densities", "1.0", "--sharing", "0.25", "--requests", "300", "--policies", "dfs,fcfs", "--models",
+                  "llama-3-8b", "--hardware", "a100-80gb", "--seed", str(seed), "--quiet", "-o", str(tmp_path / f"s{seed}"))
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(get_app(), ["report", str(tmp_path / "s0"), str(tmp_path / "s1"), "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    runs = pd.read_csv(tmp_path / "rep" / "policies.csv")
+    assert sorted(set(runs["group"])) == ["d1-s0.25", "d1-s0.25#2"]
+    assert sorted(runs["label"]) == ["dfs", "dfs", "fcfs", "fcfs"]
+    assert list(runs.loc[runs["label"] == "dfs", "speedup"]) == [1.0, 1.0]  # each dfs its own workload's baseline

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import MANIFEST, add_to_manifest, check_own_files, foreign_entries, read_json, write_json
+from blendsim.sim.io import MANIFEST, add_to_manifest, check_own_files, read_json, write_json
 from blendsim.sim.io import staging_dir as io_staging_dir
 
 MARKER = "sweep.json"
@@ -126,23 +126,23 @@ def _own_trace(rel: Path) -> bool:
 
 
 def _own_temporary(p: Path) -> bool:
-    """A staging file or folder of the sweep's own: its name as tempfile makes them, and a folder holding only
-    what blendsim recorded writing (or nothing; a replaced run's ``x`` likewise)."""
+    """A staging file or folder of the sweep's own: named as tempfile names them, and a folder holding nothing but
+    what the sweep stages there (a run's own files in ``run/``, a replaced run in ``x/``, their temporaries)."""
     if p.is_symlink():
         return False
     if p.is_file():
         return bool(_TEMP_FILE.fullmatch(p.name))
     if not (p.is_dir() and _TEMP_DIR.fullmatch(p.name)):
         return False
-    inner = list(p.iterdir())
-    if not inner:
-        return True
-    target = inner[0] if len(inner) == 1 and inner[0].name == "x" and inner[0].is_dir() else p
-    extra = foreign_entries(target)
-    if extra is None:  # killed before its record was written: only a run's own files, or their temporaries
-        extra = [q.name for q in target.iterdir() if q.is_dir() or not (q.name in _RUN_FILES
-                                                                         or _TEMP_FILE.fullmatch(q.name))]
-    return extra == []
+    for q in p.rglob("*"):
+        if q.is_symlink():
+            return False
+        if q.is_dir():
+            if not (q.name in ("run", "x") or _TEMP_DIR.fullmatch(q.name)):
+                return False
+        elif not (q.name in _RUN_FILES or _TEMP_FILE.fullmatch(q.name)):
+            return False
+    return True
 
 
 def clean_stale(sweep_dir: Path) -> int:
