@@ -693,8 +693,9 @@ def _from_file(path: str) -> EngineProfile:
                         f"names NAME[@VERSION] only (write it again with blendsim calibrate engine)")
     try:
         prof = get_profile(base, params)
-    except UserError as e:
-        field = "profile.version" if head.get("version") and "version" in str(e) else "profile.engine"
+    except UserError as e:  # a known engine name: its version is at fault
+        field = "profile.version" if head.get("version") and head["engine"].strip().lower() in PROFILES else \
+            "profile.engine"
         raise UserError(f"{path}: field {field}: {e}") from None
     return replace(prof, key=str(path), params_file=str(p.resolve()),
                    source=f"{prof.source}; fitted by blendsim calibrate engine ({path})")

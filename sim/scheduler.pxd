@@ -15,7 +15,7 @@ cdef class Scheduler:
     cdef public dict running, dec, resume
     cdef public Py_ssize_t B, replica, n_dec, dec_S, tau, step_no, _order, _resv_tau, _owner
     cdef public Py_ssize_t est_sum, gen_S, gen_P, fin_sum, fin_n, hit_tokens
-    cdef public bint record, blocked, stall, refused_touch, _plain_finish
+    cdef public bint record, blocked, stall, _plain_finish
     cdef public object stalled
     cdef public Py_ssize_t flushes, refused_req
     cdef public double _load_ready, reserve_need
@@ -42,7 +42,7 @@ cdef class Scheduler:
     @cython.locals(hw=Py_ssize_t, h=Py_ssize_t)
     cpdef _commit_admission(self, Seq s, now)
     cpdef bint _fits_expected(self, Seq s) except -1
-    @cython.locals(growth=Py_ssize_t, need=double)
+    @cython.locals(growth=Py_ssize_t)
     cpdef double _reserve_need(self, Seq s) except? -1
     @cython.locals(growth=Py_ssize_t, q=Seq)
     cpdef Py_ssize_t _growth(self) except? -1

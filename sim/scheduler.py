@@ -75,9 +75,8 @@ class Scheduler:
         # when reserve admission refused the next request: the KV (tokens) it needed for itself, besides the running
         # requests' expected growth, which pure decode steps shrink; INF when nothing but a finish can admit one
         self.reserve_need = INF
-        # the request a refused admission locked and unlocked (its cached prefix marked used then, LRU): a
-        # step-by-step run retries it every step, which advance_decode repeats where it orders evictions
-        self.refused_touch = False
+        # the request a refused admission locked and unlocked at this step (its cached prefix marked used then, LRU;
+        # -1: none): a step-by-step run retries it every step, which advance_decode repeats where it orders evictions
         self.refused_req = -1
         self._plain_finish = type(self).on_finish is Scheduler.on_finish  # no policy hook reorders on a finish
         self.resume: dict[int, int] = {}  # preempted request -> tokens it had generated
@@ -109,7 +108,7 @@ class Scheduler:
         """Form the next step's Batch (None when there is nothing to run)."""
         chunks: list = []
         self.reserve_need = INF
-        self.refused_touch = False
+        self.refused_req = -1
         self._chunk_seqs = seqs = []
         if self.kv.tiered:
             self.kv.now = now
@@ -254,7 +253,6 @@ class Scheduler:
             if refused or not grows:
                 self._release_locks(s, now)
                 self.blocked = True
-                self.refused_touch = True
                 self.refused_req = r
                 if grows:  # refused by the reserve rule alone (decode_run stops a run before it would admit)
                     self.reserve_need = self._reserve_own(s)
@@ -337,10 +335,10 @@ class Scheduler:
         return self._reserve_need(s) <= self.kv.available * self.B
 
     def _reserve_need(self, s: Seq) -> float:
-        """The KV (tokens) reserve admission needs free to admit ``s`` (:meth:`_fits_expected`)."""
+        """The KV (tokens) reserve admission needs free to admit ``s`` (:meth:`_fits_expected`); the expression
+        :meth:`_reserve_own` splits, kept whole so admission rounds as it always did."""
         growth = self._growth()
-        need = (s.target - s.computed + s.load * self.B) + self.cfg.reserve_ratio * (s.est - s.generated + max(growth, 0))
-        return need
+        return (s.target - s.computed + s.load * self.B) + self.cfg.reserve_ratio * (s.est - s.generated + max(growth, 0))
 
     def _growth(self) -> int:
         """The running requests' expected growth: remaining prompt chunks and expected remaining output."""
@@ -667,7 +665,7 @@ class Scheduler:
         k = len(needs)
         kv = self.kv
         r = self.refused_req
-        if not (self.refused_touch and self.blocked and len(self.waiting) and len(starts) >= min(k, 2) and k):
+        if not (r >= 0 and self.blocked and len(self.waiting) and len(starts) >= min(k, 2) and k):
             kv.reserve(sum(needs))
         else:
             first = self.cfg.mix == "prefill-first"

@@ -51,7 +51,8 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, backend, resume: bool = Tr
     except OSError as e:
         raise UserError(f"{d}: cannot write there ({e.strerror or e})") from None
     cells = spec.cells()
-    todo = [c for c in cells if not store.cell_done(d, c)]
+    shas = {p: store.policy_sha256(p) for p in dict.fromkeys(c.policy for c in cells)}  # each policy resolved once
+    todo = [c for c in cells if not store.cell_done(d, c, shas)]
     out = SweepOutcome(d, len(cells), len(cells) - len(todo), 0)
     by_workload: dict = {}  # one synthesis per trace file (with --fixed-trace, workloads share one)
     first: dict = {}

@@ -160,8 +160,9 @@ def clean_stale(sweep_dir: Path) -> int:
     return n
 
 
-def cell_done(sweep_dir: Path, cell) -> bool:
-    """True iff the cell's run directory holds a complete summary.json (and its cell.json)."""
+def cell_done(sweep_dir: Path, cell, policy_sha: dict | None = None) -> bool:
+    """True iff the cell's run directory holds a complete summary.json (and its cell.json), made by the policy's
+    current source (``policy_sha``: :func:`policy_sha256` per policy spec, computed here when not given)."""
     d = Path(sweep_dir) / cell.run_relpath()
     try:
         s = json.loads((d / "summary.json").read_text())
@@ -170,23 +171,18 @@ def cell_done(sweep_dir: Path, cell) -> bool:
         return False
     return isinstance(s, dict) and "throughput_tok_s" in s and s.get("policy") == cell.policy and \
         isinstance(c, dict) and c.get("policy") == cell.policy and \
-        s.get("policy_sha256") == _policy_sha256(cell.policy)  # a policy file edited since: the cell runs again
+        s.get("policy_sha256") == (policy_sha[cell.policy] if policy_sha is not None else policy_sha256(cell.policy))
 
 
-_SHA: dict = {}
+def policy_sha256(spec: str) -> str | None:
+    """The SHA-256 of the file a ``path.py:Class`` policy comes from (None for blendsim's own), as a run records it
+    (``policy_sha256``): a cell made before its policy file was edited runs again."""
+    from blendsim.policies.registry import resolve_policy
 
-
-def _policy_sha256(spec: str) -> str | None:
-    """The SHA-256 of the file a ``path.py:Class`` policy comes from (None for blendsim's own), as the run records
-    it (``policy_sha256``)."""
-    if spec not in _SHA:
-        from blendsim.policies.registry import resolve_policy
-
-        try:
-            _SHA[spec] = resolve_policy(spec).sha256
-        except UserError:
-            _SHA[spec] = "unresolved"  # the sweep itself reports it
-    return _SHA[spec]
+    try:
+        return resolve_policy(spec).sha256
+    except UserError:
+        return "unresolved"  # the sweep itself reports it
 
 
 def install_run(src: Path, sweep_dir: Path, cell) -> Path:
@@ -229,5 +225,5 @@ def _jsonable(obj):
     return json.loads(json.dumps(obj, sort_keys=True))
 
 
-__all__ = ["MARKER", "cell_done", "check_sweep_dir", "clean_stale", "install_files", "install_run", "open_sweep_dir", "read_marker",
+__all__ = ["MARKER", "cell_done", "policy_sha256", "check_sweep_dir", "clean_stale", "install_files", "install_run", "open_sweep_dir", "read_marker",
            "staging_dir"]
