@@ -148,22 +148,24 @@ def print_answer(answer: dict) -> None:
     import sys
 
     from rich.console import Console
-    from rich.table import Table, box
 
-    c = Console() if sys.stdout.isatty() else Console(width=200)  # piped: the whole table, not a cut one
+    from blendsim.reports.terminal import records
+
+    c = Console() if sys.stdout.isatty() else Console(width=200)  # piped: one line per deployment
     r = rows(answer)
-    if r:
-        t = Table(title="Pareto front (makespan vs cost); * recommended", box=box.SIMPLE_HEAD, pad_edge=False)
-        for k in r[0]:
-            t.add_column(k, no_wrap=True, justify="left" if k in ("", "GPUs", "engine", "policy") else "right")
-        for x in r:
-            t.add_row(*x.values())
-        c.print(t)
-    c.print(answer["recommendation"], soft_wrap=True)
-    if answer["recommended"] is not None:
-        c.print(f"re-run: {answer['recommended']['simulate_command']}", soft_wrap=True)
+    if r:  # each deployment named whole, its figures beside it or, on a narrow terminal, under it: nothing cut
+        figures = [("makespan", "right"), ("cost", "right"), ("tok/$", "right"), ("tok/s/GPU", "right"),
+                   ("deadline", "left"), ("from", "left")]
+        c.print("Pareto front (makespan vs cost); * recommended", soft_wrap=True)
+        for line in records(c.width, figures, [
+                (f"{x['']:1} {x['GPUs']} TP/PP/EP {x['TP/PP/EP']} x{x['replicas']} {x['engine']} {x['policy']} "
+                 f"{x['precision']}", [x[h] for h, _ in figures], "") for x in r], name_head="  deployment"):
+            c.print(line, soft_wrap=True, highlight=False)
+    c.print(answer["recommendation"], highlight=False)  # wrapped on words at the terminal's width
+    if answer["recommended"] is not None:  # one line, to copy whole
+        c.print(f"re-run: {answer['recommended']['simulate_command']}", soft_wrap=True, highlight=False)
     for line in notes(answer):
-        c.print(line, soft_wrap=True)
+        c.print(line, highlight=False)
 
 
 def plot(answer: dict, points: list, path: Path) -> Path:
