@@ -407,6 +407,19 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
     return {**out, "notes": list(cm.notes())}
 
 
+def engine_memory_settings(engine: str, hardware: str) -> dict:
+    """The Deployment settings an engine's scheduler gives on ``hardware`` (KV fraction and what it is a fraction of,
+    the largest step's tokens and sequences), as `simulate` sizes a replica under a policy that changes none of them
+    (fcfs): so `cost` says the same of whether a model fits, and how much KV is left."""
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.runner import RunConfig, engine_config
+    from blendsim.sim.engines import get_profile
+
+    eng = engine_config(RunConfig(policy="fcfs", engine=engine, hardware=hardware), resolve_policy("fcfs").cls)
+    return {"gpu_memory_utilization": eng.gpu_memory_utilization, "max_batched_tokens": eng.token_budget,
+            "max_seqs": eng.max_seqs or 1024, "kv_of_free": get_profile(engine, {}).kv_of_free}
+
+
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,
                kv_dtype, ep, expert_skew, pp=1):
     """What `blendsim cost` and :func:`cost` share: ``(summary dict, breakdown rows, deployment, cost model)``."""
@@ -430,7 +443,8 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
         profile = C.path(profile, "--profile")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
-    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp)
+    dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
+                          **engine_memory_settings(engine, hardware))
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,

@@ -183,7 +183,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
                                    kv_of_free=get_profile(cfg.engine or DEFAULT_ENGINE, {}).kv_of_free)
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
-    notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name)
+    notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + inert_options(cfg, dep)
     if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
         notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
                      f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
@@ -228,6 +228,40 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy.prepare()
     policy._finalize()
     return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers, cost_model_of)
+
+
+def skew_note(expert_skew: float, model) -> list[str]:
+    """A note where ``--expert-skew`` is given for a model with no routed experts (simulate, sweep, cost)."""
+    if expert_skew and not model.is_moe:
+        return [f"--expert-skew {expert_skew:g}: {model.name} has no routed experts; it changes nothing"]
+    return []
+
+
+def inert_options(cfg: RunConfig, dep) -> list[str]:
+    """Notes for options this run accepts but that cannot change it: routing skew on a model with no routed experts,
+    tier settings with no KV tier (a sweep over several models or tiers may pass them to all)."""
+    notes = skew_note(cfg.expert_skew, dep.model)
+    if not (cfg.host_kv_gb or cfg.disk_kv_gb):
+        given = [flag for flag, v in (("--kv-load", cfg.kv_load), ("--host-link-gbps", cfg.host_link_gbps),
+                                      ("--disk-read-gbps", cfg.disk_read_gbps),
+                                      ("--disk-write-gbps", cfg.disk_write_gbps)) if v is not None]
+        if given:
+            notes.append(f"{', '.join(given)}: no KV tier (--host-kv-gb / --disk-kv-gb 0); "
+                         f"{'it changes' if len(given) == 1 else 'they change'} nothing")
+    elif not cfg.disk_kv_gb:
+        given = [flag for flag, v in (("--disk-read-gbps", cfg.disk_read_gbps),
+                                      ("--disk-write-gbps", cfg.disk_write_gbps)) if v is not None]
+        if given:
+            notes.append(f"{', '.join(given)}: no disk tier (--disk-kv-gb 0); "
+                         f"{'it changes' if len(given) == 1 else 'they change'} nothing")
+    return notes
+
+
+# A run of at least this many requests collects its live state's reference cycles (simpy processes <-> replicas)
+# before the result tables are built, where a large run's memory would otherwise peak. A smaller run leaves them to
+# the collector's own schedule: a full collection costs time in proportion to everything the process holds, and a
+# process that runs many small simulations (plan, fidelity, a sweep worker) paid it on each (up to ~0.4 s a run).
+GC_RUN_REQUESTS = 100_000
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunResult:
@@ -291,7 +325,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     # needed for the tables: free it before they are built, where a large run's memory would otherwise peak
     del replicas, units, router, cluster, policy, tree, P, Dl, hints, tick, kv, sched, links
     run.policy = run.tree = None
-    gc.collect()  # the simpy processes and the replicas refer to each other
+    if trace.n >= GC_RUN_REQUESTS:  # the simpy processes and the replicas refer to each other
+        gc.collect()
     per_req = per_request_table(trace, rec, steps)
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=extra, work=work)

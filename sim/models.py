@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -554,6 +555,7 @@ class _Cfg:
 
     def __init__(self, path: Path, cfg: dict):
         self.path, self.cfg = path, cfg
+        self.read: dict[str, str] = {}  # the config key each spec field was read from (errors name it)
 
     def err(self, msg: str) -> UserError:
         return UserError(f"{self.path}: {msg}")
@@ -564,11 +566,16 @@ class _Cfg:
                 return k, self.cfg[k]
         return keys[0], None
 
-    def int(self, *keys: str, default: int | None = None, minimum: int = 1, maximum: int = 2**31) -> int:
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1, maximum: int = 2**31,
+            field: str = "", why: str = "") -> int:
+        """The integer under the first of ``keys`` present; ``field``: the spec field it fills (an error the spec
+        raises about it names ``key`` instead); ``why``: said when a required one is missing."""
         key, v = self.raw(*keys)
+        if field:
+            self.read[field] = key
         if v is None:
             if default is None:
-                raise self.err(f"missing field {keys[0]!r}")
+                raise self.err(f"missing field {keys[0]!r}" + (f" ({why})" if why else ""))
             return default
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.err(f"field {key!r} must be an integer, got {v!r}")
@@ -624,23 +631,26 @@ def load_hf_config(path: str | Path, weights_given: bool = False) -> ModelSpec:
         model_type = "llama4"
     c = _Cfg(path, cfg)
     is_opt = model_type == "opt"
-    hidden = c.int("hidden_size", "n_embd", "d_model")
-    heads = c.int("num_attention_heads", "n_head")
-    kv_heads = c.int("num_key_value_heads", default=heads)
-    layers = c.int("num_hidden_layers", "n_layer", maximum=_SIZE_CAPS["num_layers"])
-    vocab = c.int("vocab_size")
-    head_dim = c.int("head_dim", default=0, minimum=1) if c.raw("head_dim")[1] is not None else 0
+    hidden = c.int("hidden_size", "n_embd", "d_model", field="hidden_size")
+    heads = c.int("num_attention_heads", "n_head", field="num_heads")
+    kv_heads = c.int("num_key_value_heads", default=heads, field="num_kv_heads")
+    layers = c.int("num_hidden_layers", "n_layer", maximum=_SIZE_CAPS["num_layers"], field="num_layers")
+    vocab = c.int("vocab_size", field="vocab_size")
+    head_dim = c.int("head_dim", default=0, minimum=1, field="head_dim") if c.raw("head_dim")[1] is not None else 0
     dtype = _dtype_of(c, top)
     kw = dict(
         hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, vocab_size=vocab,
         head_dim=head_dim, tie_word_embeddings=c.bool("tie_word_embeddings", is_opt), gated_mlp=not is_opt,
         rope=not is_opt, qkv_bias=model_type == "qwen2" or (model_type == "qwen3" and c.bool("attention_bias", False)),
         qk_norm=model_type in ("qwen3", "qwen3_moe"), dtype=dtype, model_type=model_type,
-        max_position_embeddings=c.int("max_position_embeddings", default=8192),
+        # absent: what transformers' config class (and so an engine loading the file) takes for that model_type
+        max_position_embeddings=c.int("max_position_embeddings", default=_HF_CONTEXT[model_type],
+                                      field="max_position_embeddings"),
         weights=_weights_of(c, top, weights_given),
     )
     if model_type == "opt":
-        kw["intermediate_size"] = c.int("ffn_dim", "intermediate_size", "n_inner", default=4 * hidden)
+        kw["intermediate_size"] = c.int("ffn_dim", "intermediate_size", field="intermediate_size",
+                                        why="the MLP's inner width")
     elif model_type == "mixtral":
         kw.update(_moe(c, layers, experts=("num_local_experts",), width=("intermediate_size",),
                        moe_ids=range(layers)))
@@ -652,13 +662,13 @@ def load_hf_config(path: str | Path, weights_given: bool = False) -> ModelSpec:
             raise c.err(f"field 'mlp_only_layers': layer indices must be in 0..{layers - 1}, got {sorted(dense)}")
         kw.update(_moe(c, layers, experts=("num_experts",), width=("moe_intermediate_size",),
                        moe_ids=[i for i in range(layers) if i not in dense and (i + 1) % step == 0]))
-        kw["intermediate_size"] = c.int("intermediate_size")
+        kw["intermediate_size"] = c.int("intermediate_size", field="intermediate_size")
     elif model_type == "llama4":
         step = c.int("interleave_moe_layer_step", default=1)
         ids = c.int_list("moe_layers") or list(range(step - 1, layers, step))
         kw.update(_moe(c, layers, experts=("num_local_experts",), width=("intermediate_size",), moe_ids=ids))
         kw.update(num_shared_experts=1, shared_intermediate_size=kw["moe_intermediate_size"],
-                  intermediate_size=c.int("intermediate_size_mlp", "intermediate_size"))
+                  intermediate_size=c.int("intermediate_size_mlp", "intermediate_size", field="intermediate_size"))
     elif model_type == "gpt_oss":  # every layer MoE; layer_types marks the sliding-window layers
         kw.update(_moe(c, layers, experts=("num_local_experts", "num_experts"), width=("intermediate_size",),
                        moe_ids=range(layers)))
@@ -687,27 +697,59 @@ def load_hf_config(path: str | Path, weights_given: bool = False) -> ModelSpec:
                        moe_ids=[i for i in range(layers) if i >= first and i % freq == 0]))
         shared = c.int("n_shared_experts", default=0, minimum=0)
         kw.update(num_shared_experts=shared, shared_intermediate_size=shared * kw["moe_intermediate_size"],
-                  intermediate_size=c.int("intermediate_size"),
-                  kv_lora_rank=c.int("kv_lora_rank"), q_lora_rank=c.int("q_lora_rank", default=0, minimum=0),
+                  intermediate_size=c.int("intermediate_size", field="intermediate_size"),
+                  kv_lora_rank=c.int("kv_lora_rank", field="kv_lora_rank"),
+                  # null: a direct query projection (DeepSeek-V2-Lite); absent is refused, since transformers'
+                  # DeepseekV2/V3Config would take 1536, not none
+                  q_lora_rank=_q_lora_rank(c),
                   qk_nope_head_dim=c.int("qk_nope_head_dim"), qk_rope_head_dim=c.int("qk_rope_head_dim"),
                   v_head_dim=c.int("v_head_dim"))
         kw["head_dim"] = kw["qk_nope_head_dim"] + kw["qk_rope_head_dim"]
     else:
-        kw["intermediate_size"] = c.int("intermediate_size", "n_inner", default=4 * hidden)
+        kw["intermediate_size"] = c.int("intermediate_size", field="intermediate_size", why="the MLP's inner width")
     try:
         spec = ModelSpec(name=_config_name(path, top, kw), source=str(path), **kw)
     except UserError as e:
-        raise UserError(f"{path}: {e}") from None
+        raise UserError(f"{path}: {_config_words(str(e), c.read)}") from None
     return spec
+
+
+# max_position_embeddings where a config leaves it out: the default of transformers' config class for that
+# model_type (huggingface/transformers src/transformers/models/<type>/configuration_<type>.py: LlamaConfig 2048,
+# MistralConfig and MixtralConfig 4096 * 32, Qwen2/Qwen3/Qwen3MoeConfig 32768, OPTConfig 2048, DeepseekV2Config
+# 2048, DeepseekV3Config 4096, Llama4TextConfig 4096 * 32, GptOssConfig 131072), which is what an engine that
+# loads the file through transformers takes. The fields that size the model (intermediate_size, q_lora_rank)
+# have no such fallback here: a class default is one model's width, not this one's, so they are refused.
+_HF_CONTEXT = {"llama": 2048, "mistral": 131072, "mixtral": 131072, "qwen2": 32768, "qwen3": 32768,
+               "qwen3_moe": 32768, "opt": 2048, "deepseek_v2": 2048, "deepseek_v3": 4096, "llama4": 131072,
+               "gpt_oss": 131072}
 
 
 def _moe(c: _Cfg, layers: int, experts: tuple, width: tuple, moe_ids) -> dict:
     ids = sorted(set(moe_ids))
     if any(not 0 <= i < layers for i in ids):
         raise c.err(f"MoE layer indices must be in 0..{layers - 1}, got {ids}")
-    n = c.int(*experts)
-    return {"num_experts": n, "experts_per_token": c.int("num_experts_per_tok", "num_experts_per_token"),
-            "moe_intermediate_size": c.int(*width), "moe_layers": len(ids)}
+    n = c.int(*experts, field="num_experts")
+    return {"num_experts": n,
+            "experts_per_token": c.int("num_experts_per_tok", "num_experts_per_token", field="experts_per_token"),
+            "moe_intermediate_size": c.int(*width, field="moe_intermediate_size"), "moe_layers": len(ids)}
+
+
+def _q_lora_rank(c: _Cfg) -> int:
+    """A DeepSeek config's compressed query width: 0 where the field is null (a direct query projection)."""
+    if "q_lora_rank" not in c.cfg:
+        raise c.err("missing field 'q_lora_rank' (null for a direct query projection; transformers' DeepSeek "
+                    "configs would take 1536)")
+    return c.int("q_lora_rank", default=0, minimum=0, field="q_lora_rank")
+
+
+def _config_words(message: str, read: dict[str, str]) -> str:
+    """A spec error about a config in the config's own words: each spec field named by the key it was read from
+    (``num_heads`` -> ``num_attention_heads``)."""
+    for spec_field in sorted(read, key=len, reverse=True):
+        if read[spec_field] != spec_field:
+            message = re.sub(rf"\b{spec_field}\b", read[spec_field], message)
+    return message
 
 
 def _dtype_of(c: _Cfg, top: dict) -> str:

@@ -154,3 +154,30 @@ def test_a_step_no_replica_can_hold_is_priced_with_a_note():
     assert r.exit_code == 0 and "more than one replica's" in " ".join(r.output.split()), r.output
     r = CliRunner().invoke(get_app(), ["cost", "--decode-seqs", "64", "--context", "1000"])
     assert r.exit_code == 0 and "more than one replica's" not in r.output
+
+
+def test_expert_skew_on_a_dense_model_is_said_to_change_nothing():
+    plain = cost_json("--decode-seqs", "8", "--context", "100")
+    r = invoke("--decode-seqs", "8", "--context", "100", "--expert-skew", "0.5", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) == plain
+    assert "note: --expert-skew 0.5: llama-3-8b has no routed experts; it changes nothing" in r.stderr
+    moe = invoke("-m", "mixtral-8x7b", "--tp", "2", "--decode-seqs", "8", "--context", "100", "--expert-skew", "0.5")
+    assert moe.exit_code == 0, moe.output
+    assert "changes nothing" not in moe.stderr
+
+
+@pytest.mark.parametrize("engine, usable", [("ideal", "72.0"), ("sglang", "70.4"), ("trtllm", "80.0")])
+def test_cost_sizes_memory_with_the_engines_settings_as_simulate_does(tmp_path, engine, usable):
+    """A model that does not fit is told with the same figures by `cost` and `simulate` on each engine (its KV
+    fraction, and TensorRT-LLM's of the memory the weights leave)."""
+    from blendsim.workloads.trace import from_columns, write_trace
+
+    path = write_trace(from_columns(input_len=[64] * 4, output_len=[8] * 4), tmp_path / "t.parquet")
+    args = ["-m", "llama-3-70b", "--hardware", "a100-80gb", "--engine", engine]
+    cost = invoke(*args, "--decode-seqs", "1")
+    sim = CliRunner().invoke(get_app(), ["simulate", str(path), *args, "-o", str(tmp_path / "run")])
+    assert cost.exit_code == sim.exit_code == 2, (cost.output, sim.output)
+    said = cost.output.strip().splitlines()[-1]
+    assert said == sim.output.strip().splitlines()[-1]
+    assert f"GiB per GPU, {usable} GiB usable" in said

@@ -336,3 +336,17 @@ def test_a_vllm_release_before_its_offloading_connector_stalls_on_a_reload():
     assert kv_load_mode("overlap", "vllm@0.6") == "overlap"  # --kv-load still decides
     # SGLang's HiCache (PR #2693, January 2025) came after every 0.3 release
     assert [kv_load_mode(None, e) for e in ("sglang@0.3", "sglang@0.4", "sglang")] == ["stall", "overlap", "overlap"]
+
+
+def test_tier_settings_without_a_tier_and_skew_on_a_dense_model_are_said_to_change_nothing():
+    trace = _evict_and_rehit()
+    plain = run_simulation(trace, _cfg())
+    inert = run_simulation(trace, _cfg(kv_load="overlap", host_link_gbps=5.0, expert_skew=1.2))
+    assert plain.summary["makespan_s"] == inert.summary["makespan_s"]
+    assert "--expert-skew 1.2: tiny has no routed experts; it changes nothing" in inert.notes
+    assert ("--kv-load, --host-link-gbps: no KV tier (--host-kv-gb / --disk-kv-gb 0); they change nothing"
+            in inert.notes)
+    # a host tier without a disk one: the disk's speeds are the inert ones
+    host = run_simulation(trace, _cfg(host_kv_gb=gb(16), disk_read_gbps=1.0))
+    assert "--disk-read-gbps: no disk tier (--disk-kv-gb 0); it changes nothing" in host.notes
+    assert not [n for n in plain.notes + host.notes if "changes nothing" in n and "--disk" not in n]

@@ -277,13 +277,21 @@ def test_configs_equal_the_presets(tmp_path, name):
 def test_moe_config_errors_name_the_file(tmp_path):
     p = tmp_path / "m.json"
     p.write_text(json.dumps({**CONFIGS["mixtral-8x7b"], "num_experts_per_tok": 9}))
-    with pytest.raises(UserError, match=f"{p}: .*experts_per_token must be in 1..num_experts"):
+    # the config's own field names, not the spec's (num_experts_per_tok, num_local_experts)
+    with pytest.raises(UserError, match=f"{p}: .*num_experts_per_tok must be in 1..num_local_experts \\(8\\)"):
         load_hf_config(p)
     p.write_text(json.dumps({**CONFIGS["qwen3-30b-a3b"], "mlp_only_layers": [0, 99]}))
     with pytest.raises(UserError, match="layer indices must be in 0..47"):
         load_hf_config(p)
     p.write_text(json.dumps({**CONFIGS["deepseek-v3"], "kv_lora_rank": None}))
     with pytest.raises(UserError, match="missing field 'kv_lora_rank'"):
+        load_hf_config(p)
+    # q_lora_rank null is a direct query projection (DeepSeek-V2-Lite); absent, transformers would take 1536, so
+    # no width is guessed
+    p.write_text(json.dumps({**CONFIGS["deepseek-v3"], "q_lora_rank": None}))
+    assert load_hf_config(p).q_lora_rank == 0
+    p.write_text(json.dumps({k: v for k, v in CONFIGS["deepseek-v3"].items() if k != "q_lora_rank"}))
+    with pytest.raises(UserError, match="missing field 'q_lora_rank' \\(null for a direct query projection"):
         load_hf_config(p)
 
 

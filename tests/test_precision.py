@@ -165,7 +165,7 @@ def _write(path, cfg):
     [({"head_dim": -64}, "field 'head_dim' must be >= 1, got -64"),
      ({"max_position_embeddings": 0}, "field 'max_position_embeddings' must be >= 1, got 0"),
      ({"max_position_embeddings": -5}, "field 'max_position_embeddings' must be >= 1"),
-     ({"num_key_value_heads": 5}, "not a multiple of num_kv_heads"),
+     ({"num_key_value_heads": 5}, "is not a multiple of num_key_value_heads (5)"),
      ({"model_type": "falcon"}, "model_type 'falcon' is not supported (supported: llama, mistral"),
      ({"quantization_config": {"quant_method": "bitnet"}}, "give the weight precision with --weights")],
 )

@@ -181,7 +181,12 @@ def test_hf_config_explicit_head_dim(tmp_path):
         ({k: v for k, v in LLAMA3_CFG.items() if k != "vocab_size"}, "missing field 'vocab_size'"),
         (dict(LLAMA3_CFG, hidden_size="4096"), "field 'hidden_size' must be an integer"),
         (dict(LLAMA3_CFG, num_key_value_heads=True), "field 'num_key_value_heads' must be an integer"),
-        (dict(LLAMA3_CFG, num_key_value_heads=5), "not a multiple of num_kv_heads"),
+        # the config's own field names in a spec error, not the spec's (num_heads, num_kv_heads)
+        (dict(LLAMA3_CFG, num_key_value_heads=5), "num_attention_heads (32) is not a multiple of "
+                                                  "num_key_value_heads (5)"),
+        # fields that size the model are never guessed (transformers' LlamaConfig would take 11008)
+        ({k: v for k, v in LLAMA3_CFG.items() if k != "intermediate_size"},
+         "missing field 'intermediate_size' (the MLP's inner width)"),
     ],
 )
 def test_hf_config_errors_are_one_clear_line(tmp_path, cfg, message):
@@ -259,3 +264,11 @@ def test_deployment_errors():
         Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb"), 0)
     with pytest.raises(UserError, match="gpu_memory_utilization"):
         Deployment(get_model("llama-3-8b"), get_hardware("a100-80gb"), 1, gpu_memory_utilization=1.5)
+
+
+def test_a_config_without_max_position_embeddings_takes_transformers_default(tmp_path):
+    # what an engine loading the file through transformers takes (LlamaConfig 2048, Qwen2Config 32768), not a
+    # number of blendsim's own
+    cfg = {k: v for k, v in LLAMA3_CFG.items() if k != "max_position_embeddings"}
+    assert load_hf_config(_write(tmp_path, cfg)).max_position_embeddings == 2048
+    assert load_hf_config(_write(tmp_path, dict(cfg, model_type="qwen2"))).max_position_embeddings == 32768

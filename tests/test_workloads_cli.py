@@ -108,3 +108,20 @@ def test_load_unknown_format_and_missing_file(tmp_path):
     assert r.exit_code == 2 and "unknown format 'sharegpt'" in r.stderr
     r = invoke("workloads", "load", tmp_path / "x.csv", "-f", "azure", "-o", tmp_path / "o.parquet")
     assert r.exit_code == 2 and "x.csv: no such file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_runs_requests_table_is_refused_as_a_trace(tmp_path):
+    """simulate's requests.parquet has a trace's length columns but no prompt tokens: read as a trace, its sharing
+    would be none. stats and simulate say what it is instead."""
+    from blendsim.workloads.trace import from_columns, write_trace
+
+    trace = write_trace(from_columns(input_len=[32, 32], output_len=[4, 4], prompts=[[(1, 32)], [(1, 32)]]),
+                        tmp_path / "t.parquet")
+    r = invoke("simulate", trace, "-o", tmp_path / "run")
+    assert r.exit_code == 0, r.output
+    for cmd in (["workloads", "stats"], ["simulate"]):
+        args = [*cmd, tmp_path / "run" / "requests.parquet"] + (["-o", tmp_path / "again"] if cmd == ["simulate"] else [])
+        bad = invoke(*args)
+        assert bad.exit_code == 2, bad.output
+        assert "a run's per-request table (written by blendsim simulate), not a trace" in bad.output
+    assert not (tmp_path / "again").exists()

@@ -459,6 +459,8 @@ def is_trace_file(path: str | Path) -> bool:
 
 
 REQUIRED = ("input_len", "output_len")
+# columns only a run's requests.parquet has (blendsim.runner's per-request table): such a file is refused as a trace
+RUN_TABLE_COLUMNS = frozenset({"admit_s", "first_token_s", "finish_s", "generated_tokens", "prefill_computed"})
 
 
 def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
@@ -483,6 +485,10 @@ def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
     if not isinstance(meta, dict):
         meta = {}
     cols = set(table.column_names)
+    if RUN_TABLE_COLUMNS <= cols:  # simulate's requests.parquet: its lengths without the prompts' shared tokens
+        raise UserError(f"{path}: this is a run's per-request table (written by blendsim simulate), not a trace: "
+                        f"it has no prompt tokens, so sharing would read as none; give the trace the run was made "
+                        f"from")
     for c in REQUIRED:
         if c not in cols:
             raise UserError(f"{path}: missing column {c!r}")
