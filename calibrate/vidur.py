@@ -48,6 +48,8 @@ def import_vidur(folder: str | Path, model: str | None = None, tp: int = 1, dtyp
                  command: str = "") -> Profile:
     """A Profile from Vidur's ``mlp.csv`` (required) and ``attention.csv`` (if present) in ``folder``."""
     folder = Path(folder)
+    if folder.is_file() and folder.name in ("mlp.csv", "attention.csv"):  # one of the pair given: its folder
+        folder = folder.parent
     if not folder.is_dir():
         raise UserError(f"{folder}: not a folder (give the folder holding Vidur's mlp.csv)")
     mlp_path = folder / "mlp.csv"

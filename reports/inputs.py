@@ -52,7 +52,7 @@ def load_inputs(paths: list) -> Inputs:
         elif kind == "run":
             frames.append(_run_rows([p], origin=p))
         else:  # a folder of runs
-            frames.append(_run_rows(sorted(q.parent for q in p.glob("*/summary.json")), origin=p))
+            frames.append(_run_rows(run_dirs(p), origin=p))
     runs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if "run_path" in runs:  # a run given twice (itself and the folder holding it) is one run
         runs = runs[~runs["run_path"].map(lambda s: str(Path(s).resolve())).duplicated()].reset_index(drop=True)
@@ -79,6 +79,13 @@ def _tier_columns(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def run_dirs(p: Path) -> list:
+    """The run directories anywhere under the folder ``p`` (a folder of runs, or a sweep's ``runs/`` or any part of
+    it, whose cells lie a few levels down), hidden folders -- a sweep's staging leftovers -- left out."""
+    return sorted(q.parent for q in p.rglob("summary.json")
+                  if not any(part.startswith(".") for part in q.relative_to(p).parts))
+
+
 def classify(p: Path) -> str:
     """"sweep", "run", "validation" or "runs" (a folder of run directories)."""
     if not p.exists():
@@ -92,7 +99,7 @@ def classify(p: Path) -> str:
             return "validation"
         if (p / "steps.parquet").exists():
             return "run"
-    if any(p.glob("*/summary.json")):
+    if run_dirs(p):
         return "runs"
     raise UserError(f"{p}: not a sweep, run or validation directory (no sweep.json, summary.json or runs in it)")
 

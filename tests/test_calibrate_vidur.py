@@ -148,6 +148,11 @@ def test_model_is_inferred_from_the_shape_and_duplicates_merge_by_median(tmp_pat
     i = TOKENS.index(TOKENS[5])  # one original row and two duplicates at 0.5 ms: the median is 0.5 ms
     assert q.median_s[i] == pytest.approx(0.5e-3)
     assert any("attention.csv" in s["reason"] for s in p.skipped)
+    # mlp.csv itself given: its folder is read, the same profile comes out
+    again = tmp_path / "q.json"
+    r = run(str(d / "mlp.csv"), "-o", str(again))
+    assert r.exit_code == 0, r.output
+    assert load_profile(again).ops["qkv_proj"].median_s == q.median_s
 
 
 def test_no_mlp_csv(tmp_path):

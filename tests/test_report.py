@@ -454,3 +454,24 @@ def test_a_throughput_cell_keeps_two_decimals_below_100_as_the_terminal_table_do
     from blendsim.reports.tables import fmt
 
     assert (fmt(18.98, "tput"), fmt(4282.4, "tput"), fmt(None, "tput")) == ("18.98", "4,282", "–")
+
+
+def test_a_sweeps_runs_folder_or_part_of_it_is_a_folder_of_runs(sweep_dir):
+    """`report SWEEP/runs` (or a model's folder under it): the cells lie four levels down; each keeps its grid
+    point, and the sweep's hidden staging leftovers are not runs."""
+    from blendsim.reports.inputs import classify, load_inputs
+
+    whole = load_inputs([sweep_dir]).runs
+    (sweep_dir / "runs" / ".tmp-left" / "x").mkdir(parents=True)
+    (sweep_dir / "runs" / ".tmp-left" / "x" / "summary.json").write_text("{}")
+    try:
+        for part in (sweep_dir / "runs", sweep_dir / "runs" / "llama-3-8b"):
+            assert classify(part) == "runs"
+            got = load_inputs([part]).runs
+            key = ["workload", "policy"]
+            assert sorted(map(tuple, got[key].values.tolist())) == sorted(map(tuple, whole[key].values.tolist()))
+            assert list(got.sort_values(key)["throughput_tok_s"]) == list(whole.sort_values(key)["throughput_tok_s"])
+    finally:
+        import shutil
+
+        shutil.rmtree(sweep_dir / "runs" / ".tmp-left")
