@@ -404,7 +404,22 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
                                       context=context, tp=tp, mode=mode, engine=engine, profile=profile,
                                       dtype=dtype, weights=weights, kv_dtype=kv_dtype, ep=ep,
                                       expert_skew=expert_skew, pp=pp)
-    return {**out, "notes": list(cm.notes())}
+    return {**out, "notes": step_notes(_dep, cm, prefill_tokens, decode_seqs, context, expert_skew)}
+
+
+def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, expert_skew: float) -> list[str]:
+    """What `blendsim cost` says beside a step's price (:func:`cost` returns the same): the cost model's and the
+    topology's notes, where the engine was calibrated, an inert --expert-skew, and a step no replica could hold."""
+    from blendsim.runner import calibrated_elsewhere, skew_note
+
+    m = dep.model
+    notes = (list(cm.notes()) + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
+             + skew_note(expert_skew, m))
+    held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
+    if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
+        notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "
+                     f"({m.name} on {dep.hardware.name} x{dep.tp * dep.pp}): no engine could run it")
+    return notes
 
 
 def engine_memory_settings(engine: str, hardware: str) -> dict:

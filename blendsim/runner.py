@@ -231,7 +231,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
 
 
 def skew_note(expert_skew: float, model) -> list[str]:
-    """A note where ``--expert-skew`` is given for a model with no routed experts (simulate, sweep, cost)."""
+    """A note where ``--expert-skew`` is given for a model with no routed experts (simulate, cost)."""
     if expert_skew and not model.is_moe:
         return [f"--expert-skew {expert_skew:g}: {model.name} has no routed experts; it changes nothing"]
     return []
@@ -239,7 +239,7 @@ def skew_note(expert_skew: float, model) -> list[str]:
 
 def inert_options(cfg: RunConfig, dep) -> list[str]:
     """Notes for options this run accepts but that cannot change it: routing skew on a model with no routed experts,
-    tier settings with no KV tier (a sweep over several models or tiers may pass them to all)."""
+    tier settings with no KV tier."""
     notes = skew_note(cfg.expert_skew, dep.model)
     if not (cfg.host_kv_gb or cfg.disk_kv_gb):
         given = [flag for flag, v in (("--kv-load", cfg.kv_load), ("--host-link-gbps", cfg.host_link_gbps),

@@ -51,7 +51,7 @@ def import_vidur(folder: str | Path, model: str | None = None, tp: int = 1, dtyp
     if folder.is_file() and folder.name in ("mlp.csv", "attention.csv"):  # one of the pair given: its folder
         folder = folder.parent
     if not folder.is_dir():
-        raise UserError(f"{folder}: not a folder (give the folder holding Vidur's mlp.csv)")
+        raise UserError(f"{folder}: not a folder, mlp.csv or attention.csv (give Vidur's mlp.csv or its folder)")
     mlp_path = folder / "mlp.csv"
     if not mlp_path.is_file():
         raise UserError(f"{folder}: no mlp.csv (Vidur's compute profile, written by vidur/profiling/mlp)")

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,11 +80,24 @@ def _tier_columns(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def run_dirs(p: Path) -> list:
-    """The run directories anywhere under the folder ``p`` (a folder of runs, or a sweep's ``runs/`` or any part of
-    it, whose cells lie a few levels down), hidden folders -- a sweep's staging leftovers -- left out."""
-    return sorted(q.parent for q in p.rglob("summary.json")
-                  if not any(part.startswith(".") for part in q.relative_to(p).parts))
+def run_dirs(p: Path, first: bool = False) -> list:
+    """The run directories under the folder ``p``: its children holding a summary.json (a folder of runs), and below
+    them the folders a run would be classified as (summary.json beside steps.parquet, not a validation: a sweep's
+    ``runs/`` or any part of it, whose cells lie four levels down). Hidden folders -- a sweep's staging leftovers,
+    a virtual environment -- are not entered, nor is a run's own folder. ``first``: stop at the first one found."""
+    found = []
+    for root, dirs, files in os.walk(p):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if here == p or "summary.json" not in files:
+            continue
+        if here.parent == p or ("steps.parquet" in files and _kind(here / "summary.json") != "blendsim.validation"
+                                and validation_file(here) is None):
+            found.append(here)
+            dirs[:] = []  # a run's own folder holds no other run
+            if first:
+                break
+    return sorted(found)
 
 
 def classify(p: Path) -> str:
@@ -99,7 +113,7 @@ def classify(p: Path) -> str:
             return "validation"
         if (p / "steps.parquet").exists():
             return "run"
-    if run_dirs(p):
+    if run_dirs(p, first=True):
         return "runs"
     raise UserError(f"{p}: not a sweep, run or validation directory (no sweep.json, summary.json or runs in it)")
 

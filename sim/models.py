@@ -746,10 +746,13 @@ def _q_lora_rank(c: _Cfg) -> int:
 def _config_words(message: str, read: dict[str, str]) -> str:
     """A spec error about a config in the config's own words: each spec field named by the key it was read from
     (``num_heads`` -> ``num_attention_heads``)."""
-    for spec_field in sorted(read, key=len, reverse=True):
-        if read[spec_field] != spec_field:
-            message = re.sub(rf"\b{spec_field}\b", read[spec_field], message)
-    return message
+    names = {f: k for f, k in read.items() if f != k}
+    if not names:
+        return message
+    # one pass: a config key may itself be another spec field's name (llama4: the experts' width is read from
+    # intermediate_size, the dense width from intermediate_size_mlp), so names are never replaced twice
+    pattern = r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")\b"
+    return re.sub(pattern, lambda m: names[m.group(1)], message)
 
 
 def _dtype_of(c: _Cfg, top: dict) -> str:

@@ -162,6 +162,10 @@ def test_expert_skew_on_a_dense_model_is_said_to_change_nothing():
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == plain
     assert "note: --expert-skew 0.5: llama-3-8b has no routed experts; it changes nothing" in r.stderr
+    import blendsim  # the Python API says the same
+
+    assert ("--expert-skew 0.5: llama-3-8b has no routed experts; it changes nothing"
+            in blendsim.cost(decode_seqs=8, context=100, expert_skew=0.5)["notes"])
     moe = invoke("-m", "mixtral-8x7b", "--tp", "2", "--decode-seqs", "8", "--context", "100", "--expert-skew", "0.5")
     assert moe.exit_code == 0, moe.output
     assert "changes nothing" not in moe.stderr

@@ -89,3 +89,20 @@ def test_trtllm_pytorch_backend_versions():
     assert (p.scheduler, p.cuda_graph_max, p.kv_of_free, p.overhead_key) == (q.scheduler, q.cuda_graph_max,
                                                                               q.kv_of_free, q.overhead_key)
     assert get_profile("trtllm@0.14", {}).version == "0.13"
+
+
+def test_a_stated_context_length_sets_vllm_v0s_budget():
+    # V0 without chunked prefill packs max(max_model_len, 2048) tokens a step (vllm/config.py SchedulerConfig); chunked
+    # prefill turns itself on only above 32,768 tokens, so 32,768 is the budget; V1 and SGLang chunk and keep theirs
+    hw = get_hardware("mi300x")
+    for version, budget in (("vLLM 0.7.3.dev138 (V0) --max-model-len=32768", 32768),
+                            ("vLLM 0.5.3 --max-model-len 1024", 2048),
+                            ("vLLM 0.7.3 --max-model-len 65536", 8192),  # chunked prefill there: not this rule
+                            ("vLLM 0.7.3 --max-model-len 32768 --max-num-batched-tokens 4096", 4096),
+                            ("vLLM 0.11.0 --max-model-len 32768", 16384)):
+        r = _row(version=version, model="deepseek-v3", hardware="mi300x")
+        prof = get_profile(engine_version_key(r), {})
+        assert engine_settings(r, prof, hw)["token_budget"] == budget, version
+    r = _row(engine="sglang", version="SGLang 0.4.2.post4 --max-model-len=32768", hardware="mi300x")
+    assert engine_settings(r, get_profile("sglang@0.4", {}), hw)["token_budget"] == get_profile(
+        "sglang@0.4", {}).scheduler_for(hw)["token_budget"]

@@ -286,6 +286,17 @@ def test_moe_config_errors_name_the_file(tmp_path):
     p.write_text(json.dumps({**CONFIGS["deepseek-v3"], "kv_lora_rank": None}))
     with pytest.raises(UserError, match="missing field 'kv_lora_rank'"):
         load_hf_config(p)
+    # llama4 reads the experts' width from intermediate_size and the dense one from intermediate_size_mlp: an error
+    # about either names the key it came from, each renamed once
+    big = {**CONFIGS["llama-4-maverick"]}
+    big["text_config"] = {**big["text_config"], "intermediate_size": 2**25}
+    p.write_text(json.dumps(big))
+    with pytest.raises(UserError, match=r": intermediate_size 33,554,432 is beyond any model"):
+        load_hf_config(p)
+    big["text_config"] = {**CONFIGS["llama-4-maverick"]["text_config"], "intermediate_size_mlp": 2**25}
+    p.write_text(json.dumps(big))
+    with pytest.raises(UserError, match=r": intermediate_size_mlp 33,554,432 is beyond any model"):
+        load_hf_config(p)
     # q_lora_rank null is a direct query projection (DeepSeek-V2-Lite); absent, transformers would take 1536, so
     # no width is guessed
     p.write_text(json.dumps({**CONFIGS["deepseek-v3"], "q_lora_rank": None}))

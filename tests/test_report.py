@@ -475,3 +475,19 @@ def test_a_sweeps_runs_folder_or_part_of_it_is_a_folder_of_runs(sweep_dir):
         import shutil
 
         shutil.rmtree(sweep_dir / "runs" / ".tmp-left")
+
+
+def test_a_folder_of_runs_skips_what_is_not_a_run(sweep_dir, validation_dir, tmp_path):
+    """Below a folder's own children only a run counts (summary.json beside steps.parquet): another tool's
+    summary.json or a validation folder deeper down is not read as a run."""
+    import shutil
+
+    from blendsim.reports.inputs import load_inputs
+
+    top = tmp_path / "all"
+    shutil.copytree(sweep_dir / "runs", top / "deep" / "runs")
+    (top / "deep" / "docs" / "day").mkdir(parents=True)
+    (top / "deep" / "docs" / "day" / "summary.json").write_text('{"kind": "something else"}')
+    shutil.copytree(validation_dir, top / "deep" / "val")
+    got = load_inputs([top]).runs
+    assert len(got) == len(load_inputs([sweep_dir]).runs)

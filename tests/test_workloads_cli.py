@@ -125,3 +125,11 @@ def test_a_runs_requests_table_is_refused_as_a_trace(tmp_path):
         assert bad.exit_code == 2, bad.output
         assert "a run's per-request table (written by blendsim simulate), not a trace" in bad.output
     assert not (tmp_path / "again").exists()
+    # a trace that has its prompts and, besides, columns named like a run's is a trace
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(trace)
+    for c in ("admit_s", "first_token_s", "finish_s", "generated_tokens", "prefill_computed"):
+        t = t.append_column(c, [[0] * t.num_rows])
+    pq.write_table(t, tmp_path / "extra.parquet")
+    assert read_trace(tmp_path / "extra.parquet").n == 2

@@ -485,7 +485,8 @@ def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
     if not isinstance(meta, dict):
         meta = {}
     cols = set(table.column_names)
-    if RUN_TABLE_COLUMNS <= cols:  # simulate's requests.parquet: its lengths without the prompts' shared tokens
+    if RUN_TABLE_COLUMNS <= cols and not cols & {"prompt_tokens", "prompt_segments"}:
+        # simulate's requests.parquet: its lengths without the prompts' shared tokens
         raise UserError(f"{path}: this is a run's per-request table (written by blendsim simulate), not a trace: "
                         f"it has no prompt tokens, so sharing would read as none; give the trace the run was made "
                         f"from")

@@ -49,16 +49,10 @@ def cost_cmd(
     out, rows, dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                     context=context, tp=tp, mode=mode, engine=engine, profile=profile, dtype=dtype,
                                     weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp)
-    from blendsim.runner import calibrated_elsewhere, skew_note
+    from blendsim.api import step_notes
 
     m = dep.model
-    notes = (cm.notes() + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
-             + skew_note(expert_skew, m))
-    held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
-    if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
-        notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "
-                     f"({m.name} on {dep.hardware.name} x{tp * pp}): no engine could run it")
-    for note in notes:
+    for note in step_notes(dep, cm, prefill_tokens, decode_seqs, context, expert_skew):
         typer.echo(f"note: {note}", err=True)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
