@@ -395,15 +395,17 @@ def _policy_spec(p) -> str:
 def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_tokens: int = 0,
          decode_seqs: int = 0, context: int = 0, tp: int = 1, mode: str | None = None, engine: str = "ideal",
          profile=None, dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None,
-         ep: int = 1, expert_skew: float = 0.0, pp: int = 1) -> dict:
+         ep: int = 1, expert_skew: float = 0.0, pp: int = 1, token_budget: int | None = None,
+         max_seqs: int | None = None) -> dict:
     """`blendsim cost --json`: the price of one step (a prefill chunk of ``prefill_tokens`` and/or
-    ``decode_seqs`` decoding sequences, each after ``context`` tokens) and its per-operator rows."""
+    ``decode_seqs`` decoding sequences, each after ``context`` tokens) and its per-operator rows. ``token_budget`` /
+    ``max_seqs``: the largest step the engine plans memory for (default: the engine's), as `simulate` takes them."""
     if isinstance(model, os.PathLike):  # a config.json
         model = os.fspath(model)
     out, _rows, _dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                       context=context, tp=tp, mode=mode, engine=engine, profile=profile,
                                       dtype=dtype, weights=weights, kv_dtype=kv_dtype, ep=ep,
-                                      expert_skew=expert_skew, pp=pp)
+                                      expert_skew=expert_skew, pp=pp, token_budget=token_budget, max_seqs=max_seqs)
     return {**out, "notes": step_notes(_dep, cm, prefill_tokens, decode_seqs, context, expert_skew)}
 
 
@@ -422,7 +424,8 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     return notes
 
 
-def engine_memory_settings(engine: str, hardware: str) -> dict:
+def engine_memory_settings(engine: str, hardware: str, token_budget: int | None = None,
+                           max_seqs: int | None = None) -> dict:
     """The Deployment settings an engine's scheduler gives on ``hardware`` (KV fraction and what it is a fraction of,
     the largest step's tokens and sequences), as `simulate` sizes a replica under a policy that changes none of them
     (fcfs): so `cost` says the same of whether a model fits, and how much KV is left."""
@@ -430,13 +433,14 @@ def engine_memory_settings(engine: str, hardware: str) -> dict:
     from blendsim.runner import RunConfig, engine_config
     from blendsim.sim.engines import get_profile
 
-    eng = engine_config(RunConfig(policy="fcfs", engine=engine, hardware=hardware), resolve_policy("fcfs").cls)
+    eng = engine_config(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
+                                  max_seqs=max_seqs), resolve_policy("fcfs").cls)
     return {"gpu_memory_utilization": eng.gpu_memory_utilization, "max_batched_tokens": eng.token_budget,
             "max_seqs": eng.max_seqs or 1024, "kv_of_free": get_profile(engine, {}).kv_of_free}
 
 
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,
-               kv_dtype, ep, expert_skew, pp=1):
+               kv_dtype, ep, expert_skew, pp=1, token_budget=None, max_seqs=None):
     """What `blendsim cost` and :func:`cost` share: ``(summary dict, breakdown rows, deployment, cost model)``."""
     from blendsim.sim.batch import BatchFeatures
     from blendsim.sim.build_cost import build_cost_model
@@ -458,8 +462,10 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
         profile = C.path(profile, "--profile")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
+    C.optional(C.integer, token_budget, "--token-budget", 1, MAX_TOKENS)
+    C.optional(C.integer, max_seqs, "--max-seqs", 0, MAX_TOKENS)
     dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
-                          **engine_memory_settings(engine, hardware))
+                          **engine_memory_settings(engine, hardware, token_budget, max_seqs))
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,

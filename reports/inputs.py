@@ -81,18 +81,18 @@ def _tier_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_dirs(p: Path, first: bool = False) -> list:
-    """The run directories under the folder ``p``: its children holding a summary.json (a folder of runs), and below
-    them the folders a run would be classified as (summary.json beside steps.parquet, not a validation: a sweep's
-    ``runs/`` or any part of it, whose cells lie four levels down). Hidden folders -- a sweep's staging leftovers,
-    a virtual environment -- are not entered, nor is a run's own folder. ``first``: stop at the first one found."""
+    """The run directories under the folder ``p`` (a folder of runs, or a sweep's ``runs/`` or any part of it, whose
+    cells lie four levels down): folders a run would be classified as (summary.json beside steps.parquet, not a
+    validation); another tool's summary.json is not one. Hidden folders -- a sweep's staging leftovers, a virtual
+    environment -- are not entered, nor is a run's own folder. ``first``: stop at the first one found."""
     found = []
     for root, dirs, files in os.walk(p):
         here = Path(root)
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         if here == p or "summary.json" not in files:
             continue
-        if here.parent == p or ("steps.parquet" in files and _kind(here / "summary.json") != "blendsim.validation"
-                                and validation_file(here) is None):
+        if "steps.parquet" in files and _kind(here / "summary.json") != "blendsim.validation" \
+                and validation_file(here) is None:
             found.append(here)
             dirs[:] = []  # a run's own folder holds no other run
             if first:

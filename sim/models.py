@@ -661,12 +661,14 @@ def load_hf_config(path: str | Path, weights_given: bool = False) -> ModelSpec:
         if any(not 0 <= i < layers for i in dense):
             raise c.err(f"field 'mlp_only_layers': layer indices must be in 0..{layers - 1}, got {sorted(dense)}")
         kw.update(_moe(c, layers, experts=("num_experts",), width=("moe_intermediate_size",),
-                       moe_ids=[i for i in range(layers) if i not in dense and (i + 1) % step == 0]))
+                       moe_ids=[i for i in range(layers) if i not in dense and (i + 1) % step == 0],
+                       placed_by="fields 'mlp_only_layers' and 'decoder_sparse_step'"))
         kw["intermediate_size"] = c.int("intermediate_size", field="intermediate_size")
     elif model_type == "llama4":
         step = c.int("interleave_moe_layer_step", default=1)
         ids = c.int_list("moe_layers") or list(range(step - 1, layers, step))
-        kw.update(_moe(c, layers, experts=("num_local_experts",), width=("intermediate_size",), moe_ids=ids))
+        kw.update(_moe(c, layers, experts=("num_local_experts",), width=("intermediate_size",), moe_ids=ids,
+                       placed_by="fields 'moe_layers' and 'interleave_moe_layer_step'"))
         kw.update(num_shared_experts=1, shared_intermediate_size=kw["moe_intermediate_size"],
                   intermediate_size=c.int("intermediate_size_mlp", "intermediate_size", field="intermediate_size"))
     elif model_type == "gpt_oss":  # every layer MoE; layer_types marks the sliding-window layers
@@ -694,7 +696,8 @@ def load_hf_config(path: str | Path, weights_given: bool = False) -> ModelSpec:
         first = c.int("first_k_dense_replace", default=0, minimum=0)
         freq = c.int("moe_layer_freq", default=1)
         kw.update(_moe(c, layers, experts=("n_routed_experts",), width=("moe_intermediate_size",),
-                       moe_ids=[i for i in range(layers) if i >= first and i % freq == 0]))
+                       moe_ids=[i for i in range(layers) if i >= first and i % freq == 0],
+                       placed_by="fields 'first_k_dense_replace' and 'moe_layer_freq'"))
         shared = c.int("n_shared_experts", default=0, minimum=0)
         kw.update(num_shared_experts=shared, shared_intermediate_size=shared * kw["moe_intermediate_size"],
                   intermediate_size=c.int("intermediate_size", field="intermediate_size"),
@@ -725,10 +728,14 @@ _HF_CONTEXT = {"llama": 2048, "mistral": 131072, "mixtral": 131072, "qwen2": 327
                "gpt_oss": 131072}
 
 
-def _moe(c: _Cfg, layers: int, experts: tuple, width: tuple, moe_ids) -> dict:
+def _moe(c: _Cfg, layers: int, experts: tuple, width: tuple, moe_ids, placed_by: str = "") -> dict:
+    """The routed-expert fields; ``placed_by``: the config fields that chose ``moe_ids`` (named if they chose none)."""
     ids = sorted(set(moe_ids))
     if any(not 0 <= i < layers for i in ids):
         raise c.err(f"MoE layer indices must be in 0..{layers - 1}, got {ids}")
+    if not ids:
+        raise c.err(f"{placed_by} leave none of the {layers} layers with routed experts (an MoE model_type needs at "
+                    f"least one)")
     n = c.int(*experts, field="num_experts")
     return {"num_experts": n,
             "experts_per_token": c.int("num_experts_per_tok", "num_experts_per_token", field="experts_per_token"),
@@ -758,7 +765,7 @@ def _config_words(message: str, read: dict[str, str]) -> str:
 def _dtype_of(c: _Cfg, top: dict) -> str:
     key, v = c.raw("torch_dtype", "dtype")
     if v is None:
-        key, v = ("torch_dtype", top.get("torch_dtype", "bfloat16"))
+        key, v = ("torch_dtype", top.get("torch_dtype") or "bfloat16")  # null is absent, as for every field
     if str(v) not in _HF_DTYPES:
         raise c.err(f"field {key!r}: unknown dtype {v!r} (known: {', '.join(_HF_DTYPES)})")
     d = _HF_DTYPES[str(v)]

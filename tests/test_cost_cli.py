@@ -185,3 +185,16 @@ def test_cost_sizes_memory_with_the_engines_settings_as_simulate_does(tmp_path, 
     said = cost.output.strip().splitlines()[-1]
     assert said == sim.output.strip().splitlines()[-1]
     assert f"GiB per GPU, {usable} GiB usable" in said
+
+
+def test_cost_takes_the_step_limits_its_memory_message_names():
+    """`cost` says "--token-budget / --max-seqs ... lower them" where the engine's largest step leaves no room: those
+    options are cost's too, and with them the step is priced as simulate would run it."""
+    args = ["-m", "llama-3-70b", "--weights", "fp8", "--engine", "sglang", "--decode-seqs", "1"]
+    r = invoke(*args)
+    assert r.exit_code == 2 and "--token-budget 8192 / --max-seqs 4096" in r.output and "lower them" in r.output
+    ok = invoke(*args, "--token-budget", "2048", "--max-seqs", "256", "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["step_time_s"] > 0
+    bad = invoke("--decode-seqs", "1", "--token-budget", "0")
+    assert bad.exit_code == 2 and "--token-budget" in bad.output

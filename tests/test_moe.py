@@ -297,6 +297,14 @@ def test_moe_config_errors_name_the_file(tmp_path):
     p.write_text(json.dumps(big))
     with pytest.raises(UserError, match=r": intermediate_size_mlp 33,554,432 is beyond any model"):
         load_hf_config(p)
+    # fields that leave no layer with experts are named (not the spec's derived moe_layers)
+    for name, change, fields in (("deepseek-v3", {"first_k_dense_replace": 100}, "'first_k_dense_replace' and "
+                                                                                  "'moe_layer_freq'"),
+                                 ("qwen3-30b-a3b", {"decoder_sparse_step": 1000}, "'mlp_only_layers' and "
+                                                                                 "'decoder_sparse_step'")):
+        p.write_text(json.dumps({**CONFIGS[name], **change}))
+        with pytest.raises(UserError, match=f"fields {fields} leave none of the"):
+            load_hf_config(p)
     # q_lora_rank null is a direct query projection (DeepSeek-V2-Lite); absent, transformers would take 1536, so
     # no width is guessed
     p.write_text(json.dumps({**CONFIGS["deepseek-v3"], "q_lora_rank": None}))

@@ -489,5 +489,7 @@ def test_a_folder_of_runs_skips_what_is_not_a_run(sweep_dir, validation_dir, tmp
     (top / "deep" / "docs" / "day").mkdir(parents=True)
     (top / "deep" / "docs" / "day" / "summary.json").write_text('{"kind": "something else"}')
     shutil.copytree(validation_dir, top / "deep" / "val")
+    (top / "notes").mkdir()  # a child of the folder itself with another tool's summary.json
+    (top / "notes" / "summary.json").write_text("{}")
     got = load_inputs([top]).runs
     assert len(got) == len(load_inputs([sweep_dir]).runs)

@@ -272,3 +272,7 @@ def test_a_config_without_max_position_embeddings_takes_transformers_default(tmp
     cfg = {k: v for k, v in LLAMA3_CFG.items() if k != "max_position_embeddings"}
     assert load_hf_config(_write(tmp_path, cfg)).max_position_embeddings == 2048
     assert load_hf_config(_write(tmp_path, dict(cfg, model_type="qwen2"))).max_position_embeddings == 32768
+
+
+def test_a_null_torch_dtype_is_an_absent_one(tmp_path):
+    assert load_hf_config(_write(tmp_path, dict(LLAMA3_CFG, torch_dtype=None))).dtype == "bf16"

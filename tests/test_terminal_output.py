@@ -160,6 +160,9 @@ def test_critical_path_warning():
     assert critical_path_warning({"makespan_s": 1.0}) is None and critical_path_warning({**s, "makespan_s": 0}) is None
     many = TT.critical_path_lines([("a", s), ("b", {**s, "t_critical_s": 80.0}), ("c", {**s, "t_critical_s": 1.0})])
     assert many.startswith("2 of 3 runs (a, b)") and "50-80% of the makespan" in many
+    assert "alone takes 50.0-80.0 s (T_critical)" in many  # a range over the runs, smallest first (not "a / b")
+    same = TT.critical_path_lines([("a", s), ("b", s)])
+    assert "alone takes 50.0 s (T_critical)" in same
 
 
 def test_simulate_warns_when_one_request_dominates(tmp_path):

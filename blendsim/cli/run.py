@@ -41,6 +41,10 @@ def cost_cmd(
     ep: int = typer.Option(1, "--ep", help=EP_HELP),
     pp: int = typer.Option(1, "--pp", help=PP_HELP),
     expert_skew: float = typer.Option(0.0, "--expert-skew", help=SKEW_HELP),
+    token_budget: int = typer.Option(None, "--token-budget", help="Tokens of the largest step the engine plans "
+                                                                 "memory for (default: the engine's)."),
+    max_seqs: int = typer.Option(None, "--max-seqs", help="Sequences of the largest step the engine plans memory for "
+                                                         "(default: the engine's)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Price one step and show its per-operator breakdown."""
@@ -48,7 +52,8 @@ def cost_cmd(
 
     out, rows, dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                     context=context, tp=tp, mode=mode, engine=engine, profile=profile, dtype=dtype,
-                                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp)
+                                    weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
+                                    token_budget=token_budget, max_seqs=max_seqs)
     from blendsim.api import step_notes
 
     m = dep.model
