@@ -125,6 +125,8 @@ def test_a_runs_requests_table_is_refused_as_a_trace(tmp_path):
         assert bad.exit_code == 2, bad.output
         assert "a run's per-request table (written by blendsim simulate), not a trace" in bad.output
     assert not (tmp_path / "again").exists()
+    steps = invoke("workloads", "stats", tmp_path / "run" / "steps.parquet")
+    assert steps.exit_code == 2 and "a run's per-step table (written by blendsim simulate), not a trace" in steps.output
     # a trace that has its prompts and, besides, columns named like a run's is a trace
     import pyarrow.parquet as pq
 

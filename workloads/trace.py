@@ -490,6 +490,9 @@ def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
         raise UserError(f"{path}: this is a run's per-request table (written by blendsim simulate), not a trace: "
                         f"it has no prompt tokens, so sharing would read as none; give the trace the run was made "
                         f"from")
+    if not cols & set(REQUIRED) and {"t_end_s", "dt_s", "num_tokens"} <= cols:  # simulate's steps.parquet
+        raise UserError(f"{path}: this is a run's per-step table (written by blendsim simulate), not a trace; give "
+                        f"the trace the run was made from")
     for c in REQUIRED:
         if c not in cols:
             raise UserError(f"{path}: missing column {c!r}")
