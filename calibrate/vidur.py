@@ -46,15 +46,24 @@ def col(op: str) -> str:
 
 def import_vidur(folder: str | Path, model: str | None = None, tp: int = 1, dtype: str = "fp16",
                  command: str = "") -> Profile:
-    """A Profile from Vidur's ``mlp.csv`` (required) and ``attention.csv`` (if present) in ``folder``."""
+    """A Profile from Vidur's ``mlp.csv`` (required) and ``attention.csv`` (if present) in ``folder``; or from a file
+    named ``PREFIXmlp.csv`` (or ``PREFIXattention.csv``) and its ``PREFIX`` partner beside it, as copies of Vidur's
+    profiles are often renamed (``vidur_profile_a100_Llama-2-7b-hf_mlp.csv``)."""
     folder = Path(folder)
-    if folder.is_file() and folder.name in ("mlp.csv", "attention.csv"):  # one of the pair given: its folder
-        folder = folder.parent
+    prefix = ""
+    if folder.is_file():
+        for kind in ("mlp.csv", "attention.csv"):
+            if folder.name.endswith(kind):  # one of the pair given: the pair is its prefix's, in its folder
+                prefix, folder = folder.name[: -len(kind)], folder.parent
+                break
+        else:
+            raise UserError(f"{folder}: not a folder, nor a file named ...mlp.csv or ...attention.csv (give Vidur's "
+                            f"mlp.csv or its folder)")
     if not folder.is_dir():
-        raise UserError(f"{folder}: not a folder, mlp.csv or attention.csv (give Vidur's mlp.csv or its folder)")
-    mlp_path = folder / "mlp.csv"
+        raise UserError(f"{folder}: no such file or folder (give Vidur's mlp.csv or the folder holding it)")
+    mlp_path = folder / f"{prefix}mlp.csv"
     if not mlp_path.is_file():
-        raise UserError(f"{folder}: no mlp.csv (Vidur's compute profile, written by vidur/profiling/mlp)")
+        raise UserError(f"{folder}: no {prefix}mlp.csv (Vidur's compute profile, written by vidur/profiling/mlp)")
     mlp = _read(mlp_path, MLP_KEYS, [col(o) for o in REQUIRED_GEMMS])
     spec = _model(mlp_path, mlp, model, dtype)
     dep = shard_deployment(spec, tp)  # checks tp against the model's heads and MLP
@@ -74,12 +83,12 @@ def import_vidur(folder: str | Path, model: str | None = None, tp: int = 1, dtyp
     if parts:
         series["norm"] = (tokens[:, None], sum(rows[col(p)].to_numpy(float) for p in parts) * MS)
     backend = None
-    attn_path = folder / "attention.csv"
+    attn_path = folder / f"{prefix}attention.csv"
     if attn_path.is_file():
         backend = _attention(attn_path, spec, tp, series, skipped)
     else:
-        skipped.append({"op": "attn_prefill", "point": [], "reason": "no attention.csv: roofline used"})
-        skipped.append({"op": "attn_decode", "point": [], "reason": "no attention.csv: roofline used"})
+        skipped.append({"op": "attn_prefill", "point": [], "reason": f"no {attn_path.name}: roofline used"})
+        skipped.append({"op": "attn_decode", "point": [], "reason": f"no {attn_path.name}: roofline used"})
     skipped.append({"op": "lm_head", "point": [], "reason": "Vidur profiles no LM head: roofline used"})
     ops = {}
     for op, (x, y) in series.items():

@@ -148,6 +148,14 @@ def test_model_is_inferred_from_the_shape_and_duplicates_merge_by_median(tmp_pat
     i = TOKENS.index(TOKENS[5])  # one original row and two duplicates at 0.5 ms: the median is 0.5 ms
     assert q.median_s[i] == pytest.approx(0.5e-3)
     assert any("attention.csv" in s["reason"] for s in p.skipped)
+    # a renamed copy (PREFIXmlp.csv, as the shared data names Vidur's profile): read with its PREFIXattention.csv
+    (d / "mlp.csv").rename(d / "a100_x_mlp.csv")
+    renamed = tmp_path / "r.json"
+    r = run(str(d / "a100_x_mlp.csv"), "-o", str(renamed))
+    assert r.exit_code == 0, r.output
+    assert load_profile(renamed).ops["qkv_proj"].median_s == q.median_s
+    assert "no a100_x_attention.csv: roofline used" in r.output
+    (d / "a100_x_mlp.csv").rename(d / "mlp.csv")
     # mlp.csv itself given: its folder is read, the same profile comes out
     again = tmp_path / "q.json"
     r = run(str(d / "mlp.csv"), "-o", str(again))
@@ -158,7 +166,10 @@ def test_model_is_inferred_from_the_shape_and_duplicates_merge_by_median(tmp_pat
 def test_no_mlp_csv(tmp_path):
     (tmp_path / "v").mkdir()
     one_line_error(run(str(tmp_path / "v"), "--model", "tiny", "-o", str(tmp_path / "p.json")), "no mlp.csv")
-    one_line_error(run(str(tmp_path / "nope"), "-o", str(tmp_path / "p.json")), "not a folder")
+    one_line_error(run(str(tmp_path / "nope"), "-o", str(tmp_path / "p.json")), "no such file or folder")
+    (tmp_path / "v" / "x.txt").write_text("")
+    one_line_error(run(str(tmp_path / "v" / "x.txt"), "-o", str(tmp_path / "p.json")),
+                   "not a folder, nor a file named ...mlp.csv")
 
 
 def test_missing_columns(tmp_path):

@@ -95,7 +95,8 @@ def show_cmd(
 @cal_app.command("import-vidur")
 def import_vidur_cmd(
     ctx: typer.Context,
-    folder: Path = typer.Argument(..., help="Folder with Vidur's mlp.csv (and attention.csv), or either file."),
+    folder: Path = typer.Argument(..., help="Folder with Vidur's mlp.csv (and attention.csv), or either file (also renamed as "
+                                                  "PREFIXmlp.csv / PREFIXattention.csv)."),
     model: str = typer.Option(None, "--model", "-m", help="Model the CSVs profile (default: the preset of their shape)."),
     tp: int = typer.Option(1, "--tp", help="Which num_tensor_parallel_workers rows to use."),
     dtype: str = typer.Option("fp16", "--dtype", help="dtype to label the profile with (Vidur measures fp16; "
