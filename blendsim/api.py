@@ -402,11 +402,11 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
     ``max_seqs``: the largest step the engine plans memory for (default: the engine's), as `simulate` takes them."""
     if isinstance(model, os.PathLike):  # a config.json
         model = os.fspath(model)
-    out, _rows, _dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
+    out, _rows, dep, cm = price_step(model, hardware, prefill_tokens=prefill_tokens, decode_seqs=decode_seqs,
                                       context=context, tp=tp, mode=mode, engine=engine, profile=profile,
                                       dtype=dtype, weights=weights, kv_dtype=kv_dtype, ep=ep,
                                       expert_skew=expert_skew, pp=pp, token_budget=token_budget, max_seqs=max_seqs)
-    return {**out, "notes": step_notes(_dep, cm, prefill_tokens, decode_seqs, context, expert_skew)}
+    return {**out, "notes": step_notes(dep, cm, prefill_tokens, decode_seqs, context, expert_skew)}
 
 
 def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, expert_skew: float) -> list[str]:
@@ -430,13 +430,12 @@ def engine_memory_settings(engine: str, hardware: str, token_budget: int | None 
     the largest step's tokens and sequences), as `simulate` sizes a replica under a policy that changes none of them
     (fcfs): so `cost` says the same of whether a model fits, and how much KV is left."""
     from blendsim.policies.registry import resolve_policy
-    from blendsim.runner import RunConfig, engine_config
+    from blendsim.runner import RunConfig, deployment_limits, engine_config
     from blendsim.sim.engines import get_profile
 
     eng = engine_config(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
                                   max_seqs=max_seqs), resolve_policy("fcfs").cls)
-    return {"gpu_memory_utilization": eng.gpu_memory_utilization, "max_batched_tokens": eng.token_budget,
-            "max_seqs": eng.max_seqs or 1024, "kv_of_free": get_profile(engine, {}).kv_of_free}
+    return deployment_limits(eng, get_profile(engine, {}).kv_of_free)
 
 
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,

@@ -69,6 +69,14 @@ class RunConfig:
         check_run_config(self)  # types and ranges of every field, whoever builds the configuration
 
 
+def deployment_limits(eng: EngineConfig, kv_of_free: bool) -> dict:
+    """The Deployment settings a run's scheduler settings give (its KV fraction and what it is a fraction of --
+    ``EngineProfile.kv_of_free`` --, the largest step's tokens and sequences): one rule for simulate, plan's
+    feasibility check and cost, so all three say the same of whether a model fits."""
+    return {"gpu_memory_utilization": eng.gpu_memory_utilization, "max_batched_tokens": eng.token_budget,
+            "max_seqs": eng.max_seqs or 1024, "kv_of_free": kv_of_free}
+
+
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
     """The run's scheduler settings (see :func:`scheduler_settings`)."""
     return scheduler_settings(cfg, policy_cls)[0]
@@ -176,11 +184,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     eng, notes = scheduler_settings(cfg, policy_cls)
     dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
                                    get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep, pp=cfg.pp,
-                                   expert_skew=cfg.expert_skew,
-                                   gpu_memory_utilization=eng.gpu_memory_utilization,
-                                   max_batched_tokens=eng.token_budget, max_seqs=eng.max_seqs or 1024,
-                                   kv_capacity_override=cfg.kv_capacity_override,
-                                   kv_of_free=get_profile(cfg.engine or DEFAULT_ENGINE, {}).kv_of_free)
+                                   expert_skew=cfg.expert_skew, kv_capacity_override=cfg.kv_capacity_override,
+                                   **deployment_limits(eng, get_profile(cfg.engine or DEFAULT_ENGINE, {}).kv_of_free))
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + inert_options(cfg, dep)
@@ -241,19 +246,17 @@ def inert_options(cfg: RunConfig, dep) -> list[str]:
     """Notes for options this run accepts but that cannot change it: routing skew on a model with no routed experts,
     tier settings with no KV tier."""
     notes = skew_note(cfg.expert_skew, dep.model)
+    flags = (("--kv-load", cfg.kv_load), ("--host-link-gbps", cfg.host_link_gbps),
+             ("--disk-read-gbps", cfg.disk_read_gbps), ("--disk-write-gbps", cfg.disk_write_gbps))
     if not (cfg.host_kv_gb or cfg.disk_kv_gb):
-        given = [flag for flag, v in (("--kv-load", cfg.kv_load), ("--host-link-gbps", cfg.host_link_gbps),
-                                      ("--disk-read-gbps", cfg.disk_read_gbps),
-                                      ("--disk-write-gbps", cfg.disk_write_gbps)) if v is not None]
-        if given:
-            notes.append(f"{', '.join(given)}: no KV tier (--host-kv-gb / --disk-kv-gb 0); "
-                         f"{'it changes' if len(given) == 1 else 'they change'} nothing")
-    elif not cfg.disk_kv_gb:
-        given = [flag for flag, v in (("--disk-read-gbps", cfg.disk_read_gbps),
-                                      ("--disk-write-gbps", cfg.disk_write_gbps)) if v is not None]
-        if given:
-            notes.append(f"{', '.join(given)}: no disk tier (--disk-kv-gb 0); "
-                         f"{'it changes' if len(given) == 1 else 'they change'} nothing")
+        lacking = "no KV tier (--host-kv-gb / --disk-kv-gb 0)"
+    elif not cfg.disk_kv_gb:  # a host tier: only the disk's speeds are idle
+        lacking, flags = "no disk tier (--disk-kv-gb 0)", flags[2:]
+    else:
+        return notes
+    given = [flag for flag, v in flags if v is not None]
+    if given:
+        notes.append(f"{', '.join(given)}: {lacking}; {'it changes' if len(given) == 1 else 'they change'} nothing")
     return notes
 
 

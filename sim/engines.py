@@ -85,6 +85,12 @@ class EngineProfile:
     # n + 1 while the GPU runs step n, so the loop leaves only ASYNC_RESIDUAL on the step (see there)
     async_since: str = ""
     async_scheduling: bool = False
+    # the token budget follows the stated context length: vLLM V0 without chunked prefill takes max(max_model_len,
+    # 2048) tokens a step (vllm/config.py SchedulerConfig.__post_init__, v0.5.3 through the 0.7 releases; chunked
+    # prefill turns itself on only above 32,768 tokens of context, and never on ROCm: vllm/engine/arg_utils.py
+    # create_engine_config). The scheduler's 8,192 above is Llama-3's context; a catalogue row that states
+    # --max-model-len (up to 32,768) gets its own (blendsim.fidelity.catalogue.engine_settings)
+    budget_from_context: bool = False
 
     def scheduler_for(self, hardware, serve: bool = False) -> dict:
         """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server (``serve``, or
@@ -332,7 +338,7 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 _VLLM_05 = EngineProfile(
     "vllm", version="0.5", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0], per_seq_s=_V0_LOOP[1], per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
-    api_share=33 / 29, fitted=_FIT_LOOP,
+    api_share=33 / 29, fitted=_FIT_LOOP, budget_from_context=True,
     source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; vLLM blog 2024-09-05; loop "
            "fitted by blendsim fidelity")
 # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
@@ -346,7 +352,7 @@ _VLLM_05 = EngineProfile(
 _VLLM_06 = EngineProfile(
     "vllm", version="0.6", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0] / 10 + 0.15e-3, per_seq_s=_V0_LOOP[1] / 10, per_token_s=0.1e-6, cuda_graph_max=256,
-    regime="cuda-graph", fitted=_FIT_LOOP,
+    regime="cuda-graph", fitted=_FIT_LOOP, budget_from_context=True,
     source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
            "async output processing); loop fitted by blendsim fidelity")
 

@@ -250,31 +250,16 @@ def asynchronous(row: Row) -> bool:
 
 
 def engine_settings(row: Row, profile, hardware) -> dict:
-    """The row's scheduler settings: the profile's on its hardware and entry point, then its stated flags, then what
-    a stated context length sets (:func:`context_budget`)."""
-    flags = engine_flags(row)
-    base = profile.scheduler_for(hardware, serves(row))
-    if "token_budget" not in flags:
-        budget = context_budget(row, profile, base)
-        if budget:
-            flags["token_budget"] = budget
-    return {**base, **flags}
-
-
-def context_budget(row: Row, profile, scheduler: dict) -> int | None:
-    """vLLM V0's token budget where the row's command states ``--max-model-len L`` and no budget: without chunked
-    prefill V0 takes max(L, 2048) tokens a step (vllm/config.py SchedulerConfig.__post_init__, v0.5.3 through the
-    0.7 releases; chunked prefill turns itself on only above 32,768 tokens of context, and never on ROCm:
-    vllm/engine/arg_utils.py create_engine_config), so its prompts pack into steps up to the context length. The
-    profiles' 8,192 is Llama-3's context. None where that does not apply (V1 and SGLang chunk their prefills)."""
+    """The row's scheduler settings: the profile's on its hardware and entry point, then its stated flags; where the
+    profile's budget follows the context length (``EngineProfile.budget_from_context``: vLLM V0) and the command
+    states ``--max-model-len L`` (up to 32,768, above which V0 chunks its prefills) but no budget, max(L, 2048)."""
     import re
 
-    if profile.name not in ("vllm", "vllm-v0") or scheduler.get("mix") != "prefill-first":
-        return None
+    flags = engine_flags(row)
     m = re.search(r"--max-model-len[ =]+(\d+)\b", row.engine_version or "")
-    if not m or int(m.group(1)) > 32768:  # above, V0 on CUDA chunks its prefills: not this rule
-        return None
-    return max(int(m.group(1)), 2048)
+    if profile.budget_from_context and m and int(m.group(1)) <= 32768 and "token_budget" not in flags:
+        flags["token_budget"] = max(int(m.group(1)), 2048)
+    return {**profile.scheduler_for(hardware, serves(row)), **flags}
 
 
 # ---- workloads ----------------------------------------------------------------------------

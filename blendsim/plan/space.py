@@ -105,7 +105,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     TP and PP run over the powers of two up to their limits, PP at most the model's layers; a replica's GPUs
     (tp x pp) stay within ``max_gpus``."""
     from blendsim.policies.registry import resolve_policy
-    from blendsim.runner import RunConfig, engine_config
+    from blendsim.runner import RunConfig, deployment_limits, engine_config
     from blendsim.sim.deployment import Deployment
     from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
@@ -134,10 +134,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                                     resolve_policy(policy).cls)
                                 try:
                                     dep = Deployment(model, hw, tp, ep=ep, pp=pp,
-                                                     gpu_memory_utilization=eng.gpu_memory_utilization,
-                                                     max_batched_tokens=eng.token_budget,
-                                                     max_seqs=eng.max_seqs or 1024,
-                                                     kv_of_free=kv_of_free[engine])
+                                                     **deployment_limits(eng, kv_of_free[engine]))
                                 except UserError:
                                     pruned["does not fit"] = pruned.get("does not fit", 0) + n
                                     continue

@@ -71,7 +71,7 @@ def _check_removable(d: Path) -> None:
     """Fail, with one line, if starting over would remove what the sweep did not write: under runs/ anything
     outside its recorded run folders (or unrecorded inside one), under traces/ anything but its trace files."""
     foreign = []
-    temps = [p for sub in ("runs", "traces") if (d / sub).exists() for p in (d / sub).rglob(".*") if _own_temporary(p)]
+    temps = _own_temporaries(d)
 
     def temporary(p: Path) -> bool:  # a killed sweep's own leftovers go with the rest
         return any(t == p or t in p.parents for t in temps)
@@ -145,18 +145,21 @@ def _own_temporary(p: Path) -> bool:
     return True
 
 
+def _own_temporaries(sweep_dir: Path) -> list[Path]:
+    """The hidden staging leftovers of the sweep's own under runs/ and traces/ (:func:`_own_temporary`)."""
+    d = Path(sweep_dir)
+    return [p for sub in ("runs", "traces") if (d / sub).exists() for p in sorted((d / sub).rglob(".*"))
+            if _own_temporary(p)]
+
+
 def clean_stale(sweep_dir: Path) -> int:
-    """Remove the hidden temporaries a killed sweep left under runs/ and traces/ (:func:`_own_temporary`); any
+    """Remove the hidden temporaries a killed sweep left under runs/ and traces/ (:func:`_own_temporaries`); any
     other hidden file or folder there is the user's and stays."""
     n = 0
-    for sub in ("runs", "traces"):
-        root = Path(sweep_dir) / sub
-        if not root.exists():
-            continue
-        for p in sorted(root.rglob(".*")):
-            if p.exists() and _own_temporary(p):
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-                n += 1
+    for p in _own_temporaries(sweep_dir):
+        if p.exists():  # a temporary inside another, already removed
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            n += 1
     return n
 
 
