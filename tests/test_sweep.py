@@ -373,10 +373,15 @@ def test_resuming_with_an_edited_profile_file_is_refused(tmp_path):
     assert r.exit_code == 2 and "engine_sha256" in r.stderr and "--no-resume" in r.stderr, r.stderr
 
 
-def test_a_sweep_removes_only_its_own_leftovers_and_never_the_users_files(tmp_path):
+def test_a_sweep_removes_only_its_own_leftovers_and_never_the_users_files(tmp_path, monkeypatch):
     args = ["--densities", "1.0", "--sharing", "0.25", "--requests", "300", "--policies", "dfs", "--models",
             "llama-3-8b", "--hardware", "a100-80gb", "--quiet", "-o", str(tmp_path / "s")]
-    assert sweep(*args).exit_code == 0
+    import tempfile
+
+    made, mkdtemp = [], tempfile.mkdtemp  # a cell works inside the sweep folder, none in the system's temporary
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(mkdtemp(*a, **k)) or made[-1])
+    assert sweep(*args, "--jobs", "1").exit_code == 0  # in this process, where the spy sees the cells' folders
+    assert made and all(Path(m).is_relative_to(tmp_path / "s") for m in made), made  # a killed one leaves its own
     s = tmp_path / "s"
     run_parent = next(p for p in (s / "runs").rglob("dfs") if p.is_dir()).parent
     (s / "traces" / ".notes").write_text("mine")
@@ -385,6 +390,8 @@ def test_a_sweep_removes_only_its_own_leftovers_and_never_the_users_files(tmp_pa
     left = run_parent / ".dfs.abcd1234"  # a killed sweep's staging folder and temporary trace file
     left.mkdir()
     (left / "summary.json").write_text("{}")
+    (left / ".blendsim-steps-k3x_9q0a").mkdir()  # the running cell's spilled step log (sim.engine.StepLog)
+    (left / ".blendsim-steps-k3x_9q0a" / "dt_s").write_bytes(b"\0" * 8)
     tmp = next((s / "traces").rglob("*.parquet")).parent / ".d1-s0.25.parquet.que0qxfp.tmp"
     tmp.write_text("")
     assert sweep(*args).exit_code == 0  # a resume

@@ -117,6 +117,7 @@ _TRACE = re.compile(r"d[0-9.e+-]+-s[0-9.e+-]+(-seed\d+)?\.parquet")
 # What a killed sweep leaves: tempfile's names for its staging folders and files, ``.NAME.XXXXXXXX`` (sim.io
 # staging_dir, ``.NAME.old.XXXXXXXX`` when it replaced a run) and ``.NAME.XXXXXXXX.tmp`` (sim.io atomic_path)
 _TEMP_DIR = re.compile(r"\..+\.[a-z0-9_]{8}")
+_SPILL_DIR = re.compile(r"\.blendsim-steps-[a-z0-9_]{8}")  # sim.engine.StepLog's spill folder
 _TEMP_FILE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
 _RUN_FILES = {"summary.json", "steps.parquet", "requests.parquet", "schedule.parquet", "cell.json", MANIFEST}
 
@@ -127,7 +128,10 @@ def _own_trace(rel: Path) -> bool:
 
 def _own_temporary(p: Path) -> bool:
     """A staging file or folder of the sweep's own: named as tempfile names them, and a folder holding nothing but
-    what the sweep stages there (a run's own files in ``run/``, a replaced run in ``x/``, their temporaries)."""
+    what the sweep stages there (a run's own files in ``run/``, a replaced run in ``x/``, a running cell's spilled
+    step log in ``.blendsim-steps-*/``, their temporaries)."""
+    from blendsim.sim.engine import StepLog
+
     if p.is_symlink():
         return False
     if p.is_file():
@@ -138,9 +142,10 @@ def _own_temporary(p: Path) -> bool:
         if q.is_symlink():
             return False
         if q.is_dir():
-            if not (q.name in ("run", "x") or _TEMP_DIR.fullmatch(q.name)):
+            if not (q.name in ("run", "x") or _TEMP_DIR.fullmatch(q.name) or _SPILL_DIR.fullmatch(q.name)):
                 return False
-        elif not (q.name in _RUN_FILES or _TEMP_FILE.fullmatch(q.name)):
+        elif not (q.name in _RUN_FILES or _TEMP_FILE.fullmatch(q.name)
+                  or (_SPILL_DIR.fullmatch(q.parent.name) and q.name in StepLog.COLUMNS)):
             return False
     return True
 

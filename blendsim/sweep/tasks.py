@@ -86,26 +86,29 @@ def _cell(spec, cell, trace, sweep_dir):
 
     if isinstance(trace, dict):
         trace = trace["value"]
-    with tempfile.TemporaryDirectory(prefix="blendsim-cell-") as tmp:
-        if isinstance(trace, bytes):
-            path = Path(tmp) / "trace.parquet"
-            path.write_bytes(trace)
-            trace = path
-        t = read_trace(trace)
-        w = cell.workload
-        cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware,
-                        **{**spec.run_settings(), **({"seed": w.seed} if w.seed >= 0 else {})})
-        # the step log's rows go to disk as the run goes (a large cell's log would otherwise fill the worker's
-        # memory), so the run is written before the temporary folder goes
-        result = run_simulation(t, cfg, spill_dir=tmp)
-        if sweep_dir is None:
+    w = cell.workload
+    cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware,
+                    **{**spec.run_settings(), **({"seed": w.seed} if w.seed >= 0 else {})})
+    # the step log's rows go to disk as the run goes (a large cell's log would otherwise fill the worker's memory),
+    # so the run is written before its scratch folder goes
+    if sweep_dir is None:  # a remote worker: the run comes back as bytes
+        with tempfile.TemporaryDirectory(prefix="blendsim-cell-") as tmp:
+            if isinstance(trace, bytes):
+                path = Path(tmp) / "trace.parquet"
+                path.write_bytes(trace)
+                trace = path
+            result = run_simulation(read_trace(trace), cfg, spill_dir=tmp)
             run = write_run(result, Path(tmp) / "run")
             return {"summary": result.summary, "files": {p.name: p.read_bytes() for p in sorted(run.iterdir())}}
-        stage = store.staging_dir(Path(sweep_dir), cell)
-        try:
-            store.install_run(write_run(result, stage / "run"), Path(sweep_dir), cell)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+    # in the sweep folder: the cell works in a hidden staging folder beside its final run directory, so what a
+    # killed sweep leaves (its spilled step log too) is the sweep's own, which the next run removes
+    # (store.clean_stale), not a folder in the system's temporary directory
+    stage = store.staging_dir(Path(sweep_dir), cell)
+    try:
+        result = run_simulation(read_trace(trace), cfg, spill_dir=stage)
+        store.install_run(write_run(result, stage / "run"), Path(sweep_dir), cell)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
     return {"summary": result.summary}
 
 
