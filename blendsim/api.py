@@ -476,7 +476,8 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     # MoE/MLA models: each layer operator also says on how many layers it runs (dense-first, MoE layers)
     keep_layer = keep + (("layers",) if m.is_moe or m.is_mla else ())
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
-           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "layers": m.num_layers, "mode": cm.mode,
+           "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "server_s": sc.server_s, "layers": m.num_layers,
+           "mode": cm.mode,
            "engine": cm.engine.label, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
            "kv_dtype": m.kv_dtype, "ep": dep.ep,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],

@@ -188,7 +188,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
                                    **deployment_limits(eng, get_profile(cfg.engine or DEFAULT_ENGINE, {}).kv_of_free))
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
-    notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + inert_options(cfg, dep)
+    notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
+        inert_options(cfg, dep)
     if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
         notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
                      f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
@@ -233,6 +234,16 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy.prepare()
     policy._finalize()
     return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers, cost_model_of)
+
+
+def server_note(prof) -> list[str]:
+    """A note where an API server's own work beside the engine paces the run's steps (``EngineProfile.server_s``)."""
+    if not prof.server_apart:
+        return []
+    cap = f"; at most {1 / prof.server_token_s:,.0f} output tokens/s per replica" if prof.server_token_s else ""
+    return [f"{prof.label}: behind its API server, whose own work beside the engine -- "
+            f"{prof.server_token_s * 1e6:.0f} us per streamed token, {prof.server_request_s * 1e3:.1f} ms per request "
+            f"-- sets the pace of any step the engine would run faster{cap}"]
 
 
 def skew_note(expert_skew: float, model) -> list[str]:

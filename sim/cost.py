@@ -60,6 +60,7 @@ class StepCost:
     other_s: float = 0.0  # small elementwise operators (norms, rotary, activation, embedding)
     comm_s: float = 0.0  # tensor-parallel all-reduce
     overhead_s: float = 0.0  # engine overhead (CPU scheduling and sampling not hidden by the GPU)
+    server_s: float = 0.0  # the API server's work beside the engine for this step; time_s is at least this
 
 
 def price_parts(timer: OpTimer, shapes: Shapes, f, counts: dict | None = None, skip=()) -> dict:
@@ -127,6 +128,7 @@ class CostModel:
         self.layers = self.timer.shapes.layers  # a pipeline stage's own layers
         self.graph_cap = graph_cap
         self._shapes = self.timer.shapes
+        self._server = self.engine.server_apart
         self._mla = dep.model.is_mla
         self._tables_n = 0
         self._grow(4096)
@@ -159,7 +161,9 @@ class CostModel:
         parts = price_parts(self.timer, self._shapes, self._graph_padded(f))
         c, m, o, comm = (float(parts[k]) for k in PARTS)
         ovh = float(self.engine.overhead(f.num_prefill_seqs + f.num_decode, f.num_tokens))
-        return StepCost(combine_times(self.mode, self.kappa, c, m, o, comm, self.net) + ovh, c, m, o, comm, ovh)
+        srv = float(self.engine.server_s(f.num_prefill_seqs, f.num_logits))
+        t = combine_times(self.mode, self.kappa, c, m, o, comm, self.net) + ovh
+        return StepCost(max(t, srv), c, m, o, comm, ovh, srv)
 
     def cost_many(self, f: BatchFeatures) -> dict[str, np.ndarray]:
         """Vectorised :meth:`cost`: ``f`` has BatchFeatures' fields as equal-length arrays
@@ -169,8 +173,9 @@ class CostModel:
         ovh = self.engine.overhead(np.asarray(f.num_prefill_seqs) + np.asarray(f.num_decode),
                                    np.asarray(f.num_tokens))
         t = combine_times(self.mode, self.kappa, c, m, o, comm, self.net)
-        return {"time_s": t + ovh, "compute_s": c, "memory_s": m,
-                "other_s": o, "comm_s": comm, "overhead_s": ovh + 0 * c}
+        srv = self.engine.server_s(np.asarray(f.num_prefill_seqs), np.asarray(f.num_logits)) + 0 * c
+        return {"time_s": np.maximum(t + ovh, srv), "compute_s": c, "memory_s": m,
+                "other_s": o, "comm_s": comm, "overhead_s": ovh + 0 * c, "server_s": srv}
 
     def step(self, T: int, Tp: int, Np: int, pairs: int, pkv: int, D: int, Cd: int, N: int, chunks=None):
         """Fast path for the engine: ``(time_s, compute_s, memory_s)`` of one step.
@@ -179,7 +184,7 @@ class CostModel:
         :meth:`cost` on the same features (tested). ``chunks`` (the Batch's prefill list) lets a
         calibrated model price each sequence's prefill attention call on its own.
         """
-        T0 = T
+        T0, N0 = T, N
         if self.graph_cap and not Np:  # CUDA-graph padding of a decode-only step
             T = N = graph_size(T, self.graph_cap)
         if T >= self._tables_n:
@@ -194,8 +199,13 @@ class CostModel:
             m += self._decode_s(D, Cd) * self.layers
             if self._mla:
                 c += self._mla_time("attn_absorb", BatchFeatures(num_decode=D))
-        return (combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net)
-                + self.engine.overhead(Np + D, T0), c, m)
+        t = combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net) + \
+            self.engine.overhead(Np + D, T0)
+        if self._server:  # the API server's pace (EngineProfile.server_s)
+            srv = self.engine.server_s(Np, N0)
+            if srv > t:
+                t = srv
+        return t, c, m
 
     def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
@@ -206,8 +216,11 @@ class CostModel:
         if self._mla and D:
             c = c + self._mla_time("attn_absorb", BatchFeatures(num_decode=D))
         m = self._tm[T] + self._attn_decode(D, Cd)
-        t = combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net)
-        return t + self.engine.overhead(D, D), c, m
+        t = combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net) + \
+            self.engine.overhead(D, D)
+        if self._server:
+            t = np.maximum(t, self.engine.server_s(0, D))
+        return t, c, m
 
     # ---- internals ------------------------------------------------------------------------
     def _graph_padded(self, f: BatchFeatures) -> BatchFeatures:

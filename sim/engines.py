@@ -91,6 +91,14 @@ class EngineProfile:
     # create_engine_config). The scheduler's 8,192 above is Llama-3's context; a catalogue row that states
     # --max-model-len (up to 32,768) gets its own (blendsim.fidelity.catalogue.engine_settings)
     budget_from_context: bool = False
+    # behind its API server, work the server does in processes of its own, beside the engine, for each output token
+    # it streams and each request it takes in (Triton's pre- and post-processing models and HTTP frontend in front of
+    # TensorRT-LLM): the engine does not wait for it step by step, but over a run the server cannot fall behind, so
+    # a step lasts at least its tokens' and prompts' share of that work (``server_s``; the pipeline's steady state,
+    # the slower stage sets the pace). 0: none beside the engine (an offline run, or a server priced in the loop)
+    server_token_s: float = 0.0
+    server_request_s: float = 0.0
+    server_fitted: tuple = ()  # server fields fitted from the catalogue's served rows (under ``server_key``)
 
     def scheduler_for(self, hardware, serve: bool = False) -> dict:
         """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server (``serve``, or
@@ -107,6 +115,26 @@ class EngineProfile:
         """The key of its fitted overhead in ``params["engine"]``: its own (or the one it shares), with ``:serve``
         behind its API server where the served loop is fitted apart (``served_loop``)."""
         return f"{self.offline_key}:serve" if self.serve and self.served_loop else self.offline_key
+
+    @property
+    def server_key(self) -> str:
+        """The key of its fitted server stage in ``params["engine"]``: the version's own (``trtllm@0.8:server``), as
+        the server in front of an engine differs between its releases even where the engine loop is shared."""
+        return f"{self.name}@{self.version}:server" if self.version else f"{self.name}:server"
+
+    @property
+    def server_apart(self) -> bool:
+        """Whether a server stage beside the engine paces its steps (behind its API server, with server work)."""
+        return self.serve and (self.server_token_s > 0 or self.server_request_s > 0)
+
+    def server_s(self, num_prefill_seqs, num_logits):
+        """The server's share of work for a step (numbers or arrays): ``server_token_s`` per token the step samples
+        (``num_logits``: each decode's next token, each finished prompt's first) and ``server_request_s`` per
+        prompt it starts (``num_prefill_seqs``: a prompt longer than the token budget counts once per chunk); 0
+        off the server."""
+        if not self.server_apart:
+            return 0.0 * num_logits
+        return self.server_token_s * num_logits + self.server_request_s * num_prefill_seqs
 
     @property
     def offline_key(self) -> str:
@@ -151,14 +179,18 @@ class EngineProfile:
     def fitted_overhead(self, params: dict) -> dict:
         """Its fitted overhead in a params dict: under its own key, else under its name (an older file or a
         ``blendsim calibrate engine`` profile of the name), else none; none with the asynchronous scheduler on
-        (its residual replaces the loop)."""
-        if self.async_scheduling:
-            return {}
+        (its residual replaces the loop). Behind its API server, with its fitted server stage (``server_key``)."""
         eng = params.get("engine", {})
-        return eng.get(self.overhead_key) or eng.get(self.offline_key) or eng.get(self.name) or {}
+        # the server stage's entry names its fields without the "server_" prefix (token_s, request_s)
+        server = {f"server_{k}": v for k, v in eng.get(self.server_key, {}).items()
+                  if f"server_{k}" in self.server_fitted} if self.serve else {}
+        if self.async_scheduling:
+            return server
+        return {**(eng.get(self.overhead_key) or eng.get(self.offline_key) or eng.get(self.name) or {}), **server}
 
     def with_params(self, values: dict) -> EngineProfile:
-        keep = {k: float(v) for k, v in values.items() if k in ("fixed_s", "per_seq_s", "per_token_s")}
+        keep = {k: float(v) for k, v in values.items() if k in ("fixed_s", "per_seq_s", "per_token_s")
+                or k in self.server_fitted}
         return replace(self, **keep)
 
 
@@ -170,6 +202,10 @@ OVERRIDABLE: dict[str, tuple[type, str]] = {
     "cuda_graph_max": (int, "largest CUDA-graph decode batch (0: eager)"),
     "serve": (int, "1: behind the engine's OpenAI-compatible API server (its batch limits there and, for vLLM <= 0.5, "
                    "the server's CPU work in the engine's process); 0: the offline entry point"),
+    "server_token_s": (float, "behind its API server (serve=1): the server's own work per streamed output token, "
+                              "seconds, in processes beside the engine (a step lasts at least its share)"),
+    "server_request_s": (float, "behind its API server (serve=1): the server's own work per request taken in, "
+                                "seconds, beside the engine"),
     "async_scheduling": (int, "1: the engine's opt-in asynchronous scheduler (vLLM >= 0.10's --async-scheduling): "
                               "the loop runs one step ahead of the GPU and only its residual stays on the step"),
 }
@@ -512,14 +548,26 @@ _VERSIONED = [
         # the 8192-token budget; a prompt longer than it is chunked here, the real engine needs a larger
         # build), no CUDA graphs (not verified from the 0.8 source), GUARANTEED_NO_EVICT admission. Loop in
         # C++ with GPU sampling: the fitted trtllm overhead.
+        # Behind its server (serve=1): Triton Inference Server with the TensorRT-LLM backend, how TensorRT-LLM was
+        # served before trtllm-serve (NVIDIA/TensorRT-LLM tensorrtllm_backend, all_models/inflight_batcher_llm: an
+        # ensemble of a Python preprocessing model that tokenizes each request, the tensorrt_llm model that runs the
+        # engine, a Python postprocessing model that detokenizes each streamed response, and Triton's HTTP frontend
+        # that sends it). That work runs in the server's own processes beside the engine's loop, so it adds no time
+        # to a step but sets a pace the engine cannot outrun (server_token_s, server_request_s). No per-token figure
+        # is published; the prior (ours) is 100 us per streamed token and 5 ms per request, fitted to the
+        # catalogue's Triton-served rows. What shows it: in both published Triton-served sets (vLLM blog 2024-09-05,
+        # SGLang blog 2024-07-25) TensorRT-LLM on H100 levels off at 5,000-6,600 output tok/s whatever the model
+        # -- Llama-3-8B on one H100 and Llama-3-70B on eight alike -- while the GPU time of the two differs twofold.
         EngineProfile("trtllm", version="0.8", scheduler={"token_budget": 8192, "max_seqs": 2048, "block_size": 64,
                                                           "mix": "decode-first", "prefix_caching": False,
                                                           "gpu_memory_utilization": 0.90, "admission": "reserve",
                                                           "reserve_ratio": 1.0},
                       fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=0, regime="trtllm", fitted=("fixed_s", "per_seq_s"),
-                      fit_as="trtllm", kv_of_free=True,
+                      fit_as="trtllm", kv_of_free=True, server_token_s=100e-6, server_request_s=5e-3,
+                      server_fitted=("server_token_s", "server_request_s"),
                       source="NVIDIA/TensorRT-LLM docs/source/batch_manager.md (0.7-0.9 era); NanoFlow README "
-                             "(v0.8.0 baseline)"),
+                             "(v0.8.0 baseline); served: Triton's tensorrtllm_backend inflight_batcher_llm ensemble, "
+                             "server stage fitted by blendsim fidelity"),
         # DeepSpeed-FastGen (DeepSpeed-MII 0.1-0.2, inference v2): Dynamic SplitFuse -- decodes first, then
         # prompt chunks filling a fixed budget of max_ragged_batch_size = 768 tokens per forward, at most
         # max_ragged_sequence_count = 512 sequences (deepspeed/inference/v2/ragged/manager_configs.py;
@@ -670,7 +718,8 @@ def overhead_keys() -> list[str]:
     """What ``params["engine"]`` may be keyed by: a profile's name, or the key of a version's own fitted
     overhead (``vllm@0.6``)."""
     keys = {p.overhead_key for p in VERSIONS.values()} | {f"{p.offline_key}:serve" for p in VERSIONS.values()
-                                                          if p.served_loop}
+                                                          if p.served_loop} | \
+        {p.server_key for p in VERSIONS.values() if p.server_fitted}
     return [*PROFILES, *sorted(keys - set(PROFILES))]
 
 

@@ -4,7 +4,8 @@ Every value a parameters file gives is checked where the file is read, so a hand
 stops with one line naming the file and the field (``engine.trtllm.fixed_s``) instead of predicting a
 negative or NaN throughput, or skipping every row for a reason it does not have. Layout::
 
-    {"engine":   {PROFILE or PROFILE@VERSION: {"fixed_s" | "per_seq_s" | "per_token_s": seconds}},
+    {"engine":   {PROFILE or PROFILE@VERSION[:serve]: {"fixed_s" | "per_seq_s" | "per_token_s": seconds},
+                  PROFILE@VERSION:server: {"token_s" | "request_s": seconds}},
      "global":   {EFF: value},
      "arch":     {ARCH: {EFF: value}},            (a GPU architecture's: blendsim.sim.hardware.ARCH)
      "hardware": {HARDWARE: {EFF: value}},
@@ -24,6 +25,7 @@ from blendsim.sim.errors import UserError
 # "profile": the header `blendsim calibrate engine` writes (what was fitted, on what; sim.engines reads it)
 TOP = ("engine", "global", "arch", "hardware", "regime", "bounds", "fitted_on", "profile")
 OVERHEADS = ("fixed_s", "per_seq_s", "per_token_s")
+SERVER = ("token_s", "request_s")  # a server stage's (a key ending ":server"; EngineProfile.server_s)
 MAX_OVERHEAD_S = 1.0  # a per-step, per-sequence or per-token engine overhead of a second or more is no engine's
 
 
@@ -77,9 +79,10 @@ def check_params(obj, where: str = "parameters", profiles=()) -> dict:
     for eng, vals in table(obj.get("engine", {}), "engine").items():
         if eng not in PROFILES:
             fail(f"engine.{eng}", f"unknown engine profile; profiles: {', '.join(PROFILES)}")
+        names = SERVER if eng.endswith(":server") else OVERHEADS
         for k, x in table(vals, f"engine.{eng}").items():
-            if k not in OVERHEADS:
-                fail(f"engine.{eng}.{k}", f"unknown parameter; parameters are {', '.join(OVERHEADS)}")
+            if k not in names:
+                fail(f"engine.{eng}.{k}", f"unknown parameter; parameters are {', '.join(names)}")
             if not (_number(x) and 0 <= x < MAX_OVERHEAD_S):
                 fail(f"engine.{eng}.{k}", f"must be a number of seconds >= 0 and < {MAX_OVERHEAD_S:g}, got {_short(x)}")
     effs(obj.get("global", {}), "global")
@@ -100,4 +103,4 @@ def check_params(obj, where: str = "parameters", profiles=()) -> dict:
     return obj
 
 
-__all__ = ["OVERHEADS", "TOP", "check_params"]
+__all__ = ["OVERHEADS", "SERVER", "TOP", "check_params"]

@@ -3,7 +3,7 @@
 Each stage is priced by its own cost model, built by the run's cost-model factory from the stage's view of the
 deployment (``Deployment.at_stage``: its layers, the embedding on the first stage, the LM head on the last).
 The engine overhead of a step (CPU scheduling and sampling, ``EngineProfile.overhead``) is paid once, on the
-first stage. A hand-off sends each GPU's slice of the hidden states and residual to the next stage
+first stage, and so is the pace of an API server beside the engine (``EngineProfile.server_s``). A hand-off sends each GPU's slice of the hidden states and residual to the next stage
 (``Deployment.pp_bytes``) over the link between them (``Deployment.pp_link``: the scale-up link inside a node,
 the network between nodes), priced as one latency plus bytes over bandwidth.
 
@@ -26,8 +26,10 @@ class StagePricer:
         self.dep = dep
         self.stages = dep.pp
         self.models = [cost_model_of(dep.at_stage(i)) for i in range(dep.pp)]
-        for cm in self.models[1:]:  # the step's engine overhead is paid once, on the first stage
-            cm.engine = replace(cm.engine, fixed_s=0.0, per_seq_s=0.0, per_token_s=0.0)
+        for cm in self.models[1:]:  # the step's engine overhead and the server's pace: once, on the first stage
+            cm.engine = replace(cm.engine, fixed_s=0.0, per_seq_s=0.0, per_token_s=0.0, server_token_s=0.0,
+                                server_request_s=0.0)
+            cm._server = False
         self.links = [dep.pp_link(i) for i in range(dep.pp - 1)]
         self._per_token = [2 * dep.model.hidden_size * dep.model.dtype_bytes / dep.tp / bw for bw, _ in self.links]
         self.last = (0.0, 0.0)

@@ -33,8 +33,9 @@ def cost_cmd(
     engine: str = typer.Option("ideal", "--engine", help="Engine profile NAME[@VERSION][:field=value,...]: "
                                "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm, deepspeed-fastgen, or a .json "
                                "from blendsim calibrate engine; fields fixed_s, per_seq_s, per_token_s, "
-                               "cuda_graph_max, serve (1: behind its API server), async_scheduling (1: vLLM >= "
-                               "0.10's) override that profile (no NAME: from ideal)."),
+                               "cuda_graph_max, serve (1: behind its API server), server_token_s and "
+                               "server_request_s (that server's own work beside the engine), async_scheduling (1: "
+                               "vLLM >= 0.10's) override that profile (no NAME: from ideal)."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
@@ -77,9 +78,14 @@ def cost_cmd(
                   f"{r['time_s'] * 1e6:.1f}", f"{r['time_s'] * mult * 1e3:.3f}")
     c = Console()
     c.print(t)
-    ms = {k: 1e3 * out[f"{k}_s"] for k in ("step_time", "compute", "memory", "other", "comm", "overhead")}
-    c.print(f"step {ms['step_time']:.3f} ms = compute {ms['compute']:.3f} + memory {ms['memory']:.3f} "
-            f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({cm.mode} mode)")
+    ms = {k: 1e3 * out[f"{k}_s"] for k in ("step_time", "compute", "memory", "other", "comm", "overhead", "server")}
+    if ms["server"] and ms["server"] >= ms["step_time"]:  # the API server's pace, not the engine, sets the step
+        c.print(f"step {ms['step_time']:.3f} ms: the API server's own work for it (streamed tokens and new requests, "
+                f"beside the engine) outlasts the engine's {cm.mode} step of compute {ms['compute']:.3f}, memory "
+                f"{ms['memory']:.3f}, other {ms['other']:.3f}, comm {ms['comm']:.3f} and engine {ms['overhead']:.3f} ms")
+    else:
+        c.print(f"step {ms['step_time']:.3f} ms = compute {ms['compute']:.3f} + memory {ms['memory']:.3f} "
+                f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({cm.mode} mode)")
     if dep.pp > 1:
         for st in out["stages"]:
             c.print(f"stage {st['stage']} (layers {st['layers'][0]}-{st['layers'][1]}): "

@@ -10,7 +10,9 @@ Free parameters (``sim/engine_params.json`` layout):
 * per overlapping regime: ``kappa`` (interference);
 * per engine version whose profile lists them as fitted (``blendsim.sim.engines``): ``fixed_s``, ``per_seq_s``,
   under the profile's ``overhead_key`` (``params["engine"]["vllm@0.6"]``; TensorRT-LLM's versions share
-  ``trtllm``).
+  ``trtllm``); and, with rows run behind a server that works beside the engine, ``server_token_s`` and
+  ``server_request_s`` under its ``server_key``, named there without the prefix
+  (``params["engine"]["trtllm@0.8:server"]["token_s"]``).
 
 Residual of a row: ``log(predicted / measured)``, under a robust loss (:data:`LOSS`); a weak prior (``PRIOR`` x
 log-distance from the preset's value) keeps a parameter the rows barely see near its physical default. A parameter
@@ -49,6 +51,9 @@ GLOBAL_PARAMS = ("attn_eff", "link_eff", "ew_eff")
 # code differs severalfold between hosts (CPU clock, Python version)
 ENGINE_BOUNDS = {"fixed_s": (0.0, 5e-3), "per_seq_s": (0.0, 20e-6), "per_token_s": (0.0, 1e-6)}
 LOOP_HEADROOM = 5.0
+# an API server's own work beside the engine (EngineProfile.server_s): up to 1 ms per streamed token (a server
+# capped at 1,000 tokens a second) and 50 ms per request
+SERVER_BOUNDS = {"server_token_s": (0.0, 1e-3), "server_request_s": (0.0, 50e-3)}
 # what a fitted engine loop at its upper bound means (``fidelity --params``; README "Parameters at a bound")
 LOOP_AT_BOUND = (f"an engine loop's upper bound is the most blendsim lets that loop cost "
                  f"({ENGINE_BOUNDS['fixed_s'][1] * 1e3:g} ms fixed, {ENGINE_BOUNDS['per_seq_s'][1] * 1e6:g} us per "
@@ -133,6 +138,9 @@ def free_params(rows: list) -> list[Param]:
             key = ("engine", prof.overhead_key, n)
             lo, hi = ENGINE_BOUNDS[n]
             out.setdefault(key, Param(key, lo, max(hi, LOOP_HEADROOM * default), default))
+        for n in (prof.server_fitted if prof.serve else ()):  # a server stage beside the engine: its served rows
+            key = ("engine", prof.server_key, n.removeprefix("server_"))  # engine.trtllm@0.8:server.token_s
+            out.setdefault(key, Param(key, *SERVER_BOUNDS[n], getattr(VERSIONS[(prof.name, prof.version)], n)))
     return [out[k] for k in sorted(out)]
 
 
@@ -259,20 +267,22 @@ class _Stack:
         self.index = np.array(index)
         self.rows = rows
         self.scheds = [pr.sched for pr in pricers]
-        ws, feats, tok0s, starts, first = [], [], [], [], []
+        ws, feats, tok0s, logit0s, starts, first = [], [], [], [], [], []
         n = 0
         for pr in pricers:
             first.append(len(starts))
-            for w, f, _counts, tok0 in pr.parts:
+            for w, f, _counts, tok0, logits0 in pr.parts:
                 starts.append(n)
                 n += len(w)
                 ws.append(w)
                 feats.append(f)
                 tok0s.append(tok0)
+                logit0s.append(logits0)
         feat = BatchFeatures(**{k: np.concatenate([np.broadcast_to(getattr(f, k), (len(w),))
                                                    for f, w in zip(feats, ws)]) for k in FEATURE_FIELDS})
         self.pricer = copy.copy(pricers[0])
-        self.pricer.parts = [(np.concatenate(ws), feat, op_counts(self.pricer.shapes, feat), np.concatenate(tok0s))]
+        self.pricer.parts = [(np.concatenate(ws), feat, op_counts(self.pricer.shapes, feat), np.concatenate(tok0s),
+                              np.concatenate(logit0s))]
         self.starts, self.first = np.array(starts), np.array(first)
 
     def predictions(self, params: dict) -> np.ndarray:
@@ -352,7 +362,7 @@ def _reads(pr, p: Param) -> bool:
     if kind == "arch":
         return p.path[1] == pr.dep.hardware.arch
     if kind == "engine":
-        return p.path[1] == pr.profile.overhead_key
+        return p.path[1] == pr.profile.overhead_key or (pr.profile.serve and p.path[1] == pr.profile.server_key)
     if kind == "regime":
         return p.path[1] == pr.profile.regime and p.path[2] in ("*", pr.dep.hardware.name)
     # global: as free_params adds them (tests/test_fidelity_fast_cv.py checks a row's prediction does not move

@@ -75,7 +75,8 @@ class PipelineRowPricer:
             t = 0.0 * self.tokens
             for c in st.components(params):  # one part: the replicas end to end
                 t = combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"], net)
-                t = t + (c["overhead"] if i == 0 else 0.0)
+                if i == 0:  # the step's engine overhead and the server's pace, on the first stage
+                    t = np.maximum(t + c["overhead"], c["server"])
             per_stage.append(t)
         hand = 0.0 * self.tokens
         for j in range(self.dep.pp - 1):
@@ -100,7 +101,7 @@ class PipelineRowPricer:
 
     def bound(self, params: dict) -> dict:
         """Share of the makespan by what bounds the stages' steps (all stages and replicas together)."""
-        tot = {k: 0.0 for k in ("compute", "memory", "other", "comm", "overhead")}
+        tot = {k: 0.0 for k in ("compute", "memory", "other", "comm", "overhead", "server")}
         for st in self.stages:
             for k, v in st.bound(params).items():
                 tot[k] += v / len(self.stages)

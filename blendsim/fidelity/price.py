@@ -30,6 +30,7 @@ class RowPricer:
         for rep in sched.replicas:
             f = {k: rep[k].copy() for k in FIELDS}
             f["tokens0"] = f["num_tokens"].copy()  # unpadded: the per-token engine overhead
+            f["logits0"] = f["num_logits"].copy()  # unpadded: the tokens an API server streams (server_s)
             if profile.cuda_graph_max:  # decode-only steps run at the captured batch size
                 dec = f["num_prefill_seqs"] == 0
                 pad = graph_pad(f["num_decode"].astype(np.int64), profile.cuda_graph_max)
@@ -38,10 +39,10 @@ class RowPricer:
             w = rep["weight"]
             if compress:
                 w, f = _compress(w, f)
-            tok0 = f.pop("tokens0")
+            tok0, logits0 = f.pop("tokens0"), f.pop("logits0")
             feat = BatchFeatures(**f)
             counts = op_counts(shapes, feat)
-            self.parts.append((w, feat, counts, tok0))
+            self.parts.append((w, feat, counts, tok0, logits0))
 
     def compressed(self) -> RowPricer:
         """A cheaper pricer of the same schedule for fitting (steps within 1% merged; see _compress)."""
@@ -55,11 +56,11 @@ class RowPricer:
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
         timer = EfficiencyTimer(self.dep, eff)
         out = []
-        for w, f, counts, tok0 in self.parts:
+        for w, f, counts, tok0, logits0 in self.parts:
             acc = price_parts(timer, self.shapes, f, counts)
             ovh = prof.overhead(f.num_prefill_seqs + f.num_decode, tok0)
             out.append({"weight": w, **{k: np.asarray(acc[k], dtype=float) + 0 * w for k in PARTS},
-                        "overhead": ovh + 0 * w})
+                        "overhead": ovh + 0 * w, "server": prof.server_s(f.num_prefill_seqs, logits0) + 0 * w})
         return out
 
     def step_times(self, params: dict) -> list:
@@ -70,17 +71,21 @@ class RowPricer:
         res = []
         for c in self.components(params):
             t = combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"], net)
-            res.append((c["weight"], t + c["overhead"]))
+            res.append((c["weight"], np.maximum(t + c["overhead"], c["server"])))
         return res
 
     def makespan(self, params: dict) -> float:
         return max(float(np.dot(w, t)) for w, t in self.step_times(params))
 
     def bound(self, params: dict) -> dict:
-        """Share of the makespan by what bounds each step: compute, memory, overhead or comm."""
+        """Share of the makespan by what bounds each step: compute, memory, overhead or comm, or the API server where
+        its own work outlasts the engine's step (``EngineProfile.server_s``)."""
         c = max(self.components(params), key=lambda c: float(np.dot(c["weight"], c["compute"] + c["memory"])))
-        w = c["weight"]
-        tot = {k: float(np.dot(w, c[k])) for k in ("compute", "memory", "other", "comm", "overhead")}
+        keys = ("compute", "memory", "other", "comm", "overhead")
+        paced = c["server"] > sum(c[k] for k in keys)  # steps the server sets (against the parts' sum, as below)
+        w = c["weight"] * ~paced
+        tot = {k: float(np.dot(w, c[k])) for k in keys}
+        tot["server"] = float(np.dot(c["weight"] * paced, c["server"]))
         s = sum(tot.values()) or 1.0
         return {k: v / s for k, v in tot.items()}
 
@@ -95,7 +100,7 @@ def _compress(w, f: dict):
     _, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = inv.ravel()
     W = np.bincount(inv, weights=w)
-    out = {k: np.bincount(inv, weights=w * f[k]) / W for k in (*FIELDS, "tokens0")}
+    out = {k: np.bincount(inv, weights=w * f[k]) / W for k in (*FIELDS, "tokens0", "logits0")}
     for k in ("num_prefill_seqs",):
         out[k] = np.round(out[k])
     return W, out

@@ -1,0 +1,115 @@
+"""An API server's own work beside the engine (``EngineProfile.server_s``: Triton in front of TensorRT-LLM 0.8-era):
+it paces a served run's steps, prices the same in the simulator, the cost command and the fidelity pricer, and is
+fitted from served rows only."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.fidelity.catalogue import build_workload, read_catalogue, row_engine_key
+from blendsim.fidelity.fit import _reads, fit, free_params, predict
+from blendsim.fidelity.runner import simulate_row
+from blendsim.fidelity.suite import load_suite, prepare_row
+from blendsim.sim.batch import FEATURE_FIELDS, BatchFeatures
+from blendsim.sim.build_cost import build_cost_model
+from blendsim.sim.deployment import make_deployment
+from blendsim.sim.engines import get_profile, overhead_keys
+from blendsim.sim.errors import UserError
+from blendsim.sim.paramfile import check_params
+from tests.test_fidelity import _row, _write
+
+TRITON = "TensorRT-LLM v0.10 (Triton Inference Server r24.06 with the TensorRT-LLM backend)"
+SLOW_SERVER = {"engine": {"trtllm@0.8:server": {"token_s": 400e-6, "request_s": 20e-3}}}
+
+
+def test_the_server_stage_is_triton_s_and_only_behind_the_server():
+    served = get_profile("trtllm@0.8:serve=1", SLOW_SERVER)
+    assert served.server_apart and served.server_key == "trtllm@0.8:server"
+    assert (served.server_token_s, served.server_request_s) == (400e-6, 20e-3)  # read under their short names
+    assert served.server_s(2, 100) == pytest.approx(100 * 400e-6 + 2 * 20e-3)
+    offline = get_profile("trtllm@0.8", SLOW_SERVER)
+    assert not offline.server_apart and offline.server_s(2, 100) == 0.0
+    # trtllm-serve (1.0) is another server, not modelled: no stage beside the engine, whatever the file says
+    assert not get_profile("trtllm@1.0:serve=1", SLOW_SERVER).server_apart
+    # the shared C++ loop stays shared: the served profile's loop is the offline one's
+    loop = {"engine": {"trtllm": {"fixed_s": 1e-3, "per_seq_s": 3e-6}, **SLOW_SERVER["engine"]}}
+    a, b = get_profile("trtllm@0.8:serve=1", loop), get_profile("trtllm@0.8", loop)
+    assert (a.fixed_s, a.per_seq_s) == (b.fixed_s, b.per_seq_s) == (1e-3, 3e-6)
+    # the user's own figures
+    own = get_profile("trtllm@0.8:serve=1,server_token_s=0.001,server_request_s=0", {})
+    assert own.server_s(0, 10) == pytest.approx(0.01)
+
+
+def test_a_step_lasts_at_least_the_server_s_share_in_every_pricing_path():
+    dep = make_deployment("llama-3-8b", "h100-80gb", 1)
+    served = build_cost_model(dep, None, get_profile("trtllm@0.8:serve=1", SLOW_SERVER))
+    plain = build_cost_model(dep, None, get_profile("trtllm@0.8", SLOW_SERVER))
+    ctx = np.array([256 * 500.0, 256 * 900.0])
+    t_plain, *_ = plain.decode_many(256, ctx)
+    t_served, *_ = served.decode_many(256, ctx)
+    np.testing.assert_allclose(t_served, np.maximum(t_plain, 256 * 400e-6))
+    assert (t_served > t_plain).all()  # 102 ms of streaming against an engine step of ~17 ms
+    # step (the engine's fast path), cost (exact) and cost_many (vectorised) agree, a prefill included
+    f = BatchFeatures.from_parts([(0, 300, 0, 0), (1, 200, 0, 0)], 64, 64 * 700, 66)
+    t, _c, _m = served.step(564, 500, 2, 300 * 301 // 2 + 200 * 201 // 2, 0, 64, 64 * 700, 66)
+    sc = served.cost(f)
+    assert sc.time_s == pytest.approx(t, rel=1e-9) and sc.server_s == pytest.approx(66 * 400e-6 + 2 * 20e-3)
+    assert sc.time_s == pytest.approx(max(plain.cost(f).time_s, sc.server_s))
+    many = served.cost_many(BatchFeatures(**{k: np.array([getattr(f, k)] * 2) for k in FEATURE_FIELDS}))
+    np.testing.assert_allclose(many["time_s"], sc.time_s, rtol=1e-9)
+
+
+def test_the_cost_command_says_when_the_server_sets_the_step():
+    args = ["cost", "-m", "llama-3-8b", "--hardware", "h100-80gb", "--decode-seqs", "256", "--context", "500"]
+    served = CliRunner().invoke(get_app(), [*args, "--engine", "trtllm@0.8:serve=1,server_token_s=4e-4"])
+    assert served.exit_code == 0, served.output
+    assert "step 102.400 ms: the API server's own work" in " ".join(served.stdout.split())
+    offline = CliRunner().invoke(get_app(), [*args, "--engine", "trtllm@0.8:server_token_s=4e-4"])
+    assert offline.exit_code == 0 and "API server" not in offline.stdout
+
+
+def test_a_served_row_is_priced_as_it_is_simulated(tmp_path):
+    # the fidelity pricer's max(engine step, server share) is the simulator's, at any parameters
+    cat = _write(tmp_path, [_row(workload="const:300/200", requests=300, engine_version=TRITON)])
+    row = read_catalogue(cat)[0]
+    assert row_engine_key(row) == "trtllm@0.10:serve=1"  # TRITON says "Server": behind it (0.10: trtllm@0.8's)
+    a = simulate_row(row, build_workload(row), {})
+    b = simulate_row(row, build_workload(row), SLOW_SERVER)
+    assert b.makespan_s > 2 * a.makespan_s  # 200 tokens x 400 us + 20 ms a request: the server sets the pace
+    pr = prepare_row(row, {})
+    assert pr.makespan({}) == pytest.approx(a.makespan_s, rel=1e-9)
+    assert pr.makespan(SLOW_SERVER) == pytest.approx(b.makespan_s, rel=1e-9)
+    # the fit frees the server stage for this row only: an offline row of the same engine does not read it
+    offline = prepare_row(read_catalogue(_write(tmp_path, [_row()], "off.csv"))[0], {})
+    names = {p.name: p for p in free_params([(row, pr.compressed()), (None, offline.compressed())])}
+    p = names["engine.trtllm@0.8:server.token_s"]
+    assert "engine.trtllm@0.8:server.request_s" in names and (p.lo, p.prior) == (0.0, 100e-6)
+    assert _reads(pr, p) and not _reads(offline, p)
+
+
+def test_fit_recovers_the_server_stage_from_served_rows(tmp_path):
+    truth = {"engine": {"trtllm@0.8:server": {"token_s": 250e-6, "request_s": 15e-3}}}
+    rows = [_row(id=f"{i}x{o}", workload=f"const:{i}/{o}", requests=n, engine_version=TRITON)
+            for i, o, n in ((128, 128, 400), (512, 512, 200), (128, 1024, 150), (2048, 64, 300), (128, 16, 600))]
+    suite = load_suite(_write(tmp_path, rows), {})
+    measured = {r.id: predict(r, pr, truth) for r, pr in suite.ok}
+    relabelled = [(dataclasses.replace(r, value=measured[r.id]), pr) for r, pr in suite.ok]
+    fitted = fit(relabelled, base={}, select=lambda p: p.path[1] == "trtllm@0.8:server")
+    got = fitted["engine"]["trtllm@0.8:server"]
+    assert got["token_s"] == pytest.approx(250e-6, rel=0.05)
+    assert got["request_s"] == pytest.approx(15e-3, rel=0.1)
+
+
+@pytest.mark.parametrize("engine,field,message", [
+    ("trtllm", "token_s", "parameters are fixed_s, per_seq_s, per_token_s"),
+    ("trtllm@0.8:server", "fixed_s", "parameters are token_s, request_s"),
+])
+def test_a_params_file_keeps_loop_and_server_fields_apart(engine, field, message):
+    assert "trtllm@0.8:server" in overhead_keys()
+    with pytest.raises(UserError, match=f"f.json: field engine.{engine}.{field}: unknown parameter; {message}"):
+        check_params({"engine": {engine: {field: 1e-4}}}, "f.json", overhead_keys())
