@@ -411,12 +411,13 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
 
 def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, expert_skew: float) -> list[str]:
     """What `blendsim cost` says beside a step's price (:func:`cost` returns the same): the cost model's and the
-    topology's notes, where the engine was calibrated, an inert --expert-skew, and a step no replica could hold."""
-    from blendsim.runner import calibrated_elsewhere, skew_note
+    topology's notes, where the engine was calibrated, an inert --expert-skew or server field, and a step no replica
+    could hold."""
+    from blendsim.runner import calibrated_elsewhere, inert_server_fields, skew_note
 
     m = dep.model
     notes = (list(cm.notes()) + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
-             + skew_note(expert_skew, m))
+             + inert_server_fields(cm.engine) + skew_note(expert_skew, m))
     held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
     if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
         notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "
@@ -501,10 +502,12 @@ def pipeline_step(dep, f, cost_model_of) -> dict:
         stages.append({"stage": i, "layers": [a, b - 1], "step_time_s": sc.time_s, "compute_s": sc.compute_s,
                        "memory_s": sc.memory_s, "comm_s": sc.comm_s, "overhead_s": sc.overhead_s})
     hand = sp.handoffs(f.num_tokens)
+    server = float(sp.server_s(f.num_logits, f.num_decode))  # an API server beside the engine paces the pipe
     return {"pp": dep.pp, "stages": stages, "handoff_s": hand,
             "handoff_links": ["network" if dep.pp_crosses(i) else "scale-up" for i in range(dep.pp - 1)],
-            "one_batch_in_flight_s": sum(x["step_time_s"] for x in stages) + sum(hand),
-            "pipe_full_step_s": max(x["step_time_s"] for x in stages)}
+            "server_s": server,
+            "one_batch_in_flight_s": max(sum(x["step_time_s"] for x in stages) + sum(hand), server),
+            "pipe_full_step_s": max(max(x["step_time_s"] for x in stages), server)}
 
 
 @_boundary

@@ -189,7 +189,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
-        inert_options(cfg, dep)
+        inert_server_fields(cm.engine) + inert_options(cfg, dep)
     if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
         notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
                      f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
@@ -242,8 +242,24 @@ def server_note(prof) -> list[str]:
         return []
     cap = f"; at most {1 / prof.server_token_s:,.0f} output tokens/s per replica" if prof.server_token_s else ""
     return [f"{prof.label}: behind its API server, whose own work beside the engine -- "
-            f"{prof.server_token_s * 1e6:.0f} us per streamed token, {prof.server_request_s * 1e3:.1f} ms per request "
+            f"{prof.server_token_s * 1e6:.3g} us per streamed token, {prof.server_request_s * 1e3:.3g} ms per request "
             f"-- sets the pace of any step the engine would run faster{cap}"]
+
+
+def inert_server_fields(prof) -> list[str]:
+    """A note where the engine key sets the API server's work for a run off the server (``serve=0``): it changes
+    nothing (simulate, cost)."""
+    from blendsim.sim.engines import is_profile_file, parse_key
+
+    key = prof.key or ""
+    if prof.serve or not key or is_profile_file(key):
+        return []
+    given = [k for k in ("server_token_s", "server_request_s") if k in parse_key(key).overrides]
+    if not given:
+        return []
+    one = len(given) == 1
+    return [f"{prof.label}: {' and '.join(given)} {'is' if one else 'are'} the API server's work and this run is "
+            f"offline (serve=0): {'it changes' if one else 'they change'} nothing; add serve=1"]
 
 
 def skew_note(expert_skew: float, model) -> list[str]:

@@ -128,7 +128,7 @@ class CostModel:
         self.layers = self.timer.shapes.layers  # a pipeline stage's own layers
         self.graph_cap = graph_cap
         self._shapes = self.timer.shapes
-        self._server = self.engine.server_apart
+        self._server = self.engine.server_apart  # False on a pipeline's stages: the replica gates its batches
         self._mla = dep.model.is_mla
         self._tables_n = 0
         self._grow(4096)
@@ -161,7 +161,7 @@ class CostModel:
         parts = price_parts(self.timer, self._shapes, self._graph_padded(f))
         c, m, o, comm = (float(parts[k]) for k in PARTS)
         ovh = float(self.engine.overhead(f.num_prefill_seqs + f.num_decode, f.num_tokens))
-        srv = float(self.engine.server_s(f.num_prefill_seqs, f.num_logits))
+        srv = float(self.engine.server_s(f.num_logits, f.num_decode)) if self._server else 0.0
         t = combine_times(self.mode, self.kappa, c, m, o, comm, self.net) + ovh
         return StepCost(max(t, srv), c, m, o, comm, ovh, srv)
 
@@ -173,7 +173,8 @@ class CostModel:
         ovh = self.engine.overhead(np.asarray(f.num_prefill_seqs) + np.asarray(f.num_decode),
                                    np.asarray(f.num_tokens))
         t = combine_times(self.mode, self.kappa, c, m, o, comm, self.net)
-        srv = self.engine.server_s(np.asarray(f.num_prefill_seqs), np.asarray(f.num_logits)) + 0 * c
+        srv = (self.engine.server_s(np.asarray(f.num_logits), np.asarray(f.num_decode)) if self._server
+               else 0.0) + 0 * c
         return {"time_s": np.maximum(t + ovh, srv), "compute_s": c, "memory_s": m,
                 "other_s": o, "comm_s": comm, "overhead_s": ovh + 0 * c, "server_s": srv}
 
@@ -202,7 +203,7 @@ class CostModel:
         t = combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net) + \
             self.engine.overhead(Np + D, T0)
         if self._server:  # the API server's pace (EngineProfile.server_s)
-            srv = self.engine.server_s(Np, N0)
+            srv = self.engine.server_s(N0, D)
             if srv > t:
                 t = srv
         return t, c, m
@@ -219,7 +220,7 @@ class CostModel:
         t = combine_times(self.mode, self.kappa, c, m, self._to[T], self._tcomm[T], self.net) + \
             self.engine.overhead(D, D)
         if self._server:
-            t = np.maximum(t, self.engine.server_s(0, D))
+            t = np.maximum(t, self.engine.server_s(D, D))
         return t, c, m
 
     # ---- internals ------------------------------------------------------------------------

@@ -300,6 +300,7 @@ class PipelinedReplica:
         self.ves = ves
         self.pricer = pricer
         self.free = [0.0] * pricer.stages  # when each stage finishes its last batch
+        self.server_free = 0.0  # when an API server beside the engine has done the last batch's work
         self.ready = [0.0] * len(ves)  # when each virtual engine's last batch leaves the pipe
         self.fast_forward = fast_forward and hasattr(pricer, "run_decodes")
         self._run: list = [None] * len(ves)  # a virtual engine's pending run of pure-decode steps
@@ -321,8 +322,14 @@ class PipelinedReplica:
     def queue_counts(self) -> tuple[int, int]:
         return (sum(len(ve.scheduler.waiting) for ve in self.ves), sum(len(ve.scheduler.running) for ve in self.ves))
 
-    def _through(self, t: float, times, xfer) -> float:
-        """Send a batch ready at ``t`` through the stages; the time it leaves the last one."""
+    def _through(self, t: float, times, xfer, server: float = 0.0) -> float:
+        """Send a batch ready at ``t`` through the stages; the time it leaves the last one. With an API server beside
+        the engine (``server``: its work for the batch), the batch enters no sooner than the server has done the
+        previous batch's: the server paces the pipe, its work not in series with the stages."""
+        if server:
+            if self.server_free > t:
+                t = self.server_free
+            self.server_free = t + server
         free = self.free
         for s, dt in enumerate(times):
             if s:
@@ -376,7 +383,7 @@ class PipelinedReplica:
             times, xfer, comp, mem = self.pricer.run(b)
             if b.load_s:
                 times = self._wait_loads(ve, times, ve.scheduler.kv.stage_load_s(bt))
-            end = self._through(bt, times, xfer)
+            end = self._through(bt, times, xfer, self.pricer.server_s(b.num_logits, b.num_decode))
             sched.update(b, end)
             ready[best] = end
             ve.log.append(end, end - bt, comp, mem, b.num_tokens, b.num_tokens - b.num_decode, b.num_decode,
@@ -408,14 +415,14 @@ class PipelinedReplica:
         times, xfer, comp, mem = self.pricer.run_decodes(D, ctx)
         used = (sched.kv.used + np.cumsum(needs)).tolist()
         self._run[v] = [0, k, needs, [t.tolist() for t in times], xfer, comp.tolist(), mem.tolist(), used, D,
-                        len(sched.waiting), []]
+                        len(sched.waiting), [], self.pricer.server_s(D, D)]
 
     def _run_step(self, v: int, t0: float) -> None:
         r = self._run[v]
         j, k = r[0], r[1]
         if j < 2:
             r[10].append(t0)  # the first two steps' starts (Scheduler.advance_decode)
-        end = self._through(t0, [t[j] for t in r[3]], r[4])
+        end = self._through(t0, [t[j] for t in r[3]], r[4], r[11])
         self.ready[v] = end
         D = r[8]
         self.ves[v].log.append(end, end - t0, r[5][j], r[6][j], D, 0, D, 0, r[7][j])

@@ -94,8 +94,10 @@ class EngineProfile:
     # behind its API server, work the server does in processes of its own, beside the engine, for each output token
     # it streams and each request it takes in (Triton's pre- and post-processing models and HTTP frontend in front of
     # TensorRT-LLM): the engine does not wait for it step by step, but over a run the server cannot fall behind, so
-    # a step lasts at least its tokens' and prompts' share of that work (``server_s``; the pipeline's steady state,
-    # the slower stage sets the pace). 0: none beside the engine (an offline run, or a server priced in the loop)
+    # a step lasts at least its tokens' and requests' share of that work (``server_s``; the steady state of a
+    # pipeline, whose slower stage sets the pace -- it does not let the server catch up during a slow step, so it
+    # charges more than a queue would where slow and fast steps alternate). 0: none beside the engine (an offline
+    # run, or a server priced in the loop)
     server_token_s: float = 0.0
     server_request_s: float = 0.0
     server_fitted: tuple = ()  # server fields fitted from the catalogue's served rows (under ``server_key``)
@@ -127,14 +129,14 @@ class EngineProfile:
         """Whether a server stage beside the engine paces its steps (behind its API server, with server work)."""
         return self.serve and (self.server_token_s > 0 or self.server_request_s > 0)
 
-    def server_s(self, num_prefill_seqs, num_logits):
+    def server_s(self, num_logits, num_decode):
         """The server's share of work for a step (numbers or arrays): ``server_token_s`` per token the step samples
         (``num_logits``: each decode's next token, each finished prompt's first) and ``server_request_s`` per
-        prompt it starts (``num_prefill_seqs``: a prompt longer than the token budget counts once per chunk); 0
-        off the server."""
+        request whose prompt it finishes (``num_logits - num_decode``: each request once, however many chunks its
+        prompt took); 0 off the server."""
         if not self.server_apart:
             return 0.0 * num_logits
-        return self.server_token_s * num_logits + self.server_request_s * num_prefill_seqs
+        return self.server_token_s * num_logits + self.server_request_s * (num_logits - num_decode)
 
     @property
     def offline_key(self) -> str:

@@ -78,7 +78,8 @@ def check_params(obj, where: str = "parameters", profiles=()) -> dict:
             fail(f"profile.{k}", f"must be a string, got {_short(head.get(k))}")
     for eng, vals in table(obj.get("engine", {}), "engine").items():
         if eng not in PROFILES:
-            fail(f"engine.{eng}", f"unknown engine profile; profiles: {', '.join(PROFILES)}")
+            fail(f"engine.{eng}", f"unknown engine profile; profiles and their fitted loops and server stages: "
+                                  f"{', '.join(PROFILES)}")
         names = SERVER if eng.endswith(":server") else OVERHEADS
         for k, x in table(vals, f"engine.{eng}").items():
             if k not in names:

@@ -52,9 +52,12 @@ def test_one_batch_in_flight_takes_the_sum_of_its_stages_plus_the_transfer(fast_
 class FixedStages:
     """A pricer whose stages take fixed times, whatever the batch."""
 
-    def __init__(self, times, handoffs):
+    def __init__(self, times, handoffs, server=0.0):
         self.stages = len(times)
-        self.times, self.handoffs = list(times), list(handoffs)
+        self.times, self.handoffs, self.server = list(times), list(handoffs), server
+
+    def server_s(self, num_logits, num_decode):  # an API server's work per batch beside the engine
+        return self.server
 
     def run(self, batch):
         return self.times, self.handoffs, 0.0, 0.0
@@ -64,7 +67,7 @@ class FixedStages:
         return [np.full(n, t) for t in self.times], self.handoffs, np.zeros(n), np.zeros(n)
 
 
-def _pipeline(outputs, times, handoffs, fast_forward=True):
+def _pipeline(outputs, times, handoffs, fast_forward=True, server=0.0):
     """One 2-VE pipelined replica running one request per virtual engine with these output lengths."""
     n = len(outputs)
     trace = from_columns(input_len=[16] * n, output_len=list(outputs))
@@ -76,7 +79,7 @@ def _pipeline(outputs, times, handoffs, fast_forward=True):
         sched = run.policy.make_scheduler(v, kv=kv, cfg=run.engine, prompt_len=trace.input_len.tolist(),
                                           output_len=trace.output_len.tolist(), records=rec)
         ves.append(Replica(v, sched, None, fast_forward=False))
-    group = PipelinedReplica(0, ves, FixedStages(times, handoffs), fast_forward=fast_forward)
+    group = PipelinedReplica(0, ves, FixedStages(times, handoffs, server), fast_forward=fast_forward)
     makespan = Cluster(ves, run.policy.make_router(ves), trace.arrival_s, np.arange(n), [group]).run()
     return makespan, ves, rec.arrays()
 
@@ -109,6 +112,20 @@ def test_the_drain_at_the_end_of_a_job_shows_the_bubble(fast_forward):
     np.testing.assert_allclose(np.diff(ends[40:]), full, rtol=1e-9)
     assert makespan == pytest.approx(both + b + 39 * full, rel=1e-12)
     assert rec.finish_s.max() == pytest.approx(makespan)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_an_api_server_beside_the_engine_paces_the_pipe_without_joining_its_stages(fast_forward):
+    # a server whose work per batch (7 ms) exceeds the slowest stage (5 ms) but not a batch's cycle (9 ms): a batch
+    # enters no sooner than the server has done the previous one's work, so with two virtual engines a batch leaves
+    # every 7 ms, and alone (the drain) every 9 ms, as without a server -- the server is beside the stages, not in
+    # series with them (with it in stage 0 the cycle would be 7 + 1 + 5 = 13 ms)
+    a, x, b, srv = 0.003, 0.001, 0.005, 0.007
+    makespan, ves, _ = _pipeline([60, 20], (a, b), (x,), fast_forward, server=srv)
+    ends = np.sort(np.concatenate([np.asarray(v.log.cols["t_end_s"]) for v in ves]))
+    assert ends[0] == pytest.approx(a + x + b)
+    np.testing.assert_allclose(np.diff(ends[:40]), srv, rtol=1e-9)
+    np.testing.assert_allclose(np.diff(ends[41:]), a + x + b, rtol=1e-9)
 
 
 def test_two_batches_need_a_slow_stage_to_hide_the_hand_off():

@@ -5,6 +5,7 @@ fitted from served rows only."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -31,10 +32,12 @@ def test_the_server_stage_is_triton_s_and_only_behind_the_server():
     served = get_profile("trtllm@0.8:serve=1", SLOW_SERVER)
     assert served.server_apart and served.server_key == "trtllm@0.8:server"
     assert (served.server_token_s, served.server_request_s) == (400e-6, 20e-3)  # read under their short names
-    assert served.server_s(2, 100) == pytest.approx(100 * 400e-6 + 2 * 20e-3)
+    # 100 sampled tokens, 98 of them decodes: two requests' prompts finished (each request once, however chunked)
+    assert served.server_s(100, 98) == pytest.approx(100 * 400e-6 + 2 * 20e-3)
     offline = get_profile("trtllm@0.8", SLOW_SERVER)
-    assert not offline.server_apart and offline.server_s(2, 100) == 0.0
-    # trtllm-serve (1.0) is another server, not modelled: no stage beside the engine, whatever the file says
+    assert not offline.server_apart and offline.server_s(100, 98) == 0.0
+    # later releases' servers are not measured by any row: no stage beside the engine from the params file (the
+    # key's own server_token_s gives one, below)
     assert not get_profile("trtllm@1.0:serve=1", SLOW_SERVER).server_apart
     # the shared C++ loop stays shared: the served profile's loop is the offline one's
     loop = {"engine": {"trtllm": {"fixed_s": 1e-3, "per_seq_s": 3e-6}, **SLOW_SERVER["engine"]}}
@@ -42,7 +45,8 @@ def test_the_server_stage_is_triton_s_and_only_behind_the_server():
     assert (a.fixed_s, a.per_seq_s) == (b.fixed_s, b.per_seq_s) == (1e-3, 3e-6)
     # the user's own figures
     own = get_profile("trtllm@0.8:serve=1,server_token_s=0.001,server_request_s=0", {})
-    assert own.server_s(0, 10) == pytest.approx(0.01)
+    assert own.server_s(10, 10) == pytest.approx(0.01)
+    assert get_profile("vllm:serve=1,server_token_s=0.001", {}).server_s(10, 10) == pytest.approx(0.01)
 
 
 def test_a_step_lasts_at_least_the_server_s_share_in_every_pricing_path():
@@ -58,7 +62,10 @@ def test_a_step_lasts_at_least_the_server_s_share_in_every_pricing_path():
     f = BatchFeatures.from_parts([(0, 300, 0, 0), (1, 200, 0, 0)], 64, 64 * 700, 66)
     t, _c, _m = served.step(564, 500, 2, 300 * 301 // 2 + 200 * 201 // 2, 0, 64, 64 * 700, 66)
     sc = served.cost(f)
+    # a chunk that does not finish its prompt samples no token and starts no response: only finished prompts count
     assert sc.time_s == pytest.approx(t, rel=1e-9) and sc.server_s == pytest.approx(66 * 400e-6 + 2 * 20e-3)
+    part = BatchFeatures.from_parts([(0, 300, 0, 0), (1, 200, 0, 0)], 64, 64 * 700, 65)  # one prompt goes on
+    assert served.cost(part).server_s == pytest.approx(65 * 400e-6 + 1 * 20e-3)
     assert sc.time_s == pytest.approx(max(plain.cost(f).time_s, sc.server_s))
     many = served.cost_many(BatchFeatures(**{k: np.array([getattr(f, k)] * 2) for k in FEATURE_FIELDS}))
     np.testing.assert_allclose(many["time_s"], sc.time_s, rtol=1e-9)
@@ -69,8 +76,20 @@ def test_the_cost_command_says_when_the_server_sets_the_step():
     served = CliRunner().invoke(get_app(), [*args, "--engine", "trtllm@0.8:serve=1,server_token_s=4e-4"])
     assert served.exit_code == 0, served.output
     assert "step 102.400 ms: the API server's own work" in " ".join(served.stdout.split())
+    # set off the server, the field changes nothing, and says so
     offline = CliRunner().invoke(get_app(), [*args, "--engine", "trtllm@0.8:server_token_s=4e-4"])
     assert offline.exit_code == 0 and "API server" not in offline.stdout
+    assert "server_token_s is the API server's work and this run is offline (serve=0): it changes nothing" in \
+        " ".join(offline.stderr.split())
+    # pipelined: the server paces the pipe beside the stages, not in series with them
+    pp = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-70b", "--hardware", "h100-80gb", "--tp", "4", "--pp",
+                                        "2", "--decode-seqs", "256", "--context", "500", "--json", "--engine",
+                                        "trtllm@0.8:serve=1,server_token_s=4e-4,server_request_s=0"])
+    out = json.loads(pp.stdout)
+    stages = [st["step_time_s"] for st in out["stages"]]
+    assert out["server_s"] == pytest.approx(0.1024) and out["server_s"] > max(stages)
+    assert out["pipe_full_step_s"] == pytest.approx(0.1024)
+    assert out["one_batch_in_flight_s"] == pytest.approx(max(sum(stages) + sum(out["handoff_s"]), 0.1024))
 
 
 def test_a_served_row_is_priced_as_it_is_simulated(tmp_path):

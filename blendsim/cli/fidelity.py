@@ -124,7 +124,7 @@ CV_ORDER = ("source", "engine_version", "model", "hardware")
 
 
 def _print_params(params: dict, path: Path, as_json: bool) -> None:
-    from blendsim.fidelity.fit import LOOP_AT_BOUND, at_bound
+    from blendsim.fidelity.fit import LOOP_AT_BOUND, SERVER_AT_BOUND, at_bound
     from blendsim.sim.efficiency import CEILINGS, MEASURED_SOURCE, PUBLISHED_SOURCE, measured
     from blendsim.sim.engines import VERSIONS
 
@@ -155,13 +155,14 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         typer.echo(textwrap.fill(text, cols, subsequent_indent=indent + "  ", break_on_hyphens=False))
 
     w = max((len(n) for n, *_ in rows), default=0)
+    vw = max((len(f"{v:.4g}") for _n, v, *_ in rows), default=7)  # the values' column, right-aligned
     for n, v, b, a in rows:
         bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
         flag = f" AT {a.upper()} BOUND" + (" (ceiling)" if ceiling(n, a) else "") if a else ""
         flag += " (measured)" if was_measured(n, b) else ""
-        line = (f"  {n:{w}s} {v:7.4g}  {bs:12s}" + flag).rstrip()
+        line = (f"  {n:{w}s} {v:{vw}.4g}  {bs:12s}" + flag).rstrip()
         if len(line) > cols and flag:  # the flag on a line of its own rather than past the edge
-            line = f"  {n:{w}s} {v:7.4g}  {bs}\n      {flag.strip()}"
+            line = f"  {n:{w}s} {v:{vw}.4g}  {bs}\n      {flag.strip()}"
         typer.echo(line)
     hits = [n for n, _v, _b, a in rows if a]
     echo(f"{len(hits)} of {len(rows)} parameters at a bound" + (f": {', '.join(hits)}" if hits else ""))
@@ -169,8 +170,10 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
         typer.echo("(ceiling): the upper bound is physical:")
     for key in sorted({n.rsplit(".", 1)[-1] for n, _v, _b, a in rows if ceiling(n, a)}):
         echo(f"  {key}: {CEILINGS[key]}", "  ")
-    if any(n.startswith("engine.") and a == "upper" for n, _v, _b, a in rows):
+    if any(n.startswith("engine.") and ":server." not in n and a == "upper" for n, _v, _b, a in rows):
         echo(f"(engine loops): {LOOP_AT_BOUND}")
+    if any(n.startswith("engine.") and ":server." in n and a == "upper" for n, _v, _b, a in rows):
+        echo(f"(server stages): {SERVER_AT_BOUND}")
     if any(was_measured(n, b) for n, _v, b, _a in rows):
         echo(f"(measured): bounds measured on a lent GPU's kernels ({MEASURED_SOURCE}; sim/efficiency.py MEASURED) "
              f"or in published kernel benchmarks ({PUBLISHED_SOURCE}; PUBLISHED); "

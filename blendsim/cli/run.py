@@ -90,9 +90,11 @@ def cost_cmd(
         for st in out["stages"]:
             c.print(f"stage {st['stage']} (layers {st['layers'][0]}-{st['layers'][1]}): "
                     f"{1e3 * st['step_time_s']:.3f} ms")
+        paced = out["server_s"] > max(st["step_time_s"] for st in out["stages"])
+        srv = f" (the API server's own work, {1e3 * out['server_s']:.3f} ms, paces the pipe)" if paced else ""
         c.print(f"hand-offs {', '.join(f'{1e3 * h:.3f} ms ({k})' for h, k in zip(out['handoff_s'], out['handoff_links']))}"
                 f"; one batch in flight {1e3 * out['one_batch_in_flight_s']:.3f} ms, pipe full "
-                f"{1e3 * out['pipe_full_step_s']:.3f} ms per step")
+                f"{1e3 * out['pipe_full_step_s']:.3f} ms per step{srv}")
 
 
 def simulate_cmd(

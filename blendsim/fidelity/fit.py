@@ -54,6 +54,10 @@ LOOP_HEADROOM = 5.0
 # an API server's own work beside the engine (EngineProfile.server_s): up to 1 ms per streamed token (a server
 # capped at 1,000 tokens a second) and 50 ms per request
 SERVER_BOUNDS = {"server_token_s": (0.0, 1e-3), "server_request_s": (0.0, 50e-3)}
+SERVER_AT_BOUND = (f"a server stage's upper bound is the most blendsim lets an API server's own work cost "
+                   f"({SERVER_BOUNDS['server_token_s'][1] * 1e3:g} ms per streamed token, "
+                   f"{SERVER_BOUNDS['server_request_s'][1] * 1e3:g} ms per request), not a measurement: a stage there "
+                   f"takes on what the model misses on that engine's served rows")
 # what a fitted engine loop at its upper bound means (``fidelity --params``; README "Parameters at a bound")
 LOOP_AT_BOUND = (f"an engine loop's upper bound is the most blendsim lets that loop cost "
                  f"({ENGINE_BOUNDS['fixed_s'][1] * 1e3:g} ms fixed, {ENGINE_BOUNDS['per_seq_s'][1] * 1e6:g} us per "

@@ -71,27 +71,30 @@ class PipelineRowPricer:
         link = eff.link_eff if eff.link_eff is not None else 1.0
         net = net_share(self.dep.hardware, kappa)
         per_stage = []
+        server = 0.0 * self.tokens
         for i, st in enumerate(self.stages):
             t = 0.0 * self.tokens
             for c in st.components(params):  # one part: the replicas end to end
                 t = combine_times(prof.mode, kappa, c["compute"], c["memory"], c["other"], c["comm"], net)
-                if i == 0:  # the step's engine overhead and the server's pace, on the first stage
-                    t = np.maximum(t + c["overhead"], c["server"])
+                if i == 0:  # the step's engine overhead, on the first stage
+                    t = t + c["overhead"]
+                    server = c["server"]
             per_stage.append(t)
         hand = 0.0 * self.tokens
         for j in range(self.dep.pp - 1):
             bw, lat = self.dep.pp_link(j)
             hand = hand + lat + self.dep.pp_bytes(self.tokens) / (bw * link)
-        return per_stage, hand
+        return per_stage, hand, server
 
     def replica_times(self, params: dict) -> np.ndarray:
-        """Per replica, unscaled: its batches' times plus, once, its first batch's cycle beyond that."""
-        st, hand = self._times(params)
+        """Per replica, unscaled: its batches' times plus, once, its first batch's cycle beyond that; an API server
+        beside the engine (``EngineProfile.server_s``) makes a batch last at least its work (the engine's gate)."""
+        st, hand, server = self._times(params)
         out = np.zeros(len(self.lengths))
         ne = self.lengths > 0
         if ne.any():
             cycle = sum(st) + hand
-            per = np.maximum(np.max(np.stack(st), axis=0), cycle / self.active)
+            per = np.maximum(np.maximum(np.max(np.stack(st), axis=0), cycle / self.active), server)
             first = self.starts[ne]
             out[ne] = np.add.reduceat(self.weight * per, first) + (cycle - per)[first]
         return out
@@ -105,7 +108,7 @@ class PipelineRowPricer:
         for st in self.stages:
             for k, v in st.bound(params).items():
                 tot[k] += v / len(self.stages)
-        return tot
+        return tot  # a server stage is on every stage's components: its share is the replica's
 
 
 def _compress_batches(rep: dict, graph_cap: int) -> dict:

@@ -60,7 +60,7 @@ class RowPricer:
             acc = price_parts(timer, self.shapes, f, counts)
             ovh = prof.overhead(f.num_prefill_seqs + f.num_decode, tok0)
             out.append({"weight": w, **{k: np.asarray(acc[k], dtype=float) + 0 * w for k in PARTS},
-                        "overhead": ovh + 0 * w, "server": prof.server_s(f.num_prefill_seqs, logits0) + 0 * w})
+                        "overhead": ovh + 0 * w, "server": prof.server_s(logits0, f.num_decode) + 0 * w})
         return out
 
     def step_times(self, params: dict) -> list:

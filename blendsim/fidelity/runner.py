@@ -81,6 +81,9 @@ class _PipeRecorder(_Recorder):
         self.active.append(self._active())
         return self.pricer.run(b)
 
+    def server_s(self, num_logits, num_decode):
+        return self.pricer.server_s(num_logits, num_decode)
+
     def run_decodes(self, D: int, ctx):
         n0 = len(self.rows)
         for part in np.array_split(np.asarray(ctx, dtype=np.float64), min(GROUPS, len(ctx))):
