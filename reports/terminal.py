@@ -334,10 +334,12 @@ def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
     shares = [s["t_critical_s"] / s["makespan_s"] for _, s in hits]
     lo, hi = (f"{v:,.1f}" for v in (min(s["t_critical_s"] for _, s in hits), max(s["t_critical_s"] for _, s in hits)))
     crit = f"{lo} s" if lo == hi else f"{lo}-{hi} s"  # a range over the runs, not a ratio
+    slo, shi = (f"{100 * v:.0f}" for v in (min(shares), max(shares)))
+    share = f"{slo}%" if slo == shi else f"{slo}-{shi}%"  # one figure where the range rounds to one
     names = ", ".join(p for p, _ in hits[:4]) + (f", ... ({len(hits) - 4} more)" if len(hits) > 4 else "")
     return (f"{len(hits)} of {len(runs)} runs ({names}) have a makespan dominated by the "
             f"critical path: the longest request alone takes {crit} (T_critical), "
-            f"{100 * min(shares):.0f}-{100 * max(shares):.0f}% of the makespan, so their throughputs measure that "
+            f"{share} of the makespan, so their throughputs measure that "
             "request's tail more than the schedule; use a larger trace (BlendServe used 40,000 requests)")
 
 

@@ -162,7 +162,7 @@ def test_critical_path_warning():
     assert many.startswith("2 of 3 runs (a, b)") and "50-80% of the makespan" in many
     assert "alone takes 50.0-80.0 s (T_critical)" in many  # a range over the runs, smallest first (not "a / b")
     same = TT.critical_path_lines([("a", s), ("b", s)])
-    assert "alone takes 50.0 s (T_critical)" in same
+    assert "alone takes 50.0 s (T_critical), 50% of the makespan" in same  # one figure, not "50-50%"
 
 
 def test_simulate_warns_when_one_request_dominates(tmp_path):
