@@ -132,3 +132,13 @@ def test_a_params_file_keeps_loop_and_server_fields_apart(engine, field, message
     assert "trtllm@0.8:server" in overhead_keys()
     with pytest.raises(UserError, match=f"f.json: field engine.{engine}.{field}: unknown parameter; {message}"):
         check_params({"engine": {engine: {field: 1e-4}}}, "f.json", overhead_keys())
+
+
+def test_every_command_taking_an_engine_names_every_field_a_key_may_set():
+    from blendsim.cli.run import ENGINE_FIELDS_HELP
+    from blendsim.sim.engines import OVERRIDABLE
+
+    assert all(k in ENGINE_FIELDS_HELP for k in OVERRIDABLE)
+    for cmd in ("simulate", "cost", "sweep"):
+        text = " ".join(CliRunner().invoke(get_app(), [cmd, "--help"], env={"COLUMNS": "200"}).stdout.split())
+        assert "server_token_s and server_request_s" in text and "async_scheduling" in text, cmd

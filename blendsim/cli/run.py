@@ -17,6 +17,10 @@ WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: t
 KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
 SKEW_HELP = "MoE routing skew: 0 uniform, else the Zipf exponent of expert popularity."
 EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
+# the fields an --engine key may override (sim.engines.OVERRIDABLE), for the help of every command taking --engine
+ENGINE_FIELDS_HELP = ("fields fixed_s, per_seq_s, per_token_s, cuda_graph_max, serve (1: behind its API server), "
+                      "server_token_s and server_request_s (that server's own work beside the engine, with serve=1), "
+                      "async_scheduling (1: vLLM >= 0.10's) override that profile (no NAME: from ideal)")
 PP_HELP = ("Pipeline-parallel stages per replica (each --tp GPUs; a replica is --tp x --pp GPUs and runs --pp "
            "batches in flight; default 1).")
 
@@ -32,10 +36,7 @@ def cost_cmd(
     context: int = typer.Option(0, "--context", help="Context before each sequence's new tokens."),
     engine: str = typer.Option("ideal", "--engine", help="Engine profile NAME[@VERSION][:field=value,...]: "
                                "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm, deepspeed-fastgen, or a .json "
-                               "from blendsim calibrate engine; fields fixed_s, per_seq_s, per_token_s, "
-                               "cuda_graph_max, serve (1: behind its API server), server_token_s and "
-                               "server_request_s (that server's own work beside the engine), async_scheduling (1: "
-                               "vLLM >= 0.10's) override that profile (no NAME: from ideal)."),
+                               f"from blendsim calibrate engine; {ENGINE_FIELDS_HELP}."),
     dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
@@ -111,8 +112,9 @@ def simulate_cmd(
                                                        "prices the run: ideal, vllm, vllm-v0, sglang, nanoflow, trtllm, deepspeed-fastgen "
                                                        "(scheduler defaults, overheads, CUDA graphs, fitted kernel "
                                                        "efficiencies; the policy's own settings apply on top and are "
-                                                       "printed; explicit options win). Default: ideal, for every "
-                                                       "policy, so runs compare in one report."),
+                                                       "printed; explicit options win), or a .json from blendsim "
+                                                       f"calibrate engine; {ENGINE_FIELDS_HELP}. Default: ideal, for "
+                                                       "every policy, so runs compare in one report."),
     token_budget: int = typer.Option(None, "--token-budget", help="New tokens per step, chunked prefill "
                                                                   "(default: the policy's)."),
     max_seqs: int = typer.Option(None, "--max-seqs", help="Running sequences per replica, 0 = no cap "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from blendsim.cli.run import MODE_HELP
+from blendsim.cli.run import ENGINE_FIELDS_HELP, MODE_HELP
 from blendsim.sweep.grid import DEFAULT_POLICIES
 
 
@@ -32,10 +32,12 @@ def sweep_cmd(
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
-    engine: str = typer.Option(None, "--engine", help="Engine profile (trtllm, vllm, vllm-v0, sglang, nanoflow, deepspeed-fastgen: "
-                                                      "scheduler defaults, overheads, CUDA graphs, fitted kernel "
-                                                      "efficiencies; policies keep their ordering) or ideal: one "
-                                                      "engine for every policy (default: ideal)."),
+    engine: str = typer.Option(None, "--engine", help="Engine profile NAME[@VERSION][:field=value,...] (trtllm, vllm, "
+                                                      "vllm-v0, sglang, nanoflow, deepspeed-fastgen: scheduler "
+                                                      "defaults, overheads, CUDA graphs, fitted kernel efficiencies; "
+                                                      "policies keep their ordering), a .json from blendsim calibrate "
+                                                      "engine, or ideal: one engine for every policy (default: ideal); "
+                                                      f"{ENGINE_FIELDS_HELP}."),
     engine_of: str = typer.Option(None, "--engine-of", help="Run every policy on this policy's declared scheduler "
                                                             "settings (token budget, block size, rounding), so only "
                                                             "the scheduling differs (default: each its own)."),
