@@ -254,7 +254,7 @@ def inert_server_fields(prof) -> list[str]:
     key = prof.key or ""
     if prof.serve or not key or is_profile_file(key):
         return []
-    given = [k for k in ("server_token_s", "server_request_s") if k in parse_key(key).overrides]
+    given = [k for k in parse_key(key).overrides if k.startswith("server_")]  # sim.engines.OVERRIDABLE's
     if not given:
         return []
     one = len(given) == 1

@@ -128,13 +128,19 @@ class CostModel:
         self.layers = self.timer.shapes.layers  # a pipeline stage's own layers
         self.graph_cap = graph_cap
         self._shapes = self.timer.shapes
-        self._server = self.engine.server_apart  # False on a pipeline's stages: the replica gates its batches
+        self._server = self.engine.server_apart  # the per-step floor is tested once here, not per step
         self._mla = dep.model.is_mla
         self._tables_n = 0
         self._grow(4096)
         self._prefill_s, self._decode_s = self.timer.attn_scalars()
 
     # ---- public API -----------------------------------------------------------------------
+    def set_engine(self, engine: EngineProfile) -> None:
+        """Price with ``engine`` from now on (a pipeline's stages: the overhead on the first stage only, and no
+        server stage on any, since the server gates the replica's batches)."""
+        self.engine = engine
+        self._server = engine.server_apart
+
     @property
     def timer_name(self) -> str:
         return self.timer.name

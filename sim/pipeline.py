@@ -3,9 +3,10 @@
 Each stage is priced by its own cost model, built by the run's cost-model factory from the stage's view of the
 deployment (``Deployment.at_stage``: its layers, the embedding on the first stage, the LM head on the last).
 The engine overhead of a step (CPU scheduling and sampling, ``EngineProfile.overhead``) is paid once, on the
-first stage; an API server beside the engine (``EngineProfile.server_s``) paces the batches entering the pipe. A hand-off sends each GPU's slice of the hidden states and residual to the next stage
-(``Deployment.pp_bytes``) over the link between them (``Deployment.pp_link``: the scale-up link inside a node,
-the network between nodes), priced as one latency plus bytes over bandwidth.
+first stage; an API server beside the engine (``EngineProfile.server_s``) paces the batches entering the pipe. A
+hand-off sends each GPU's slice of the hidden states and residual to the next stage (``Deployment.pp_bytes``)
+over the link between them (``Deployment.pp_link``: the scale-up link inside a node, the network between nodes),
+priced as one latency plus bytes over bandwidth.
 
 The replica's engine loop (``sim.engine.PipelinedReplica``) chains these times through the stages.
 """
@@ -26,13 +27,13 @@ class StagePricer:
         self.dep = dep
         self.stages = dep.pp
         self.models = [cost_model_of(dep.at_stage(i)) for i in range(dep.pp)]
-        for cm in self.models[1:]:  # the step's engine overhead is paid once, on the first stage
-            cm.engine = replace(cm.engine, fixed_s=0.0, per_seq_s=0.0, per_token_s=0.0)
         # an API server beside the engine paces the replica, not a stage: a batch enters the pipe no sooner than the
         # server has done the previous batch's work (sim.engine.PipelinedReplica's gate; server_s below)
         self.engine = self.models[0].engine
-        for cm in self.models:
-            cm._server = False
+        no_server = dict(server_token_s=0.0, server_request_s=0.0)
+        for i, cm in enumerate(self.models):  # the step's engine overhead is paid once, on the first stage
+            loop = {} if i == 0 else dict(fixed_s=0.0, per_seq_s=0.0, per_token_s=0.0)
+            cm.set_engine(replace(cm.engine, **loop, **no_server))
         self.links = [dep.pp_link(i) for i in range(dep.pp - 1)]
         self._per_token = [2 * dep.model.hidden_size * dep.model.dtype_bytes / dep.tp / bw for bw, _ in self.links]
         self.last = (0.0, 0.0)
@@ -40,7 +41,7 @@ class StagePricer:
     def server_s(self, num_logits, num_decode):
         """The API server's work for a batch (``EngineProfile.server_s``): the least time between two batches entering
         the pipe; 0 without a server stage."""
-        return self.engine.server_s(num_logits, num_decode) if self.engine.server_apart else 0.0
+        return self.engine.server_s(num_logits, num_decode)
 
     def handoffs(self, tokens: int) -> list[float]:
         """Seconds of each stage-to-stage transfer for a step of ``tokens`` tokens."""
