@@ -223,6 +223,19 @@ def test_tp_runs_every_cell_on_that_many_gpus_per_replica(tmp_path):
     assert (api.dir / "results.parquet").read_bytes() == (tmp_path / "tp2" / "results.parquet").read_bytes()
 
 
+def test_a_model_too_big_for_one_gpu_is_synthesised_on_the_cells_gpus(tmp_path):
+    """The recipe measures density on a replica of the cells' --tp (x --pp) GPUs: llama-3-70b in 16-bit needs
+    more than one A100's memory, so synthesising its trace for one GPU failed every cell."""
+    args = ("--densities", "1.0", "--sharing", "0.25", "--policies", "dfs", "--requests", "300", "--jobs", "1",
+            "--models", "llama-3-70b")
+    r = sweep(*args, "--tp", "4", "-o", str(tmp_path / "tp4"))
+    assert r.exit_code == 0, r.output
+    row = pq.read_table(tmp_path / "tp4" / "results.parquet").to_pylist()[0]
+    assert (row["tp"], row["gpus"], row["model"]) == (4, 4, "llama-3-70b")
+    r = sweep(*args, "--tp", "2", "--pp", "2", "-o", str(tmp_path / "pp"))
+    assert r.exit_code == 0, r.output
+
+
 # ---- backends -------------------------------------------------------------------------------
 def test_ray_backend_on_a_local_instance(reference, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'blendsim[ray]')")

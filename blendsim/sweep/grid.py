@@ -224,9 +224,12 @@ class SweepSpec:
 
         names = {f.name for f in dataclasses.fields(get_recipe(self.recipe).options)}
         kw = {"density": w.density, "sharing": w.sharing}
+        # the replica the recipe measures density on has the cells' GPUs: a model that needs --tp (or --tp x --pp)
+        # GPUs does not fit on one, and a recipe's compute/memory ratio is of the deployment it is run on
+        gpus = self.precision.get("tp", 1) * self.precision.get("pp", 1)
         for k, v in (("requests", self.requests), ("model", w.synth_model), ("hardware", w.synth_hardware),
-                     ("seed", w.seed if w.seed >= 0 else self.seed)):
-            if k in names:
+                     ("seed", w.seed if w.seed >= 0 else self.seed), ("tp", gpus if gpus > 1 else None)):
+            if k in names and v is not None:
                 kw[k] = v
         kw.update(self.recipe_options)
         return kw
