@@ -349,7 +349,10 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     tiers = {"host_kv_gb": float(cfg.host_kv_gb or 0.0), "disk_kv_gb": float(cfg.disk_kv_gb or 0.0),
              **tier_summary([r.scheduler.kv for r in replicas], run.tiers,
                             sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas))}
-    extra = {**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep)}
+    # the options given (--opt), as the policy read them: two runs of one policy that differ only there say why
+    given = {k: policy.opt[k] for k in sorted(cfg.options) if k in getattr(policy, "opt", {})}
+    extra = {**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep),
+             **({"policy_options": given} if given else {})}
     schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     # the run's live state (schedulers, KV caches, prefix tree, policy, the schedulers' per-request lists) is not
     # needed for the tables: free it before they are built, where a large run's memory would otherwise peak

@@ -295,10 +295,26 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
     df["group"] = (df["workload"] + " · " + deploy) if many else df["workload"]
     df["label"] = df["policy"].astype(str)
     dup = df.duplicated(["group", "label"], keep=False)
+    if dup.any() and "policy_options" in df:  # runs of one policy told apart by the options given (--opt)
+        opts = df.loc[dup, "policy_options"].map(_options_text)
+        df.loc[dup, "label"] = [f"{p} ({o})" if o else p for p, o in zip(df.loc[dup, "policy"], opts, strict=True)]
+        dup = df.duplicated(["group", "label"], keep=False)
     df.loc[dup, "label"] = df.loc[dup, "policy"] + " (" + df.loc[dup, "run_path"].map(lambda s: Path(s).name) + ")"
     dup = df.duplicated(["group", "label"], keep=False)  # runs of one name in different folders (a copied run)
     df.loc[dup, "label"] = df.loc[dup, "policy"] + " (" + df.loc[dup, "run_path"].astype(str) + ")"
     return df
+
+
+def _options_text(v) -> str:
+    """``k=v, k=v`` of a run's ``policy_options`` (a dict from summary.json, JSON text from a sweep's results)."""
+    import json
+
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return ""
+    return ", ".join(f"{k}={x}" for k, x in sorted(v.items())) if isinstance(v, dict) else ""
 
 
 __all__ = ["Inputs", "VALIDATION_COLUMNS", "classify", "load_inputs", "validation_file"]

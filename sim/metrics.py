@@ -292,6 +292,8 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "token_budget": engine_cfg.token_budget,
         "max_seqs": engine_cfg.max_seqs,
         "block_size": engine_cfg.block_size,
+        "round_tokens": engine_cfg.round_tokens,
+        "mix": engine_cfg.mix,
         "prefix_caching": engine_cfg.prefix_caching,
         "prefix_retain": engine_cfg.prefix_retain,
         "kv_capacity_blocks": kv_stats["total"],

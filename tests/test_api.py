@@ -64,6 +64,11 @@ def test_simulate_matches_the_command_byte_for_byte(trace_file, tmp_path):
     pd.testing.assert_frame_equal(res.requests, pd.read_parquet(cli_dir / "requests.parquet"))
     assert len(res.schedule) > 0 and set(res.steps["replica"]) == {0, 1}
     assert len(res.requests) == 30 and res.summary["replicas"] == 2 and res.summary["prefix_retain"] is False
+    # what set the run is in its summary: the options given, as the policy read them, and the step mix
+    assert res.summary["policy_options"] == {"heavier_first": True}
+    assert (res.summary["mix"], res.summary["round_tokens"]) == ("decode-first", 0)
+    plain = blendsim.simulate(trace_file, policy="dfs", **TINY).summary
+    assert "policy_options" not in plain
     assert "dfs" in repr(res)
 
 
@@ -259,3 +264,13 @@ def test_the_api_warns_about_a_dominating_critical_path_as_the_cli_does(tmp_path
         warnings.simplefilter("always")
         r = blendsim.simulate(big, policy="fcfs")
     assert not any("critical path" in n for n in r.notes) and not caught
+
+
+def test_a_report_tells_runs_of_one_policy_apart_by_their_options(trace_file, tmp_path):
+    """Two runs of dfs, one with --opt heavier_first=true: the report labels them by the option, not by folder."""
+    from blendsim.reports.inputs import load_inputs
+
+    a = blendsim.simulate(trace_file, policy="dfs", **TINY).write(tmp_path / "plain")
+    b = blendsim.simulate(trace_file, policy="dfs", options={"heavier_first": True}, **TINY).write(tmp_path / "opt")
+    labels = set(load_inputs([a, b]).runs["label"])
+    assert labels == {"dfs", "dfs (heavier_first=True)"}
