@@ -213,6 +213,13 @@ OVERRIDABLE: dict[str, tuple[type, str]] = {
 }
 
 
+# the most an override of an engine's CPU work may say, seconds: past these no engine's loop or server runs (a
+# whole step of CPU work over 10 s, a second per sequence or token, a minute per request), and a value there is
+# a unit slip (microseconds written as seconds) that would give a run of absurd length or none at all
+MAX_OVERRIDE_S = {"fixed_s": 10.0, "per_seq_s": 1.0, "per_token_s": 1.0, "server_token_s": 1.0,
+                  "server_request_s": 60.0}
+
+
 class EngineKey(NamedTuple):
     """A parsed ``--engine`` value: ``NAME[@VERSION][:field=value,...]``."""
 
@@ -267,6 +274,9 @@ def parse_key(text: str) -> EngineKey:
             raise UserError(f"engine {text!r}: {k} must be {what}, got {val!r}")
         if not (v >= 0 and math.isfinite(v)):
             raise UserError(f"engine {text!r}: {k} must be a finite number >= 0, got {val!r}")
+        if v > MAX_OVERRIDE_S.get(k, math.inf):
+            raise UserError(f"engine {text!r}: {k} = {val.strip()} s is over {MAX_OVERRIDE_S[k]:g} s, more CPU work "
+                            f"than any engine's (the value is in seconds: 50 us is 50e-6)")
         if k == "serve":
             if v not in (0, 1):
                 raise UserError(f"engine {text!r}: serve must be 0 (offline) or 1 (behind the API server), got {val!r}")
@@ -816,7 +826,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["ASYNC_RESIDUAL", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "OVERRIDABLE", "PARAMS_FILE",
+__all__ = ["ASYNC_RESIDUAL", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
            "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
            "is_profile_file", "load_params", "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
            "trtllm_bench_settings"]

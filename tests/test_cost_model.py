@@ -426,6 +426,8 @@ def test_users_own_engine_overhead_replaces_the_defaults():
     for bad, msg in (("fixed_s=abc", "must be a number"), ("speed=1", "unknown field"),
                      ("fixed_s=-1", ">= 0"), ("trt:fixed_s=1", "unknown engine 'trt'"),
                      ("vllm:cuda_graph_max=1.5", "whole number"),
+                     ("vllm@0.10:per_seq_s=1e308", "over 1 s"), ("fixed_s=11", "over 10 s"),
+                     ("trtllm@0.8:serve=1,server_request_s=61", "over 60 s"),
                      ("vllm@0.1", "older than every modelled version of vllm")):
         with pytest.raises(UserError, match=msg):
             get_profile(bad)
