@@ -46,7 +46,8 @@ def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """The cheapest deployment (GPU kind, TP/EP, replicas, engine, policy, precision) that finishes TRACE by
-    the deadline, with the Pareto front of makespan vs cost."""
+    the deadline, with the Pareto front of makespan vs cost. Exits 1 (after the answer) when no deployment in
+    the search space meets the deadline and budget."""
     from blendsim.plan import plan
     from blendsim.plan.report import print_answer
 
@@ -66,6 +67,9 @@ def plan_cmd(
         typer.echo(json.dumps(_finite(answer), indent=2, sort_keys=True, allow_nan=False))
     else:
         print_answer(answer)
+    rec = answer.get("recommended") or {}
+    if not (rec.get("meets_deadline") and rec.get("within_budget")):  # no deployment meets the job: exit 1, for scripts
+        raise typer.Exit(1)
 
 
 class _Progress:
