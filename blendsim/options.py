@@ -37,7 +37,12 @@ def parse_opts(opts: list[str] | None, flag: str = "--opt") -> dict:
         if "=" not in o:
             raise UserError(f"{flag} {o!r}: expected key=value")
         k, v = o.split("=", 1)
-        out[k.strip()] = v.strip()
+        k = k.strip()
+        if not k:
+            raise UserError(f"{flag} {o!r}: no name before '='")
+        if k in out:  # as --engine refuses a field given twice: which one was meant?
+            raise UserError(f"{flag} {k} is given twice ({k}={out[k]} and {o.strip()})")
+        out[k] = v.strip()
     return out
 
 

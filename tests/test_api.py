@@ -274,3 +274,23 @@ def test_a_report_tells_runs_of_one_policy_apart_by_their_options(trace_file, tm
     b = blendsim.simulate(trace_file, policy="dfs", options={"heavier_first": True}, **TINY).write(tmp_path / "opt")
     labels = set(load_inputs([a, b]).runs["label"])
     assert labels == {"dfs", "dfs (heavier_first=True)"}
+
+
+@pytest.mark.parametrize("opts, msg", [
+    (["heavier_first=1", "heavier_first=0"], "--opt heavier_first is given twice"),
+    (["=1"], "no name before '='"),
+])
+def test_an_option_given_twice_or_without_a_name_is_one_line(trace_file, tmp_path, opts, msg):
+    args = [a for o in opts for a in ("--opt", o)]
+    r = invoke("simulate", trace_file, "--policy", "dfs", "--model", "tiny", "--hardware", "cpu", *args,
+               "-o", tmp_path / "r")
+    assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("opt, msg", [("relocate=-1", "expected a value in [0, inf]"),
+                                      ("split_threshold=-5", "expected a value in [-1, inf]")])
+def test_blendserve_refuses_option_values_its_help_does_not_define(trace_file, opt, msg):
+    from blendsim.sim.errors import UserError
+
+    with pytest.raises(UserError, match=re.escape(msg)):
+        blendsim.simulate(trace_file, policy="blendserve", options=dict([opt.split("=")]), **TINY)

@@ -74,14 +74,14 @@ class BlendServe(Policy):
         "keep_sharing": Option(0.99, "splits may cost at most (1 - this) of the trace's shared prompt tokens", source='paper sec. 5.2 (keep 99% of sharing)', lo=0.0, hi=1.0),
         "split": Option("subtree", "unit a split moves under the root: subtree (the highest node whose requests are all "
                              "outliers, its shared prefix paid once; Alg. 2) or leaf (outlier requests one by one)", source='paper Alg. 2 (subtree); leaf is ours', choices=SPLIT_MODES),
-        "split_threshold": Option(-1.0, "t: most recomputed tokens one split may cost; -1 = the whole budget", source=OURS),
+        "split_threshold": Option(-1.0, "t: most recomputed tokens one split may cost; -1 = the whole budget", source=OURS, lo=-1.0),
         "split_divide": Option(False, "Alg. 2 literally: divide t by the fan-out at every level", source='paper Alg. 2, literal reading (off: ours)'),
         "max_rounds": Option(64, "cap on sort -> split -> resort rounds (C1/C2 normally stop it first)", source=OURS, lo=0),
         "merge_cap": Option(1.0, "merged scan units hold about this many KV caches of requests (p + d/2 each)", source=OURS, lo=1e-9),
         "fill": Option("both", "after Alg. 3's per-side prompt rates, the rest of a step goes to sides with room in "
                          "their share: both, left (the right side keeps Alg. 3's pace) or none", source=OURS, choices=("both", "left", "none")),
         "relocate": Option(2.0, "online adjustment: a left request that has generated more than this many times "
-                          "its estimate (severely underestimated) moves to M_R; 0 = never", source="paper sec. 5.4 ('severely'); factor ours"),
+                          "its estimate (severely underestimated) moves to M_R; 0 = never", source="paper sec. 5.4 ('severely'); factor ours", lo=0.0),
         "footprint": Option("mean", "how a running request is booked against its share: mean (p + d_est/2, Alg. 3) or "
                               "peak (p + d_est)", source='paper Alg. 3 (mean)', choices=("peak", "mean")),
         "guard": Option("fluid", "KV guard inside the shares: fluid (peak of the expected KV over the newcomer's life, "
