@@ -141,7 +141,11 @@ def is_online(s: dict) -> bool:
 
 def run_summary_lines(s: dict) -> list[str]:
     """The paragraphs of ``simulate``'s summary (without the wrote-line)."""
-    lines = [f"{s['policy']} on {s['model']} / {s['hardware']} x{s['tp']} ({s['replicas']} replica(s), "
+    par = f"TP{s['tp']}" + (f" x PP{s['pp']}" if (s.get("pp") or 1) > 1 else "") + \
+        (f", EP{s['ep']}" if (s.get("ep") or 1) > 1 else "")
+    per = (s.get("gpus") or s["tp"] * s["replicas"]) // max(1, s["replicas"])  # GPUs of one replica
+    lines = [f"{s['policy']} on {s['model']} / {s['hardware']} x{per} ("
+             + (f"{par}; " if par != f"TP{per}" else "") + f"{s['replicas']} replica(s), "
              f"{s['mode']} mode, engine {describe_engine(str(s['engine']), s.get('engine_profile'))}, {s['cost_model']} cost model)",
              f"{s['n_requests']:,} requests, {s['input_tokens']:,} input + {s['output_tokens']:,} output tokens, "
              f"{s['steps']:,} steps"]

@@ -260,3 +260,15 @@ def test_validate_refuses_pp_in_one_line(tmp_path):
     api.write_trace(from_columns(input_len=[10], output_len=[3]), trace)
     r = CliRunner().invoke(get_app(), ["validate", str(trace), "--pp", "2", "-o", str(tmp_path / "v")])
     one_line_error(r, "--pp 2", "one device")
+
+
+def test_the_run_header_counts_a_replicas_gpus_and_names_its_parallelism():
+    """simulate's first line: TP x PP (and EP) GPUs per replica, not TP alone."""
+    from blendsim import api
+    from blendsim.reports.terminal import run_summary_lines
+
+    trace = api.make_trace(input_len=[200] * 20, output_len=[20] * 20)
+    s = api.simulate(trace, policy="fcfs", model="mixtral-8x7b", hardware="h100-80gb", tp=4, ep=4, pp=2).summary
+    assert run_summary_lines(s)[0].startswith("fcfs on mixtral-8x7b / h100-80gb x8 (TP4 x PP2, EP4; 1 replica(s),")
+    s = api.simulate(trace, policy="fcfs", tp=2, replicas=2).summary
+    assert run_summary_lines(s)[0].startswith("fcfs on llama-3-8b / a100-80gb x2 (2 replica(s),")

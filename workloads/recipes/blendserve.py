@@ -37,7 +37,8 @@ class BlendServeOptions:
         "help": "Target compute density rho (e.g. 0.8-1.4; 1 = balanced; default: the grid's centre)."})
     sharing: float = field(default=0.25, metadata={
         "help": "Target optimal prefix sharing ratio s (e.g. 0.05-0.45; default: the grid's centre)."})
-    requests: int = field(default=400_000, metadata={"help": "Number of requests (BlendServe uses 400,000)."})
+    requests: int = field(default=400_000, metadata={"help": "Number of requests (BlendServe: at least 400,000 for its "
+                                                               "Table 2 workloads, 40,000 for the App. A.3 grid)."})
     source: str = field(default="burstgpt", metadata={
         "help": f"Compute-intensive source mixed with OpenVid and MMLU: {', '.join(COMPUTE_SOURCES)}."})
     model: str = field(default="llama-3-8b", metadata={"help": "Model preset (or config.json) rho is measured for."})
