@@ -198,3 +198,17 @@ def test_cost_takes_the_step_limits_its_memory_message_names():
     assert json.loads(ok.stdout)["step_time_s"] > 0
     bad = invoke("--decode-seqs", "1", "--token-budget", "0")
     assert bad.exit_code == 2 and "--token-budget" in bad.output
+
+
+def test_the_header_names_experts_kept_in_their_own_precision():
+    """--weights sets the dense GEMMs; gpt-oss's routed experts stay MXFP4 and the header says so."""
+    from typer.testing import CliRunner
+
+    from blendsim.cli import get_app
+
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "gpt-oss-20b", "--hardware", "h100-80gb", "--weights", "bf16",
+                                       "--decode-seqs", "8", "--context", "100"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "weights bf16 (experts mxfp4), KV bf16" in r.output
+    r = CliRunner().invoke(get_app(), ["cost", "--decode-seqs", "8", "--context", "100"], env={"COLUMNS": "200"})
+    assert "(weights bf16, KV bf16)" in r.output

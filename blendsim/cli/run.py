@@ -13,7 +13,8 @@ MODE_HELP = "Execution mode: sequential or overlap (default: the engine's -- ove
 MODEL_HELP = "Model preset name (see `blendsim models`) or a HuggingFace config.json."
 HW_HELP = "Hardware preset (see `blendsim hardware`)."
 WEIGHTS_HELP = ("GEMM weight precision: bf16, fp16, fp8, fp4 or int4 (default: the model's; fp8/fp4 run at the "
-                "device's FP8/FP4 tensor-core peak where it has one, int4 is dequantised to 16-bit).")
+                "device's FP8/FP4 tensor-core peak where it has one, int4 is dequantised to 16-bit; routed experts "
+                "a checkpoint ships in their own precision keep it: gpt-oss's MXFP4).")
 KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
 SKEW_HELP = "MoE routing skew: 0 uniform, else the Zipf exponent of expert popularity."
 EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
@@ -67,7 +68,8 @@ def cost_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    prec = f"weights {m.weights}, KV {m.kv_dtype}" + (f", ep {dep.ep}" if dep.ep > 1 else "")
+    experts = f" (experts {m.expert_precision})" if m.expert_precision != m.weights else ""  # gpt-oss: MXFP4 experts
+    prec = f"weights {m.weights}{experts}, KV {m.kv_dtype}" + (f", ep {dep.ep}" if dep.ep > 1 else "")
     gpus = f"x{tp}" if pp == 1 else f"x{tp * pp} (TP{tp} x PP{pp})"
     t = Table(title=f"{m.name} on {dep.hardware.name} {gpus} ({prec}), {cm.mode}, {cm.timer_name}, engine {cm.engine.described}")
     for c in ("op", "scope", "GFLOP", "MB", "time (us)", "x layers (ms)"):
