@@ -201,8 +201,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
             f"request {trace.ids[i]} (row {i + 1}) needs a context of {int(total[i])} tokens (prompt "
             f"{int(trace.input_len[i])} + output {int(trace.output_len[i])}), beyond {dep.model.name}'s "
             f"{dep.model.max_position_embeddings}; use a longer-context model or its config.json, or drop or cut "
-            f"such requests: blendsim workloads load ... --max-context {dep.model.max_position_embeddings} "
-            "--long skip|truncate"
+            f"such requests: blendsim workloads load FILE -f FORMAT --max-context {dep.model.max_position_embeddings} "
+            "--long skip|truncate -o NEW.parquet (-f trace for a blendsim trace)"
         )
     B = eng.block_size
     blocks = dep.num_blocks(B) // dep.pp  # pipeline: each virtual engine its share (vLLM's virtual engines)

@@ -135,3 +135,18 @@ def test_a_runs_requests_table_is_refused_as_a_trace(tmp_path):
         t = t.append_column(c, [[0] * t.num_rows])
     pq.write_table(t, tmp_path / "extra.parquet")
     assert read_trace(tmp_path / "extra.parquet").n == 2
+
+
+def test_load_a_blendsim_trace_to_cut_it_to_a_models_context(tmp_path):
+    """`simulate` names this fix for requests beyond a model's context: `-f trace` re-reads a synthesised trace,
+    and its recipe's measured density, no longer of these requests once they are cut, is not carried."""
+    src = tmp_path / "t.parquet"
+    assert invoke("workloads", "synth", "blendserve", "--requests", "300", "-o", src).exit_code == 0
+    r = invoke("workloads", "load", src, "-f", "trace", "--max-context", "512", "--long", "truncate",
+               "--limit", "200", "-o", tmp_path / "cut.parquet")
+    assert r.exit_code == 0, r.output
+    cut, whole = read_trace(tmp_path / "cut.parquet"), read_trace(src)
+    assert cut.n == 200 and int((cut.input_len + cut.output_len).max()) <= 512
+    assert "measured" in whole.meta and "measured" not in cut.meta and "measured density" not in r.output
+    r = invoke("workloads", "load", src, "-f", "trace", "-o", tmp_path / "same.parquet")
+    assert r.exit_code == 0 and read_trace(tmp_path / "same.parquet").n == 300

@@ -21,13 +21,14 @@ from blendsim.sim.errors import UserError
 from blendsim.workloads.jsonl import jsonl_lines
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
-FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed")
+FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed", "trace")
 
 
 def load(path: str | Path, fmt: str, limit: int | None = None, **hashed_options):
     """Load ``path`` in format ``fmt`` (one of :data:`FORMATS`); the trace's ``meta["name"]`` is the file's
     stem. ``mooncake`` and ``hashed`` (block-hash JSONL) take :func:`blendsim.workloads.hashed.load_hashed`'s options."""
-    loaders = {"burstgpt": load_burstgpt, "azure": load_azure, "vidur": load_vidur, "jsonl": load_jsonl}
+    loaders = {"burstgpt": load_burstgpt, "azure": load_azure, "vidur": load_vidur, "jsonl": load_jsonl,
+               "trace": load_blendsim}
     if fmt not in loaders and fmt not in ("mooncake", "hashed"):
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if limit is not None and limit < 1:
@@ -44,6 +45,19 @@ def load(path: str | Path, fmt: str, limit: int | None = None, **hashed_options)
     trace.meta.setdefault("name", Path(path).stem)
     trace.validate(str(path))  # every loader's checks name the row first; this guards what they build
     return trace
+
+
+def load_blendsim(path, limit: int | None = None):
+    """A blendsim trace (Parquet, as ``workloads synth`` or ``load`` wrote it): re-read so that ``--limit`` and
+    ``--max-context`` / ``--long`` can be applied to it."""
+    from blendsim.workloads.trace import read_trace
+
+    trace = read_trace(path)
+    if limit is None or limit >= trace.n:
+        return trace
+    out = trace.take(np.arange(limit))
+    out.meta = {k: v for k, v in trace.meta.items() if k != "measured"}  # a recipe's measures were of the whole
+    return out
 
 
 _ZONE = r"\d:\d{2}(?::\d{2}(?:\.\d*)?)?\s*(?:Z|UTC|[+-]\d{2}(?::?\d{2})?)$"  # a time of day, then a zone
@@ -363,4 +377,4 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-__all__ = ["FORMATS", "load", "load_azure", "load_burstgpt", "load_jsonl", "load_vidur"]
+__all__ = ["FORMATS", "load", "load_azure", "load_blendsim", "load_burstgpt", "load_jsonl", "load_vidur"]

@@ -89,7 +89,8 @@ def load_cmd(
                             "arrived_at, num_prefill_tokens, num_decode_tokens), jsonl (prompt_token_ids, "
                             "output_len per line), mooncake (JSONL: timestamp in ms, input_length, output_length, "
                             "hash_ids of 512-token blocks) or hashed (JSONL: input_length, hash_ids of "
-                            "--block-size blocks; optional output_length, timestamp, request_id)."),
+                            "--block-size blocks; optional output_length, timestamp, request_id) or trace (a "
+                            "blendsim Parquet trace, to apply --limit or --max-context to it)."),
     output: Path = typer.Option(..., "--output", "-o", help=OUTPUT_HELP),
     limit: int = typer.Option(None, "--limit", help="Keep only the first N requests.", min=1),
     block_size: int = typer.Option(None, "--block-size", help="mooncake/hashed: tokens per hashed block "
