@@ -308,7 +308,9 @@ def test_sweep_dir_that_is_something_else(tmp_path):
 
 def test_resuming_with_other_settings_is_refused(reference):
     r = sweep(*[a if a != "3" else "4" for a in GRID], "--jobs", "1", "-o", str(reference))
-    assert r.exit_code == 2 and "other settings (seed=3)" in r.stderr and "--no-resume" in r.stderr
+    assert r.exit_code == 2 and "other settings (seed: 3 there, 4 now)" in r.stderr and "--no-resume" in r.stderr
+    r = sweep(*GRID, "--engine", "vllm", "--jobs", "1", "-o", str(reference))  # a setting not given there
+    assert r.exit_code == 2 and "(engine: the default there, 'vllm' now)" in r.stderr
 
 
 def test_a_multi_model_sweep_runs_one_trace_everywhere_by_default(tmp_path):

@@ -34,10 +34,16 @@ def check_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict | None:
     new = _jsonable(spec.settings())
     if old is not None and resume and old["settings"] != new:
         was = old["settings"]
-        diff = ", ".join(f"{k}={was.get(k)!r}" for k in sorted(new) if was.get(k) != new[k])
+        diff = "; ".join(f"{k}: {_shown(was.get(k))} there, {_shown(new.get(k))} now"
+                         for k in sorted(set(new) | set(was)) if was.get(k) != new.get(k))
         raise UserError(f"{d}: was swept with other settings ({diff}); use another -o, or --no-resume to "
                         f"start over")
     return old
+
+
+def _shown(v) -> str:
+    """A sweep setting in a mismatch message: ``None`` (not given) as "the default"."""
+    return "the default" if v is None else repr(v)
 
 
 def open_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict:
