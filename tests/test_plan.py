@@ -263,3 +263,15 @@ def test_the_feasibility_check_sizes_the_kv_cache_as_the_run_will():
         run = prepare_run(trace, RunConfig(policy=shape.policy, model="llama-3-8b",
                                            **Candidate(shape, 1).run_options()))
         assert dep.kv_capacity_tokens == run.deployment.kv_capacity_tokens, shape
+
+
+def test_progress_gets_the_spaces_size_where_it_takes_it(trace):
+    """plan(progress=...) keeps its two-argument form; a three-argument callable also gets the number of
+    feasible deployments in the space (the CLI's progress line shows it)."""
+    from blendsim.plan import plan
+
+    two, three = [], []
+    kw = dict(hardware="a100-80gb", max_gpus=2, engines="vllm", policies="dfs", jobs=1, fidelity=False)
+    plan(trace, "llama-3-8b", "1h", progress=lambda done, key: two.append(done), **kw)
+    a = plan(trace, "llama-3-8b", "1h", progress=lambda done, key, at_most: three.append(at_most), **kw)
+    assert two and len(three) == len(two) and len(set(three)) == 1 and len(two) <= three[0] <= a["candidates"]

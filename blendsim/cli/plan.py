@@ -83,17 +83,20 @@ class _Progress:
         if self.tty:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(SpinnerColumn(), TextColumn("plan: {task.completed} simulated, last {task.description}"),
+            self._bar = Progress(SpinnerColumn(), TextColumn("plan: {task.completed} simulated{task.fields[of]}, "
+                                                             "last {task.description}"),
                                  TimeElapsedColumn(), transient=True)
             self._bar.__enter__()
-            self._task = self._bar.add_task("-", total=None)
+            self._task = self._bar.add_task("-", total=None, of="")
         return self
 
-    def update(self, done: int, key: str) -> None:
+    def update(self, done: int, key: str, at_most: int | None = None) -> None:
+        # the space's size: the search prunes most of it, and a sampled trace adds full-trace checks
+        of = f" ({at_most:,} deployments in the space)" if at_most else ""
         if self._bar is not None:
-            self._bar.update(self._task, completed=done, description=key)
+            self._bar.update(self._task, completed=done, description=key, of=of)
         elif done % 10 == 0:
-            typer.echo(f"plan: {done} simulated (last: {key})", err=True)
+            typer.echo(f"plan: {done} simulated{of} (last: {key})", err=True)
 
     def __exit__(self, *exc):
         if self._bar is not None:

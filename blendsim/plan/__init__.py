@@ -49,7 +49,8 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     ``pruned``, ``sampling``, ...). ``hardware``, ``engines``, ``policies``, ``weights`` and ``kv_dtype`` take a
     comma list or a list; ``tp``, ``pp`` and ``ep`` are upper limits (powers of two up to each;
     ``pp`` 1: no pipelining). ``out`` writes the HTML report there and makes the search resumable.
-    ``progress(simulated, deployment)`` is called as simulations finish."""
+    ``progress(simulated, deployment)`` is called as simulations finish (``progress(simulated, deployment,
+    at_most)`` where it takes a third argument: the feasible deployments in the space, before pruning)."""
     from blendsim.api import _as_trace
     from blendsim.options import parse_names
     from blendsim.sim.models import get_model

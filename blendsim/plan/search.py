@@ -118,6 +118,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             cands.append(c)
     out.candidates = len(cands) + sum(infeasible.values())
     done = [0]
+    report = _progress_call(progress, len(cands))
 
     def cost(c, m):
         return job_cost(c.gpus, prices.price_of(c.shape.hardware).usd_per_gpu_hour, m, billing_hour)
@@ -139,8 +140,8 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
                     store.put(c.key, kind, res["value"])
                 results[c] = res["value"] if res["ok"] else {"error": res["error"]}
                 done[0] += 1
-                if progress:
-                    progress(done[0], c.key)
+                if report:
+                    report(done[0], c.key)
         whole_now = []
         for c in batch:
             res = results[c]
@@ -245,6 +246,21 @@ def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, veri
         if not todo:
             return
         evaluate(todo, whole=True)
+
+
+def _progress_call(progress, at_most: int):
+    """``progress(done, key)``, with the search's size as a third argument where the callable takes one."""
+    if progress is None:
+        return None
+    import inspect
+
+    try:
+        params = inspect.signature(progress).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: the two-argument form
+        return progress
+    takes3 = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3 or \
+        any(p.kind is p.VAR_POSITIONAL for p in params)
+    return (lambda done, key: progress(done, key, at_most)) if takes3 else progress
 
 
 def _sample(trace, m: int, seed: int):
