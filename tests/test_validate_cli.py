@@ -90,6 +90,8 @@ def test_validate_max_steps_and_table(small_trace, tmp_path):
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())  # the table wraps with the console width
     assert "predicted vs measured" in text and "replayed steps only" in text
+    assert "…" not in r.output and max(map(len, r.output.splitlines())) <= 80  # piped: 80 columns, nothing cut
+    assert "policy" in r.output and "tput err" in r.output, r.output
     s = json.loads((tmp_path / "v" / "summary.json").read_text())
     assert s["policies"]["fcfs"]["steps"] == 4 and not s["policies"]["fcfs"]["complete"]
 

@@ -90,17 +90,19 @@ def print_summary(s: dict, out: Path | None = None) -> None:
     """The rich table of a validation summary."""
     import sys
 
-    from rich.console import Console
     from rich.table import Table
 
-    c = Console(width=None if sys.stdout.isatty() else 110)  # pipes and CliRunner: wide enough for the table
+    from blendsim.reports.terminal import console
+
+    c = console()  # the terminal's width, 80 when piped, like every other command
     dev = s.get("device", {})
     c.print(f"[bold]validate[/] {s['model']} ({s['dtype']}) on {dev.get('name', '?')} [{dev.get('kind')}], "
             f"attention {s.get('attention_backend', '?')}, hardware preset {s['hardware']}, "
             f"{s.get('repeats')} forward(s) per step")
-    t = Table(title="predicted vs measured step time (error = predicted / measured - 1)")
-    for col in ("policy", "steps", "med |err|", "p90 |err|", "bias", "GEMM", "attn", "other", "tput err"):
-        t.add_column(col, justify="left" if col == "policy" else "right")
+    c.print("predicted vs measured step time (error = predicted / measured - 1; med and p90: of |error|)")
+    t = Table(box=None, pad_edge=False, header_style="bold")  # two spaces between columns: 9 fit in 80
+    for col in ("policy", "steps", "med err", "p90 err", "bias", "GEMM", "attn", "other", "tput err"):
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True, overflow="fold")  # never cut
     for p, r in s["policies"].items():
         if not r.get("steps"):
             t.add_row(p, "0", *["-"] * 7)
