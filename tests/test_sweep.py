@@ -449,3 +449,22 @@ def test_two_sweeps_of_one_grid_name_and_other_traces_are_two_workloads_in_a_rep
     assert sorted(set(runs["group"])) == ["d1-s0.25", "d1-s0.25#2"]
     assert sorted(runs["label"]) == ["dfs", "dfs", "fcfs", "fcfs"]
     assert list(runs.loc[runs["label"] == "dfs", "speedup"]) == [1.0, 1.0]  # each dfs its own workload's baseline
+
+
+def test_two_policies_that_would_share_a_run_folder_are_refused(tmp_path, monkeypatch):
+    """sub/mine.py:Mine and sub_mine.py:Mine both name the folder sub_mine.py_Mine: one result would be lost."""
+    monkeypatch.chdir(tmp_path)
+    body = ("import numpy as np\nimport blendsim\n\n\nclass Mine(blendsim.Policy):\n"
+            "    def rank(self):\n        return np.arange(self.ctx.trace.n)\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.py").write_text(body)
+    (tmp_path / "sub_mine.py").write_text(body)
+    r = sweep("--densities", "1.0", "--sharing", "0.25", "--requests", "300", "--policies",
+              "sub/mine.py:Mine,sub_mine.py:Mine", "-o", str(tmp_path / "s"))
+    assert r.exit_code == 2 and "would share the run folder 'sub_mine.py_Mine'" in r.stderr, r.output
+    assert not (tmp_path / "s").exists()
+    from blendsim.sim.errors import UserError
+    from blendsim.validate import ValidateConfig
+
+    with pytest.raises(UserError, match="would share the run folder"):
+        ValidateConfig(policies=("sub/mine.py:Mine", "sub_mine.py:Mine"))

@@ -88,7 +88,6 @@ def _abs(x) -> str:
 
 def print_summary(s: dict, out: Path | None = None) -> None:
     """The rich table of a validation summary."""
-    import sys
 
     from rich.table import Table
 

@@ -14,7 +14,6 @@ Names come from the numbers (``d0.85-s0.05``), never from how they were typed, s
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -66,8 +65,10 @@ def parse_values(text: str, flag: str) -> tuple[float, ...]:
 
 
 def slug(name: str) -> str:
-    """A file-name-safe form of a model/hardware/policy name."""
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("._") or "_"
+    """A file-name-safe form of a model/hardware/policy name (a run folder's, sim.rundir.run_dir_name)."""
+    from blendsim.sim.rundir import run_dir_name
+
+    return run_dir_name(name)
 
 
 def workload_name(density: float, sharing: float) -> str:
