@@ -213,3 +213,19 @@ def test_a_catalogue_that_predicts_nothing_exits_2(tmp_path):
     res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--no-cv"])
     assert res.exit_code == 2 and "nothing could be predicted (1 skipped; the first, typo: unknown engine" in res.output, res.output
     assert "Traceback" not in res.output
+
+
+def test_save_and_markdown_replace_only_their_own_kind_of_file(tmp_path):
+    """--save and --markdown write over a parameter file or a table they wrote, never a user's other file."""
+    mine = tmp_path / "mine.py"
+    mine.write_text("print(1)\n")
+    for args in (["--refit", "--save", str(mine)], ["--markdown", str(mine)]):
+        res = CliRunner().invoke(get_app(), ["fidelity", "--only", "vllm-0.6.0-blog-*", "--no-cv", *args])
+        assert res.exit_code == 2 and "nothing was replaced" in res.output, res.output
+        assert mine.read_text() == "print(1)\n"
+    table = tmp_path / "t.md"
+    table.write_text("| engine | version (profile) | rows | shipped median (p90) |\n")
+    res = CliRunner().invoke(get_app(), ["fidelity", "--only", "trtllm-0.13-*a100*", "--no-cv", "--markdown",
+                                         str(table)])
+    assert res.exit_code == 0, res.output
+    assert "**trtllm**" in table.read_text()

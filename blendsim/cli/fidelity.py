@@ -67,11 +67,14 @@ def fidelity_cmd(
         from blendsim.sim.io import check_output_dir
 
         check_output_dir(out, REPORT_KIND, REPORT_FILES, inputs)
-    for dest in (save, markdown):
-        if dest:
-            from blendsim.sim.io import check_output_file
+    from blendsim.sim.io import check_output_file, check_own_file, json_value
 
+    for dest, own, what in ((save, lambda p: isinstance(json_value(p, "global"), dict)
+                             and isinstance(json_value(p, "bounds"), dict), "blendsim parameter file"),
+                            (markdown, _own_markdown, "blendsim fidelity table")):
+        if dest:  # replace only a file of this command's own kind, never a user's
             check_output_file(dest, inputs=paths)
+            check_own_file(dest, own, what)
     from blendsim.progress import Progress
 
     with Progress("fidelity", unit="rows", quiet=quiet) as bar:
@@ -204,6 +207,15 @@ CV_HEADS = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), 
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _own_markdown(path) -> bool:
+    """Whether ``path`` is a table ``--markdown`` wrote (its header row)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.readline().startswith("| engine | version (profile) | rows |")
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
