@@ -351,7 +351,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
                             sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas))}
     # the options given (--opt), as the policy read them: two runs of one policy that differ only there say why
     given = {k: policy.opt[k] for k in sorted(cfg.options) if k in getattr(policy, "opt", {})}
-    extra = {**tiers, **run.policy_ref.summary(), **policy.summary_extra(), **pipeline_summary(dep),
+    own = policy.summary_extra()  # the policy's figures: beside the run's, never in place of them (below)
+    extra = {**tiers, **run.policy_ref.summary(), **pipeline_summary(dep),
              **({"policy_options": given} if given else {})}
     schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     # the run's live state (schedulers, KV caches, prefix tree, policy, the schedulers' per-request lists) is not
@@ -363,6 +364,12 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     per_req = per_request_table(trace, rec, steps)
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=extra, work=work)
+    clash = sorted(set(own) & set(summary))
+    if clash:  # a policy's summary_extra() may add figures, not replace the run's measured ones or its provenance
+        raise UserError(f"policy {run.policy_ref.label}: summary_extra() returns {', '.join(map(repr, clash[:5]))}"
+                        f"{' ...' if len(clash) > 5 else ''}, which the run's summary reports itself; name them "
+                        f"otherwise (e.g. with the policy's name as a prefix)")
+    summary.update(own)
     requests = {
         "id": _strs(trace.ids), "source": _strs(trace.source), "replica": rec.replica // dep.pp,
         "arrival_s": trace.arrival_s, "input_len": trace.input_len, "output_len": trace.output_len,

@@ -294,3 +294,29 @@ def test_blendserve_refuses_option_values_its_help_does_not_define(trace_file, o
 
     with pytest.raises(UserError, match=re.escape(msg)):
         blendsim.simulate(trace_file, policy="blendserve", options=dict([opt.split("=")]), **TINY)
+
+
+def test_a_policy_may_add_to_the_summary_but_not_replace_the_runs_figures(trace_file, tmp_path):
+    """summary_extra() returning makespan_s or policy_sha256 would fake a measured figure or the provenance."""
+    import numpy as np
+
+    from blendsim.sim.errors import UserError
+
+    class Adds(blendsim.Policy):
+        name = "adds"
+
+        def rank(self):
+            return np.arange(self.ctx.trace.n)
+
+        def summary_extra(self):
+            return {"adds_rounds": 3}
+
+    class Fakes(Adds):
+        name = "fakes"
+
+        def summary_extra(self):
+            return {"makespan_s": -1.0, "policy_sha256": "0" * 64}
+
+    assert blendsim.simulate(trace_file, policy=Adds, **TINY).summary["adds_rounds"] == 3
+    with pytest.raises(UserError, match=r"summary_extra\(\) returns 'makespan_s', 'policy_sha256'"):
+        blendsim.simulate(trace_file, policy=Fakes, **TINY)
