@@ -113,9 +113,42 @@ def classify(p: Path) -> str:
             return "validation"
         if (p / "steps.parquet").exists():
             return "run"
+        if _is_run_summary(p / "summary.json"):
+            raise UserError(f"{p}: a run directory without steps.parquet (interrupted, or copied in part); "
+                            f"run it again or leave it out")
+    broken = partial_runs(p)
+    if broken:  # a folder of runs with one half written: say so rather than report the others without it
+        more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+        them = "them" if len(broken) > 1 else "it"
+        raise UserError(f"{p}: {', '.join(str(b) for b in broken[:3])}{more}: run folder(s) without steps.parquet "
+                        f"(interrupted, or copied in part); run {them} again, remove {them}, or give the complete "
+                        f"runs by name")
     if run_dirs(p, first=True):
         return "runs"
     raise UserError(f"{p}: not a sweep, run or validation directory (no sweep.json, summary.json or runs in it)")
+
+
+def _is_run_summary(path: Path) -> bool:
+    """Whether ``path`` is the summary.json of a blendsim run (not a validation's, not another tool's)."""
+    try:
+        s = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(s, dict) and "schema_version" in s and "makespan_s" in s and s.get("kind") is None
+
+
+def partial_runs(p: Path) -> list:
+    """Folders under ``p`` (not ``p`` itself, not hidden) holding a blendsim run's summary.json but no
+    steps.parquet."""
+    out = []
+    for root, dirs, files in os.walk(p):
+        here = Path(root)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if here != p and "summary.json" in files:
+            if "steps.parquet" not in files and _is_run_summary(here / "summary.json"):
+                out.append(here)
+            dirs[:] = []
+    return sorted(out)
 
 
 def _kind(summary: Path):

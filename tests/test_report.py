@@ -493,3 +493,24 @@ def test_a_folder_of_runs_skips_what_is_not_a_run(sweep_dir, validation_dir, tmp
     (top / "notes" / "summary.json").write_text("{}")
     got = load_inputs([top]).runs
     assert len(got) == len(load_inputs([sweep_dir]).runs)
+
+
+def test_a_run_folder_missing_its_steps_is_named_not_dropped(tmp_path):
+    """A folder of runs with one interrupted (summary.json, no steps.parquet): the report says which, rather than
+    report the others as if it were not there; the broken run given alone is named as what it is."""
+    import shutil
+
+    from blendsim import api
+    from blendsim.reports.render import write_report
+    from blendsim.sim.errors import UserError
+
+    trace = api.make_trace(input_len=[50] * 20, output_len=[10] * 20)
+    for name in ("a", "b"):
+        api.simulate(trace, policy="fcfs", model="tiny", hardware="cpu").write(tmp_path / "runs" / name)
+    (tmp_path / "runs" / "b" / "steps.parquet").unlink()
+    with pytest.raises(UserError, match=r"runs/b: run folder\(s\) without steps.parquet"):
+        write_report([tmp_path / "runs"], tmp_path / "rep")
+    with pytest.raises(UserError, match="a run directory without steps.parquet"):
+        write_report([tmp_path / "runs" / "b"], tmp_path / "rep")
+    shutil.rmtree(tmp_path / "runs" / "b")
+    assert write_report([tmp_path / "runs"], tmp_path / "rep").exists()
