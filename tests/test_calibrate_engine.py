@@ -248,3 +248,21 @@ def test_one_profile_file_named_two_ways_is_one_engine_in_a_report(tmp_path, mon
         assert s["engine_profile"] == f"vllm@0.6 fitted in {tmp_path / 'mine.json'}"
     r = CliRunner().invoke(get_app(), ["report", "runs", "-o", "rep"])
     assert r.exit_code == 0, r.output
+
+
+def test_result_files_of_one_name_in_two_folders_are_two_runs(tmp_path):
+    """r1/result.json and r2/result.json (the usual layout of benchmark outputs) are told apart by their folder;
+    one file given twice is named in the error."""
+    for d, elapsed in (("r1", 10.0), ("r2", 12.0)):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "result.json").write_text(json.dumps(
+            {"elapsed_time": elapsed, "num_requests": 100, "total_num_tokens": 50000}))
+    args = ["calibrate", "engine", "--engine", "vllm@0.10", "--hardware", "h100-80gb", "--model", "llama-3-8b",
+            "--workload", "const:400/100"]
+    res = CliRunner().invoke(get_app(), [*args, str(tmp_path / "r1" / "result.json"), str(tmp_path / "r2" / "result.json"),
+                                         "-o", str(tmp_path / "mine.json")], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "r1/result" in res.output and "r2/result" in res.output
+    one = str(tmp_path / "r1" / "result.json")
+    res = CliRunner().invoke(get_app(), [*args, one, one, "-o", str(tmp_path / "again.json")])
+    assert res.exit_code == 2 and "appear twice" in res.output and "r1/result.json" in res.output, res.output

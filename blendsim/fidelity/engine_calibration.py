@@ -116,10 +116,13 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
                             f"or performance/request_info keys)")
     if not rows:
         raise UserError("no measurements in the given results")
+    rows = _distinct_ids(rows)
     ids = [r.id for r in rows]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
-        raise UserError(f"measurement id(s) {', '.join(dup[:5])} appear twice")
+        where = sorted({r.source for r in rows if r.id in dup})
+        raise UserError(f"measurement id(s) {', '.join(dup[:5])} appear twice ({', '.join(where[:4])}): a file "
+                        f"given twice, or a catalogue row repeating one")
     return rows
 
 
@@ -137,6 +140,27 @@ def _num(path: Path, obj: dict, *keys: str, where: str = "") -> float:
         if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) and v > 0:
             return float(v)
     raise UserError(f"{path}{where}: field {keys[0]!r} missing or not a positive number")
+
+
+def _distinct_ids(rows: list) -> list:
+    """Rows whose ids (a result file's name) repeat across folders -- r1/result.json, r2/result.json, the usual
+    layout of benchmark outputs -- take their path under the files' common folder instead."""
+    import os
+
+    ids = [r.id for r in rows]
+    twice = {i for i in ids if ids.count(i) > 1}
+    files = [Path(r.source) for r in rows if r.id in twice and Path(r.source).is_file()]
+    if not files:
+        return rows
+    base = Path(os.path.commonpath([str(f.resolve().parent) for f in files]))
+
+    def qualified(r):
+        f = Path(r.source)
+        if r.id not in twice or not f.is_file() or not r.id.startswith(f.stem):
+            return r
+        return dataclasses.replace(r, id=f.resolve().with_suffix("").relative_to(base).as_posix() + r.id[len(f.stem):])
+
+    return [qualified(r) for r in rows]
 
 
 def _row(path: Path, n: int, setup: Setup, rid: str, workload: str, requests: int, metric: str, value: float,
