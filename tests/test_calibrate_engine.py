@@ -266,3 +266,14 @@ def test_result_files_of_one_name_in_two_folders_are_two_runs(tmp_path):
     one = str(tmp_path / "r1" / "result.json")
     res = CliRunner().invoke(get_app(), [*args, one, one, "-o", str(tmp_path / "again.json")])
     assert res.exit_code == 2 and "appear twice" in res.output and "r1/result.json" in res.output, res.output
+
+
+def test_a_version_with_no_rows_is_named_as_given(tmp_path):
+    """--engine vllm@0.10 on rows of vLLM 0.6 names vllm@0.10 (and the profile that models it), not only vllm@0.8."""
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
+
+    lines = SHIPPED_CATALOGUE.read_text().splitlines(keepends=True)
+    (tmp_path / "only06.csv").write_text(lines[0] + "".join(x for x in lines if x.startswith("vllm-0.6.0-blog-")))
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "only06.csv"), "--engine", "vllm@0.10",
+                                         "--hardware", "a100-80gb", "-o", str(tmp_path / "x.json")])
+    assert res.exit_code == 2 and "no catalogue row of vllm@0.10 (modelled by vllm@0.8)" in res.output, res.output

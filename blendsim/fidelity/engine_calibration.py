@@ -86,11 +86,13 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
             if not got:
                 raise UserError(f"{path}: no catalogue row of engine {setup.engine!r} on {setup.hardware!r}")
             # only the rows of the version being calibrated: another version's loop is another profile
-            want = modelled_profile(f"{setup.engine}@{setup.version}" if setup.version else setup.engine)
+            asked = f"{setup.engine}@{setup.version}" if setup.version else setup.engine
+            want = modelled_profile(asked)
             mine = [r for r in got if modelled_profile(engine_version_key(r)) == want]
             if not mine:
                 have = sorted({engine_version_key(r) for r in got})
-                raise UserError(f"{path}: no catalogue row of {want} on {setup.hardware!r} (its rows of "
+                what = asked if want == asked else f"{asked} (modelled by {want})"
+                raise UserError(f"{path}: no catalogue row of {what} on {setup.hardware!r} (its rows of "
                                 f"{setup.engine} are of {', '.join(have)}); give --engine NAME@VERSION of one of them")
             rows += mine
             continue
