@@ -229,3 +229,12 @@ def test_save_and_markdown_replace_only_their_own_kind_of_file(tmp_path):
                                          str(table)])
     assert res.exit_code == 0, res.output
     assert "**trtllm**" in table.read_text()
+
+
+def test_cv_by_with_no_cv_is_refused_and_an_underdetermined_refit_says_so():
+    res = CliRunner().invoke(get_app(), ["fidelity", "--only", "vllm-0.6.0-blog-*", "--no-cv", "--cv-by", "source"])
+    assert res.exit_code == 2 and "--no-cv runs none" in res.output
+    res = CliRunner().invoke(get_app(), ["fidelity", "--only", "trtllm-0.13-llama-3-8b-a100-80gb-tp1-fp16-128x*",
+                                         "--no-cv", "--refit"])
+    assert res.exit_code == 0, res.output
+    assert "its in-sample error says nothing" in res.output

@@ -279,3 +279,8 @@ def test_validate_on_cuda(small_trace, tmp_path):
     assert set(p["efficiency"]) >= {"peaks", "decode"}
     if s["nvml"] == "sampling":
         assert s["nvml_summary"]["samples"] > 0 and (out / "nvml.parquet").exists()
+
+
+def test_policy_and_policies_together_are_refused(small_trace, tmp_path):
+    r = _invoke(small_trace, "--policy", "dfs", "--policies", "fcfs", "-o", tmp_path / "v")
+    assert r.exit_code == 2 and "not both" in r.output and not (tmp_path / "v").exists()

@@ -53,6 +53,8 @@ def fidelity_cmd(
         raise UserError("--save needs --refit")
     if jobs < 1:
         raise UserError(f"--jobs {jobs}: must be at least 1")
+    if cv_by and not cv:
+        raise UserError("--cv-by picks cross-validations to run and --no-cv runs none; give one of them")
     bad = [k for k in cv_by or [] if k not in CV_ORDER]
     if bad:
         raise UserError(f"--cv-by {bad[0]}: use one of {', '.join(CV_ORDER)}")
@@ -82,6 +84,12 @@ def fidelity_cmd(
         if refit:
             bar.update(bar.done, detail="refitting the parameters")
             params = do_refit(suite)
+            from blendsim.fidelity.fit import free_params
+
+            n_free = len(free_params(suite.ok))
+            if not save and len(suite.ok) < n_free:  # --save refuses such a fit (check_fit_size); say why here too
+                typer.echo(f"note: refitted {n_free} free parameters on {len(suite.ok)} runnable row(s): the fit can "
+                           f"match them whatever the model, so its in-sample error says nothing", err=True)
             if save:
                 from blendsim.fidelity.suite import check_fit_size
                 from blendsim.sim.io import atomic_path

@@ -10,8 +10,8 @@ import typer
 
 def validate_cmd(
     trace: Path = typer.Argument(..., help="Trace Parquet file (keep it small: every step runs on the device)."),
-    policy: str = typer.Option("fcfs", "--policy", "-p", help="Scheduling policy (see `blendsim policies`), or "
-                                                             "your own: path/to/file.py:ClassName."),
+    policy: str = typer.Option(None, "--policy", "-p", help="Scheduling policy (see `blendsim policies`), or "
+                                                           "your own: path/to/file.py:ClassName (default: fcfs)."),
     policies: str = typer.Option(None, "--policies", help="Comma-separated policies; with two or more, the error "
                                                           "of the predicted speedup over the first is reported."),
     model: str = typer.Option("tiny", "--model", "-m", help="Model preset or HuggingFace config.json (random "
@@ -53,7 +53,9 @@ def validate_cmd(
     if pp != 1:
         raise UserError(f"--pp {pp}: the replay runs each step's whole model on one device, so it cannot time "
                         f"pipeline stages; validate the stages' kernels with --pp 1 (simulate takes --pp)")
-    names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else (policy,)
+    if policy is not None and policies is not None:
+        raise UserError("give --policy (one) or --policies (several), not both")
+    names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else (policy or "fcfs",)
     cfg = ValidateConfig(policies=names, model=model, hardware=hardware, device=device,
                          profile=str(profile) if profile else None, dtype=dtype, engine=engine, mode=mode,
                          replicas=replicas, max_steps=max_steps, repeats=repeats, op_every=op_every, threads=threads,
