@@ -103,6 +103,11 @@ def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
     ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s`` and ``source`` (see workloads/trace.py)."""
     from blendsim.workloads.trace import from_columns
 
+    known = ("arrival_s", "output_len_hint", "ttft_slo_s", "tbt_slo_s", "jct_slo_s", "source", "meta")
+    unknown = sorted(set(optional) - set(known))
+    if unknown:
+        raise UserError(f"make_trace(): unknown column(s) {', '.join(unknown)}; besides input_len, output_len, "
+                        f"prompts and ids it takes {', '.join(known)}")
     trace = from_columns(input_len=input_len, output_len=output_len, prompts=prompts, ids=ids, **optional)
     trace.validate("make_trace")
     return trace
@@ -165,7 +170,11 @@ class Result:
         from blendsim.sim.rundir import check_run_dir, write_run
 
         run_dir = C.path(run_dir, "Result.write: run_dir")
-        check_run_dir(run_dir, self.summary.get("trace_sha256"), C.boolean(force, "--force"))
+        try:
+            check_run_dir(run_dir, self.summary.get("trace_sha256"), C.boolean(force, "force"))
+        except UserError as e:  # the CLI's advice, in this call's words
+            raise UserError(str(e).replace("choose another -o, or --force", "choose another folder, or force=True")
+                            .replace("choose another -o", "choose another folder")) from None
         return write_run(self.run, run_dir)
 
     def __repr__(self) -> str:

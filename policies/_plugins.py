@@ -170,7 +170,7 @@ def user_code_error(owner: str, what: str, fn, e: BaseException) -> UserError:
     else:
         why = f"raised {type(e).__name__}" + (f": {_first_line(e)}" if _first_line(e) else "")
     return UserError(f"{owner}: {what} {why} ({path}, line {line}; --debug or BLENDSIM_DEBUG=1 shows the "
-                     "traceback)")
+                     "traceback, in Python the error's __cause__)")
 
 
 def bad_result(owner: str, what: str, fn, problem: str) -> UserError:

@@ -468,3 +468,19 @@ def test_two_policies_that_would_share_a_run_folder_are_refused(tmp_path, monkey
 
     with pytest.raises(UserError, match="would share the run folder"):
         ValidateConfig(policies=("sub/mine.py:Mine", "sub_mine.py:Mine"))
+
+
+def test_a_policy_failing_in_a_cell_keeps_its_traceback_for_debug(tmp_path):
+    """The cell's user code fails in a worker: failures.json keeps the traceback and --debug (BLENDSIM_DEBUG=1)
+    prints it before the one-line error, as simulate does."""
+    pol = tmp_path / "boom.py"
+    pol.write_text("import blendsim\n\n\nclass Boom(blendsim.Policy):\n    def rank(self):\n"
+                   "        raise ValueError('boom in my code')\n")
+    args = ["sweep", "--densities", "1.0", "--sharing", "0.25", "--requests", "300", "--jobs", "1",
+            "--policies", f"{pol}:Boom"]
+    r = CliRunner().invoke(get_app(), [*args, "-o", str(tmp_path / "s")])
+    assert r.exit_code == 2 and "boom in my code" in r.stderr and "Traceback" not in r.stderr
+    failure = json.loads((tmp_path / "s" / "failures.json").read_text())["failures"][0]
+    assert "ValueError: boom in my code" in failure["traceback"] and str(pol) in failure["traceback"]
+    r = CliRunner().invoke(get_app(), [*args, "-o", str(tmp_path / "d")], env={"BLENDSIM_DEBUG": "1"})
+    assert r.exit_code == 2 and "Traceback (most recent call last)" in r.stderr and str(pol) in r.stderr

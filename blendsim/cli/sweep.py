@@ -119,7 +119,9 @@ def sweep_cmd(
     typer.echo(describe(outcome))
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):
-            raise UserError(failure_line(outcome))
+            tb = next((f["traceback"] for f in outcome.failures if f.get("traceback")), None)
+            # the cell's user code (a policy) failed in a worker: its traceback is the cause --debug prints
+            raise UserError(failure_line(outcome)) from (CellTraceback(tb) if tb else None)
         typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)
         raise typer.Exit(1)
     from blendsim.reports.terminal import sweep_warnings
@@ -127,6 +129,14 @@ def sweep_cmd(
     for line in sweep_warnings(out):
         typer.echo(f"warning: {line}", err=True)
     typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
+
+
+class CellTraceback(Exception):
+    """The traceback of a user's code that failed in a sweep worker, as text (the worker's exception is not
+    sent back): the cause of the sweep's one-line error, which ``--debug`` prints."""
+
+    def __str__(self) -> str:
+        return "a cell's traceback, in its worker:\n" + str(self.args[0]).rstrip()
 
 
 __all__ = ["sweep_cmd"]

@@ -120,6 +120,8 @@ def _guarded(fn, *args) -> dict:
         out = {"ok": True, "value": fn(*args)}
     except UserError as e:
         out = {"ok": False, "error": str(e), "user_error": True}
+        if e.__cause__ is not None:  # the user's own code failed (a policy): its traceback, for failures.json and --debug
+            out["traceback"] = "".join(traceback.format_exception(e.__cause__))
     except Exception as e:  # a bug: keep the traceback for failures.json
         out = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0], "user_error": False,
                "traceback": traceback.format_exc()}
