@@ -238,3 +238,20 @@ def test_cv_by_with_no_cv_is_refused_and_an_underdetermined_refit_says_so():
                                          "--no-cv", "--refit"])
     assert res.exit_code == 0, res.output
     assert "its in-sample error says nothing" in res.output
+
+
+def test_a_params_file_without_a_rows_engine_loop_says_so(tmp_path):
+    """A file refitted on other engines' rows: the rows of an engine it lacks run on the profile's constants."""
+    from blendsim.sim.engines import PARAMS_FILE, load_params
+
+    params = load_params()
+    params["engine"] = {k: v for k, v in params["engine"].items() if not k.startswith("trtllm")}
+    f = tmp_path / "partial.json"
+    f.write_text(json.dumps(params))
+    res = CliRunner().invoke(get_app(), ["fidelity", "--only", "trtllm-0.13-llama-3-8b-a100-80gb-tp1-fp16-128x*",
+                                         "--no-cv", "--params-file", str(f)])
+    assert res.exit_code == 0, res.output
+    assert "has no fitted loop of trtllm" in res.output
+    res = CliRunner().invoke(get_app(), ["fidelity", "--only", "trtllm-0.13-llama-3-8b-a100-80gb-tp1-fp16-128x*",
+                                         "--no-cv", "--params-file", str(PARAMS_FILE)])
+    assert "has no fitted loop" not in res.output

@@ -81,6 +81,9 @@ def fidelity_cmd(
 
     with Progress("fidelity", unit="rows", quiet=quiet) as bar:
         suite = load_suite(paths, params, lambda i, n, rid: bar.update(i + 1, n, rid), only)
+        if params_file and not refit:
+            for line in _params_file_gaps(suite, params, params_file):
+                typer.echo(f"note: {line}", err=True)
         if refit:
             bar.update(bar.done, detail="refitting the parameters")
             params = do_refit(suite)
@@ -215,6 +218,21 @@ CV_HEADS = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), 
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _params_file_gaps(suite, params: dict, params_file) -> list[str]:
+    """Engine loops the rows run on that ``--params-file`` lacks but the shipped file has (a file refitted on
+    other rows): those rows keep the profile's own constants, which the figures should say."""
+    from blendsim.sim.engines import load_params
+
+    shipped = load_params()
+    gaps: dict = {}
+    for _, pr in suite.ok:
+        prof = pr.profile
+        if not prof.fitted_overhead(params) and prof.fitted_overhead(shipped):
+            gaps[prof.overhead_key] = gaps.get(prof.overhead_key, 0) + 1
+    return [f"{params_file} has no fitted loop of {k} ({n} row(s)): they run on that profile's own constants, "
+            f"not the shipped fit" for k, n in sorted(gaps.items())]
 
 
 def _own_markdown(path) -> bool:
