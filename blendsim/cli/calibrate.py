@@ -175,17 +175,23 @@ def engine_cmd(
     if tty:
         typer.echo("", err=True)
     write_profile(out, params, setup, report)
+    from blendsim.reports.terminal import console, records, say
+
+    c = console()  # the terminal's width (80 piped): every id whole, its figures beside it or under it
+    fitted = [x for x in report if "error" in x]
+    if fitted:
+        for line in records(c.width, [("measured", "right"), ("predicted", "right"), ("error", "right")],
+                            [(x["id"], [f"{x['measured']:,.1f}", f"{x['predicted']:,.1f}", f"{100 * x['error']:+.1f}%"],
+                              "") for x in fitted], name_head="run"):
+            c.print(line, soft_wrap=True, highlight=False)
     for x in report:
-        if "error" in x:
-            typer.echo(f"  {x['id'][:60]:60s} measured {x['measured']:10.1f}  predicted {x['predicted']:10.1f}  "
-                       f"{100 * x['error']:+6.1f}%")
-        else:
-            typer.echo(f"  skipped {x['skipped']}")
-    errs = [abs(x["error"]) for x in report if "error" in x]
-    typer.echo(f"fitted {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample "
-               f"median |error| {100 * float(np.median(errs)):.1f}%")
+        if "error" not in x:
+            say(c, f"skipped {x['skipped']}")
+    errs = [abs(x["error"]) for x in fitted]
+    say(c, f"fitted {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample median "
+           f"|error| {100 * float(np.median(errs)):.1f}%", indent=0)
     for note in params.get("_notes", []):
-        typer.echo(f"note: {note}")
+        say(c, f"note: {note}", indent=0)
     typer.echo(f"wrote {out}")
 
 def register(app: typer.Typer) -> None:
