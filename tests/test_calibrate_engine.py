@@ -266,7 +266,8 @@ def test_result_files_of_one_name_in_two_folders_are_two_runs(tmp_path):
     narrow = CliRunner().invoke(get_app(), [*args, str(tmp_path / "r1" / "result.json"),
                                             str(tmp_path / "r2" / "result.json"), "-o", str(tmp_path / "mine.json")],
                                 env={"COLUMNS": "80"})
-    assert narrow.exit_code == 0 and max(map(len, narrow.output.splitlines())) <= 80 and "…" not in narrow.output
+    text = [x for x in narrow.output.splitlines() if not x.startswith("wrote ")]  # a path is not broken
+    assert narrow.exit_code == 0 and max(map(len, text)) <= 80 and "…" not in narrow.output
     one = str(tmp_path / "r1" / "result.json")
     res = CliRunner().invoke(get_app(), [*args, one, one, "-o", str(tmp_path / "again.json")])
     assert res.exit_code == 2 and "appear twice" in res.output and "r1/result.json" in res.output, res.output
