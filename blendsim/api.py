@@ -231,7 +231,7 @@ def _warn_critical(run) -> None:
     w = critical_path_warning(run.summary)
     if w:
         run.notes.append(w)
-        warnings.warn(w, UserWarning, stacklevel=3)
+        warnings.warn(w, UserWarning, stacklevel=4)  # the caller's line: past simulate and the _boundary wrapper
 
 
 def _as_trace(trace):

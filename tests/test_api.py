@@ -336,3 +336,14 @@ def test_make_trace_names_an_unknown_column_and_write_speaks_python(trace_file, 
     with pytest.raises(UserError, match="force=True") as e:
         other.write(tmp_path / "r")
     assert "--force" not in str(e.value)
+
+
+def test_the_critical_path_warning_points_at_the_callers_line():
+    import warnings
+
+    trace = blendsim.make_trace(input_len=[10] * 3, output_len=[2000, 5, 5])  # one request is the whole makespan
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        blendsim.simulate(trace, policy="fcfs", **TINY)
+    hits = [w for w in got if "critical path" in str(w.message)]
+    assert hits and hits[0].filename == __file__
