@@ -228,10 +228,11 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
     from blendsim.policies.base import option_records
     from blendsim.sim.errors import UserError
 
-    if name not in policy_names():
-        raise UserError(f"unknown policy {name!r}; known: {', '.join(policy_names())}")
+    if name not in policy_names() and ":" not in name:  # path/to/file.py:ClassName: the user's own, shown alike
+        raise UserError(f"unknown policy {name!r}; known: {', '.join(policy_names())}, or your own as "
+                        f"path/to/file.py:ClassName")
     cls = get_policy(name)
-    c.print(Text(f"{name}: {cls.description}", style="bold"))
+    c.print(Text(f"{name}: {cls.description or '(no description)'}", style="bold"))
     if cls.paper:
         say(c, f"source: {cls.paper}", 2)
     eng = ", ".join(f"{k}={v}" for k, v in cls.engine_defaults.items())

@@ -347,3 +347,14 @@ def test_the_critical_path_warning_points_at_the_callers_line():
         blendsim.simulate(trace, policy="fcfs", **TINY)
     hits = [w for w in got if "critical path" in str(w.message)]
     assert hits and hits[0].filename == __file__
+
+
+def test_policies_shows_a_users_own_policy_file(tmp_path):
+    pol = tmp_path / "mine.py"
+    pol.write_text("import numpy as np\nimport blendsim\n\n\nclass Mine(blendsim.Policy):\n"
+                   "    options = {'k': (3, 'a number')}\n\n    def rank(self):\n"
+                   "        return np.arange(self.ctx.trace.n)\n")
+    r = invoke("policies", f"{pol}:Mine")
+    assert r.exit_code == 0 and "k = 3" in r.output, r.output
+    r = invoke("policies", "nope")
+    assert r.exit_code == 2 and "path/to/file.py:ClassName" in r.output
