@@ -170,11 +170,7 @@ class Result:
         from blendsim.sim.rundir import check_run_dir, write_run
 
         run_dir = C.path(run_dir, "Result.write: run_dir")
-        try:
-            check_run_dir(run_dir, self.summary.get("trace_sha256"), C.boolean(force, "force"))
-        except UserError as e:  # the CLI's advice, in this call's words
-            raise UserError(str(e).replace("choose another -o, or --force", "choose another folder, or force=True")
-                            .replace("choose another -o", "choose another folder")) from None
+        check_run_dir(run_dir, self.summary.get("trace_sha256"), C.boolean(force, "--force"))
         return write_run(self.run, run_dir)
 
     def __repr__(self) -> str:

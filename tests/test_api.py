@@ -322,20 +322,11 @@ def test_a_policy_may_add_to_the_summary_but_not_replace_the_runs_figures(trace_
         blendsim.simulate(trace_file, policy=Fakes, **TINY)
 
 
-def test_make_trace_names_an_unknown_column_and_write_speaks_python(trace_file, tmp_path):
+def test_make_trace_names_an_unknown_column():
     from blendsim.sim.errors import UserError
 
     with pytest.raises(UserError, match="make_trace\\(\\): unknown column\\(s\\) foo; .* arrival_s"):
         blendsim.make_trace(input_len=[3], output_len=[2], foo=[1])
-    res = blendsim.simulate(trace_file, policy="fcfs", **TINY)
-    res.write(tmp_path / "r")
-    from blendsim.workloads.trace import write_trace
-
-    second = write_trace(blendsim.make_trace(input_len=[30] * 5, output_len=[5] * 5), tmp_path / "second.parquet")
-    other = blendsim.simulate(second, policy="fcfs", **TINY)
-    with pytest.raises(UserError, match="force=True") as e:
-        other.write(tmp_path / "r")
-    assert "--force" not in str(e.value)
 
 
 def test_the_critical_path_warning_points_at_the_callers_line():

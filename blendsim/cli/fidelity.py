@@ -69,10 +69,9 @@ def fidelity_cmd(
         from blendsim.sim.io import check_output_dir
 
         check_output_dir(out, REPORT_KIND, REPORT_FILES, inputs)
-    from blendsim.sim.io import check_output_file, check_own_file, json_value
+    from blendsim.sim.io import check_output_file, check_own_file
 
-    for dest, own, what in ((save, lambda p: isinstance(json_value(p, "global"), dict)
-                             and isinstance(json_value(p, "bounds"), dict), "blendsim parameter file"),
+    for dest, own, what in ((save, _own_params, "blendsim parameter file"),
                             (markdown, _own_markdown, "blendsim fidelity table")):
         if dest:  # replace only a file of this command's own kind, never a user's
             check_output_file(dest, inputs=paths)
@@ -233,6 +232,19 @@ def _params_file_gaps(suite, params: dict, params_file) -> list[str]:
             gaps[prof.overhead_key] = gaps.get(prof.overhead_key, 0) + 1
     return [f"{params_file} has no fitted loop of {k} ({n} row(s)): they run on that profile's own constants, "
             f"not the shipped fit" for k, n in sorted(gaps.items())]
+
+
+# what a parameter file (sim/engine_params.json, --save's output, --params-file's input) holds at its top level
+PARAM_SECTIONS = {"global", "arch", "hardware", "regime", "engine", "bounds", "fitted_on"}
+
+
+def _own_params(path) -> bool:
+    """Whether ``path`` is a parameter file: a JSON object of parameter sections and nothing else."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(doc, dict) and bool(doc) and set(doc) <= PARAM_SECTIONS
 
 
 def _own_markdown(path) -> bool:
