@@ -75,7 +75,7 @@ class EngineProfile:
     # run one after the other (vLLM <= 0.5); 0 where the server runs apart and overlaps the engine
     api_share: float = 0.0
     # behind its API server, a loop fitted apart from the offline one (``overhead_key`` NAME@VERSION:serve): the
-    # server runs in a process of its own (vLLM >= 0.6, PR #6883; SGLang's tokenizer manager) and its per-request
+    # server runs in a process of its own (vLLM >= 0.5.4, PR #6883; SGLang's tokenizer manager) and its per-request
     # and per-token work -- request handling, detokenising, streaming -- comes on the step in ways one offline loop
     # cannot carry, so the served rows fit their own and an offline run keeps the loop its own rows (or its prior)
     # give; the prior is the same
@@ -378,11 +378,18 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 # SchedulerConfig): 8192 here, Llama-3's context (longer-context models pack more prompt tokens per
 # step in the real engine). Overhead: the V0 loop (_V0_LOOP), fitted to the catalogue's vLLM 0.5 rows
 # (vllm-v0@0.5 in _BUILTIN runs this profile under its older name and shares the fit).
-# Behind its OpenAI server vLLM <= 0.5 ran the HTTP server in the engine's process, so the two competed for the GIL
+# Behind its OpenAI server vLLM <= 0.5.3 ran the HTTP server in the engine's process, so the two competed for the GIL
 # and the server's work -- request handling, formatting and streaming each sequence's token -- came on top of the
-# engine loop (vLLM blog 2024-09-05, "Performance Diagnosis": for Llama 3 8B on one H100 the HTTP API server took
-# 33% of the time, scheduling and input/output handling 29%, GPU execution 38%; 0.6.0 moved the server to its own
-# process, PR #6883): priced as 33/29 of the loop's overhead per step (``api_share``, with ``serve``).
+# engine loop (vLLM blog 2024-09-05, "Performance Diagnosis", of v0.5.3: for Llama 3 8B on one H100 the HTTP API
+# server took 33% of the time, scheduling and input/output handling 29%, GPU execution 38%): priced as 33/29 of the
+# loop's overhead per step (``api_share``, with ``serve``). vllm-project/vllm PR #6883 ("Multiprocessing for OpenAI
+# Server with zeromq") moved the server to its own process; it is first in v0.5.4 (vllm@v0.5.4
+# vllm/entrypoints/openai/api_server.py build_async_engine_client: the engine runs in an RPC server process unless
+# --disable-frontend-multiprocessing), which the vLLM blog's v0.6.0-against-v0.5.3 comparison counts among 0.6.0's
+# gains. 0.5.4 and 0.5.5 are still priced with the in-process share: the engine's process there pickles every
+# step's outputs for the zeromq hop, a cost no source gives. A vllm@0.5.4 profile without the share (api_share 0)
+# was tried on 29 Nov 2026 against the 20 vLLM 0.5.4 runs of validation.csv, out of the fit: median |error| 19.7%
+# -> 21.7%, p90 36.7% -> 86.7% (the runs on 2-8 A100s +70% to +100% too fast); not kept.
 _VLLM_05 = EngineProfile(
     "vllm", version="0.5", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0], per_seq_s=_V0_LOOP[1], per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
