@@ -101,9 +101,12 @@ def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
     token ids, or of ``(segment_id, length)`` pairs (requests that share leading segments share that
     prefix), or None (a unique prompt); ``ids``; optional columns ``arrival_s``, ``output_len_hint``,
     ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s`` and ``source`` (see workloads/trace.py)."""
-    from blendsim.workloads.trace import from_columns
+    import dataclasses
 
-    known = ("arrival_s", "output_len_hint", "ttft_slo_s", "tbt_slo_s", "jct_slo_s", "source", "meta")
+    from blendsim.workloads.trace import Trace, from_columns
+
+    known = tuple(f.name for f in dataclasses.fields(Trace) if f.default is not dataclasses.MISSING
+                  or f.default_factory is not dataclasses.MISSING)  # the optional columns (and meta)
     unknown = sorted(set(optional) - set(known))
     if unknown:
         raise UserError(f"make_trace(): unknown column(s) {', '.join(unknown)}; besides input_len, output_len, "

@@ -364,7 +364,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     per_req = per_request_table(trace, rec, steps)
     summary = summarize(trace=trace, rec=rec, steps_by_replica=steps, bounds=bnd, cfg=cfg, cost_model=cm,
                         engine_cfg=eng, kv_stats=kv_stats, per_req=per_req, extra=extra, work=work)
-    clash = sorted(set(own) & set(summary))
+    clash = sorted(set(own) & (set(summary) | {"policy_options"}))  # policy_options: the given ones only
     if clash:  # a policy's summary_extra() may add figures, not replace the run's measured ones or its provenance
         raise UserError(f"policy {run.policy_ref.label}: summary_extra() returns {', '.join(map(repr, clash[:5]))}"
                         f"{' ...' if len(clash) > 5 else ''}, which the run's summary reports itself; name them "

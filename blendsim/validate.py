@@ -49,14 +49,9 @@ class ValidateConfig:
     def __post_init__(self) -> None:
         if not self.policies or len(set(self.policies)) != len(self.policies):
             raise UserError("--policies: give one or more distinct policy names")
-        from blendsim.sim.rundir import run_dir_name
+        from blendsim.sim.rundir import check_distinct_run_dirs
 
-        folders: dict = {}
-        for p in self.policies:  # sim/<policy>/ holds each one's simulated run
-            other = folders.setdefault(run_dir_name(p), p)
-            if other != p:
-                raise UserError(f"--policies {other} and {p} would share the run folder {run_dir_name(p)!r}; "
-                                f"rename one (a file, or a class in it)")
+        check_distinct_run_dirs(self.policies)  # sim/<policy>/ holds each one's simulated run
         if self.max_steps is not None and self.max_steps < 1:
             raise UserError(f"--max-steps must be >= 1, got {self.max_steps}")
         if self.repeats is not None and self.repeats < 1:

@@ -340,8 +340,6 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
 
 def _options_text(v) -> str:
     """``k=v, k=v`` of a run's ``policy_options`` (a dict from summary.json, JSON text from a sweep's results)."""
-    import json
-
     if isinstance(v, str):
         try:
             v = json.loads(v)

@@ -56,6 +56,25 @@ def run_dir_name(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(label)).strip("._") or "_"
 
 
+def check_distinct_run_dirs(policies, flag: str = "--policies") -> None:
+    """Refuse two policies whose run folders (:func:`run_dir_name`) would be one: one's result would be lost.
+    The same file and class written two ways (./mine.py:Mine, mine.py:Mine) is one policy given twice."""
+    from blendsim.sim.errors import UserError
+
+    def same(a: str, b: str) -> bool:
+        (fa, _, ca), (fb, _, cb) = a.rpartition(":"), b.rpartition(":")
+        return bool(fa and fb) and ca == cb and Path(fa).resolve() == Path(fb).resolve()
+
+    folders: dict = {}
+    for p in policies:
+        other = folders.setdefault(run_dir_name(p), p)
+        if other != p:
+            if same(other, p):
+                raise UserError(f"{flag} {other} and {p} are one policy given twice")
+            raise UserError(f"{flag} {other} and {p} would share the run folder {run_dir_name(p)!r}; rename one "
+                            f"(a file, or a class in it)")
+
+
 def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: bool = False, inputs=()) -> Path:
     """Refuse to overwrite a folder that holds something other than an earlier run (or the current folder,
     one above it, or one holding an ``inputs`` file: sim.io.check_output_dir); with ``trace_sha256`` (the new
@@ -188,5 +207,5 @@ def schedule_arrow(result: RunResult):
     return tab.replace_schema_metadata({f"blendsim.{k}": str(v) for k, v in meta.items()})
 
 
-__all__ = ["RunResult", "STEP_ROW_GROUP", "check_run_dir", "file_sha256", "json_safe", "requests_table", "run_dir_name",
+__all__ = ["RunResult", "STEP_ROW_GROUP", "check_distinct_run_dirs", "check_run_dir", "file_sha256", "json_safe", "requests_table", "run_dir_name",
            "schedule_arrow", "schedule_table", "steps_table", "write_run", "write_steps"]

@@ -317,9 +317,17 @@ def test_a_policy_may_add_to_the_summary_but_not_replace_the_runs_figures(trace_
         def summary_extra(self):
             return {"makespan_s": -1.0, "policy_sha256": "0" * 64}
 
+    class FakesOptions(Adds):
+        name = "fakes-options"
+
+        def summary_extra(self):
+            return {"policy_options": {"heavier_first": True}}  # as if --opt had been given
+
     assert blendsim.simulate(trace_file, policy=Adds, **TINY).summary["adds_rounds"] == 3
     with pytest.raises(UserError, match=r"summary_extra\(\) returns 'makespan_s', 'policy_sha256'"):
         blendsim.simulate(trace_file, policy=Fakes, **TINY)
+    with pytest.raises(UserError, match="'policy_options'"):
+        blendsim.simulate(trace_file, policy=FakesOptions, **TINY)
 
 
 def test_make_trace_names_an_unknown_column():

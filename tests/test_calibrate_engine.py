@@ -253,18 +253,19 @@ def test_one_profile_file_named_two_ways_is_one_engine_in_a_report(tmp_path, mon
 def test_result_files_of_one_name_in_two_folders_are_two_runs(tmp_path):
     """r1/result.json and r2/result.json (the usual layout of benchmark outputs) are told apart by their folder;
     one file given twice is named in the error."""
-    for d, elapsed in (("r1", 10.0), ("r2", 12.0)):
+    for d, elapsed in (("r1", 10.0), ("r2[tp2]", 12.0)):  # brackets print as they are (no console markup)
         (tmp_path / d).mkdir()
         (tmp_path / d / "result.json").write_text(json.dumps(
             {"elapsed_time": elapsed, "num_requests": 100, "total_num_tokens": 50000}))
     args = ["calibrate", "engine", "--engine", "vllm@0.10", "--hardware", "h100-80gb", "--model", "llama-3-8b",
             "--workload", "const:400/100"]
-    res = CliRunner().invoke(get_app(), [*args, str(tmp_path / "r1" / "result.json"), str(tmp_path / "r2" / "result.json"),
-                                         "-o", str(tmp_path / "mine.json")], env={"COLUMNS": "200"})
+    res = CliRunner().invoke(get_app(), [*args, str(tmp_path / "r1" / "result.json"),
+                                         str(tmp_path / "r2[tp2]" / "result.json"), "-o", str(tmp_path / "mine.json")],
+                             env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "r1/result" in res.output and "r2/result" in res.output
+    assert "r1/result" in res.output and "r2[tp2]/result" in res.output
     narrow = CliRunner().invoke(get_app(), [*args, str(tmp_path / "r1" / "result.json"),
-                                            str(tmp_path / "r2" / "result.json"), "-o", str(tmp_path / "mine.json")],
+                                            str(tmp_path / "r2[tp2]" / "result.json"), "-o", str(tmp_path / "mine.json")],
                                 env={"COLUMNS": "80"})
     text = [x for x in narrow.output.splitlines() if not x.startswith("wrote ")]  # a path is not broken
     assert narrow.exit_code == 0 and max(map(len, text)) <= 80 and "…" not in narrow.output

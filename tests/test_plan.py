@@ -275,3 +275,6 @@ def test_progress_gets_the_spaces_size_where_it_takes_it(trace):
     plan(trace, "llama-3-8b", "1h", progress=lambda done, key: two.append(done), **kw)
     a = plan(trace, "llama-3-8b", "1h", progress=lambda done, key, at_most: three.append(at_most), **kw)
     assert two and len(three) == len(two) and len(set(three)) == 1 and len(two) <= three[0] <= a["candidates"]
+    kept = []  # a third parameter with a default is not the space's size
+    plan(trace, "llama-3-8b", "1h", progress=lambda done, key, out=kept: out.append(key), **kw)
+    assert kept and all(isinstance(k, str) for k in kept)

@@ -234,6 +234,9 @@ def test_a_model_too_big_for_one_gpu_is_synthesised_on_the_cells_gpus(tmp_path):
     assert (row["tp"], row["gpus"], row["model"]) == (4, 4, "llama-3-70b")
     r = sweep(*args, "--tp", "2", "--pp", "2", "-o", str(tmp_path / "pp"))
     assert r.exit_code == 0, r.output
+    # qwen2.5-7b's 28 heads split 4 ways but not 8: the recipe's replica takes --tp alone
+    r = sweep(*args[:-1], "qwen2.5-7b", "--tp", "4", "--pp", "2", "-o", str(tmp_path / "qwen"))
+    assert r.exit_code == 0, r.output
 
 
 # ---- backends -------------------------------------------------------------------------------
@@ -468,6 +471,8 @@ def test_two_policies_that_would_share_a_run_folder_are_refused(tmp_path, monkey
 
     with pytest.raises(UserError, match="would share the run folder"):
         ValidateConfig(policies=("sub/mine.py:Mine", "sub_mine.py:Mine"))
+    with pytest.raises(UserError, match="one policy given twice"):  # one file and class written two ways
+        ValidateConfig(policies=("./sub_mine.py:Mine", "sub_mine.py:Mine"))
 
 
 def test_a_policy_failing_in_a_cell_keeps_its_traceback_for_debug(tmp_path):

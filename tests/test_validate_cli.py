@@ -284,3 +284,15 @@ def test_validate_on_cuda(small_trace, tmp_path):
 def test_policy_and_policies_together_are_refused(small_trace, tmp_path):
     r = _invoke(small_trace, "--policy", "dfs", "--policies", "fcfs", "-o", tmp_path / "v")
     assert r.exit_code == 2 and "not both" in r.output and not (tmp_path / "v").exists()
+
+
+def test_a_long_policy_name_folds_and_no_figure_is_cut(small_trace, tmp_path):
+    pol = tmp_path / "a_rather_long_policy_file_name_of_mine.py"
+    pol.write_text("import numpy as np\nimport blendsim\n\n\nclass Mine(blendsim.Policy):\n"
+                   "    def rank(self):\n        return np.arange(self.ctx.trace.n)\n")
+    r = _invoke(small_trace, "--policies", f"fcfs,{pol}:Mine", "--repeats", "1", "--max-steps", "3",
+                "-o", tmp_path / "v")
+    assert r.exit_code == 0, r.output
+    rows = [x for x in r.output.splitlines() if x.startswith("fcfs ")]
+    assert rows and rows[0].rstrip().endswith("%") and "…" not in r.output  # the last figure whole
+    assert sum(x.count("%") for x in r.output.splitlines()[:12]) >= 14  # both rows' seven percentages

@@ -183,7 +183,7 @@ def engine_cmd(
         for line in records(c.width, [("measured", "right"), ("predicted", "right"), ("error", "right")],
                             [(x["id"], [f"{x['measured']:,.1f}", f"{x['predicted']:,.1f}", f"{100 * x['error']:+.1f}%"],
                               "") for x in fitted], name_head="run"):
-            c.print(line, soft_wrap=True, highlight=False)
+            c.print(line, soft_wrap=True, highlight=False, markup=False)  # ids verbatim: bench[tp2] is no markup
     for x in report:
         if "error" not in x:
             say(c, f"skipped {x['skipped']}")

@@ -119,7 +119,8 @@ def sweep_cmd(
     typer.echo(describe(outcome))
     if outcome.failures:
         if all(f["user_error"] for f in outcome.failures):
-            tb = next((f["traceback"] for f in outcome.failures if f.get("traceback")), None)
+            first = outcome.failures[0]  # the cell the error line names, else the first with a traceback
+            tb = first.get("traceback") or next((f["traceback"] for f in outcome.failures if f.get("traceback")), None)
             # the cell's user code (a policy) failed in a worker: its traceback is the cause --debug prints
             raise UserError(failure_line(outcome)) from (CellTraceback(tb) if tb else None)
         typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)

@@ -97,13 +97,16 @@ def print_summary(s: dict, out: Path | None = None) -> None:
 
     c = console()  # the terminal's width, 80 when piped, like every other command
     dev = s.get("device", {})
-    c.print(f"[bold]validate[/] {s['model']} ({s['dtype']}) on {dev.get('name', '?')} [{dev.get('kind')}], "
-            f"attention {s.get('attention_backend', '?')}, hardware preset {s['hardware']}, "
-            f"{s.get('repeats')} forward(s) per step")
+    from rich.markup import escape
+
+    c.print("[bold]validate[/] " + escape(f"{s['model']} ({s['dtype']}) on {dev.get('name', '?')} "
+                                           f"[{dev.get('kind')}], attention {s.get('attention_backend', '?')}, "
+                                           f"hardware preset {s['hardware']}, {s.get('repeats')} forward(s) per step"))
     c.print("predicted vs measured step time (error = predicted / measured - 1; med and p90: of |error|)")
     t = Table(box=None, pad_edge=False, header_style="bold")  # two spaces between columns: 9 fit in 80
     for col in ("policy", "steps", "med err", "p90 err", "bias", "GEMM", "attn", "other", "tput err"):
-        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True, overflow="fold")  # never cut
+        # figures never cut: a long policy name (path/to/file.py:Class) folds in its own column instead
+        t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=col != "policy", overflow="fold")
     for p, r in s["policies"].items():
         if not r.get("steps"):
             t.add_row(p, "0", *["-"] * 7)

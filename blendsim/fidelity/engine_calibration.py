@@ -149,16 +149,22 @@ def _distinct_ids(rows: list) -> list:
     layout of benchmark outputs -- take their path under the files' common folder instead."""
     import os
 
+    def is_file(text: str) -> bool:  # a results file's row names its path; a catalogue row, a citation
+        try:
+            return Path(text).is_file()
+        except (OSError, ValueError):  # a citation too long or odd for a path
+            return False
+
     ids = [r.id for r in rows]
     twice = {i for i in ids if ids.count(i) > 1}
-    files = [Path(r.source) for r in rows if r.id in twice and Path(r.source).is_file()]
+    files = [Path(r.source) for r in rows if r.id in twice and is_file(r.source)]
     if not files:
         return rows
     base = Path(os.path.commonpath([str(f.resolve().parent) for f in files]))
 
     def qualified(r):
         f = Path(r.source)
-        if r.id not in twice or not f.is_file() or not r.id.startswith(f.stem):
+        if r.id not in twice or not is_file(r.source) or not r.id.startswith(f.stem):
             return r
         return dataclasses.replace(r, id=f.resolve().with_suffix("").relative_to(base).as_posix() + r.id[len(f.stem):])
 

@@ -160,12 +160,12 @@ def print_answer(answer: dict) -> None:
         for line in records(c.width, figures, [
                 (f"{x['']:1} {x['GPUs']} TP/PP/EP {x['TP/PP/EP']} x{x['replicas']} {x['engine']} {x['policy']} "
                  f"{x['precision']}", [x[h] for h, _ in figures], "") for x in r], name_head="  deployment"):
-            c.print(line, soft_wrap=True, highlight=False)
-    c.print(answer["recommendation"], highlight=False)  # wrapped on words at the terminal's width
+            c.print(line, soft_wrap=True, highlight=False, markup=False)
+    c.print(answer["recommendation"], highlight=False, markup=False)  # wrapped on words at the terminal's width
     if answer["recommended"] is not None:  # one line, to copy whole
-        c.print(f"re-run: {answer['recommended']['simulate_command']}", soft_wrap=True, highlight=False)
+        c.print(f"re-run: {answer['recommended']['simulate_command']}", soft_wrap=True, highlight=False, markup=False)
     for line in notes(answer):
-        c.print(line, highlight=False)
+        c.print(line, highlight=False, markup=False)
 
 
 def plot(answer: dict, points: list, path: Path) -> Path:

@@ -258,8 +258,9 @@ def _progress_call(progress, at_most: int):
         params = inspect.signature(progress).parameters.values()
     except (TypeError, ValueError):  # a builtin or C callable: the two-argument form
         return progress
-    takes3 = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 3 or \
-        any(p.kind is p.VAR_POSITIONAL for p in params)
+    # a third required positional parameter (not one with a default: cb(done, key, out=sys.stderr) keeps two)
+    takes3 = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+                 for p in params) >= 3
     return (lambda done, key: progress(done, key, at_most)) if takes3 else progress
 
 

@@ -219,21 +219,38 @@ class SweepSpec:
         """Every cell, grouped by workload; policies in the order given."""
         return [Cell(w, p) for w in self.workloads() for p in self.policies]
 
+    def _density_tp(self, w: Workload) -> int:
+        """The TP degree of the replica a recipe measures density on: the cells' --tp, or --tp x --pp where the
+        model splits that many ways, so that a model too big for --tp GPUs fits the pipeline's GPUs (a recipe's
+        replica has no stages). A recipe's compute/memory ratio is of the deployment it is run on."""
+        tp, pp = self.precision.get("tp", 1), self.precision.get("pp", 1)
+        return tp * pp if pp > 1 and _fits_tp(w.synth_model, w.synth_hardware, tp * pp) else tp
+
     def recipe_kwargs(self, w: Workload) -> dict:
         """Options for ``get_recipe(recipe).make(**...)`` for workload ``w``."""
         from blendsim.workloads.recipes import get_recipe
 
         names = {f.name for f in dataclasses.fields(get_recipe(self.recipe).options)}
         kw = {"density": w.density, "sharing": w.sharing}
-        # the replica the recipe measures density on has the cells' GPUs: a model that needs --tp (or --tp x --pp)
-        # GPUs does not fit on one, and a recipe's compute/memory ratio is of the deployment it is run on
-        gpus = self.precision.get("tp", 1) * self.precision.get("pp", 1)
+        gpus = self._density_tp(w) if "tp" in names else 1
         for k, v in (("requests", self.requests), ("model", w.synth_model), ("hardware", w.synth_hardware),
                      ("seed", w.seed if w.seed >= 0 else self.seed), ("tp", gpus if gpus > 1 else None)):
             if k in names and v is not None:
                 kw[k] = v
         kw.update(self.recipe_options)
         return kw
+
+
+def _fits_tp(model: str, hardware: str, tp: int) -> bool:
+    """Whether ``model`` splits ``tp`` ways on ``hardware`` (heads and widths divide, weights fit)."""
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.errors import UserError
+
+    try:
+        make_deployment(model, hardware, tp)
+    except UserError:
+        return False
+    return True
 
 
 def precision_settings(weights=None, kv_dtype=None, tp: int = 1, ep: int = 1, pp: int = 1) -> dict:

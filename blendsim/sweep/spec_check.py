@@ -41,14 +41,9 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         opts[k] = _coerce(fields[k], v)
     for p in spec.policies + ((spec.engine_of,) if spec.engine_of else ()):
         get_policy(p)
-    from blendsim.sim.rundir import run_dir_name as slug  # the sweep's folder names (sweep.grid.slug) alike
+    from blendsim.sim.rundir import check_distinct_run_dirs
 
-    folders: dict = {}
-    for p in spec.policies:  # each policy's cells get a folder named after it: two names, one folder, one lost
-        other = folders.setdefault(slug(p), p)
-        if other != p:
-            raise UserError(f"--policies {other} and {p} would share the run folder {slug(p)!r}; rename one "
-                            f"(a file, or a class in it)")
+    check_distinct_run_dirs(spec.policies)  # each policy's cells get a folder named after it (sweep.grid.slug)
     pr = spec.precision
     specs = {m: get_model(m, None, pr.get("weights"), pr.get("kv_dtype")) for m in spec.models}
     # NOTE: configs compare by content; two different configs that share a name get their hash appended
