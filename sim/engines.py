@@ -188,7 +188,12 @@ class EngineProfile:
                   if f"server_{k}" in self.server_fitted} if self.serve else {}
         if self.async_scheduling:
             return server
-        return {**(eng.get(self.overhead_key) or eng.get(self.offline_key) or eng.get(self.name) or {}), **server}
+        return {**self.fitted_loop(params), **server}
+
+    def fitted_loop(self, params: dict) -> dict:
+        """Its fitted loop alone (no server stage): under its own key, its offline loop's, or its name's; {} if none."""
+        eng = params.get("engine", {})
+        return eng.get(self.overhead_key) or eng.get(self.offline_key) or eng.get(self.name) or {}
 
     def with_params(self, values: dict) -> EngineProfile:
         keep = {k: float(v) for k, v in values.items() if k in ("fixed_s", "per_seq_s", "per_token_s")

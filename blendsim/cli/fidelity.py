@@ -224,38 +224,37 @@ def _params_file_gaps(suite, params: dict, params_file) -> list[str]:
     other rows): those rows keep the profile's own constants, which the figures should say."""
     from blendsim.sim.engines import load_params
 
-    def loop(p: dict, prof) -> bool:  # the loop's own entry (EngineProfile.fitted_overhead's), not a server stage
-        eng = p.get("engine", {})
-        return bool(eng.get(prof.overhead_key) or eng.get(prof.offline_key) or eng.get(prof.name))
-
     shipped = load_params()
     gaps: dict = {}
     for _, pr in suite.ok:
         prof = pr.profile
-        if not prof.async_scheduling and not loop(params, prof) and loop(shipped, prof):
+        if not prof.async_scheduling and not prof.fitted_loop(params) and prof.fitted_loop(shipped):
             gaps[prof.overhead_key] = gaps.get(prof.overhead_key, 0) + 1
     return [f"{params_file} has no fitted loop of {k} ({n} row(s)): they run on that profile's own constants, "
             f"not the shipped fit" for k, n in sorted(gaps.items())]
 
 
-# what a parameter file (sim/engine_params.json, --save's output, --params-file's input) holds at its top level
-PARAM_SECTIONS = {"global", "arch", "hardware", "regime", "engine", "bounds", "fitted_on"}
-
-
 def _own_params(path) -> bool:
-    """Whether ``path`` is a parameter file: a JSON object of parameter sections and nothing else."""
+    """Whether ``path`` is a parameter file as --save writes it: a JSON object of sim.paramfile's sections, not a
+    ``calibrate engine`` profile (its ``profile`` header)."""
+    from blendsim.sim.paramfile import TOP
+
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError):
         return False
-    return isinstance(doc, dict) and bool(doc) and set(doc) <= PARAM_SECTIONS
+    return isinstance(doc, dict) and bool(doc) and set(doc) <= set(TOP) - {"profile"}
+
+
+# the first cells of the table --markdown writes (markdown_table): how a file of that kind is known
+MARKDOWN_HEAD = "| engine | version (profile) | rows | "
 
 
 def _own_markdown(path) -> bool:
     """Whether ``path`` is a table ``--markdown`` wrote (its header row)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return fh.readline().startswith("| engine | version (profile) | rows |")
+            return fh.readline().startswith(MARKDOWN_HEAD)
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -284,7 +283,7 @@ def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
             out.append(f"{100 * np.median(e):.1f}% ({100 * np.percentile(e, 90):.1f}%)" if len(e) else "-")
         return out
 
-    lines = ["| engine | version (profile) | rows | " + " | ".join(f"{h} median (p90)" for h, _e in cols) + " |",
+    lines = [MARKDOWN_HEAD + " | ".join(f"{h} median (p90)" for h, _e in cols) + " |",
              "|---|---|---:|" + "---:|" * len(cols)]
     for eng in sorted({r.engine for r in rows}):
         ids = [r.id for r in rows if r.engine == eng]

@@ -90,15 +90,13 @@ def _abs(x) -> str:
 
 def print_summary(s: dict, out: Path | None = None) -> None:
     """The rich table of a validation summary."""
-
+    from rich.markup import escape
     from rich.table import Table
 
     from blendsim.reports.terminal import console
 
     c = console()  # the terminal's width, 80 when piped, like every other command
     dev = s.get("device", {})
-    from rich.markup import escape
-
     c.print("[bold]validate[/] " + escape(f"{s['model']} ({s['dtype']}) on {dev.get('name', '?')} "
                                            f"[{dev.get('kind')}], attention {s.get('attention_backend', '?')}, "
                                            f"hardware preset {s['hardware']}, {s.get('repeats')} forward(s) per step"))

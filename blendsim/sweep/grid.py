@@ -19,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from blendsim.sim.errors import UserError
+from blendsim.sim.rundir import run_dir_name
 
 MAX_VALUES = 10_000  # more grid values than this is a typo, not a sweep
 DEFAULT_POLICIES = ("dfs", "random", "blendserve")  # a sweep's policies when none are named
@@ -64,11 +65,8 @@ def parse_values(text: str, flag: str) -> tuple[float, ...]:
     return tuple(out)
 
 
-def slug(name: str) -> str:
-    """A file-name-safe form of a model/hardware/policy name (a run folder's, sim.rundir.run_dir_name)."""
-    from blendsim.sim.rundir import run_dir_name
-
-    return run_dir_name(name)
+# a file-name-safe form of a model/hardware/policy name: a run folder's (one rule for runs and sweep cells)
+slug = run_dir_name
 
 
 def workload_name(density: float, sharing: float) -> str:
