@@ -33,6 +33,11 @@ def console(width: int | None = None) -> Console:
     return Console(width=width, highlight=False, soft_wrap=False)
 
 
+def err_console() -> Console:
+    """:func:`console` for stderr: warnings and notes, wrapped at the terminal's width."""
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
 def say(c: Console, text: str, indent: int = 2) -> None:
     """One paragraph, wrapped on words, continuation lines under its first word."""
     c.print(Padding(Text(text), (0, 0, 0, indent)))
@@ -359,5 +364,5 @@ def sweep_warnings(sweep_dir: str | Path) -> list[str]:
     return [w] if w else []
 
 
-__all__ = ["console", "print_demo_table", "print_policies", "print_run_summary", "print_trace_stats",
+__all__ = ["console", "err_console", "print_demo_table", "print_policies", "print_run_summary", "print_trace_stats",
            "run_summary_lines", "say", "sweep_warnings", "table"]

@@ -80,9 +80,11 @@ def fidelity_cmd(
 
     with Progress("fidelity", unit="rows", quiet=quiet) as bar:
         suite = load_suite(paths, params, lambda i, n, rid: bar.update(i + 1, n, rid), only)
+        from blendsim.reports.terminal import err_console, say
+
         if params_file and not refit:
             for line in _params_file_gaps(suite, params, params_file):
-                typer.echo(f"note: {line}", err=True)
+                say(err_console(), f"note: {line}", 0)
         if refit:
             bar.update(bar.done, detail="refitting the parameters")
             params = do_refit(suite)
@@ -90,8 +92,8 @@ def fidelity_cmd(
 
             n_free = len(free_params(suite.ok))
             if not save and len(suite.ok) < n_free:  # --save refuses such a fit (check_fit_size); say why here too
-                typer.echo(f"note: refitted {n_free} free parameters on {len(suite.ok)} runnable row(s): the fit can "
-                           f"match them whatever the model, so its in-sample error says nothing", err=True)
+                say(err_console(), f"note: refitted {n_free} free parameters on {len(suite.ok)} runnable row(s): the "
+                                   f"fit can match them whatever the model, so its in-sample error says nothing", 0)
             if save:
                 from blendsim.fidelity.suite import check_fit_size
                 from blendsim.sim.io import atomic_path

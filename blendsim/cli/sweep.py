@@ -125,11 +125,9 @@ def sweep_cmd(
             raise UserError(failure_line(outcome)) from (CellTraceback(tb) if tb else None)
         typer.echo(f"blendsim: error: {failure_line(outcome)}", err=True)
         raise typer.Exit(1)
-    from rich.console import Console
+    from blendsim.reports.terminal import err_console, say, sweep_warnings
 
-    from blendsim.reports.terminal import say, sweep_warnings
-
-    err = Console(stderr=True, highlight=False, soft_wrap=False)  # wrapped on words at the terminal's width
+    err = err_console()  # wrapped on words at the terminal's width
     for line in sweep_warnings(out):
         say(err, f"warning: {line}", 0)
     typer.echo(f"compare the policies: blendsim report {out} -o {out}/report")
