@@ -127,6 +127,22 @@ def test_cv_by_selects_cross_validations_and_the_table_leads_with_loso(tmp_path)
     assert "|error| by engine version" in text.output and "LOMO" not in text.output
 
 
+def test_errors_by_deployment_name_the_gpu_and_its_split(tmp_path):
+    """The per-deployment table: one group per GPU and TP x PP (x EP) split, with its rows' own errors."""
+    rows = [*ROWS, _row(id="d-ep", source="doc D", model="mixtral-8x7b", tp=2, ep=2, gpus=2, value=3000)]
+    cat = _write(tmp_path, rows)
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--json", "--no-cv", "-q"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    dep = out["by"]["deployment"]
+    assert set(dep) == {"h100-80gb TP1", "a100-80gb TP1", "h100-80gb TP1 x PP2", "h100-80gb TP2 EP2"}
+    assert dep["h100-80gb TP1"]["n"] == 5 and dep["h100-80gb TP1 x PP2"]["n"] == 3
+    errs = sorted(abs(x["error"]) for x in out["rows"] if x["id"].startswith("c-"))
+    assert dep["h100-80gb TP1 x PP2"]["median_abs_error"] == pytest.approx(errs[1])
+    text = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--no-cv", "-q"])
+    assert "|error| by deployment" in text.output and "h100-80gb TP2 EP2" in text.output
+
+
 @pytest.mark.parametrize("args, message", [(["--cv-by", "gpu"], "--cv-by gpu: use one of source"),
                                            (["--jobs", "0"], "--jobs 0: must be at least 1")])
 def test_bad_cv_options_stop_with_one_line(tmp_path, args, message):

@@ -23,7 +23,9 @@ SHIPPED_CATALOGUES = (SHIPPED_CATALOGUE, SHIPPED_TRAINING)
 # validation.csv --no-cv`` predicts them with the shipped parameters); today GPUStack's gpt-oss runs, which became
 # runnable after the fit (the gpt-oss presets); see CATALOGUE.md
 SHIPPED_VALIDATION = Path(__file__).with_name("validation.csv")
-GROUP_KEYS = ("source", "engine", "engine_version", "model", "hardware")
+# "deployment": the GPU and how a replica is split over it (``a100-80gb TP8``, ``rtx-pro-6000 TP4 x PP2``,
+# ``h200 TP8 EP8``): where a bias follows the parallelism on one GPU rather than an engine or a source
+GROUP_KEYS = ("source", "engine", "engine_version", "model", "hardware", "deployment")
 
 
 @dataclass
@@ -152,11 +154,20 @@ def summarise(suite: Suite, pred: dict) -> dict:
 
 def _group(row: Row, key: str) -> str:
     """A row's group; a source is grouped by its document (the text before the first comma), an engine version
-    is the profile key the row selects (``vllm@0.6``)."""
+    is the profile key the row selects (``vllm@0.6``), a deployment its GPU and split (:func:`deployment_key`)."""
     if key == "engine_version":
         return engine_version_key(row)
+    if key == "deployment":
+        return deployment_key(row)
     v = getattr(row, key)
     return v.split(",")[0].strip() if key == "source" else v
+
+
+def deployment_key(row: Row) -> str:
+    """A row's GPU and replica split: ``h100-80gb TP4 x PP2``, ``h200 TP8 EP8`` (TP1 for one GPU; replicas are not
+    named, a data-parallel run's replicas being alike)."""
+    return (f"{row.hardware} TP{row.tp}" + (f" x PP{row.pp}" if row.pp > 1 else "")
+            + (f" EP{row.ep}" if row.ep > 1 else ""))
 
 
 def _q(a: np.ndarray, q: float):
@@ -198,5 +209,5 @@ def check_fit_size(suite: Suite, what: str) -> None:
                         "was written")
 
 
-__all__ = ["CV_KEYS", "GROUP_KEYS", "SHIPPED_CATALOGUE", "SHIPPED_CATALOGUES", "SHIPPED_TRAINING", "SHIPPED_VALIDATION", "Suite", "check_fit_size", "cv_summary", "engine_version_key", "load_suite", "predictions", "refit",
+__all__ = ["CV_KEYS", "GROUP_KEYS", "SHIPPED_CATALOGUE", "SHIPPED_CATALOGUES", "SHIPPED_TRAINING", "SHIPPED_VALIDATION", "Suite", "check_fit_size", "cv_summary", "deployment_key", "engine_version_key", "load_suite", "predictions", "refit",
            "summarise"]
