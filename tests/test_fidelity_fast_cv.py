@@ -119,6 +119,7 @@ def test_cv_by_selects_cross_validations_and_the_table_leads_with_loso(tmp_path)
     assert set(out["cv"]) == {"leave_one_source_out"}
     assert set(out["by"]["engine_version"]) == {"trtllm", "vllm@0.6"}
     assert set(out["cv"]["leave_one_source_out"]["by"]["engine"]) == {"trtllm", "vllm"}
+    assert set(out["cv"]["leave_one_source_out"]["by"]["deployment"]) == set(out["by"]["deployment"])
     text = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--cv-by", "source", "--cv-by", "engine_version",
                                           "-q"])
     assert text.exit_code == 0, text.output
