@@ -167,7 +167,15 @@ def test_markdown_table_per_engine_and_version(tmp_path):
     assert vllm[3] == f"{100 * np.median(errs):.1f}% ({100 * np.percentile(errs, 90):.1f}%)"
     assert vllm[4] == (f"{100 * out['by']['engine_version']['vllm@0.6']['median_abs_error']:.1f}% "
                        f"({100 * out['by']['engine_version']['vllm@0.6']['p90_abs_error']:.1f}%)")
-    assert lines[-2].startswith("| **all rows** | | 6 |") and lines[-1].startswith("| **other than TensorRT-LLM** | | 3 |")
+    blank = lines.index("")
+    assert lines[blank - 2].startswith("| **all rows** | | 6 |")
+    assert lines[blank - 1].startswith("| **other than TensorRT-LLM** | | 3 |")
+    # then per deployment, the same columns: the H100 rows of doc A and doc B, the A100 row of doc B
+    assert lines[blank + 1] == "| deployment | rows | LOSO median (p90) | shipped median (p90) | LOEVO median (p90) |"
+    deps = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in lines[blank + 3:]}
+    assert set(deps) == {"a100-80gb TP1", "h100-80gb TP1"} and deps["h100-80gb TP1"][1] == "5"
+    a100 = out["by"]["deployment"]["a100-80gb TP1"]
+    assert deps["a100-80gb TP1"][3] == f"{100 * a100['median_abs_error']:.1f}% ({100 * a100['p90_abs_error']:.1f}%)"
 
 
 def test_a_pricer_stacking_cannot_reproduce_is_priced_on_its_own(suite, monkeypatch):

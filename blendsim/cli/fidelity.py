@@ -30,10 +30,10 @@ def fidelity_cmd(
                                                           "engine_version, model, hardware (default: all four)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Cross-validation folds fitted in this many processes "
                                                      "(results do not depend on it)."),
-    markdown: Path = typer.Option(None, "--markdown", help="Also write |error| by engine and engine version "
-                                                           "(leave-one-source-out, the fit's own, "
-                                                           "leave-one-engine-version-out) as a Markdown table "
-                                                           "here."),
+    markdown: Path = typer.Option(None, "--markdown", help="Also write |error| by engine and engine version, "
+                                                           "then by deployment (leave-one-source-out, the "
+                                                           "fit's own, leave-one-engine-version-out) as "
+                                                           "Markdown tables here."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines on stderr."),
 ) -> None:
     """Simulate every row of a catalogue of published measurements; print predicted vs measured."""
@@ -264,10 +264,12 @@ def _own_markdown(path) -> bool:
 def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
     """|error| per engine, then per engine version under it, and over all rows and the rows of engines other
     than TensorRT-LLM: median (p90) left out of the fit by source, with the parameters in use (``fit_label``:
-    shipped, refit, params-file) and left out by engine version, as far as those cross-validations were run."""
+    shipped, refit, params-file) and left out by engine version, as far as those cross-validations were run; then
+    the same columns per deployment (the GPU and its split, ``blendsim.fidelity.suite.deployment_key``)."""
     import numpy as np
 
     from blendsim.fidelity.catalogue import engine_version_key
+    from blendsim.fidelity.suite import deployment_key
 
     cvs = res.get("cv", {})
     cols = [(h, cvs[f"leave_one_{k}_out"]["rows"]) for h, k in (("LOSO", "source"), ("LOEVO", "engine_version"))
@@ -299,6 +301,11 @@ def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
     lines.append(f"| **all rows** | | {len(rows)} | " + " | ".join(cells([r.id for r in rows])) + " |")
     if other:
         lines.append(f"| **other than TensorRT-LLM** | | {len(other)} | " + " | ".join(cells(other)) + " |")
+    lines += ["", "| deployment | rows | " + " | ".join(f"{h} median (p90)" for h, _e in cols) + " |",
+              "|---|---:|" + "---:|" * len(cols)]
+    for dep in sorted({deployment_key(r) for r in rows}):
+        ids = [r.id for r in rows if deployment_key(r) == dep]
+        lines.append(f"| {dep} | {len(ids)} | " + " | ".join(cells(ids)) + " |")
     return "\n".join(lines) + "\n"
 
 
