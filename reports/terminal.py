@@ -28,14 +28,14 @@ from blendsim.sim.engines import describe_engine
 from blendsim.sim.metrics import critical_path_warning
 
 
-def console(width: int | None = None) -> Console:
-    """A console for the CLI's stdout: the terminal's width (80 when not a terminal, rich's default)."""
-    return Console(width=width, highlight=False, soft_wrap=False)
+def console(width: int | None = None, stderr: bool = False) -> Console:
+    """A console for the CLI's stdout (or stderr): the terminal's width (80 when not a terminal, rich's default)."""
+    return Console(width=width, stderr=stderr, highlight=False, soft_wrap=False)
 
 
 def err_console() -> Console:
     """:func:`console` for stderr: warnings and notes, wrapped at the terminal's width."""
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+    return console(stderr=True)
 
 
 def say(c: Console, text: str, indent: int = 2) -> None:

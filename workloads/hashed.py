@@ -381,8 +381,7 @@ def limit_context(trace, max_context: int, long: str | None, where: str = "trace
         out = _truncate(trace, max_context)
         info["prompt_tokens_dropped"] = int((trace.input_len - out.input_len).sum())
         info["output_tokens_dropped"] = int((trace.output_len - out.output_len).sum())
-    # a synthesised trace's measured density and sharing were of the requests as they were: no longer these
-    out.meta = {**{k: v for k, v in trace.meta.items() if k != "measured"}, "context_limit": info}
+    out.meta = {**trace.part_meta(), "context_limit": info}
     out.validate(where)
     return out
 

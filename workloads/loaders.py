@@ -56,7 +56,7 @@ def load_blendsim(path, limit: int | None = None):
     if limit is None or limit >= trace.n:
         return trace
     out = trace.take(np.arange(limit))
-    out.meta = {k: v for k, v in trace.meta.items() if k != "measured"}  # a recipe's measures were of the whole
+    out.meta = trace.part_meta()
     return out
 
 

@@ -147,6 +147,11 @@ class Trace:
     def head(self, k: int) -> Trace:
         return self.take(np.arange(min(k, self.n)))
 
+    def part_meta(self) -> dict:
+        """The meta for a trace cut from this one (fewer requests, shorter ones): a recipe's ``measured`` density
+        and sharing were of these requests as they are, so they go."""
+        return {k: v for k, v in self.meta.items() if k != "measured"}
+
     def offline(self) -> Trace:
         """The same requests, all released at t=0."""
         import dataclasses

@@ -88,11 +88,11 @@ def fidelity_cmd(
         if refit:
             bar.update(bar.done, detail="refitting the parameters")
             params = do_refit(suite)
-            from blendsim.fidelity.fit import free_params
+            from blendsim.fidelity.suite import fit_size
 
-            n_free = len(free_params(suite.ok))
-            if not save and len(suite.ok) < n_free:  # --save refuses such a fit (check_fit_size); say why here too
-                say(err_console(), f"note: refitted {n_free} free parameters on {len(suite.ok)} runnable row(s): the "
+            n_rows, n_free = fit_size(suite)
+            if not save and n_rows < n_free:  # --save refuses such a fit (check_fit_size); say why here too
+                say(err_console(), f"note: refitted {n_free} free parameters on {n_rows} runnable row(s): the "
                                    f"fit can match them whatever the model, so its in-sample error says nothing", 0)
             if save:
                 from blendsim.fidelity.suite import check_fit_size
@@ -287,7 +287,8 @@ def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
             out.append(f"{100 * np.median(e):.1f}% ({100 * np.percentile(e, 90):.1f}%)" if len(e) else "-")
         return out
 
-    lines = [MARKDOWN_HEAD + " | ".join(f"{h} median (p90)" for h, _e in cols) + " |",
+    heads = " | ".join(f"{h} median (p90)" for h, _e in cols) + " |"
+    lines = [MARKDOWN_HEAD + heads,
              "|---|---|---:|" + "---:|" * len(cols)]
     for eng in sorted({r.engine for r in rows}):
         ids = [r.id for r in rows if r.engine == eng]
@@ -301,7 +302,7 @@ def markdown_table(res: dict, suite, fit_label: str = "shipped") -> str:
     lines.append(f"| **all rows** | | {len(rows)} | " + " | ".join(cells([r.id for r in rows])) + " |")
     if other:
         lines.append(f"| **other than TensorRT-LLM** | | {len(other)} | " + " | ".join(cells(other)) + " |")
-    lines += ["", "| deployment | rows | " + " | ".join(f"{h} median (p90)" for h, _e in cols) + " |",
+    lines += ["", "| deployment | rows | " + heads,
               "|---|---:|" + "---:|" * len(cols)]
     for dep in sorted({deployment_key(r) for r in rows}):
         ids = [r.id for r in rows if deployment_key(r) == dep]

@@ -119,8 +119,7 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
     if not rows:
         raise UserError("no measurements in the given results")
     rows = _distinct_ids(rows)
-    ids = [r.id for r in rows]
-    dup = sorted({i for i in ids if ids.count(i) > 1})
+    dup = sorted(_repeated(rows))
     if dup:
         where = sorted({r.source for r in rows if r.id in dup})
         raise UserError(f"measurement id(s) {', '.join(dup[:5])} appear twice ({', '.join(where[:4])}): a file "
@@ -144,6 +143,13 @@ def _num(path: Path, obj: dict, *keys: str, where: str = "") -> float:
     raise UserError(f"{path}{where}: field {keys[0]!r} missing or not a positive number")
 
 
+def _repeated(rows: list) -> set:
+    """The ids more than one row has."""
+    from collections import Counter
+
+    return {i for i, n in Counter(r.id for r in rows).items() if n > 1}
+
+
 def _distinct_ids(rows: list) -> list:
     """Rows whose ids (a result file's name) repeat across folders -- r1/result.json, r2/result.json, the usual
     layout of benchmark outputs -- take their path under the files' common folder instead."""
@@ -155,8 +161,7 @@ def _distinct_ids(rows: list) -> list:
         except (OSError, ValueError):  # a citation too long or odd for a path
             return False
 
-    ids = [r.id for r in rows]
-    twice = {i for i in ids if ids.count(i) > 1}
+    twice = _repeated(rows)
     files = [Path(r.source) for r in rows if r.id in twice and is_file(r.source)]
     if not files:
         return rows

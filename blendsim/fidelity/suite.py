@@ -195,12 +195,17 @@ def refit(suite: Suite) -> dict:
     return prm
 
 
+def fit_size(suite: Suite) -> tuple[int, int]:
+    """``(runnable rows, free parameters)`` of a fit on ``suite``."""
+    from .fit import free_params
+
+    return len(suite.ok), len(free_params(suite.ok))
+
+
 def check_fit_size(suite: Suite, what: str) -> None:
     """Refuse to keep a fit made on fewer runnable rows than it has free parameters (none at all: every
     row skipped): saved, it would replace every shipped constant with presets or guesses."""
-    from .fit import free_params
-
-    n, k = len(suite.ok), len(free_params(suite.ok))
+    n, k = fit_size(suite)
     if n == 0 or n < k:
         why = (f"every one of the {len(suite.rows)} row(s) was skipped (first: "
                f"{next(iter(suite.reasons.values()), '?')[:100]})" if n == 0 else
@@ -209,5 +214,5 @@ def check_fit_size(suite: Suite, what: str) -> None:
                         "was written")
 
 
-__all__ = ["CV_KEYS", "GROUP_KEYS", "SHIPPED_CATALOGUE", "SHIPPED_CATALOGUES", "SHIPPED_TRAINING", "SHIPPED_VALIDATION", "Suite", "check_fit_size", "cv_summary", "deployment_key", "engine_version_key", "load_suite", "predictions", "refit",
+__all__ = ["CV_KEYS", "GROUP_KEYS", "SHIPPED_CATALOGUE", "SHIPPED_CATALOGUES", "SHIPPED_TRAINING", "SHIPPED_VALIDATION", "Suite", "check_fit_size", "cv_summary", "deployment_key", "fit_size", "engine_version_key", "load_suite", "predictions", "refit",
            "summarise"]
