@@ -146,8 +146,9 @@ def is_online(s: dict) -> bool:
 
 def run_summary_lines(s: dict) -> list[str]:
     """The paragraphs of ``simulate``'s summary (without the wrote-line)."""
-    par = f"TP{s['tp']}" + (f" x PP{s['pp']}" if (s.get("pp") or 1) > 1 else "") + \
-        (f", EP{s['ep']}" if (s.get("ep") or 1) > 1 else "")
+    from blendsim.sim.deployment import split_label
+
+    par = split_label(s["tp"], s.get("pp") or 1, s.get("ep") or 1)
     per = (s.get("gpus") or s["tp"] * s["replicas"]) // max(1, s["replicas"])  # GPUs of one replica
     lines = [f"{s['policy']} on {s['model']} / {s['hardware']} x{per} ("
              + (f"{par}; " if par != f"TP{per}" else "") + f"{s['replicas']} replica(s), "

@@ -27,6 +27,12 @@ from blendsim.sim.models import ModelSpec
 MAX_EXPERT_SKEW = 100.0
 
 
+def split_label(tp: int, pp: int = 1, ep: int = 1) -> str:
+    """How one replica is split, spelt the one way every report uses: ``TP8``, ``TP4 x PP2`` (GPUs multiply),
+    ``TP8, EP8`` (experts split inside the TP group, no more GPUs)."""
+    return f"TP{tp}" + (f" x PP{pp}" if (pp or 1) > 1 else "") + (f", EP{ep}" if (ep or 1) > 1 else "")
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
     """One replica: ``tp`` GPUs of ``hardware`` holding one copy of ``model``.
@@ -353,4 +359,4 @@ def make_deployment(model: str, hardware: str, tp: int = 1, dtype: str | None = 
     return Deployment(get_model(model, dtype, weights, kv_dtype), get_hardware(hardware), tp, **kw)
 
 
-__all__ = ["Deployment", "make_deployment"]
+__all__ = ["Deployment", "make_deployment", "split_label"]

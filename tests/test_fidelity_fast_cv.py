@@ -136,12 +136,12 @@ def test_errors_by_deployment_name_the_gpu_and_its_split(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     dep = out["by"]["deployment"]
-    assert set(dep) == {"h100-80gb TP1", "a100-80gb TP1", "h100-80gb TP1 x PP2", "h100-80gb TP2 EP2"}
+    assert set(dep) == {"h100-80gb TP1", "a100-80gb TP1", "h100-80gb TP1 x PP2", "h100-80gb TP2, EP2"}
     assert dep["h100-80gb TP1"]["n"] == 5 and dep["h100-80gb TP1 x PP2"]["n"] == 3
     errs = sorted(abs(x["error"]) for x in out["rows"] if x["id"].startswith("c-"))
     assert dep["h100-80gb TP1 x PP2"]["median_abs_error"] == pytest.approx(errs[1])
     text = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--no-cv", "-q"])
-    assert "|error| by deployment" in text.output and "h100-80gb TP2 EP2" in text.output
+    assert "|error| by deployment" in text.output and "h100-80gb TP2, EP2" in text.output
 
 
 @pytest.mark.parametrize("args, message", [(["--cv-by", "gpu"], "--cv-by gpu: use one of source"),

@@ -58,6 +58,7 @@ def cost_cmd(
                                     weights=weights, kv_dtype=kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
                                     token_budget=token_budget, max_seqs=max_seqs)
     from blendsim.api import step_notes
+    from blendsim.sim.deployment import split_label
 
     m = dep.model
     for note in step_notes(dep, cm, prefill_tokens, decode_seqs, context, expert_skew):
@@ -69,8 +70,9 @@ def cost_cmd(
     from rich.table import Table
 
     experts = f" (experts {m.expert_precision})" if m.expert_precision != m.weights else ""  # gpt-oss: MXFP4 experts
-    prec = f"weights {m.weights}{experts}, KV {m.kv_dtype}" + (f", ep {dep.ep}" if dep.ep > 1 else "")
-    gpus = f"x{tp}" if pp == 1 else f"x{tp * pp} (TP{tp} x PP{pp})"
+    prec = f"weights {m.weights}{experts}, KV {m.kv_dtype}"
+    split = split_label(tp, pp, dep.ep)
+    gpus = f"x{tp * pp}" + (f" ({split})" if split != f"TP{tp}" else "")
     t = Table(title=f"{m.name} on {dep.hardware.name} {gpus} ({prec}), {cm.mode}, {cm.timer_name}, engine {cm.engine.described}")
     for c in ("op", "scope", "GFLOP", "MB", "time (us)", "x layers (ms)"):
         t.add_column(c, justify="right" if c != "op" else "left")

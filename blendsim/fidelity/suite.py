@@ -24,7 +24,7 @@ SHIPPED_CATALOGUES = (SHIPPED_CATALOGUE, SHIPPED_TRAINING)
 # runnable after the fit (the gpt-oss presets); see CATALOGUE.md
 SHIPPED_VALIDATION = Path(__file__).with_name("validation.csv")
 # "deployment": the GPU and how a replica is split over it (``a100-80gb TP8``, ``rtx-pro-6000 TP4 x PP2``,
-# ``h200 TP8 EP8``): where a bias follows the parallelism on one GPU rather than an engine or a source
+# ``h200 TP8, EP8``): where a bias follows the parallelism on one GPU rather than an engine or a source
 GROUP_KEYS = ("source", "engine", "engine_version", "model", "hardware", "deployment")
 
 
@@ -164,10 +164,11 @@ def _group(row: Row, key: str) -> str:
 
 
 def deployment_key(row: Row) -> str:
-    """A row's GPU and replica split: ``h100-80gb TP4 x PP2``, ``h200 TP8 EP8`` (TP1 for one GPU; replicas are not
+    """A row's GPU and replica split: ``h100-80gb TP4 x PP2``, ``h200 TP8, EP8`` (TP1 for one GPU; replicas are not
     named, a data-parallel run's replicas being alike)."""
-    return (f"{row.hardware} TP{row.tp}" + (f" x PP{row.pp}" if row.pp > 1 else "")
-            + (f" EP{row.ep}" if row.ep > 1 else ""))
+    from blendsim.sim.deployment import split_label
+
+    return f"{row.hardware} {split_label(row.tp, row.pp, row.ep)}"
 
 
 def _q(a: np.ndarray, q: float):

@@ -90,7 +90,9 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
 
 
 def _label(e: dict) -> str:
-    par = f"TP{e['tp']}" + (f" PP{e['pp']}" if e["pp"] > 1 else "") + (f" EP{e['ep']}" if e["ep"] > 1 else "")
+    from blendsim.sim.deployment import split_label
+
+    par = split_label(e["tp"], e["pp"], e["ep"])
     return (f"{e['replicas']} x {par} on {e['gpus']} {e['hardware']} ({e['engine']}, {e['policy']}, "
             f"{e['weights']}/{e['kv_dtype']})")
 
