@@ -33,6 +33,12 @@ def split_label(tp: int, pp: int = 1, ep: int = 1) -> str:
     return f"TP{tp}" + (f" x PP{pp}" if (pp or 1) > 1 else "") + (f", EP{ep}" if (ep or 1) > 1 else "")
 
 
+def deployment_name(hardware: str, tp: int, pp: int = 1, ep: int = 1) -> str:
+    """A GPU and one replica's split, the key ``fidelity`` groups runs by: ``h200 TP8, EP8`` (replicas not named:
+    a data-parallel run's replicas are alike)."""
+    return f"{hardware} {split_label(tp, pp, ep)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
     """One replica: ``tp`` GPUs of ``hardware`` holding one copy of ``model``.
@@ -359,4 +365,4 @@ def make_deployment(model: str, hardware: str, tp: int = 1, dtype: str | None = 
     return Deployment(get_model(model, dtype, weights, kv_dtype), get_hardware(hardware), tp, **kw)
 
 
-__all__ = ["Deployment", "make_deployment", "split_label"]
+__all__ = ["Deployment", "deployment_name", "make_deployment", "split_label"]

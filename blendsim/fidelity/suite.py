@@ -166,9 +166,9 @@ def _group(row: Row, key: str) -> str:
 def deployment_key(row: Row) -> str:
     """A row's GPU and replica split: ``h100-80gb TP4 x PP2``, ``h200 TP8, EP8`` (TP1 for one GPU; replicas are not
     named, a data-parallel run's replicas being alike)."""
-    from blendsim.sim.deployment import split_label
+    from blendsim.sim.deployment import deployment_name
 
-    return f"{row.hardware} {split_label(row.tp, row.pp, row.ep)}"
+    return deployment_name(row.hardware, row.tp, row.pp, row.ep)
 
 
 def _q(a: np.ndarray, q: float):

@@ -29,6 +29,41 @@ def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests
     return e
 
 
+def _expected_errors():
+    """A function giving a planned deployment the fidelity suite's leave-one-source-out error for its engine
+    profile and split (``blendsim.fidelity.expected``; None where the shipped table does not apply)."""
+    from blendsim.fidelity.expected import expected, load
+    from blendsim.sim.deployment import deployment_name
+    from blendsim.sim.engines import load_params, modelled_profile
+
+    table, params = load(), load_params()
+
+    def of(e: dict):
+        if table is None:
+            return None
+        return expected(modelled_profile(e["engine"], params),
+                        deployment_name(e["hardware"], e["tp"], e["pp"], e["ep"]), table)
+    return of
+
+
+def margin_note(answer: dict) -> str | None:
+    """A warning where the recommended deployment meets the deadline by less than the error to expect of its
+    makespan: published runs of its kind (``expected_error``) came out that much too fast or slow."""
+    r, dl = answer.get("recommended"), answer["deadline_s"]
+    x = (r or {}).get("expected_error")
+    if not x or not r["meets_deadline"]:
+        return None
+    worst = r["makespan_s"] * (1 + x["loso_median"])
+    if worst <= dl:
+        return (f"expected error of the recommended: {100 * x['loso_median']:.0f}% median |error| over {x['n']} "
+                f"published runs {x['of']} (p90 {100 * x['loso_p90']:.0f}%); at the median it still meets the "
+                f"deadline ({_dur(worst)})")
+    return (f"warning: the recommended meets the {_dur(dl)} deadline by less than the error to expect: published runs "
+            f"{x['of']} are off by {100 * x['loso_median']:.0f}% (median |error| over {x['n']}, p90 "
+            f"{100 * x['loso_p90']:.0f}%), and {100 * x['loso_median']:.0f}% slower it takes {_dur(worst)}; "
+            f"allow a margin or take a faster deployment from the front")
+
+
 def simulate_command(trace_path, model: str, e: dict) -> str:
     """The `blendsim simulate` line that re-runs a deployment."""
     t = str(trace_path) if trace_path is not None else "TRACE.parquet"
@@ -46,10 +81,12 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     rec = recommend(out, deadline_s, budget)
     pairs = {(p.cand.shape.engine, p.cand.shape.hardware) for p in f}
     fid = fidelity_of(pairs, model) if fidelity and pairs else {}
+    expect = _expected_errors() if fidelity else (lambda e: None)
 
     def mk(p):
         e = entry(p, deadline_s, budget, prices, n_requests, out.sample_requests, fid)
         e["simulate_command"] = simulate_command(trace_path, model, e)
+        e["expected_error"] = expect(e)
         return e
 
     recd = mk(rec) if rec is not None else None
@@ -109,17 +146,21 @@ def _dur(s: float) -> str:
 
 def rows(answer: dict) -> list[dict]:
     """The table of the front (terminal and HTML)."""
+    from blendsim.sim.deployment import split_label
+
     out = []
     for e in answer["pareto"]:
         rec = answer["recommended"] is not None and e["simulate_command"] == answer["recommended"]["simulate_command"]
+        x = e.get("expected_error")
         out.append({"": "*" if rec else "", "GPUs": f"{e['gpus']} {e['hardware']}",
-                    "TP/PP/EP": f"{e['tp']}/{e['pp']}/{e['ep']}", "replicas": str(e["replicas"]),
+                    "split": split_label(e["tp"], e["pp"], e["ep"]), "replicas": str(e["replicas"]),
                     "engine": e["engine"], "policy": e["policy"], "precision": f"{e['weights']}/{e['kv_dtype']}",
                     "makespan": _dur(e["makespan_s"]), "cost": f"${e['cost_usd']:,.2f}",
                     "tok/$": f"{e['tokens_per_usd']:,.0f}" if e["tokens_per_usd"] else "-",
                     "tok/s/GPU": f"{e['throughput_tok_s_per_gpu']:,.0f}",
                     "deadline": "met" if e["meets_deadline"] else "missed",
-                    "from": "full" if e["makespan_from"] == "full simulation" else "sample"})
+                    "from": "full" if e["makespan_from"] == "full simulation" else "sample",
+                    "expected |error|": f"{100 * x['loso_median']:.0f}% ({x['n']} runs)" if x else "-"})
     return out
 
 
@@ -141,6 +182,9 @@ def notes(answer: dict) -> list[str]:
                          f"longest request's (T_critical), which no scaling of the sample predicts")
     for k, f in sorted(answer["fidelity"].items()):
         lines.append(f"fidelity {k}: {f['summary']}")
+    m = margin_note(answer)
+    if m:
+        lines.append(m)
     for f in answer["failures"][:3]:
         lines.append(f"failed: {f['deployment']}: {f['error']}")
     return lines
@@ -160,7 +204,7 @@ def print_answer(answer: dict) -> None:
                    ("deadline", "left"), ("from", "left")]
         c.print("Pareto front (makespan vs cost); * recommended", soft_wrap=True)
         for line in records(c.width, figures, [
-                (f"{x['']:1} {x['GPUs']} TP/PP/EP {x['TP/PP/EP']} x{x['replicas']} {x['engine']} {x['policy']} "
+                (f"{x['']:1} {x['replicas']} x {x['split']} on {x['GPUs']} {x['engine']} {x['policy']} "
                  f"{x['precision']}", [x[h] for h, _ in figures], "") for x in r], name_head="  deployment"):
             c.print(line, soft_wrap=True, highlight=False, markup=False)
     c.print(answer["recommendation"], highlight=False, markup=False)  # wrapped on words at the terminal's width

@@ -1,0 +1,143 @@
+"""The expected-error table (blendsim.fidelity.expected): built from a fidelity run's leave-one-source-out rows,
+shipped for the shipped parameters, quoted by simulate's summary and plan's answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import blendsim.fidelity.expected as X
+from blendsim.fidelity.catalogue import read_catalogue
+from tests.test_fidelity import _row, _write
+
+# two sources, two deployments, two engine profiles; LOSO errors signed (+ = the simulator too fast)
+ROWS = [
+    *(_row(id=f"t{i}", source="doc A", engine="trtllm", engine_version="0.13", hardware="h100-80gb", tp=8, gpus=8,
+           model="llama-3-70b") for i in range(4)),
+    *(_row(id=f"v{i}", source="doc B", engine="vllm", engine_version="0.5.3", hardware="a100-80gb", tp=8, gpus=8,
+           model="llama-3-70b") for i in range(3)),
+    _row(id="e1", source="doc B", engine="vllm", engine_version="0.5.3", hardware="h200", tp=8, gpus=8, ep=8,
+         model="mixtral-8x7b"),
+]
+LOSO = {"t0": 0.02, "t1": -0.04, "t2": 0.06, "t3": 0.10, "v0": 0.20, "v1": 0.30, "v2": 0.10, "e1": -0.5}
+FIT = {"t0": 0.01, "t1": -0.02, "t2": 0.03, "t3": 0.05, "v0": 0.1, "v1": 0.1, "v2": 0.05, "e1": -0.2}
+
+
+def _result() -> dict:
+    return {"rows": [{"id": k, "status": "ok", "error": v} for k, v in FIT.items()],
+            "cv": {X.CV: {"rows": dict(LOSO)}}}
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    rows = read_catalogue(_write(tmp_path_factory.mktemp("cat"), ROWS))
+    return X.build(_result(), rows, "sha")
+
+
+def test_groups_by_profile_deployment_and_both(table):
+    assert set(table["deployment"]) == {"h100-80gb TP8", "a100-80gb TP8", "h200 TP8, EP8"}
+    assert set(table["profile"]) == {"trtllm@0.13", "vllm@0.5"}
+    a100 = table["deployment"]["a100-80gb TP8"]
+    assert a100["n"] == 3 and a100["loso_median"] == pytest.approx(0.20)
+    assert a100["loso_signed_median"] == pytest.approx(0.20) and a100["in_sample_median"] == pytest.approx(0.1)
+    # the vLLM profile's rows on two deployments, a negative error counted by its size
+    v = table["profile"]["vllm@0.5"]
+    assert v["n"] == 4 and v["loso_median"] == pytest.approx(0.25) and v["loso_signed_median"] == pytest.approx(0.15)
+    assert table["profile_deployment"]["vllm@0.5 on a100-80gb TP8"]["n"] == 3
+    assert table["all"]["n"] == 8 and table["params_sha256"] == "sha"
+
+
+def test_line_names_the_most_specific_groups_and_the_lean(table):
+    line = X.expected_line("vllm@0.5", "a100-80gb TP8", table)
+    assert line.startswith("expected error (median |error| of published runs, each predicted by a fit without")
+    assert "20% over 3 runs of vllm@0.5 on a100-80gb TP8 (p90 28%, typically 20% too fast)" in line
+    assert "25% over 4 runs of vllm@0.5, any GPU" in line and line.endswith("over all 8")
+    # a deployment with too few runs says so, and what does speak for it follows
+    line = X.expected_line("vllm@0.5", "h200 TP8, EP8", table)
+    assert "only 1 published run(s) on h200 TP8, EP8" in line and "of vllm@0.5, any GPU" in line
+    line = X.expected_line("sglang@0.4", "b200 TP1", table)
+    assert "no published run on b200 TP1" in line and "sglang" not in line.replace("sglang@0.4", "")
+    assert X.expected("vllm@0.5", "h200 TP8, EP8", table)["of"] == "of vllm@0.5, any GPU"
+    assert X.expected("trtllm@0.13", "h100-80gb TP8", table)["loso_median"] == pytest.approx(0.05)
+    # without enough runs of the profile there, the worse of the deployment's and the profile's
+    assert X.expected("trtllm@0.13", "a100-80gb TP8", table)["of"] == "on a100-80gb TP8, any engine"
+    assert X.expected("sglang@0.4", "b200 TP1", table)["of"] == "of every engine and GPU"
+
+
+def test_a_small_lean_is_not_called_one(table):
+    line = X.expected_line("trtllm@0.13", "h100-80gb TP8", table)
+    assert "5.0% over 4 runs of trtllm@0.13 on h100-80gb TP8 (p90 8.8%)" in line and "too fast" not in line
+
+
+def test_build_needs_the_cross_validation(tmp_path):
+    rows = read_catalogue(_write(tmp_path, ROWS))
+    with pytest.raises(ValueError, match="no cv.leave_one_source_out rows"):
+        X.build({"rows": []}, rows, "sha")
+    with pytest.raises(ValueError, match="1 row.s. of the result are in none of the catalogues given"):
+        X.build({"cv": {X.CV: {"rows": {**LOSO, "zz": 0.1}}}}, rows, "sha")
+
+
+def test_the_shipped_table_is_for_the_shipped_parameters():
+    """Refitting sim/engine_params.json without remaking the table fails here (the module docstring says how)."""
+    raw = json.loads(X.TABLE_FILE.read_text())
+    assert raw["params_sha256"] == X.params_sha256(), "remake blendsim/fidelity/expected_error.json"
+    t = X.load()
+    assert t is not None and t["all"]["n"] >= 600
+    # every group adds up to the same runs
+    for kind in ("profile", "deployment", "profile_deployment"):
+        assert sum(g["n"] for g in t[kind].values()) == t["all"]["n"]
+
+
+def test_a_table_for_other_parameters_is_not_quoted(tmp_path):
+    raw = json.loads(X.TABLE_FILE.read_text())
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({**raw, "params_sha256": "0" * 64}))
+    assert X.load(p) is None
+    p.write_text("not json")
+    assert X.load(p) is None
+
+
+def test_main_writes_and_refuses_to_replace_a_foreign_file(tmp_path, capsys, monkeypatch):
+    cat = _write(tmp_path, ROWS)
+    res = tmp_path / "fid.json"
+    res.write_text(json.dumps(_result()))
+    out = tmp_path / "expected.json"
+    assert X.main([str(res), str(cat), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["all"]["n"] == 8
+    assert X.main([str(res), str(cat), "-o", str(out)]) == 0  # its own kind is replaced
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"a": 1}')
+    assert X.main([str(res), str(cat), "-o", str(mine)]) == 2
+    assert mine.read_text() == '{"a": 1}'
+    assert "is not an expected-error table; not replaced" in capsys.readouterr().err
+    res.write_text("{")
+    assert X.main([str(res), str(cat), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("blendsim: error:") and err.count("\n") == 1
+
+
+def test_simulate_summary_quotes_it_for_a_fitted_engine_only():
+    from blendsim.reports.terminal import expected_error_line
+
+    s = {"cost_model": "roofline+fitted", "engine": "vllm@0.5.3", "engine_profile": "vllm@0.5", "hardware": "a100-80gb",
+         "tp": 8, "pp": 1, "ep": 1, "replicas": 1}
+    t = X.load()
+    want = X.expected_line("vllm@0.5", "a100-80gb TP8", t)
+    assert want and expected_error_line(s) == want
+    assert expected_error_line({**s, "cost_model": "roofline"}) is None
+    assert expected_error_line({**s, "engine": "mine.json"}) is None
+
+
+def test_plan_warns_when_the_deadline_is_within_the_error():
+    from blendsim.plan.report import margin_note
+
+    x = {"of": "on h100-80gb TP8, any engine", "n": 12, "loso_median": 0.10, "loso_p90": 0.3}
+    rec = {"meets_deadline": True, "makespan_s": 3300.0, "expected_error": x}
+    note = margin_note({"recommended": rec, "deadline_s": 3600.0})
+    assert note.startswith("warning: the recommended meets the 1.00 h deadline by less than the error to expect")
+    assert "off by 10% (median |error| over 12, p90 30%), and 10% slower it takes 1.01 h" in note
+    ok = margin_note({"recommended": {**rec, "makespan_s": 3000.0}, "deadline_s": 3600.0})
+    assert ok.startswith("expected error of the recommended: 10% median |error| over 12 published runs on h100-80gb")
+    assert margin_note({"recommended": {**rec, "meets_deadline": False}, "deadline_s": 3600.0}) is None
+    assert margin_note({"recommended": {**rec, "expected_error": None}, "deadline_s": 3600.0}) is None
