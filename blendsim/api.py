@@ -147,6 +147,16 @@ class Result:
         return self.run.trace
 
     @cached_property
+    def expected_error(self) -> dict | None:
+        """The error to expect of this run's throughput, from the fidelity suite's leave-one-source-out runs of
+        its engine profile and deployment (``blendsim.fidelity.expected.of_summary``: ``of``, ``n``,
+        ``loso_median``, ``loso_p90``, ``loso_signed_median``, ``line``); None for an online run, the plain
+        roofline or a calibrated profile file."""
+        from blendsim.fidelity.expected import of_summary
+
+        return of_summary(self.summary)
+
+    @cached_property
     def steps(self):
         from blendsim.sim.rundir import steps_table
 

@@ -179,10 +179,9 @@ def run_summary_lines(s: dict) -> list[str]:
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
                  f"compute density {density_text(s.get('compute_density'))}")
-    if not online:
-        exp = expected_error_line(s)
-        if exp:
-            lines.append(exp)
+    exp = expected_error_line(s)
+    if exp:
+        lines.append(exp)
     if s.get("host_kv_gb") or s.get("disk_kv_gb"):  # KV tiers (issue 26)
         h = s["prefix_hit_tokens"]
         lines.append(f"KV tiers host {s['host_kv_gb']:g} GB / disk {s['disk_kv_gb']:g} GB: prefix hits gpu "
@@ -196,17 +195,11 @@ def run_summary_lines(s: dict) -> list[str]:
 
 
 def expected_error_line(s: dict) -> str | None:
-    """What error the fidelity suite says to expect of an offline run's throughput on its engine and deployment
-    (``blendsim.fidelity.expected``); None for the plain roofline, a calibrated profile file, or where the shipped
-    table is not for the shipped parameters."""
-    from blendsim.fidelity.expected import expected_line
-    from blendsim.sim.deployment import deployment_name
-    from blendsim.sim.engines import is_profile_file
+    """What error the fidelity suite says to expect of an offline run (``blendsim.fidelity.expected``)."""
+    from blendsim.fidelity.expected import of_summary
 
-    if s.get("cost_model") != "roofline+fitted" or is_profile_file(s.get("engine")):
-        return None
-    return expected_line(s.get("engine_profile"),
-                         deployment_name(s["hardware"], s["tp"], s.get("pp") or 1, s.get("ep") or 1))
+    x = of_summary(s)
+    return x["line"] if x else None
 
 
 def _per_gpu(s: dict) -> str:

@@ -141,3 +141,15 @@ def test_plan_warns_when_the_deadline_is_within_the_error():
     assert ok.startswith("expected error of the recommended: 10% median |error| over 12 published runs on h100-80gb")
     assert margin_note({"recommended": {**rec, "meets_deadline": False}, "deadline_s": 3600.0}) is None
     assert margin_note({"recommended": {**rec, "expected_error": None}, "deadline_s": 3600.0}) is None
+
+
+def test_the_python_result_carries_it():
+    import blendsim
+
+    t = blendsim.make_trace(input_len=[512] * 40, output_len=[64] * 40)
+    r = blendsim.simulate(t, model="llama-3-8b", hardware="h100-80gb", engine="vllm")
+    x = r.expected_error
+    assert x is not None and x["line"] == X.expected_line(r.summary["engine_profile"], "h100-80gb TP1")
+    assert x["n"] >= X.MIN_RUNS and 0 < x["loso_median"] < 1
+    assert blendsim.simulate(t, model="llama-3-8b", hardware="h100-80gb", engine="ideal").expected_error is None
+    assert X.of_summary({**r.summary, "offline": False}) is None

@@ -154,6 +154,21 @@ def expected_line(profile: str | None, deployment: str, table: dict | None = Non
             + "; ".join(parts))
 
 
+def of_summary(s: dict) -> dict | None:
+    """The error to expect of a run's throughput from its summary (summary.json's dict): :func:`expected`'s group
+    and ``line``, :func:`expected_line`. None for a run whose requests arrive over time (the published runs are
+    offline), the plain roofline, a calibrated profile file, or where the shipped table does not apply."""
+    from blendsim.sim.deployment import deployment_name
+    from blendsim.sim.engines import is_profile_file
+
+    if not s.get("offline", True) or s.get("cost_model") != "roofline+fitted" or is_profile_file(s.get("engine")):
+        return None
+    t = load()
+    dep = deployment_name(s["hardware"], s["tp"], s.get("pp") or 1, s.get("ep") or 1)
+    x = expected(s.get("engine_profile"), dep, t) if t else None
+    return {**x, "line": expected_line(s.get("engine_profile"), dep, t)} if x else None
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -186,4 +201,4 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-__all__ = ["KIND", "MIN_RUNS", "TABLE_FILE", "build", "expected", "expected_line", "groups", "load", "main", "params_sha256"]
+__all__ = ["KIND", "MIN_RUNS", "TABLE_FILE", "build", "expected", "expected_line", "groups", "load", "main", "of_summary", "params_sha256"]
