@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -119,6 +120,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     priced = (f"All runs are priced on one engine: {pricing[0]}. " if len(pricing) == 1 else
               f"Runs are priced by {len(pricing)} engines/cost models ({'; '.join(pricing)}; --mixed): each row "
               "names its engine, and a speedup across engines mixes pricing with scheduling. ")
+    priced += _expected_note(df)
     intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
              f"the baseline's on the same workload and deployment.")
@@ -176,6 +178,27 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     sections.append(("Run directories", "", [_run_dirs(df)]))
     md_tables["Run directories"] = (df, [("group", "workload", "s"), ("label", "policy", "s"),
                                          *T.present(df, T.PROVENANCE)], "")
+
+
+def _expected_note(df: pd.DataFrame) -> str:
+    """The error to expect of the runs' absolute throughput (``blendsim.fidelity.expected``), once per engine and
+    deployment; empty where none applies."""
+    from blendsim.fidelity.expected import of_summary
+
+    keys = ["offline", "cost_model", "engine", "engine_profile", "hardware", "tp", "pp", "ep"]
+    lines = []
+    for r in df[[k for k in keys if k in df]].to_dict("records"):
+        s = {k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
+        x = of_summary({**s, **{k: int(s.get(k) or 1) for k in ("tp", "pp", "ep")}}) if "hardware" in s else None
+        if x and x["line"] not in lines:
+            lines.append(x["line"])
+    if not lines:
+        return ""
+    more = f" (and {len(lines) - 3} more engine/deployment pairs)" if len(lines) > 3 else ""
+    lines = [ln.replace("expected error", "Expected error of absolute throughput", 1) for ln in lines[:3]]
+    return (" | ".join(lines) + more + ". Those are errors of single predictions "
+            "against published runs; a speedup between policies on one engine and deployment is a ratio of two "
+            "predictions that share most of it, and no published run measures it. ")
 
 
 def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:

@@ -153,3 +153,18 @@ def test_the_python_result_carries_it():
     assert x["n"] >= X.MIN_RUNS and 0 < x["loso_median"] < 1
     assert blendsim.simulate(t, model="llama-3-8b", hardware="h100-80gb", engine="ideal").expected_error is None
     assert X.of_summary({**r.summary, "offline": False}) is None
+
+
+@pytest.mark.parametrize("engine, quoted", [("vllm", True), ("ideal", False)])
+def test_the_comparison_report_quotes_it_once(tmp_path, engine, quoted):
+    import blendsim
+    from blendsim.reports.render import write_report
+
+    t = blendsim.make_trace(input_len=[512] * 40, output_len=[64] * 40)
+    dirs = [blendsim.simulate(t, policy=p, hardware="h100-80gb", engine=engine).write(tmp_path / p)
+            for p in ("dfs", "fcfs")]
+    write_report(dirs, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.count("Expected error of absolute throughput (median |error| of published runs") == int(quoted)
+    if quoted:
+        assert "a speedup between policies on one engine and deployment is a ratio of two predictions" in md
