@@ -168,3 +168,23 @@ def test_the_comparison_report_quotes_it_once(tmp_path, engine, quoted):
     assert md.count("Expected error of absolute throughput (median |error| of published runs") == int(quoted)
     if quoted:
         assert "a speedup between policies on one engine and deployment is a ratio of two predictions" in md
+
+
+def test_saving_over_the_shipped_parameters_says_the_table_is_stale(tmp_path, monkeypatch):
+    """A refit saved as the shipped parameters (here a stand-in file) says the quoted table no longer applies."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    import blendsim.sim.engines as E
+    from blendsim.cli import get_app
+
+    shipped = tmp_path / "engine_params.json"
+    shutil.copy(E.PARAMS_FILE, shipped)
+    monkeypatch.setattr(E, "PARAMS_FILE", shipped)
+    assert X.load() is not None
+    res = CliRunner().invoke(get_app(), ["fidelity", "--only", "trtllm-0.13-*a100*", "--no-cv", "--refit", "--save",
+                                         str(shipped)])
+    assert res.exit_code == 0, res.output
+    assert "expected_error.json, the error simulate and plan quote, no longer applies; remake it" in res.output
+    assert X.load() is None

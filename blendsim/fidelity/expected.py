@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     from .catalogue import read_catalogue
 
     ap = argparse.ArgumentParser(prog="python -m blendsim.fidelity.expected",
-                                 description="Make the expected-error table from a `blendsim fidelity --json` run.")
+                                 description="Make the expected-error table from a `blendsim fidelity --json` run.",
+                                 epilog=__doc__[__doc__.index("Remake it"):__doc__.index("Rows are grouped")],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("result", type=Path, help="the fidelity --json output (with cross-validation)")
     ap.add_argument("catalogues", type=Path, nargs="+", help="the catalogue CSVs that run priced")
     ap.add_argument("-o", "--out", type=Path, required=True)
