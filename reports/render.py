@@ -181,9 +181,9 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
 
 
 def _expected_note(df: pd.DataFrame) -> str:
-    """The error to expect of the runs' absolute throughput (``blendsim.fidelity.expected``), once per engine and
+    """The error to expect of the runs' absolute throughput (``blendsim.sim.expected``), once per engine and
     deployment; empty where none applies."""
-    from blendsim.fidelity.expected import of_summary
+    from blendsim.sim.expected import of_summary
 
     keys = ["offline", "cost_model", "engine", "engine_profile", "hardware", "tp", "pp", "ep"]
     lines = []

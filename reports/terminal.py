@@ -195,8 +195,8 @@ def run_summary_lines(s: dict) -> list[str]:
 
 
 def expected_error_line(s: dict) -> str | None:
-    """What error the fidelity suite says to expect of an offline run (``blendsim.fidelity.expected``)."""
-    from blendsim.fidelity.expected import of_summary
+    """What error the fidelity suite says to expect of an offline run (``blendsim.sim.expected``)."""
+    from blendsim.sim.expected import of_summary
 
     x = of_summary(s)
     return x["line"] if x else None

@@ -1,5 +1,6 @@
-"""The expected-error table (blendsim.fidelity.expected): built from a fidelity run's leave-one-source-out rows,
-shipped for the shipped parameters, quoted by simulate's summary and plan's answer."""
+"""The expected-error table: built from a fidelity run's leave-one-source-out rows (blendsim.fidelity.expected),
+shipped beside the parameters it was made with and read back (blendsim.sim.expected), quoted by simulate's summary,
+plan's answer, report and Result.expected_error."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 
 import pytest
 
-import blendsim.fidelity.expected as X
+import blendsim.fidelity.expected as B
+import blendsim.sim.expected as X
 from blendsim.fidelity.catalogue import read_catalogue
 from tests.test_fidelity import _row, _write
 
@@ -32,7 +34,7 @@ def _result() -> dict:
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     rows = read_catalogue(_write(tmp_path_factory.mktemp("cat"), ROWS))
-    return X.build(_result(), rows, "sha")
+    return B.build(_result(), rows, "sha")
 
 
 def test_groups_by_profile_deployment_and_both(table):
@@ -73,15 +75,15 @@ def test_a_small_lean_is_not_called_one(table):
 def test_build_needs_the_cross_validation(tmp_path):
     rows = read_catalogue(_write(tmp_path, ROWS))
     with pytest.raises(ValueError, match="no cv.leave_one_source_out rows"):
-        X.build({"rows": []}, rows, "sha")
+        B.build({"rows": []}, rows, "sha")
     with pytest.raises(ValueError, match="1 row.s. of the result are in none of the catalogues given"):
-        X.build({"cv": {X.CV: {"rows": {**LOSO, "zz": 0.1}}}}, rows, "sha")
+        B.build({"cv": {X.CV: {"rows": {**LOSO, "zz": 0.1}}}}, rows, "sha")
 
 
 def test_the_shipped_table_is_for_the_shipped_parameters():
     """Refitting sim/engine_params.json without remaking the table fails here (the module docstring says how)."""
     raw = json.loads(X.TABLE_FILE.read_text())
-    assert raw["params_sha256"] == X.params_sha256(), "remake blendsim/fidelity/expected_error.json"
+    assert raw["params_sha256"] == X.params_sha256(), "remake sim/expected_error.json"
     t = X.load()
     assert t is not None and t["all"]["n"] >= 600
     # every group adds up to the same runs
@@ -103,16 +105,16 @@ def test_main_writes_and_refuses_to_replace_a_foreign_file(tmp_path, capsys, mon
     res = tmp_path / "fid.json"
     res.write_text(json.dumps(_result()))
     out = tmp_path / "expected.json"
-    assert X.main([str(res), str(cat), "-o", str(out)]) == 0
+    assert B.main([str(res), str(cat), "-o", str(out)]) == 0
     assert json.loads(out.read_text())["all"]["n"] == 8
-    assert X.main([str(res), str(cat), "-o", str(out)]) == 0  # its own kind is replaced
+    assert B.main([str(res), str(cat), "-o", str(out)]) == 0  # its own kind is replaced
     mine = tmp_path / "mine.json"
     mine.write_text('{"a": 1}')
-    assert X.main([str(res), str(cat), "-o", str(mine)]) == 2
+    assert B.main([str(res), str(cat), "-o", str(mine)]) == 2
     assert mine.read_text() == '{"a": 1}'
     assert "is not an expected-error table; not replaced" in capsys.readouterr().err
     res.write_text("{")
-    assert X.main([str(res), str(cat), "-o", str(out)]) == 2
+    assert B.main([str(res), str(cat), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("blendsim: error:") and err.count("\n") == 1
 

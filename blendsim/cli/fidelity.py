@@ -102,7 +102,7 @@ def fidelity_cmd(
                 with atomic_path(save) as tmp:
                     tmp.write_text(json.dumps(params, indent=1, sort_keys=True) + "\n")
                 typer.echo(f"wrote {save}", err=True)
-                from blendsim.fidelity.expected import TABLE_FILE, load
+                from blendsim.sim.expected import TABLE_FILE, load
 
                 if save.resolve() == PARAMS_FILE.resolve() and load() is None:
                     typer.echo(f"note: the shipped parameters changed: {TABLE_FILE.name}, the error simulate and plan "

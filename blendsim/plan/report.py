@@ -31,10 +31,10 @@ def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests
 
 def _expected_errors():
     """A function giving a planned deployment the fidelity suite's leave-one-source-out error for its engine
-    profile and split (``blendsim.fidelity.expected``; None where the shipped table does not apply)."""
-    from blendsim.fidelity.expected import expected, load
+    profile and split (``blendsim.sim.expected``; None where the shipped table does not apply)."""
     from blendsim.sim.deployment import deployment_name
     from blendsim.sim.engines import load_params, modelled_profile
+    from blendsim.sim.expected import expected, load
 
     table, params = load(), load_params()
 
