@@ -149,9 +149,10 @@ class Result:
     @cached_property
     def expected_error(self) -> dict | None:
         """The error to expect of this run's throughput, from the fidelity suite's leave-one-source-out runs of
-        its engine profile and deployment (``blendsim.sim.expected.of_summary``: ``of``, ``n``,
-        ``loso_median``, ``loso_p90``, ``loso_signed_median``, ``line``); None for an online run, the plain
-        roofline or a calibrated profile file."""
+        its engine profile and deployment (``blendsim.sim.expected.of_summary``: ``scope``, ``of``, ``n``,
+        ``loso_median``, ``loso_p90``, ``loso_signed_median``, ``in_sample_median``, ``profile_runs``,
+        ``profile``, ``deployment``, ``line``); None for an online run, the ``ideal`` engine, a calibrated profile
+        file or an engine key with overrides."""
         from blendsim.sim.expected import of_summary
 
         return of_summary(self.summary)

@@ -181,24 +181,27 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
 
 
 def _expected_note(df: pd.DataFrame) -> str:
-    """The error to expect of the runs' absolute throughput (``blendsim.sim.expected``), once per engine and
+    """The error to expect of the runs' absolute throughput (``blendsim.sim.expected``), once per engine profile and
     deployment; empty where none applies."""
-    from blendsim.sim.expected import of_summary
+    from blendsim.sim.expected import HEAD, of_summary
 
-    keys = ["offline", "cost_model", "engine", "engine_profile", "hardware", "tp", "pp", "ep"]
-    lines = []
+    keys = ["offline", "cost_model", "engine", "hardware", "tp", "pp", "ep"]
+    found: dict = {}
     for r in df[[k for k in keys if k in df]].to_dict("records"):
         s = {k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
         x = of_summary({**s, **{k: int(s.get(k) or 1) for k in ("tp", "pp", "ep")}}) if "hardware" in s else None
-        if x and x["line"] not in lines:
-            lines.append(x["line"])
-    if not lines:
+        if x:
+            found.setdefault((x["profile"], x["deployment"]), x["line"][len(HEAD):])
+    if not found:
         return ""
-    more = f" (and {len(lines) - 3} more engine/deployment pairs)" if len(lines) > 3 else ""
-    lines = [ln.replace("expected error", "Expected error of absolute throughput", 1) for ln in lines[:3]]
-    return (" | ".join(lines) + more + ". Those are errors of single predictions "
-            "against published runs; a speedup between policies on one engine and deployment is a ratio of two "
-            "predictions that share most of it, and no published run measures it. ")
+    pairs = sorted(found.items())
+    many = len(pairs) > 1
+    said = [f"{p} on {d}: {body}" if many else body for (p, d), body in pairs[:4]]
+    more = f" (and {len(pairs) - 4} more engine and deployment pairs)" if len(pairs) > 4 else ""
+    return ("Expected error of absolute throughput " + HEAD[len("expected error "):] + " | ".join(said) + more
+            + ". Those are errors of single predictions against published runs; a speedup between policies on one "
+            "engine and deployment is a ratio of two predictions that share most of it, and no published run "
+            "measures it. ")
 
 
 def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:

@@ -49,73 +49,126 @@ def load(path: Path | None = None) -> dict | None:
     return t if t and t.get("params_sha256") == params_sha256() else None
 
 
-def _pct(x: float) -> str:
+def pct(x: float) -> str:
+    """A share as the tables print it: whole percent from 9.5%, one decimal below."""
     return f"{100 * x:.0f}%" if abs(x) >= 0.095 else f"{100 * x:.1f}%"
 
 
-def _say(g: dict, what: str) -> str:
+def _runs(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
+def _say(g: dict) -> str:
     s = g["loso_signed_median"]
-    lean = f", typically {_pct(abs(s))} too {'fast' if s > 0 else 'slow'}" if abs(s) >= 0.05 else ""
-    return f"{_pct(g['loso_median'])} over {g['n']} runs {what} (p90 {_pct(g['loso_p90'])}{lean})"
+    lean = f", typically {pct(abs(s))} too {'fast' if s > 0 else 'slow'}" if abs(s) >= 0.05 else ""
+    return f"{pct(g['loso_median'])} over {_runs(g['n'])} {g['of']} (p90 {pct(g['loso_p90'])}{lean})"
 
 
-def groups(profile: str | None, deployment: str, table: dict | None = None) -> list[tuple[str, dict]]:
-    """``[(what, stats)]`` of the groups that speak for a run, most specific first: this profile on this deployment,
-    this deployment on any engine, this profile on any GPU, every run; a group of fewer than :data:`MIN_RUNS` runs
-    is left out. Empty where no table applies (see :func:`load`)."""
+# what a group is, in the words of a table column
+SCOPE_WORDS = {"profile_deployment": "this engine on this split", "deployment": "this split, any engine",
+               "profile": "this engine, any GPU", "all": "every run"}
+HEAD = "expected error (median |error| of published runs, each predicted by a fit without its source): "
+
+
+def _all_groups(profile: str | None, deployment: str, t: dict) -> list[dict]:
+    """Every group of the table that holds runs like this one, most specific first (any size)."""
+    out = []
+    for scope, key, of in (("profile_deployment", f"{profile} on {deployment}", f"of {profile} on {deployment}"),
+                           ("deployment", deployment, f"on {deployment} with any engine"),
+                           ("profile", profile, f"of {profile} on any GPU"),
+                           ("all", None, "of every engine and GPU")):
+        st = t["all"] if scope == "all" else (t[scope].get(key) if key else None)
+        if st:
+            out.append({"scope": scope, "of": of, **st})
+    return out
+
+
+def groups(profile: str | None, deployment: str, table: dict | None = None) -> list[dict]:
+    """The groups that speak for a run, most specific first: this engine profile on this deployment, this
+    deployment with any engine, this profile on any GPU, every run; each ``{"scope", "of", n, loso_median,
+    loso_p90, loso_signed_median, in_sample_median}``. A group of fewer than :data:`MIN_RUNS` runs is left out, and
+    so is the deployment's when its runs are all this profile's (the same figures twice). Empty where no table
+    applies (see :func:`load`)."""
     t = table if table is not None else load()
     if not t:
         return []
-    found = [(f"of {profile} on {deployment}", t["profile_deployment"].get(f"{profile} on {deployment}")),
-             (f"on {deployment}, any engine", t["deployment"].get(deployment)),
-             (f"of {profile}, any GPU", t["profile"].get(profile) if profile else None),
-             ("of every engine and GPU", t["all"])]
-    return [(w, g) for w, g in found if g and g["n"] >= MIN_RUNS]
+    g = [x for x in _all_groups(profile, deployment, t) if x["n"] >= MIN_RUNS]
+    if len(g) > 1 and g[0]["scope"] == "profile_deployment" and g[1]["scope"] == "deployment" \
+            and g[1]["n"] == g[0]["n"]:
+        del g[1]
+    return g
 
 
 def expected(profile: str | None, deployment: str, table: dict | None = None) -> dict | None:
-    """The stats of the group that speaks for a run, with ``of`` saying which: this profile on this deployment
-    where it has :data:`MIN_RUNS` runs, else the worse (larger median) of this deployment on any engine and this
-    profile on any GPU, as either may carry the error; every run where neither has enough. None where no table
-    applies."""
-    g = groups(profile, deployment, table)
-    if not g:
-        return None
-    if g[0][0].startswith(f"of {profile} on "):
-        what, st = g[0]
-    else:
-        what, st = max(g[:-1] or g, key=lambda x: x[1]["loso_median"])
-    return {"of": what, **st}
-
-
-def expected_line(profile: str | None, deployment: str, table: dict | None = None) -> str | None:
-    """One line: the LOSO median |error| of published runs of this engine profile on this deployment, on this
-    deployment, of this profile and of all; None where no table applies (see :func:`load`)."""
+    """The group that speaks for a run (:func:`groups`): this profile on this deployment where it has
+    :data:`MIN_RUNS` runs, else the worse (larger median) of the deployment's and the profile's, as either may carry
+    the error; every run where neither has enough. ``profile_runs`` counts the profile's runs on any GPU (0: an
+    engine no published run measured, which only other engines' runs speak for). None where no table applies."""
     t = table if table is not None else load()
     g = groups(profile, deployment, t)
     if not g:
         return None
-    parts = [_say(st, what) for what, st in g[:-1]]
-    if not any(what.startswith(f"on {deployment}") for what, _ in g):
-        n = t["deployment"].get(deployment, {}).get("n", 0)
-        parts.insert(0, f"only {n} published run(s) on {deployment}" if n else f"no published run on {deployment}")
-    parts.append(f"{_pct(t['all']['loso_median'])} over all {t['all']['n']}")
-    return ("expected error (median |error| of published runs, each predicted by a fit without its source): "
-            + "; ".join(parts))
+    x = g[0] if g[0]["scope"] == "profile_deployment" else max(g[:-1] or g, key=lambda x: x["loso_median"])
+    return {**x, "profile_runs": t["profile"].get(profile, {}).get("n", 0) if profile else 0}
+
+
+def expected_body(profile: str | None, deployment: str, table: dict | None = None) -> str | None:
+    """:func:`expected_line` without its head (a report names several engines and deployments under one)."""
+    t = table if table is not None else load()
+    g = groups(profile, deployment, t)
+    if not g:
+        return None
+    every = {x["scope"]: x for x in _all_groups(profile, deployment, t)}
+    parts = []
+    if profile and "profile" not in every:
+        parts.append(f"no published run of {profile}")
+    pd_ = every.get("profile_deployment")
+    if pd_ and pd_["n"] < MIN_RUNS:
+        parts.append(f"only {_runs(pd_['n'])} of {profile} on {deployment} ({pct(pd_['loso_median'])})")
+    dep = every.get("deployment")
+    if not dep:
+        parts.append(f"no published run on {deployment}")
+    elif dep["n"] < MIN_RUNS:
+        parts.append(f"only {_runs(dep['n'])} on {deployment} ({pct(dep['loso_median'])})")
+    parts += [_say(x) for x in g if x["scope"] != "all"]
+    parts.append(f"{pct(t['all']['loso_median'])} over all {t['all']['n']}")
+    return "; ".join(parts)
+
+
+def expected_line(profile: str | None, deployment: str, table: dict | None = None) -> str | None:
+    """One line: the LOSO median |error| of published runs of this engine profile on this deployment, on this
+    deployment, of this profile and of all, and which of those have too few runs to say; None where no table
+    applies (see :func:`load`)."""
+    body = expected_body(profile, deployment, table)
+    return HEAD + body if body else None
+
+
+def of_engine(engine, hardware: str, tp: int, pp: int = 1, ep: int = 1, table: dict | None = None) -> dict | None:
+    """:func:`expected` for a run of ``engine`` (an ``--engine`` value) on this GPU and split, with its ``line``
+    (:func:`expected_line`) and ``profile`` and ``deployment``. None for what no fit priced as the table's runs
+    were: ``ideal``, a calibrated profile file (it carries its own fit), a key with overrides (``vllm:fixed_s=...``
+    is no longer the fitted profile), or where the shipped table does not apply."""
+    from blendsim.sim.deployment import deployment_name
+    from blendsim.sim.engines import is_profile_file, load_params, modelled_profile
+
+    if engine is None or is_profile_file(engine) or ":" in str(engine):
+        return None
+    t = table if table is not None else load()
+    prof = modelled_profile(str(engine), load_params()) if t else None
+    if not prof or prof == "ideal":
+        return None
+    dep = deployment_name(hardware, tp, pp or 1, ep or 1)
+    x = expected(prof, dep, t)
+    return {**x, "profile": prof, "deployment": dep, "line": expected_line(prof, dep, t)} if x else None
 
 
 def of_summary(s: dict) -> dict | None:
-    """The error to expect of a run's throughput from its summary (summary.json's dict): :func:`expected`'s group
-    and ``line``, :func:`expected_line`. None for a run whose requests arrive over time (the published runs are
-    offline), the plain roofline, a calibrated profile file, or where the shipped table does not apply."""
-    from blendsim.sim.deployment import deployment_name
-    from blendsim.sim.engines import is_profile_file
-
-    if not s.get("offline", True) or s.get("cost_model") != "roofline+fitted" or is_profile_file(s.get("engine")):
+    """:func:`of_engine` for a run from its summary (summary.json's dict); None also for a run whose requests
+    arrive over time (the published runs are offline) or one priced by another cost model."""
+    if not s.get("offline", True) or s.get("cost_model") != "roofline+fitted":
         return None
-    t = load()
-    dep = deployment_name(s["hardware"], s["tp"], s.get("pp") or 1, s.get("ep") or 1)
-    x = expected(s.get("engine_profile"), dep, t) if t else None
-    return {**x, "line": expected_line(s.get("engine_profile"), dep, t)} if x else None
+    return of_engine(s.get("engine"), s["hardware"], s["tp"], s.get("pp") or 1, s.get("ep") or 1)
 
-__all__ = ["CV", "KIND", "MIN_RUNS", "TABLE_FILE", "expected", "expected_line", "groups", "load", "of_summary", "params_sha256", "read_table"]
+
+__all__ = ["CV", "HEAD", "KIND", "MIN_RUNS", "SCOPE_WORDS", "TABLE_FILE", "expected", "expected_body", "expected_line",
+           "groups", "load", "of_engine", "of_summary", "params_sha256", "pct", "read_table"]

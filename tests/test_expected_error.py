@@ -54,17 +54,34 @@ def test_line_names_the_most_specific_groups_and_the_lean(table):
     line = X.expected_line("vllm@0.5", "a100-80gb TP8", table)
     assert line.startswith("expected error (median |error| of published runs, each predicted by a fit without")
     assert "20% over 3 runs of vllm@0.5 on a100-80gb TP8 (p90 28%, typically 20% too fast)" in line
-    assert "25% over 4 runs of vllm@0.5, any GPU" in line and line.endswith("over all 8")
+    assert "25% over 4 runs of vllm@0.5 on any GPU" in line and line.endswith("over all 8")
+    # every a100 TP8 run is vllm@0.5's: the deployment's group would say the same again, and is left out
+    assert "with any engine" not in line
     # a deployment with too few runs says so, and what does speak for it follows
     line = X.expected_line("vllm@0.5", "h200 TP8, EP8", table)
-    assert "only 1 published run(s) on h200 TP8, EP8" in line and "of vllm@0.5, any GPU" in line
+    assert "only 1 run of vllm@0.5 on h200 TP8, EP8 (50%); only 1 run on h200 TP8, EP8 (50%)" in line
+    assert "of vllm@0.5 on any GPU" in line
+    # an engine and a deployment no published run measured
     line = X.expected_line("sglang@0.4", "b200 TP1", table)
-    assert "no published run on b200 TP1" in line and "sglang" not in line.replace("sglang@0.4", "")
-    assert X.expected("vllm@0.5", "h200 TP8, EP8", table)["of"] == "of vllm@0.5, any GPU"
-    assert X.expected("trtllm@0.13", "h100-80gb TP8", table)["loso_median"] == pytest.approx(0.05)
+    assert "no published run of sglang@0.4; no published run on b200 TP1; 10% over all 8" in line
+    assert X.expected("vllm@0.5", "h200 TP8, EP8", table)["of"] == "of vllm@0.5 on any GPU"
+    t = X.expected("trtllm@0.13", "h100-80gb TP8", table)
+    assert t["scope"] == "profile_deployment" and t["loso_median"] == pytest.approx(0.05) and t["profile_runs"] == 4
     # without enough runs of the profile there, the worse of the deployment's and the profile's
-    assert X.expected("trtllm@0.13", "a100-80gb TP8", table)["of"] == "on a100-80gb TP8, any engine"
-    assert X.expected("sglang@0.4", "b200 TP1", table)["of"] == "of every engine and GPU"
+    x = X.expected("trtllm@0.13", "a100-80gb TP8", table)
+    assert x["of"] == "on a100-80gb TP8 with any engine" and x["scope"] == "deployment"
+    x = X.expected("sglang@0.4", "b200 TP1", table)
+    assert x["scope"] == "all" and x["profile_runs"] == 0
+
+
+def test_what_no_fit_priced_gets_no_error():
+    """ideal, a calibrated profile file and an overridden key are not the fitted profiles the runs measured."""
+    assert X.of_engine("vllm", "h100-80gb", 1)["profile"] == "vllm@0.8"
+    assert X.of_engine("vllm@0.5.3", "a100-80gb", 8)["deployment"] == "a100-80gb TP8"
+    for engine in ("ideal", "mine.json", "vllm:fixed_s=0.01", None):
+        assert X.of_engine(engine, "h100-80gb", 1) is None
+    x = X.of_engine("nanoflow", "a100-80gb", 8)
+    assert x["profile_runs"] == 0 and "no published run of nanoflow" in x["line"]
 
 
 def test_a_small_lean_is_not_called_one(table):
@@ -134,13 +151,20 @@ def test_simulate_summary_quotes_it_for_a_fitted_engine_only():
 def test_plan_warns_when_the_deadline_is_within_the_error():
     from blendsim.plan.report import margin_note
 
-    x = {"of": "on h100-80gb TP8, any engine", "n": 12, "loso_median": 0.10, "loso_p90": 0.3}
+    x = {"of": "on h100-80gb TP8 with any engine", "n": 12, "loso_median": 0.10, "loso_p90": 0.3,
+         "loso_signed_median": 0.08}
     rec = {"meets_deadline": True, "makespan_s": 3300.0, "expected_error": x}
     note = margin_note({"recommended": rec, "deadline_s": 3600.0})
-    assert note.startswith("warning: the recommended meets the 1.00 h deadline by less than the error to expect")
-    assert "off by 10% (median |error| over 12, p90 30%), and 10% slower it takes 1.01 h" in note
+    assert note.startswith("warning: the recommended meets the 1.00 h deadline by less than the error to expect: "
+                           "10% median |error| over 12 published runs on h100-80gb TP8 with any engine (p90 30%); "
+                           "10% slower it takes 1.01 h; such runs typically came out 8.0% slower than predicted.")
     ok = margin_note({"recommended": {**rec, "makespan_s": 3000.0}, "deadline_s": 3600.0})
     assert ok.startswith("expected error of the recommended: 10% median |error| over 12 published runs on h100-80gb")
+    assert "10% slower it still meets the deadline (55.0 min)" in ok
+    early = margin_note({"recommended": {**rec, "expected_error": {**x, "loso_signed_median": -0.2}},
+                         "deadline_s": 3600.0})
+    assert early.endswith("such runs typically came out 20% faster than predicted, so the run is more likely early. "
+                          "Allow a margin or take a faster deployment from the front")
     assert margin_note({"recommended": {**rec, "meets_deadline": False}, "deadline_s": 3600.0}) is None
     assert margin_note({"recommended": {**rec, "expected_error": None}, "deadline_s": 3600.0}) is None
 
@@ -170,6 +194,36 @@ def test_the_comparison_report_quotes_it_once(tmp_path, engine, quoted):
     assert md.count("Expected error of absolute throughput (median |error| of published runs") == int(quoted)
     if quoted:
         assert "a speedup between policies on one engine and deployment is a ratio of two predictions" in md
+
+
+def test_the_report_names_each_engine_and_deployment_under_one_head(tmp_path):
+    import blendsim
+    from blendsim.reports.render import write_report
+
+    t = blendsim.make_trace(input_len=[512] * 40, output_len=[64] * 40)
+    dirs = [blendsim.simulate(t, policy="dfs", hardware=hw, engine="vllm").write(tmp_path / hw)
+            for hw in ("h100-80gb", "a100-80gb")]
+    write_report(dirs, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.count("median |error| of published runs") == 1
+    a, h = (X.of_engine("vllm", hw, 1)["line"][len(X.HEAD):] for hw in ("a100-80gb", "h100-80gb"))
+    assert f"vllm@0.8 on a100-80gb TP1: {a} | vllm@0.8 on h100-80gb TP1: {h}." in md
+
+
+def test_plan_quotes_only_fitted_engines_and_keeps_its_margin_in_the_answer(tmp_path):
+    import blendsim
+    from blendsim.plan.report import _expected_errors
+
+    of = _expected_errors()
+    e = {"engine": "vllm", "hardware": "h100-80gb", "tp": 2, "pp": 1, "ep": 1}
+    assert of(e) == {k: v for k, v in X.of_engine("vllm", "h100-80gb", 2).items() if k != "line"}
+    assert of({**e, "engine": "ideal"}) is None
+    t = blendsim.make_trace(input_len=[512] * 200, output_len=[64] * 200)
+    a = blendsim.plan(t, model="llama-3-8b", deadline="1h", hardware="h100-80gb", engines="vllm,ideal",
+                      policies="dfs", max_gpus=1, jobs=1, fidelity=True)
+    rec = a["recommended"]
+    assert rec["engine"] == "ideal" and rec["expected_error"] is None and a["margin"] is None
+    assert [p["expected_error"] is None for p in a["pareto"]] == [p["engine"] == "ideal" for p in a["pareto"]]
 
 
 def test_saving_over_the_shipped_parameters_says_the_table_is_stale(tmp_path, monkeypatch):

@@ -198,11 +198,11 @@ def test_budget_nothing_fits_gives_the_fastest(trace, exhaustive):
 def test_a_planned_engine_is_vouched_for_by_its_own_versions_rows(monkeypatch):
     import csv
 
-    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUES
     from blendsim.plan import trust
 
     monkeypatch.setattr(trust, "MAX_ROW_REQUESTS", 0)  # count the rows, simulate none
-    rows = list(csv.DictReader(open(SHIPPED_CATALOGUE)))
+    rows = [r for c in SHIPPED_CATALOGUES for r in csv.DictReader(open(c))]
     a100 = [r for r in rows if r["engine"] == "vllm" and r["hardware"] == "a100-80gb"]
     v06 = [r for r in a100 if r["id"].startswith("vllm-0.6")]
     v1 = [r for r in a100 if r["id"].startswith(("vllm-0.10", "vllm-0.11"))]
@@ -210,6 +210,14 @@ def test_a_planned_engine_is_vouched_for_by_its_own_versions_rows(monkeypatch):
     got = trust.fidelity_of([("vllm@0.6", "a100-80gb"), ("vllm", "a100-80gb"), ("vllm@0.11.0", "a100-80gb")])
     assert got["vllm@0.6@a100-80gb"]["catalogue_rows"] == len(v06)
     assert got["vllm@a100-80gb"]["catalogue_rows"] == got["vllm@0.11.0@a100-80gb"]["catalogue_rows"] == len(v1)
+    # the training file's rows count too: TensorRT-LLM ~1.0 on an H200 is measured there only
+    from blendsim.fidelity.catalogue import engine_version_key, read_catalogue
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE, SHIPPED_TRAINING
+
+    def h200(path):
+        return [r for r in read_catalogue(path) if r.hardware == "h200" and engine_version_key(r) == "trtllm@1.0"]
+    assert h200(SHIPPED_TRAINING) and not h200(SHIPPED_CATALOGUE)
+    assert trust.fidelity_of([("trtllm", "h200")])["trtllm@h200"]["catalogue_rows"] == len(h200(SHIPPED_TRAINING))
 
 
 def test_pipeline_stages_are_searched_and_their_bounds_hold(trace):

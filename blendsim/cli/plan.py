@@ -42,7 +42,7 @@ def plan_cmd(
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (with --backend ray)."),
     out: Path = typer.Option(None, "-o", "--out", help="Folder for report.html, pareto.png and the answer JSON; a "
                                                        "rerun there resumes."),
-    no_fidelity: bool = typer.Option(False, "--no-fidelity", help="Skip the catalogue check of each engine x GPU."),
+    no_fidelity: bool = typer.Option(False, "--no-fidelity", help="Skip the catalogue check of each engine x GPU and the error to expect of each deployment."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """The cheapest deployment (GPU kind, TP/EP, replicas, engine, policy, precision) that finishes TRACE by

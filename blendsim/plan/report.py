@@ -31,37 +31,38 @@ def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests
 
 def _expected_errors():
     """A function giving a planned deployment the fidelity suite's leave-one-source-out error for its engine
-    profile and split (``blendsim.sim.expected``; None where the shipped table does not apply)."""
-    from blendsim.sim.deployment import deployment_name
-    from blendsim.sim.engines import load_params, modelled_profile
-    from blendsim.sim.expected import expected, load
+    profile and split (``blendsim.sim.expected.of_engine``; None where the shipped table does not apply or the
+    engine is not a fitted one)."""
+    from blendsim.sim.expected import load, of_engine
 
-    table, params = load(), load_params()
+    table = load()
 
     def of(e: dict):
-        if table is None:
-            return None
-        return expected(modelled_profile(e["engine"], params),
-                        deployment_name(e["hardware"], e["tp"], e["pp"], e["ep"]), table)
+        x = of_engine(e["engine"], e["hardware"], e["tp"], e["pp"], e["ep"], table) if table else None
+        return {k: v for k, v in x.items() if k != "line"} if x else None
     return of
 
 
 def margin_note(answer: dict) -> str | None:
-    """A warning where the recommended deployment meets the deadline by less than the error to expect of its
-    makespan: published runs of its kind (``expected_error``) came out that much too fast or slow."""
+    """The error to expect of the recommended deployment's makespan, and a warning where it meets the deadline by
+    less than that: published runs of its kind (``expected_error``) were off by that median |error|."""
+    from blendsim.sim.expected import pct
+
     r, dl = answer.get("recommended"), answer["deadline_s"]
     x = (r or {}).get("expected_error")
     if not x or not r["meets_deadline"]:
         return None
     worst = r["makespan_s"] * (1 + x["loso_median"])
+    said = (f"{pct(x['loso_median'])} median |error| over {x['n']} published runs {x['of']} (p90 "
+            f"{pct(x['loso_p90'])})")
+    s = x["loso_signed_median"]
+    lean = (f"; such runs typically came out {pct(-s)} faster than predicted, so the run is more likely early"
+            if s <= -0.05 else f"; such runs typically came out {pct(s)} slower than predicted" if s >= 0.05 else "")
     if worst <= dl:
-        return (f"expected error of the recommended: {100 * x['loso_median']:.0f}% median |error| over {x['n']} "
-                f"published runs {x['of']} (p90 {100 * x['loso_p90']:.0f}%); at the median it still meets the "
-                f"deadline ({_dur(worst)})")
-    return (f"warning: the recommended meets the {_dur(dl)} deadline by less than the error to expect: published runs "
-            f"{x['of']} are off by {100 * x['loso_median']:.0f}% (median |error| over {x['n']}, p90 "
-            f"{100 * x['loso_p90']:.0f}%), and {100 * x['loso_median']:.0f}% slower it takes {_dur(worst)}; "
-            f"allow a margin or take a faster deployment from the front")
+        return f"expected error of the recommended: {said}; {pct(x['loso_median'])} slower it still meets the deadline ({_dur(worst)}){lean}"
+    return (f"warning: the recommended meets the {_dur(dl)} deadline by less than the error to expect: {said}; "
+            f"{pct(x['loso_median'])} slower it takes {_dur(worst)}{lean}. Allow a margin or take a faster "
+            f"deployment from the front")
 
 
 def simulate_command(trace_path, model: str, e: dict) -> str:
@@ -114,7 +115,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
         sampling = {"sample_requests": out.sample_requests, "full_requests": n_requests, "seed": seed,
                     "checks": checks, "tail_dominated": out.tail_dominated,
                     "max_abs_error": max((abs(c["error"]) for c in checks), default=None)}
-    return {
+    answer = {
         "trace": str(trace_path) if trace_path is not None else None, "n_requests": n_requests, "model": model,
         "deadline_s": deadline_s, "budget_usd": budget, "billing_hour": billing_hour,
         "prices": {"file": str(prices.path),
@@ -124,6 +125,8 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
         "cheapest_meeting_deadline": over_budget,
         "sampling": sampling, "fidelity": fid,
     }
+    answer["margin"] = margin_note(answer)
+    return answer
 
 
 def _label(e: dict) -> str:
@@ -144,6 +147,16 @@ def _dur(s: float) -> str:
     return f"{s:.0f} s"
 
 
+def _expected_cell(x: dict | None) -> str:
+    """A deployment's expected error in the front's table: the median, its runs and which group they are."""
+    from blendsim.sim.expected import SCOPE_WORDS, pct
+
+    if not x:
+        return "-"
+    other = "; no run of this engine" if not x.get("profile_runs") else ""
+    return f"{pct(x['loso_median'])} ({x['n']} runs: {SCOPE_WORDS[x['scope']]}{other})"
+
+
 def rows(answer: dict) -> list[dict]:
     """The table of the front (terminal and HTML)."""
     from blendsim.sim.deployment import split_label
@@ -160,7 +173,7 @@ def rows(answer: dict) -> list[dict]:
                     "tok/s/GPU": f"{e['throughput_tok_s_per_gpu']:,.0f}",
                     "deadline": "met" if e["meets_deadline"] else "missed",
                     "from": "full" if e["makespan_from"] == "full simulation" else "sample",
-                    "expected |error|": f"{100 * x['loso_median']:.0f}% ({x['n']} runs)" if x else "-"})
+                    "expected |error|": _expected_cell(x)})
     return out
 
 
@@ -182,9 +195,8 @@ def notes(answer: dict) -> list[str]:
                          f"longest request's (T_critical), which no scaling of the sample predicts")
     for k, f in sorted(answer["fidelity"].items()):
         lines.append(f"fidelity {k}: {f['summary']}")
-    m = margin_note(answer)
-    if m:
-        lines.append(m)
+    if answer.get("margin"):
+        lines.append(answer["margin"])
     for f in answer["failures"][:3]:
         lines.append(f"failed: {f['deployment']}: {f['error']}")
     return lines

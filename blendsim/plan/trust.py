@@ -1,9 +1,9 @@
 """How far to trust a planned point: the fidelity catalogue's error for that engine on that GPU.
 
-For an engine x hardware pair, the shipped catalogue's rows of that pair (``blendsim/fidelity/catalogue.csv``;
-rows whose engine and version resolve to the same modelled profile: ``vllm@0.6`` is vouched for by vLLM 0.6.x
-rows, ``vllm`` by the newest modelled version's) are simulated as `blendsim fidelity` does (rows of at most ``MAX_ROW_REQUESTS`` requests, so this takes
-seconds, not the quarter hour of the 400,000-request rows) and their median |error| is reported with the row
+For an engine x hardware pair, the shipped catalogues' rows of that pair (``blendsim/fidelity/catalogue.csv`` and
+``training.csv``; rows whose engine and version resolve to the same modelled profile: ``vllm@0.6`` is vouched for
+by vLLM 0.6.x rows, ``vllm`` by the newest modelled version's) are simulated as `blendsim fidelity` does (rows of
+at most ``MAX_ROW_REQUESTS`` requests, so this takes seconds, not the quarter hour of the 400,000-request rows) and their median |error| is reported with the row
 count. These rows are in-sample: the shipped efficiencies were fitted on them. A pair with no rows says so
 ("untested"): its figures rest on the cost model's presets and on other GPUs' fits.
 """
@@ -16,10 +16,10 @@ MAX_ROW_REQUESTS = 3000
 def fidelity_of(pairs, model: str | None = None) -> dict:
     """``{"engine@hardware": {...}}`` for each ``(engine, hardware)`` in ``pairs``."""
     from blendsim.fidelity.catalogue import engine_version_key, read_catalogue
-    from blendsim.fidelity.suite import SHIPPED_CATALOGUE, load_suite, predictions
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUES, load_suite, predictions
     from blendsim.sim.engines import load_params, modelled_profile
 
-    rows = read_catalogue(SHIPPED_CATALOGUE)
+    rows = [r for c in SHIPPED_CATALOGUES for r in read_catalogue(c)]
     params = load_params()
     # each row's modelled profile: a planned engine is vouched for by its own version's rows only
     modelled = {r.id: modelled_profile(engine_version_key(r), params) for r in rows}
@@ -31,7 +31,7 @@ def fidelity_of(pairs, model: str | None = None) -> dict:
         entry = {"engine": engine, "hardware": hw, "catalogue_rows": len(all_rows), "rows_checked": 0,
                  "median_abs_error": None, "max_abs_error": None, "same_model_rows": 0}
         if mine:
-            suite = load_suite(SHIPPED_CATALOGUE, params, only=[r.id for r in mine])
+            suite = load_suite(list(SHIPPED_CATALOGUES), params, only=[r.id for r in mine])
             pred = predictions(suite, params)
             errs = sorted(abs(pred[r.id] / r.value - 1.0) for r in mine if r.id in pred)
             if errs:
