@@ -244,3 +244,21 @@ def test_saving_over_the_shipped_parameters_says_the_table_is_stale(tmp_path, mo
     assert res.exit_code == 0, res.output
     assert "expected_error.json, the error simulate and plan quote, no longer applies; remake it" in res.output
     assert X.load() is None
+
+
+def test_simulate_json_keeps_summary_json_and_says_the_error_on_stderr(tmp_path):
+    """summary.json is the run's record; the error to expect is the fit's and changes with it, so --json prints
+    the record unchanged and the error as a note on stderr."""
+    from typer.testing import CliRunner
+
+    import blendsim
+    from blendsim.cli import get_app
+
+    t = blendsim.make_trace(input_len=[512] * 40, output_len=[64] * 40)
+    path = blendsim.write_trace(t, tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["simulate", str(path), "--hardware", "h100-80gb", "--engine", "vllm", "--json",
+                                       "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert "expected_error" not in s and s == json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert f"note: {X.of_engine('vllm', 'h100-80gb', 1)['line']}" in r.stderr

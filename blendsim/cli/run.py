@@ -186,8 +186,12 @@ def simulate_cmd(
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     if as_json:
+        from blendsim.sim.expected import of_summary
         from blendsim.sim.rundir import json_safe
 
+        x = of_summary(result.summary)  # not part of the run's record: the same run is re-judged after a refit
+        if x:
+            typer.echo(f"note: {x['line']}", err=True)
         typer.echo(json.dumps(json_safe(result.summary), indent=2, sort_keys=True, allow_nan=False))
     else:
         print_summary(result.summary, out)
