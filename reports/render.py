@@ -120,7 +120,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     priced = (f"All runs are priced on one engine: {pricing[0]}. " if len(pricing) == 1 else
               f"Runs are priced by {len(pricing)} engines/cost models ({'; '.join(pricing)}; --mixed): each row "
               "names its engine, and a speedup across engines mixes pricing with scheduling. ")
-    priced += _expected_note(df)
+    expect = _expected_note(df)
     intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
              f"the baseline's on the same workload and deployment.")
@@ -146,9 +146,11 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         n_w = off["group"].nunique()
         text = (f"{n_w} offline workload(s). Each row averages over the n workloads on which the policy and "
                 f"{base} both ran" + "".join(f"; {x}" for x in notes) + ".")
-        sections.append(("Policies across workloads", f"<p>{intro}</p><p>{html.escape(text)}</p><p class=legend>"
-                         f"{html.escape(T.legend(sspec))}</p>{warn[0]}", [T.to_html(summary, sspec)]))
-        md_tables["Policies across workloads"] = (summary, sspec, f"{md_intro}\n\n{text}\n\n{T.legend(sspec)}\n{warn[1]}")
+        exp_html, exp_md = (f"<p>{html.escape(expect)}</p>", f"{expect}\n\n") if expect else ("", "")
+        sections.append(("Policies across workloads", f"<p>{intro}</p>{exp_html}<p>{html.escape(text)}</p>"
+                         f"<p class=legend>{html.escape(T.legend(sspec))}</p>{warn[0]}", [T.to_html(summary, sspec)]))
+        md_tables["Policies across workloads"] = (summary, sspec,
+                                                  f"{md_intro}\n\n{exp_md}{text}\n\n{T.legend(sspec)}\n{warn[1]}")
         side_spec = T.present(off, T.SIDE_BY_SIDE)
         sections.append(("Policies side by side", f"<p class=legend>{html.escape(T.legend(side_spec))} Run "
                          "directories are listed at the end.</p>", [T.to_html(off, side_spec)]))
@@ -201,7 +203,7 @@ def _expected_note(df: pd.DataFrame) -> str:
     return ("Expected error of absolute throughput " + HEAD[len("expected error "):] + " | ".join(said) + more
             + ". Those are errors of single predictions against published runs; a speedup between policies on one "
             "engine and deployment is a ratio of two predictions that share most of it, and no published run "
-            "measures it. ")
+            "measures it.")
 
 
 def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:
