@@ -189,7 +189,8 @@ def _expected_note(df: pd.DataFrame) -> str:
 
     keys = ["offline", "cost_model", "engine", "hardware", "tp", "pp", "ep"]
     found: dict = {}
-    for r in df[[k for k in keys if k in df]].to_dict("records"):
+    runs = df[[k for k in keys if k in df]]
+    for r in runs.loc[runs.astype(str).drop_duplicates().index].to_dict("records"):  # one per engine and split
         s = {k: v for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
         x = of_summary({**s, **{k: int(s.get(k) or 1) for k in ("tp", "pp", "ep")}}) if "hardware" in s else None
         if x:
