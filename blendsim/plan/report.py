@@ -59,7 +59,8 @@ def margin_note(answer: dict) -> str | None:
     lean = (f"; such runs typically came out {pct(-s)} faster than predicted, so the run is more likely early"
             if s <= -0.05 else f"; such runs typically came out {pct(s)} slower than predicted" if s >= 0.05 else "")
     if worst <= dl:
-        return f"expected error of the recommended: {said}; {pct(x['loso_median'])} slower it still meets the deadline ({_dur(worst)}){lean}"
+        return (f"expected error of the recommended: {said}; {pct(x['loso_median'])} slower it still meets the "
+                f"deadline ({_dur(worst)}){lean}")
     return (f"warning: the recommended meets the {_dur(dl)} deadline by less than the error to expect: {said}; "
             f"{pct(x['loso_median'])} slower it takes {_dur(worst)}{lean}. Allow a margin or take a faster "
             f"deployment from the front")
