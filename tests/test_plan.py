@@ -82,6 +82,70 @@ def test_pruning_never_drops_a_front_deployment(short_job, quantile):
     assert rec.cand == ref.cand and rec.makespan_s <= deadline
 
 
+@pytest.mark.parametrize("quantile", [0.2, 0.6])
+def test_a_margin_per_deployment_prunes_and_recommends_as_the_exhaustive_search(short_job, quantile):
+    """plan --margin: a deployment meets the deadline only with its margin to spare; pruning by the lower bound
+    grown by each deployment's own margin keeps the exhaustive search's front and recommendation."""
+    import dataclasses
+
+    trace, exhaustive = short_job
+
+    def margin(c):  # deployments with different margins, as --margin expected gives them
+        return 0.6 if c.shape.hardware == "a100-80gb" else 0.1
+    ref = dataclasses.replace(exhaustive, margin={k: margin(p.cand) for k, p in exhaustive.points.items()})
+    ms = sorted(p.makespan_s * (1 + ref.margin[k]) for k, p in ref.points.items())
+    deadline = ms[int(quantile * len(ms))]
+    ref.meets_any = any(ref.meets(p, deadline) for p in ref.points.values())
+    pruned = run_search(trace, SMALL, deadline, read_prices(), margin=margin)
+    assert sum(pruned.pruned.values()) > 0
+    assert _front(pruned, deadline) == _front(ref, deadline)
+    rec = recommend(pruned, deadline, None)
+    assert rec.cand == recommend(ref, deadline, None).cand
+    assert rec.makespan_s * (1 + margin(rec.cand)) <= deadline
+    # without the margin a cheaper deployment would have been recommended, or the same one
+    plain = recommend(exhaustive, deadline, None)
+    assert plain.cost_usd <= rec.cost_usd
+
+
+@pytest.mark.parametrize("text, want", [(None, None), ("", None), ("20%", 0.2), ("0.2", 0.2), (0.5, 0.5),
+                                        ("0%", 0.0), ("Expected", "expected")])
+def test_margin_parses(text, want):
+    from blendsim.plan import parse_margin
+
+    assert parse_margin(text) == (pytest.approx(want) if isinstance(want, float) else want)
+
+
+@pytest.mark.parametrize("text, needle", [("abc", "--margin must be a share of the makespan (0.2 or 20%) or "
+                                                   "'expected', got 'abc'"),
+                                          ("-5%", "--margin must be between 0 and 10"), ("11", "between 0 and 10")])
+def test_bad_margin_is_one_line(text, needle):
+    from blendsim.plan import parse_margin
+
+    with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        parse_margin(text)
+
+
+def test_bad_margin_on_the_command_line_is_one_line(tmp_path, trace):
+    from blendsim.workloads.trace import write_trace
+
+    path = write_trace(trace, tmp_path / "t.parquet")
+    one_line_error(CliRunner().invoke(get_app(), ["plan", str(path), "--deadline", "1h", "--margin", "lots"]),
+                   "--margin must be a share of the makespan")
+
+
+def test_expected_margin_reads_each_deployments_expected_error(trace):
+    from blendsim.sim.expected import of_engine
+
+    a = blendsim.plan(trace, model="llama-3-8b", deadline="1h", hardware="a100-80gb,h100-80gb", engines="vllm,ideal",
+                      policies="dfs", max_gpus=2, jobs=1, margin="expected")
+    assert a["deadline_margin"] == "expected"
+    assert "with each deployment's expected error as margin" in a["recommendation"]
+    for e in a["pareto"]:
+        x = of_engine(e["engine"], e["hardware"], e["tp"], e["pp"], e["ep"])
+        assert e["deadline_margin"] == (x["loso_median"] if x else 0.0)  # ideal: none quoted, no margin
+        assert e["meets_deadline"] == (e["makespan_s"] * (1 + e["deadline_margin"]) <= 3600)
+
+
 def test_impossible_deadline_gives_the_fastest(trace, exhaustive):
     out = run_search(trace, SPACE, 0.01, read_prices())
     assert not out.meets_any

@@ -29,6 +29,10 @@ def plan_cmd(
                                            "no pipelining)."),
     ep: int = typer.Option(8, "--ep", help="Largest expert-parallel degree (MoE models; divides TP)."),
     budget: float = typer.Option(None, "--budget", help="Most USD the job may cost (optional)."),
+    margin: str = typer.Option(None, "--margin", help="Meet the deadline with this share of the makespan to spare: "
+                                                      "20% (or 0.2), or 'expected' for each deployment's expected "
+                                                      "error (the median |error| of published runs of its engine "
+                                                      "and split)."),
     prices: Path = typer.Option(None, "--prices", help="Price CSV with columns hardware,usd_per_gpu_hour (default: "
                                                       "the shipped on-demand list prices, blendsim/plan/prices.csv)."),
     billing_hour: bool = typer.Option(False, "--billing-hour", help="Bill every started hour in full."),
@@ -42,7 +46,8 @@ def plan_cmd(
     ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster address (with --backend ray)."),
     out: Path = typer.Option(None, "-o", "--out", help="Folder for report.html, pareto.png and the answer JSON; a "
                                                        "rerun there resumes."),
-    no_fidelity: bool = typer.Option(False, "--no-fidelity", help="Skip the catalogue check of each engine x GPU and the error to expect of each deployment."),
+    no_fidelity: bool = typer.Option(False, "--no-fidelity", help="Skip the catalogue check of each engine x GPU "
+                                                                  "and the error to expect of each deployment."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
     """The cheapest deployment (GPU kind, TP/EP, replicas, engine, policy, precision) that finishes TRACE by
@@ -58,7 +63,7 @@ def plan_cmd(
                       policies=policies, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, budget=budget,
                       prices=prices, billing_hour=billing_hour, sample=sample, verify=verify, seed=seed, jobs=jobs,
                       backend=backend, ray_address=ray_address, out=out, fidelity=not no_fidelity,
-                      progress=bar.update)
+                      progress=bar.update, margin=margin)
     typer.echo(f"plan: {answer['simulated']} deployment(s) simulated in {time.perf_counter() - t0:.0f} s"
                + (f"; report: {answer['report']}" if answer.get("report") else ""), err=True)
     if as_json:

@@ -40,17 +40,62 @@ def parse_deadline(text) -> float:
     return v
 
 
+def parse_margin(v):
+    """``--margin`` as given: None, a share of the makespan (``0.2``, ``"20%"``: 0 to 10) or ``"expected"``."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    text = str(v).strip().lower()
+    if text == "expected":
+        from blendsim.sim.expected import load
+
+        if load() is None:
+            raise UserError("--margin expected: no expected-error table applies to the shipped parameters (remake "
+                            "sim/expected_error.json: python -m blendsim.fidelity.expected --help)")
+        return "expected"
+    try:
+        x = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UserError(f"--margin must be a share of the makespan (0.2 or 20%) or 'expected', got {v!r}") from None
+    if not 0 <= x <= 10:
+        raise UserError(f"--margin must be between 0 and 10 (0% and 1000%), got {v!r}")
+    return x
+
+
+def margin_of(margin):
+    """The function giving a candidate its margin (None: no margin): a fixed share, or its expected error (the
+    median |error| of published runs of its engine and split; 0 where none is quoted, e.g. for ``ideal``)."""
+    if margin is None:
+        return None
+    if margin != "expected":
+        return lambda c: margin
+    from blendsim.sim.expected import load, of_engine
+
+    table, seen = load(), {}
+
+    def of(c):
+        s = c.settings()
+        key = (s["engine"], s["hardware"], s["tp"], s["pp"], s["ep"])
+        if key not in seen:
+            x = of_engine(*key, table)
+            seen[key] = x["loso_median"] if x else 0.0
+        return seen[key]
+    return of
+
+
 def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max_gpus: int = 64, engines=None,
          policies=None, weights=None, kv_dtype=None, tp: int = 8, pp: int = 1, ep: int = 8, budget: float | None = None,
          prices=None, billing_hour: bool = False, sample: int = 20_000, verify: int = 2, seed: int = 0,
          jobs: int | None = None, backend: str = "local", ray_address: str | None = None, out=None,
-         fidelity: bool = True, progress=None, prune: bool = True) -> dict:
+         fidelity: bool = True, progress=None, prune: bool = True, margin=None) -> dict:
     """`blendsim plan TRACE`: the answer as `--json` prints it (``pareto``, ``recommended``, ``candidates``,
     ``pruned``, ``sampling``, ...). ``hardware``, ``engines``, ``policies``, ``weights`` and ``kv_dtype`` take a
     comma list or a list; ``tp``, ``pp`` and ``ep`` are upper limits (powers of two up to each;
     ``pp`` 1: no pipelining). ``out`` writes the HTML report there and makes the search resumable.
     ``progress(simulated, deployment)`` is called as simulations finish (``progress(simulated, deployment,
-    at_most)`` where it takes a third argument: the feasible deployments in the space, before pruning)."""
+    at_most)`` where it takes a third argument: the feasible deployments in the space, before pruning).
+    ``margin``: a deployment meets the deadline only with this share of its makespan to spare (``0.2``, ``"20%"``),
+    or ``"expected"``: with its expected error to spare (the median |error| of published runs of its engine and
+    split, ``blendsim.sim.expected``; none for an engine no fit priced, such as ``ideal``)."""
     from blendsim.api import _as_trace
     from blendsim.options import parse_names
     from blendsim.sim.models import get_model
@@ -69,6 +114,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
                 else tuple(dict.fromkeys(str(x) for x in v)))
 
     deadline_s = parse_deadline(deadline)
+    margin = parse_margin(margin)
     for flag, v, low in (("--max-gpus", max_gpus, 1), ("--tp", tp, 1), ("--pp", pp, 1), ("--ep", ep, 1),
                          ("--sample", sample, 100), ("--verify", verify, 0), ("--seed", seed, 0)):
         if int(v) != v or v < low:
@@ -115,19 +161,20 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     try:
         res = run_search(t, space, deadline_s, table, budget=budget, billing_hour=billing_hour, sample=int(sample),
                          verify=int(verify), seed=int(seed), backend=be, store=store, prune=prune, progress=progress,
-                         trace_path=path)
+                         trace_path=path, margin=margin_of(margin))
     except BaseException:
         be.close(cancel=True)
         raise
     be.close()
     answer = build_answer(res, trace_path=path, n_requests=t.n, model=str(model), deadline_s=deadline_s,
-                          budget=budget, prices=table, billing_hour=billing_hour, seed=int(seed), fidelity=fidelity)
+                          budget=budget, prices=table, billing_hour=billing_hour, seed=int(seed), fidelity=fidelity,
+                          margin=margin)
     if out is not None:
         answer["report"] = str(write_report(answer, list(res.points.values()), Path(out)))
     return answer
 
 
-__all__ = ["parse_deadline", "plan"]
+__all__ = ["margin_of", "parse_deadline", "parse_margin", "plan"]
 
 
 class _CallablePlan(types.ModuleType):

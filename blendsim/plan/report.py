@@ -9,14 +9,16 @@ from pathlib import Path
 from .search import front, recommend
 
 
-def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests, fidelity: dict) -> dict:
-    """One deployment as the answer lists it."""
+def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests, fidelity: dict,
+          margin: float = 0.0) -> dict:
+    """One deployment as the answer lists it (``margin``: the share of its makespan it must have to spare before
+    the deadline, ``plan --margin``)."""
     c = p.cand
     e = dict(c.settings())
     price = prices.price_of(c.shape.hardware).usd_per_gpu_hour
     e.update(
         makespan_s=p.makespan_s, cost_usd=p.cost_usd, usd_per_gpu_hour=price,
-        meets_deadline=p.makespan_s <= deadline_s,
+        meets_deadline=p.makespan_s * (1 + margin) <= deadline_s, deadline_margin=margin,
         within_budget=budget is None or p.cost_usd <= budget,
         tokens_per_usd=p.tokens / p.cost_usd if p.cost_usd > 0 else None,
         throughput_tok_s_per_gpu=p.tokens / p.makespan_s / c.gpus,
@@ -41,6 +43,17 @@ def _expected_errors():
         x = of_engine(e["engine"], e["hardware"], e["tp"], e["pp"], e["ep"], table) if table else None
         return {k: v for k, v in x.items() if k != "line"} if x else None
     return of
+
+
+def _margin_words(margin) -> str:
+    """How ``plan --margin`` reads in the recommendation."""
+    if margin is None:
+        return ""
+    if margin == "expected":
+        return " with each deployment's expected error as margin"
+    from blendsim.sim.expected import pct
+
+    return f" with a {pct(margin)} margin on the makespan"
 
 
 def margin_note(answer: dict) -> str | None:
@@ -75,8 +88,9 @@ def simulate_command(trace_path, model: str, e: dict) -> str:
 
 
 def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: float, budget, prices,
-                 billing_hour: bool, seed: int, fidelity: bool = True) -> dict:
-    """The JSON object: ``pareto``, ``recommended``, ``candidates``, ``pruned`` and how the numbers were made."""
+                 billing_hour: bool, seed: int, fidelity: bool = True, margin=None) -> dict:
+    """The JSON object: ``pareto``, ``recommended``, ``candidates``, ``pruned`` and how the numbers were made
+    (``margin``: ``plan --margin`` as given, a share or ``"expected"``; each deployment's own is in ``out``)."""
     from .trust import fidelity_of
 
     f = front(out, deadline_s, budget)
@@ -86,7 +100,8 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     expect = _expected_errors() if fidelity else (lambda e: None)
 
     def mk(p):
-        e = entry(p, deadline_s, budget, prices, n_requests, out.sample_requests, fid)
+        e = entry(p, deadline_s, budget, prices, n_requests, out.sample_requests, fid,
+                  out.margin.get(p.cand.key, 0.0))
         e["simulate_command"] = simulate_command(trace_path, model, e)
         e["expected_error"] = expect(e)
         return e
@@ -96,13 +111,14 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     if rec is None:
         say = "no deployment could be simulated (see failures)"
     elif out.meets_any:
-        say = (f"cheapest that meets the {_dur(deadline_s)} deadline" + (f" within ${budget:,.2f}" if budget is not None
-                                                                         else "") +
-               f": {_label(recd)}, {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}")
+        say = (f"cheapest that meets the {_dur(deadline_s)} deadline" + _margin_words(margin)
+               + (f" within ${budget:,.2f}" if budget is not None else "")
+               + f": {_label(recd)}, {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}")
     else:
-        why = f"the {_dur(deadline_s)} deadline" + (f" within the ${budget:,.2f} budget" if budget is not None else "")
+        why = (f"the {_dur(deadline_s)} deadline" + _margin_words(margin)
+               + (f" within the ${budget:,.2f} budget" if budget is not None else ""))
         say = f"NO deployment in the search space meets {why}"
-        in_time = [p for p in out.points.values() if p.makespan_s <= deadline_s] if budget is not None else []
+        in_time = [p for p in out.points.values() if out.meets(p, deadline_s)] if budget is not None else []
         if in_time:  # the budget alone fails: what meeting the deadline costs
             c = min(in_time, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
             ce = mk(c)
@@ -118,7 +134,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
                     "max_abs_error": max((abs(c["error"]) for c in checks), default=None)}
     answer = {
         "trace": str(trace_path) if trace_path is not None else None, "n_requests": n_requests, "model": model,
-        "deadline_s": deadline_s, "budget_usd": budget, "billing_hour": billing_hour,
+        "deadline_s": deadline_s, "deadline_margin": margin, "budget_usd": budget, "billing_hour": billing_hour,
         "prices": {"file": str(prices.path),
                    "used": {h: prices.prices[h].__dict__ for h in sorted({p.cand.shape.hardware for p in f})}},
         "candidates": out.candidates, "simulated": len(out.points), "pruned": dict(sorted(out.pruned.items())),

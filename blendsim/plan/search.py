@@ -65,6 +65,12 @@ class Search:
     checks: list = field(default_factory=list)  # sampled-vs-full comparisons
     sample_requests: int | None = None
     tail_dominated: int = 0  # deployments simulated whole because their sample's makespan was its longest request's
+    margin: dict = field(default_factory=dict)  # deployment key -> share of its makespan held back (plan --margin)
+
+    def meets(self, p: Point, deadline_s: float, budget: float | None = None) -> bool:
+        """Whether ``p``, its makespan grown by its margin, meets the deadline (and the budget)."""
+        return (p.makespan_s * (1 + self.margin.get(p.cand.key, 0.0)) <= deadline_s
+                and (budget is None or p.cost_usd <= budget))
 
 
 def pareto(points: list) -> list:
@@ -79,10 +85,11 @@ def pareto(points: list) -> list:
 
 def run_search(trace, space, deadline_s: float, prices, *, budget: float | None = None, billing_hour: bool = False,
                sample: int = 20_000, verify: int = 2, seed: int = 0, backend=None, store=None, prune: bool = True,
-               progress=None, trace_path=None) -> Search:
+               progress=None, trace_path=None, margin=None) -> Search:
     """Search ``space`` for ``trace`` (offline: every request at t=0). ``backend``: a sweep backend
     (``blendsim.sweep.backends``); ``store``: a :class:`PlanStore` (resumable) or None; ``prune=False``
-    simulates every feasible deployment (the exhaustive reference the tests compare with)."""
+    simulates every feasible deployment (the exhaustive reference the tests compare with); ``margin(candidate)``:
+    the share of its makespan a deployment must have to spare before the deadline (None: none)."""
     from blendsim.sim.prefix_tree import PrefixTree
     from blendsim.sweep.backends import InlineBackend
 
@@ -116,6 +123,8 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             lb_m = sb.makespan(r)
             bounds[c] = (lb_m, job_cost(c.gpus, price, lb_m, billing_hour))
             cands.append(c)
+            if margin is not None:
+                out.margin[c.key] = float(margin(c))
     out.candidates = len(cands) + sum(infeasible.values())
     done = [0]
     report = _progress_call(progress, len(cands))
@@ -171,7 +180,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             evaluate(whole_now, whole=True)
 
     def ok(p):
-        return p.makespan_s <= deadline_s and (budget is None or p.cost_usd <= budget)
+        return out.meets(p, deadline_s, budget)
 
     def search(order, reason_of):
         todo = list(order)
@@ -195,7 +204,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
 
     def phase1(c):
         lm, lc = bounds[c]
-        if lm > deadline_s:
+        if lm * (1 + out.margin.get(c.key, 0.0)) > deadline_s:
             return DEADLINE
         if budget is not None and lc > budget:
             return BUDGET
@@ -215,8 +224,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
 
 
 def front(out: Search, deadline_s: float, budget: float | None) -> list:
-    pts = [p for p in out.points.values()
-           if not out.meets_any or (p.makespan_s <= deadline_s and (budget is None or p.cost_usd <= budget))]
+    pts = [p for p in out.points.values() if not out.meets_any or out.meets(p, deadline_s, budget)]
     return pareto(pts)
 
 
@@ -234,8 +242,7 @@ def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, veri
     """Simulate the recommended deployment and its front neighbours (by cost) on the whole trace; again
     while the recommendation moves to a deployment known only by its estimate."""
     for _ in range(verify + 3):
-        out.meets_any = any(p.makespan_s <= deadline_s and (budget is None or p.cost_usd <= budget)
-                            for p in out.points.values())
+        out.meets_any = any(out.meets(p, deadline_s, budget) for p in out.points.values())
         rec = recommend(out, deadline_s, budget)
         if rec is None:
             return
