@@ -164,7 +164,7 @@ def test_plan_warns_when_the_deadline_is_within_the_error():
     early = margin_note({"recommended": {**rec, "expected_error": {**x, "loso_signed_median": -0.2}},
                          "deadline_s": 3600.0})
     assert early.endswith("such runs typically came out 20% faster than predicted, so the run is more likely early. "
-                          "Allow a margin or take a faster deployment from the front")
+                          "Allow a margin (--margin expected) or take a faster deployment from the front")
     assert margin_note({"recommended": {**rec, "meets_deadline": False}, "deadline_s": 3600.0}) is None
     assert margin_note({"recommended": {**rec, "expected_error": None}, "deadline_s": 3600.0}) is None
 
@@ -222,7 +222,7 @@ def test_plan_quotes_only_fitted_engines_and_keeps_its_margin_in_the_answer(tmp_
     a = blendsim.plan(t, model="llama-3-8b", deadline="1h", hardware="h100-80gb", engines="vllm,ideal",
                       policies="dfs", max_gpus=1, jobs=1, fidelity=True)
     rec = a["recommended"]
-    assert rec["engine"] == "ideal" and rec["expected_error"] is None and a["margin"] is None
+    assert rec["engine"] == "ideal" and rec["expected_error"] is None and a["expected_error_note"] is None
     assert [p["expected_error"] is None for p in a["pareto"]] == [p["engine"] == "ideal" for p in a["pareto"]]
 
 

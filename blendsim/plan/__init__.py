@@ -41,10 +41,13 @@ def parse_deadline(text) -> float:
 
 
 def parse_margin(v):
-    """``--margin`` as given: None, a share of the makespan (``0.2``, ``"20%"``: 0 to 10) or ``"expected"``."""
-    if v is None or (isinstance(v, str) and not v.strip()):
+    """``--margin`` as given: None, a share of the makespan (``0.2``, or ``"20%"`` up to ``"1000%"``; a bare
+    number above 1 is refused, as ``10`` would mean 1000%) or ``"expected"``."""
+    if v is None:
         return None
     text = str(v).strip().lower()
+    if not text:
+        raise UserError("--margin is empty: give a share of the makespan (0.2 or 20%) or 'expected'")
     if text == "expected":
         from blendsim.sim.expected import load
 
@@ -52,18 +55,24 @@ def parse_margin(v):
             raise UserError("--margin expected: no expected-error table applies to the shipped parameters (remake "
                             "sim/expected_error.json: python -m blendsim.fidelity.expected --help)")
         return "expected"
+    pct = text.endswith("%")
     try:
-        x = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        x = float(text[:-1]) / 100 if pct else float(text)
     except ValueError:
         raise UserError(f"--margin must be a share of the makespan (0.2 or 20%) or 'expected', got {v!r}") from None
     if not 0 <= x <= 10:
-        raise UserError(f"--margin must be between 0 and 10 (0% and 1000%), got {v!r}")
-    return x
+        raise UserError(f"--margin must be between 0% and 1000%, got {v!r}")
+    if x > 1 and not pct:
+        raise UserError(f"--margin {v}: a bare number is a share of the makespan (0 to 1); write {100 * x:g}% if "
+                        f"you mean it")
+    return x + 0.0  # -0 is 0
 
 
 def margin_of(margin):
     """The function giving a candidate its margin (None: no margin): a fixed share, or its expected error (the
-    median |error| of published runs of its engine and split; 0 where none is quoted, e.g. for ``ideal``)."""
+    median |error| of published runs of its engine and split; every run's median where none is quoted for it,
+    as for ``ideal``, a profile file or a key with overrides: an engine no published run vouches for is not
+    given less margin than one they do)."""
     if margin is None:
         return None
     if margin != "expected":
@@ -77,7 +86,7 @@ def margin_of(margin):
         key = (s["engine"], s["hardware"], s["tp"], s["pp"], s["ep"])
         if key not in seen:
             x = of_engine(*key, table)
-            seen[key] = x["loso_median"] if x else 0.0
+            seen[key] = x["loso_median"] if x else table["all"]["loso_median"]
         return seen[key]
     return of
 
@@ -95,7 +104,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     at_most)`` where it takes a third argument: the feasible deployments in the space, before pruning).
     ``margin``: a deployment meets the deadline only with this share of its makespan to spare (``0.2``, ``"20%"``),
     or ``"expected"``: with its expected error to spare (the median |error| of published runs of its engine and
-    split, ``blendsim.sim.expected``; none for an engine no fit priced, such as ``ideal``)."""
+    split, ``blendsim.sim.expected``; every run's median for an engine none is quoted for, such as ``ideal``)."""
     from blendsim.api import _as_trace
     from blendsim.options import parse_names
     from blendsim.sim.models import get_model

@@ -74,9 +74,10 @@ def margin_note(answer: dict) -> str | None:
     if worst <= dl:
         return (f"expected error of the recommended: {said}; {pct(x['loso_median'])} slower it still meets the "
                 f"deadline ({_dur(worst)}){lean}")
+    act = ("take a larger --margin or a faster deployment from the front" if answer.get("deadline_margin") is not None
+           else "allow a margin (--margin expected) or take a faster deployment from the front")
     return (f"warning: the recommended meets the {_dur(dl)} deadline by less than the error to expect: {said}; "
-            f"{pct(x['loso_median'])} slower it takes {_dur(worst)}{lean}. Allow a margin or take a faster "
-            f"deployment from the front")
+            f"{pct(x['loso_median'])} slower it takes {_dur(worst)}{lean}. {act[0].upper()}{act[1:]}")
 
 
 def simulate_command(trace_path, model: str, e: dict) -> str:
@@ -123,8 +124,8 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
             c = min(in_time, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
             ce = mk(c)
             over_budget = {"deployment": ce, "over_budget_usd": c.cost_usd - budget}
-            say += (f"; the cheapest simulated one that meets the deadline is {_label(ce)}: {_dur(c.makespan_s)} "
-                    f"for ${c.cost_usd:,.2f} (${c.cost_usd - budget:,.2f} over the budget)")
+            say += (f"; the cheapest simulated one that meets the deadline{_margin_words(margin)} is {_label(ce)}: "
+                    f"{_dur(c.makespan_s)} for ${c.cost_usd:,.2f} (${c.cost_usd - budget:,.2f} over the budget)")
         say += f"; the fastest is {_label(recd)}: {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}"
     checks = out.checks
     sampling = None
@@ -142,7 +143,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
         "cheapest_meeting_deadline": over_budget,
         "sampling": sampling, "fidelity": fid,
     }
-    answer["margin"] = margin_note(answer)
+    answer["expected_error_note"] = margin_note(answer)
     return answer
 
 
@@ -212,8 +213,8 @@ def notes(answer: dict) -> list[str]:
                          f"longest request's (T_critical), which no scaling of the sample predicts")
     for k, f in sorted(answer["fidelity"].items()):
         lines.append(f"fidelity {k}: {f['summary']}")
-    if answer.get("margin"):
-        lines.append(answer["margin"])
+    if answer.get("expected_error_note"):
+        lines.append(answer["expected_error_note"])
     for f in answer["failures"][:3]:
         lines.append(f"failed: {f['deployment']}: {f['error']}")
     return lines
@@ -267,6 +268,9 @@ def plot(answer: dict, points: list, path: Path) -> Path:
         ax.plot([e["makespan_s"] / 3600 for e in f], [e["cost_usd"] for e in f], color="black", lw=1,
                 label="Pareto front")
     ax.axvline(answer["deadline_s"] / 3600, color="red", ls="--", lw=1, label="deadline")
+    m = answer.get("deadline_margin")
+    if isinstance(m, float) and m > 0:  # one margin for all: the makespan a deployment must beat
+        ax.axvline(answer["deadline_s"] / (1 + m) / 3600, color="red", ls=":", lw=1, label="deadline less the margin")
     rec = answer["recommended"]
     if rec is not None:
         ax.scatter([rec["makespan_s"] / 3600], [rec["cost_usd"]], s=160, facecolors="none", edgecolors="red",
@@ -302,7 +306,7 @@ def write_report(answer: dict, points: list, folder: Path) -> Path:
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>blendsim plan</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:1em auto}}td,th{{padding:2px 8px;text-align:right}}
 table{{border-collapse:collapse}}tr:nth-child(even){{background:#f3f3f3}}</style></head><body>
-<h1>blendsim plan: {html.escape(answer['model'])}, {answer['n_requests']:,} requests, deadline {_dur(answer['deadline_s'])}</h1>
+<h1>blendsim plan: {html.escape(answer['model'])}, {answer['n_requests']:,} requests, deadline {_dur(answer['deadline_s'])}{html.escape(_margin_words(answer.get('deadline_margin')))}</h1>
 <p><b>{html.escape(answer['recommendation'])}</b></p>{rerun}
 <img src="pareto.png" alt="makespan vs cost of every simulated deployment">
 <h2>Pareto front</h2><table><tr>{head}</tr>{body}</table>

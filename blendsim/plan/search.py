@@ -240,8 +240,9 @@ def recommend(out: Search, deadline_s: float, budget: float | None):
 
 def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, verify: int) -> None:
     """Simulate the recommended deployment and its front neighbours (by cost) on the whole trace; again
-    while the recommendation moves to a deployment known only by its estimate."""
-    for _ in range(verify + 3):
+    while the recommendation moves to a deployment known only by its estimate, until it rests on a full run
+    (each round runs the recommended whole, so this ends; the bound only guards against full runs that fail)."""
+    for _ in range(len(out.points) + verify + 3):
         out.meets_any = any(out.meets(p, deadline_s, budget) for p in out.points.values())
         rec = recommend(out, deadline_s, budget)
         if rec is None:
