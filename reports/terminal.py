@@ -148,7 +148,7 @@ def run_summary_lines(s: dict) -> list[str]:
     """The paragraphs of ``simulate``'s summary (without the wrote-line)."""
     from blendsim.sim.deployment import split_label
 
-    par = split_label(s["tp"], s.get("pp") or 1, s.get("ep") or 1)
+    par = split_label(s["tp"], s.get("pp"), s.get("ep"))
     per = (s.get("gpus") or s["tp"] * s["replicas"]) // max(1, s["replicas"])  # GPUs of one replica
     lines = [f"{s['policy']} on {s['model']} / {s['hardware']} x{per} ("
              + (f"{par}; " if par != f"TP{per}" else "") + f"{s['replicas']} replica(s), "

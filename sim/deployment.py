@@ -27,13 +27,13 @@ from blendsim.sim.models import ModelSpec
 MAX_EXPERT_SKEW = 100.0
 
 
-def split_label(tp: int, pp: int = 1, ep: int = 1) -> str:
+def split_label(tp: int, pp: int | None = 1, ep: int | None = 1) -> str:
     """How one replica is split, spelt the one way every report uses: ``TP8``, ``TP4 x PP2`` (GPUs multiply),
-    ``TP8, EP8`` (experts split inside the TP group, no more GPUs)."""
+    ``TP8, EP8`` (experts split inside the TP group, no more GPUs); a missing ``pp`` or ``ep`` is 1."""
     return f"TP{tp}" + (f" x PP{pp}" if (pp or 1) > 1 else "") + (f", EP{ep}" if (ep or 1) > 1 else "")
 
 
-def deployment_name(hardware: str, tp: int, pp: int = 1, ep: int = 1) -> str:
+def deployment_name(hardware: str, tp: int, pp: int | None = 1, ep: int | None = 1) -> str:
     """A GPU and one replica's split, the key ``fidelity`` groups runs by: ``h200 TP8, EP8`` (replicas not named:
     a data-parallel run's replicas are alike)."""
     return f"{hardware} {split_label(tp, pp, ep)}"

@@ -143,7 +143,7 @@ def expected_line(profile: str | None, deployment: str, table: dict | None = Non
     return HEAD + body if body else None
 
 
-def of_engine(engine, hardware: str, tp: int, pp: int = 1, ep: int = 1, table: dict | None = None) -> dict | None:
+def of_engine(engine, hardware: str, tp: int, pp: int | None = 1, ep: int | None = 1, table: dict | None = None) -> dict | None:
     """:func:`expected` for a run of ``engine`` (an ``--engine`` value) on this GPU and split, with its ``line``
     (:func:`expected_line`) and ``profile`` and ``deployment``. None for what no fit priced as the table's runs
     were: ``ideal``, a calibrated profile file (it carries its own fit), a key with overrides (``vllm:fixed_s=...``
@@ -157,7 +157,7 @@ def of_engine(engine, hardware: str, tp: int, pp: int = 1, ep: int = 1, table: d
     prof = modelled_profile(str(engine), load_params()) if t else None
     if not prof or prof == "ideal":
         return None
-    dep = deployment_name(hardware, tp, pp or 1, ep or 1)
+    dep = deployment_name(hardware, tp, pp, ep)
     x = expected(prof, dep, t)
     return {**x, "profile": prof, "deployment": dep, "line": expected_line(prof, dep, t)} if x else None
 
@@ -167,7 +167,7 @@ def of_summary(s: dict) -> dict | None:
     arrive over time (the published runs are offline) or one priced by another cost model."""
     if not s.get("offline", True) or s.get("cost_model") != "roofline+fitted":
         return None
-    return of_engine(s.get("engine"), s["hardware"], s["tp"], s.get("pp") or 1, s.get("ep") or 1)
+    return of_engine(s.get("engine"), s["hardware"], s["tp"], s.get("pp"), s.get("ep"))
 
 
 __all__ = ["CV", "HEAD", "KIND", "MIN_RUNS", "SCOPE_WORDS", "TABLE_FILE", "expected", "expected_body", "expected_line",

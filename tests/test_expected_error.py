@@ -212,9 +212,9 @@ def test_the_report_names_each_engine_and_deployment_under_one_head(tmp_path):
 
 def test_plan_quotes_only_fitted_engines_and_keeps_its_margin_in_the_answer(tmp_path):
     import blendsim
-    from blendsim.plan.report import _expected_errors
+    from blendsim.plan.report import expected_errors
 
-    of = _expected_errors()
+    of = expected_errors()
     e = {"engine": "vllm", "hardware": "h100-80gb", "tp": 2, "pp": 1, "ep": 1}
     assert of(e) == {k: v for k, v in X.of_engine("vllm", "h100-80gb", 2).items() if k != "line"}
     assert of({**e, "engine": "ideal"}) is None

@@ -45,20 +45,19 @@ def build(result: dict, rows, params_sha: str) -> dict:
     if missing:
         raise ValueError(f"{len(missing)} row(s) of the result are in none of the catalogues given (first: "
                          f"{missing[0]})")
-    groups: dict[str, dict[str, tuple[list, list]]] = {"profile": {}, "deployment": {}, "profile_deployment": {}}
-    every: tuple[list, list] = ([], [])
+    groups: dict[str, dict[str, tuple[list, list]]] = {"profile": {}, "deployment": {}, "profile_deployment": {},
+                                                        "all": {}}
     for rid, err in sorted(cv["rows"].items()):
         r = byid[rid]
         prof = modelled_profile(engine_version_key(r), params) or r.engine
         dep = deployment_key(r)
-        for kind, key in (("profile", prof), ("deployment", dep), ("profile_deployment", f"{prof} on {dep}")):
+        for kind, key in (("profile", prof), ("deployment", dep), ("profile_deployment", f"{prof} on {dep}"),
+                          ("all", "")):
             lo, fi = groups[kind].setdefault(key, ([], []))
             lo.append(err)
             if rid in fit:
                 fi.append(fit[rid])
-        every[0].append(err)
-        if rid in fit:
-            every[1].append(fit[rid])
+    every = groups.pop("all")[""]
     return {"kind": KIND, "params_sha256": params_sha, "cv": CV, "all": _stats(*every),
             **{k: {g: _stats(*v) for g, v in sorted(d.items())} for k, d in groups.items()}}
 

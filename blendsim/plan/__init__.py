@@ -77,17 +77,15 @@ def margin_of(margin):
         return None
     if margin != "expected":
         return lambda c: margin
-    from blendsim.sim.expected import load, of_engine
+    from blendsim.sim.expected import load
 
-    table, seen = load(), {}
+    from .report import expected_errors
+
+    everyone, expect = load()["all"]["loso_median"], expected_errors()
 
     def of(c):
-        s = c.settings()
-        key = (s["engine"], s["hardware"], s["tp"], s["pp"], s["ep"])
-        if key not in seen:
-            x = of_engine(*key, table)
-            seen[key] = x["loso_median"] if x else table["all"]["loso_median"]
-        return seen[key]
+        x = expect(c.settings())
+        return x["loso_median"] if x else everyone
     return of
 
 

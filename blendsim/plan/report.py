@@ -9,21 +9,20 @@ from pathlib import Path
 from .search import front, recommend
 
 
-def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests, fidelity: dict,
-          margin: float = 0.0) -> dict:
-    """One deployment as the answer lists it (``margin``: the share of its makespan it must have to spare before
-    the deadline, ``plan --margin``)."""
+def entry(p, deadline_s: float, budget, prices, n_requests: int, fidelity: dict, search) -> dict:
+    """One deployment as the answer lists it (``search``: the :class:`Search` it came from, whose margins
+    ``plan --margin`` set)."""
     c = p.cand
     e = dict(c.settings())
     price = prices.price_of(c.shape.hardware).usd_per_gpu_hour
     e.update(
         makespan_s=p.makespan_s, cost_usd=p.cost_usd, usd_per_gpu_hour=price,
-        meets_deadline=p.makespan_s * (1 + margin) <= deadline_s, deadline_margin=margin,
+        meets_deadline=search.meets(p, deadline_s), deadline_margin=search.margin.get(c.key, 0.0),
         within_budget=budget is None or p.cost_usd <= budget,
         tokens_per_usd=p.tokens / p.cost_usd if p.cost_usd > 0 else None,
         throughput_tok_s_per_gpu=p.tokens / p.makespan_s / c.gpus,
-        makespan_from="full simulation" if p.full else f"sample of {sample_requests:,} of {n_requests:,} requests, "
-                                                         f"extrapolated",
+        makespan_from=("full simulation" if p.full else
+                       f"sample of {search.sample_requests:,} of {n_requests:,} requests, extrapolated"),
         fidelity=fidelity.get(f"{c.shape.engine}@{c.shape.hardware}", {}).get("summary", ""),
     )
     if p.estimate_s is not None:
@@ -31,17 +30,20 @@ def entry(p, deadline_s: float, budget, prices, n_requests: int, sample_requests
     return e
 
 
-def _expected_errors():
-    """A function giving a planned deployment the fidelity suite's leave-one-source-out error for its engine
-    profile and split (``blendsim.sim.expected.of_engine``; None where the shipped table does not apply or the
-    engine is not a fitted one)."""
+def expected_errors():
+    """A function giving a planned deployment (its settings) the fidelity suite's leave-one-source-out error for
+    its engine profile and split (``blendsim.sim.expected.of_engine``, without its line; None where the shipped
+    table does not apply or the engine is not a fitted one), looked up once per engine and split."""
     from blendsim.sim.expected import load, of_engine
 
-    table = load()
+    table, seen = load(), {}
 
     def of(e: dict):
-        x = of_engine(e["engine"], e["hardware"], e["tp"], e["pp"], e["ep"], table) if table else None
-        return {k: v for k, v in x.items() if k != "line"} if x else None
+        key = (e["engine"], e["hardware"], e["tp"], e["pp"], e["ep"])
+        if key not in seen:
+            x = of_engine(*key, table) if table else None
+            seen[key] = {k: v for k, v in x.items() if k != "line"} if x else None
+        return seen[key]
     return of
 
 
@@ -98,11 +100,10 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     rec = recommend(out, deadline_s, budget)
     pairs = {(p.cand.shape.engine, p.cand.shape.hardware) for p in f}
     fid = fidelity_of(pairs, model) if fidelity and pairs else {}
-    expect = _expected_errors() if fidelity else (lambda e: None)
+    expect = expected_errors() if fidelity else (lambda e: None)
 
     def mk(p):
-        e = entry(p, deadline_s, budget, prices, n_requests, out.sample_requests, fid,
-                  out.margin.get(p.cand.key, 0.0))
+        e = entry(p, deadline_s, budget, prices, n_requests, fid, out)
         e["simulate_command"] = simulate_command(trace_path, model, e)
         e["expected_error"] = expect(e)
         return e

@@ -67,10 +67,13 @@ class Search:
     tail_dominated: int = 0  # deployments simulated whole because their sample's makespan was its longest request's
     margin: dict = field(default_factory=dict)  # deployment key -> share of its makespan held back (plan --margin)
 
+    def grown(self, cand: Candidate, makespan_s: float) -> float:
+        """``makespan_s`` grown by ``cand``'s margin: what must fit before the deadline."""
+        return makespan_s * (1 + self.margin.get(cand.key, 0.0))
+
     def meets(self, p: Point, deadline_s: float, budget: float | None = None) -> bool:
         """Whether ``p``, its makespan grown by its margin, meets the deadline (and the budget)."""
-        return (p.makespan_s * (1 + self.margin.get(p.cand.key, 0.0)) <= deadline_s
-                and (budget is None or p.cost_usd <= budget))
+        return self.grown(p.cand, p.makespan_s) <= deadline_s and (budget is None or p.cost_usd <= budget)
 
 
 def pareto(points: list) -> list:
@@ -204,7 +207,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
 
     def phase1(c):
         lm, lc = bounds[c]
-        if lm * (1 + out.margin.get(c.key, 0.0)) > deadline_s:
+        if out.grown(c, lm) > deadline_s:
             return DEADLINE
         if budget is not None and lc > budget:
             return BUDGET

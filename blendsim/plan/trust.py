@@ -3,9 +3,10 @@
 For an engine x hardware pair, the shipped catalogues' rows of that pair (``blendsim/fidelity/catalogue.csv`` and
 ``training.csv``; rows whose engine and version resolve to the same modelled profile: ``vllm@0.6`` is vouched for
 by vLLM 0.6.x rows, ``vllm`` by the newest modelled version's) are simulated as `blendsim fidelity` does (rows of
-at most ``MAX_ROW_REQUESTS`` requests, so this takes seconds, not the quarter hour of the 400,000-request rows) and their median |error| is reported with the row
-count. These rows are in-sample: the shipped efficiencies were fitted on them. A pair with no rows says so
-("untested"): its figures rest on the cost model's presets and on other GPUs' fits.
+at most ``MAX_ROW_REQUESTS`` requests, so this takes seconds, not the quarter hour of the 400,000-request rows)
+and their median |error| is reported with the row count. These rows are in-sample: the shipped efficiencies
+were fitted on them. A pair with no rows says so ("untested"): its figures rest on the cost model's presets and
+on other GPUs' fits.
 """
 
 from __future__ import annotations
