@@ -305,7 +305,7 @@ def write_report(answer: dict, points: list, folder: Path) -> Path:
     rec = answer["recommended"]
     rerun = f"<p>Re-run it: <code>{html.escape(rec['simulate_command'])}</code></p>" if rec else ""
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>blendsim plan</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:1em auto}}td,th{{padding:2px 8px;text-align:right}}
+<style>body{{font-family:sans-serif;max-width:1300px;margin:1em auto}}td,th{{padding:2px 8px;text-align:right;white-space:nowrap}}td:last-child{{white-space:normal}}
 table{{border-collapse:collapse}}tr:nth-child(even){{background:#f3f3f3}}</style></head><body>
 <h1>blendsim plan: {html.escape(answer['model'])}, {answer['n_requests']:,} requests, deadline {_dur(answer['deadline_s'])}{html.escape(_margin_words(answer.get('deadline_margin')))}</h1>
 <p><b>{html.escape(answer['recommendation'])}</b></p>{rerun}
