@@ -40,10 +40,10 @@ def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | Eng
                                 f"calibrate with that precision or drop {what}")
         timer, kappa = ProfileTimer(cal, dep), cal.interference
     elif prof.regime is None:
-        timer, kappa = RooflineTimer(dep), None
+        timer, kappa = RooflineTimer(dep, prof.custom_allreduce_max(dep.tp)), None
     else:
         eff = Efficiency.lookup(params, prof.regime, dep.hardware.name)
-        timer, kappa = EfficiencyTimer(dep, eff), eff.kappa
+        timer, kappa = EfficiencyTimer(dep, eff, prof.custom_allreduce_max(dep.tp)), eff.kappa
     return CostModel(dep, mode, prof, timer=timer, interference=kappa, graph_cap=prof.cuda_graph_max)
 
 

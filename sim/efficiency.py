@@ -171,8 +171,8 @@ class EfficiencyTimer(RooflineTimer):
 
     name = "roofline+fitted"
 
-    def __init__(self, dep, eff: Efficiency):
-        super().__init__(dep)
+    def __init__(self, dep, eff: Efficiency, custom_allreduce_max: float = float("inf")):
+        super().__init__(dep, custom_allreduce_max)
         hw = dep.hardware
         self.eff = eff
         if eff.gemm_eff is not None:

@@ -101,6 +101,22 @@ class EngineProfile:
     server_token_s: float = 0.0
     server_request_s: float = 0.0
     server_fitted: tuple = ()  # server fields fitted from the catalogue's served rows (under ``server_key``)
+    # the engine's own tensor-parallel all-reduce kernel: ((largest TP degree, largest message in bytes per GPU),
+    # ...) by ascending TP -- a message up to the limit of the first entry whose degree >= the deployment's runs in
+    # it (priced at the link), a larger one, or any above the last degree, in NCCL (priced by the hardware's
+    # measured NCCL curve where it has one); () always NCCL; None not modelled (every all-reduce at the link).
+    # Set per engine name from CUSTOM_ALLREDUCE below, where each is cited
+    custom_allreduce: tuple | None = None
+
+    def custom_allreduce_max(self, tp: int) -> float:
+        """The largest all-reduce message (bytes per GPU) the engine runs in its own kernel at TP degree ``tp``: 0 where
+        NCCL carries every message, infinite where the engine's all-reduce is not modelled."""
+        if self.custom_allreduce is None:
+            return math.inf
+        for max_tp, limit in self.custom_allreduce:
+            if tp <= max_tp:
+                return float(limit)
+        return 0.0
 
     def scheduler_for(self, hardware, serve: bool = False) -> dict:
         """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server (``serve``, or
@@ -680,8 +696,37 @@ _KV_LOAD = {"trtllm": "stall", "vllm": "overlap", "vllm-v0": "stall", "sglang": 
 # pinned here, so every 0.4 overlaps
 KV_LOAD_SINCE = {"vllm": "0.11", "sglang": "0.4"}
 
+# The tensor-parallel all-reduce each engine runs (EngineProfile.custom_allreduce), set by engine name: every
+# modelled version of an engine has the same rule. The one-shot/two-shot kernels read the peers' buffers over
+# NVLink (peer-to-peer), with a latency of a few steps where NCCL's ring takes 2(t - 1); each engine hands NCCL what
+# its kernel's registered buffer cannot hold.
+CUSTOM_ALLREDUCE_SOURCES = {
+    "vllm": "custom all-reduce up to 8 MiB per GPU at TP 2, 4, 6 and 8 on fully NVLink-connected GPUs, NCCL above: vllm@v0.5.2 "
+            "vllm/distributed/device_communicators/custom_all_reduce.py (CustomAllreduce max_size=8192 * 1024, "
+            "_SUPPORTED_WORLD_SIZES, full_nvlink check) and csrc/custom_all_reduce.cu should_custom_ar "
+            "(inp_size <= max_size)",
+    "vllm-v0": "vLLM's (above): the V0 engines of 0.5-0.6 carry the same kernel and limit",
+    "sglang": "vLLM's custom all-reduce, the same 8 MiB limit: SGLang 0.2-0.3 run vLLM's distributed layer, 0.4+ "
+              "carry its copy (sglang srt/distributed/device_communicators/custom_all_reduce.py)",
+    "trtllm": "custom all-reduce plugin up to its workspace, 16,000,000 bytes at TP <= 2 and 8,000,000 above, NCCL "
+              "above it: NVIDIA/TensorRT-LLM tensorrt_llm/plugin/plugin.py "
+              "CustomAllReduceHelper.max_workspace_size_auto (cpp/tensorrt_llm/common/customAllReduceUtils.h "
+              "getMaxRequiredWorkspaceSize, kept in sync)",
+    "deepspeed-fastgen": "NCCL for every message: DeepSpeed inference v2 model implementations all-reduce with "
+                         "deepspeed.comm dist.all_reduce (torch.distributed, NCCL), e.g. "
+                         "deepspeed/inference/v2/model_implementations/llama_v2/model.py",
+    "nanoflow": "not modelled: every all-reduce at the link price",
+    "ideal": "not modelled: every all-reduce at the link price",
+}
+_VLLM_AR = tuple((t, 8 * 2**20 if t % 2 == 0 else 0) for t in range(2, 9))  # TP 2, 4, 6, 8: its world sizes
+CUSTOM_ALLREDUCE: dict[str, tuple | None] = {
+    "vllm": _VLLM_AR, "vllm-v0": _VLLM_AR, "sglang": _VLLM_AR,
+    "trtllm": ((2, 16_000_000), (8, 8_000_000)), "deepspeed-fastgen": (),
+}
+
 for _p in (*_BUILTIN, *_VERSIONED):
-    register(replace(_p, kv_load=_KV_LOAD.get(_p.name, _p.kv_load)))
+    register(replace(_p, kv_load=_KV_LOAD.get(_p.name, _p.kv_load),
+                     custom_allreduce=CUSTOM_ALLREDUCE.get(_p.name, _p.custom_allreduce)))
 
 
 
@@ -838,7 +883,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["ASYNC_RESIDUAL", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
+__all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
            "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
            "is_profile_file", "load_params", "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
            "trtllm_bench_settings"]

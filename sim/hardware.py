@@ -82,6 +82,11 @@ class HardwareSpec:
     # SHARP): see ARCH below
     arch: str = ""
     nvls: bool = False
+    # NCCL's all-reduce among a node's GPUs as measured (nccl-tests all_reduce_perf within one node): ((GPUs,
+    # ((message bytes, seconds), ...)), ...), sizes ascending; () where none is cited (see NCCL_ALLREDUCE below).
+    # Priced for the messages an engine hands to NCCL rather than to its own all-reduce kernel
+    # (blendsim.sim.engines CUSTOM_ALLREDUCE); without a curve every all-reduce is priced at the link.
+    nccl_allreduce: tuple = ()
 
     def __post_init__(self) -> None:
         for f in ("peak_flops", "mem_bandwidth", "memory_bytes"):
@@ -344,6 +349,37 @@ for _name, _a in ARCH.items():
         PRESETS[_name] = replace(PRESETS[_name], **_a)
 
 
+# NCCL all-reduce inside one node, measured: eight A100-SXM4-40GBs over NVSwitch on an OCI BM.GPU4.8
+# (oracle-japan/ocitutorials tutorials/_intermediates/spinup-gpu-cluster.md, the Horovod-container version's section
+# 4-2: `all_reduce_perf -b 64 -e 10G -f 2 -t 1 -g 8`, one process driving the eight GPUs of host inst-ks8ls-comp,
+# float32 sum, out-of-place times below; nccl-tests built against CUDA 11.3). 32 us up to 32 KB (the rows below it
+# are 31.8-32.5 us), 77 us at 1 MiB and 186 us at 8 MiB -- 2-4x what the same bytes take at the link's bandwidth: a
+# ring takes 2(t - 1) steps of fixed cost and splits a message into chunks per channel -- and bus bandwidth 120 GB/s
+# at 16 MiB, 199 GB/s at 64 MiB, 235 GB/s at 8 GiB (bus bandwidth = bytes x 2(t - 1)/t / time). The 80 GB part has
+# the same switch generation and links (NVLink 3, 12 links, 300 GB/s per direction). Hopper's below; B200, GB200,
+# MI300X and the PCIe cards have no cited intra-node sweep and price every all-reduce at the link.
+_A100_NCCL = tuple((2 ** k, us * 1e-6) for k, us in zip(range(15, 34), (
+    32.02, 35.40, 38.50, 45.21, 58.96, 76.71, 112.4, 134.5, 185.8, 245.1, 398.2, 589.5, 1191.2, 2121.9, 4208.2,
+    8166.8, 16232.0, 32097.0, 63929.0)))
+# Eight H100 80GB HBM3s of one DGX H100 (NVIDIA/dgxc-benchmarking nccl/README.md at 46e420155bec, its AllReduce
+# sample: eight ranks on host pool0-01806, float32 sum, out-of-place): NCCL takes the switch's in-network reduction
+# (NVLS) at this count, 480 GB/s of bus bandwidth at 8 GiB; 13-24 us up to 512 KB (one outlier: 68 us at 32 B).
+# Four H100 SXMs of one Lambda instance, NV18 between every pair (dudeperf3ct/dudeperf3ct.github.io
+# content/posts/distributed_communication_part1.md at 30f9cbde8e24, NCCL 2.26.2, `all_reduce_perf -b 8 -e 1G -f 2
+# -g 4`): 24-27 us up to 512 KB, 356 GB/s at 1 GiB. H200 has the same switches and links.
+_H100_NCCL_8 = tuple((2 ** k, us * 1e-6) for k, us in zip(range(15, 35), (
+    19.33, 19.54, 19.89, 20.43, 20.66, 27.37, 42.21, 54.19, 83.04, 123.8, 199.3, 324.7, 586.4, 1112.5, 2151.0,
+    4029.4, 7939.1, 15749.0, 31307.0, 62648.0)))
+_H100_NCCL_4 = tuple((2 ** k, us * 1e-6) for k, us in zip(range(15, 31), (
+    24.40, 24.56, 24.62, 26.80, 26.67, 28.06, 32.05, 45.05, 65.19, 104.4, 174.9, 326.6, 614.7, 1184.9, 2314.9,
+    4525.6)))
+_HOPPER_NCCL = ((4, _H100_NCCL_4), (8, _H100_NCCL_8))
+NCCL_ALLREDUCE: dict[str, tuple] = {"a100-80gb": ((8, _A100_NCCL),), "a100-40gb": ((8, _A100_NCCL),),
+                                    "h100-80gb": _HOPPER_NCCL, "h200": _HOPPER_NCCL}
+for _name, _curve in NCCL_ALLREDUCE.items():
+    PRESETS[_name] = replace(PRESETS[_name], nccl_allreduce=_curve)
+
+
 def hardware_names() -> list[str]:
     return list(PRESETS)
 
@@ -355,5 +391,5 @@ def get_hardware(name: str) -> HardwareSpec:
         raise UserError(f"unknown hardware {name!r}; presets: {', '.join(PRESETS)}") from None
 
 
-__all__ = ["GiB", "HOST_IO", "HardwareSpec", "PRESETS", "get_hardware", "hardware_names", "preset_for_device"]
-__all__ = ["GiB", "HardwareSpec", "PRESETS", "TOPOLOGY", "get_hardware", "hardware_names"]
+__all__ = ["GiB", "HOST_IO", "HardwareSpec", "NCCL_ALLREDUCE", "PRESETS", "TOPOLOGY", "get_hardware", "hardware_names",
+           "preset_for_device"]

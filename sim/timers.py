@@ -77,12 +77,33 @@ def grouped_k_factors(s: Shapes, low_precision: bool) -> dict[str, float]:
     return {"moe_gate_up": 1.0 + k0 / s.hidden, "moe_down": 1.0 + k0 / s.e_inter}
 
 
+def nccl_allreduce_s(curves: tuple, tp: int, nbytes):
+    """Seconds of one NCCL all-reduce of ``nbytes`` per GPU (a number or an array) among ``tp`` GPUs of one node, from
+    ``curves``, the hardware's measurements (``HardwareSpec.nccl_allreduce``: ``((gpus, ((bytes, seconds), ...)),
+    ...)``). At a measured GPU count its curve; at another, the next larger measured count's (else the largest),
+    scaled as a ring: t GPUs take 2(t - 1) steps of 1/t chunks, so T_t(S) = (t - 1)/(m - 1) T_m(m S / t). Between
+    measured points log-log interpolation; below the first, its time (the latency floor); above the last, at the
+    last point's bandwidth."""
+    counts = sorted(m for m, _ in curves)
+    m = tp if tp in counts else next((c for c in counts if c > tp), counts[-1])
+    curve = dict(curves)[m]
+    xs = np.log([b for b, _ in curve])
+    ys = np.log([s for _, s in curve])
+    x = np.maximum(np.asarray(nbytes, dtype=float) * m / tp, curve[0][0])
+    tm = np.exp(np.interp(np.log(x), xs, ys)) * np.maximum(x / curve[-1][0], 1.0)
+    return (tp - 1) / (m - 1) * tm
+
+
 class RooflineTimer:
-    """Operator time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + launches."""
+    """Operator time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + launches.
+
+    ``custom_allreduce_max``: the largest all-reduce message (bytes per GPU) the engine runs in its own all-reduce
+    kernel (``EngineProfile.custom_allreduce_max``); larger ones go through NCCL, priced by the hardware's measured
+    curve where it has one (:func:`nccl_allreduce_s`). Infinite (the default): every all-reduce at the link."""
 
     name = "roofline"
 
-    def __init__(self, dep: Deployment):
+    def __init__(self, dep: Deployment, custom_allreduce_max: float = float("inf")):
         self.dep = dep
         hw, m = dep.hardware, dep.model
         self.shapes = Shapes.of(dep)
@@ -105,6 +126,10 @@ class RooflineTimer:
         # NVLS_FACTOR where the switch reduces in the network (NVLS, HardwareSpec.nvls) within a node
         t = self.shapes.tp
         self.ar_factor = NVLS_FACTOR if (hw.nvls and not dep.tp_spans_nodes and t > 2) else 2 * (t - 1) / max(t, 1)
+        # messages above the engine's own kernel's limit go through NCCL: its measured curve within a node
+        self.custom_ar_max = custom_allreduce_max
+        self.nccl = (hw.nccl_allreduce if hw.nccl_allreduce and t > 1 and not dep.tp_spans_nodes
+                     and custom_allreduce_max != float("inf") else ())
         # the tensor cores the expert GEMMs run on (the same rule as the all-to-all's dispatch precision, ops.Shapes)
         self.grouped_k = grouped_k_factors(self.shapes, hw.gemm_precision(m.expert_precision) in ("fp8", "fp4"))
 
@@ -132,7 +157,16 @@ class RooflineTimer:
         if op == "allreduce":
             if self.shapes.tp == 1 or self.link_bw <= 0:
                 return 0.0 * nbytes
-            return kernels * self.link_lat + self.ar_factor * nbytes / self.link_bw
+            t = kernels * self.link_lat + self.ar_factor * nbytes / self.link_bw
+            if not self.nccl:
+                return t
+            # kernels: the layer's all-reduces (each of nbytes / kernels); those above the engine's own kernel's
+            # limit run in NCCL
+            per = nbytes / np.maximum(kernels, 1)
+            big = per > self.custom_ar_max
+            if not np.any(big):
+                return t
+            return np.where(big, kernels * nccl_allreduce_s(self.nccl, self.shapes.tp, per), t)
         if op == "a2a":
             # dispatch and combine: every GPU sends and receives its share at once over its links
             if self.link_bw <= 0:
@@ -172,4 +206,4 @@ class RooflineTimer:
         return []
 
 
-__all__ = ["GROUPED_K0", "NVLS_FACTOR", "OpTimer", "RooflineTimer", "grouped_k_factors"]
+__all__ = ["GROUPED_K0", "NVLS_FACTOR", "OpTimer", "RooflineTimer", "grouped_k_factors", "nccl_allreduce_s"]

@@ -54,7 +54,7 @@ class RowPricer:
         """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
         prof = self.profile.with_params(self.profile.fitted_overhead(params))
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
-        timer = EfficiencyTimer(self.dep, eff)
+        timer = EfficiencyTimer(self.dep, eff, prof.custom_allreduce_max(self.dep.tp))
         out = []
         for w, f, counts, tok0, logits0 in self.parts:
             acc = price_parts(timer, self.shapes, f, counts)
