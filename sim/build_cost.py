@@ -38,7 +38,7 @@ def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | Eng
             if v != m.dtype:  # a profile measures one dtype throughout
                 raise UserError(f"{cal.path or 'profile'}: measured in {cal.dtype}, but the run uses {what} {v}; "
                                 f"calibrate with that precision or drop {what}")
-        timer, kappa = ProfileTimer(cal, dep), cal.interference
+        timer, kappa = ProfileTimer(cal, dep, prof.custom_allreduce_max(dep.tp)), cal.interference
     elif prof.regime is None:
         timer, kappa = RooflineTimer(dep, prof.custom_allreduce_max(dep.tp)), None
     else:

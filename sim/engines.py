@@ -704,7 +704,8 @@ CUSTOM_ALLREDUCE_SOURCES = {
     "vllm": "custom all-reduce up to 8 MiB per GPU at TP 2, 4, 6 and 8 on fully NVLink-connected GPUs, NCCL above: vllm@v0.5.2 "
             "vllm/distributed/device_communicators/custom_all_reduce.py (CustomAllreduce max_size=8192 * 1024, "
             "_SUPPORTED_WORLD_SIZES, full_nvlink check) and csrc/custom_all_reduce.cu should_custom_ar "
-            "(inp_size <= max_size)",
+            "(inp_size <= max_size); not modelled: later releases' all-reduce through PyTorch symmetric memory on "
+            "Hopper and Blackwell (VLLM_ALLREDUCE_USE_SYMM_MEM), priced here as NCCL",
     "vllm-v0": "vLLM's (above): the V0 engines of 0.5-0.6 carry the same kernel and limit",
     "sglang": "vLLM's custom all-reduce, the same 8 MiB limit: SGLang 0.2-0.3 run vLLM's distributed layer, 0.4+ "
               "carry its copy (sglang srt/distributed/device_communicators/custom_all_reduce.py)",

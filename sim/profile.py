@@ -190,10 +190,12 @@ class ProfileTimer:
 
     name = "profile"
 
-    def __init__(self, profile: Profile, dep: Deployment):
+    def __init__(self, profile: Profile, dep: Deployment, custom_allreduce_max: float = float("inf")):
+        """``custom_allreduce_max``: the engine's own all-reduce kernel's limit (``RooflineTimer``), for the
+        all-reduces a profile does not measure."""
         profile.check_matches(dep)
         self.profile = profile
-        self.roofline = RooflineTimer(dep)
+        self.roofline = RooflineTimer(dep, custom_allreduce_max)
         self.shapes = self.roofline.shapes
         self._missing = sorted(op for op in OP_VARS if op not in profile.ops
                                and not (op == "allreduce" and dep.tp == 1)

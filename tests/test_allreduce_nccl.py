@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from blendsim.sim.batch import BatchFeatures
@@ -40,10 +41,14 @@ def test_the_curve_returns_the_measurements_at_eight_gpus_and_scales_as_a_ring()
     assert nccl_allreduce_s(CURVES, 8, 8) == pytest.approx(CURVE[0][1])  # the latency floor below the first point
     last_b, last_s = CURVE[-1]
     assert nccl_allreduce_s(CURVES, 8, 4 * last_b) == pytest.approx(4 * last_s)  # the last point's bandwidth above it
-    # a ring of t GPUs: 2(t - 1) steps of 1/t chunks, i.e. (t - 1)/7 of eight GPUs' time on a message 8/t as large
+    # a ring of t GPUs: 2(t - 1) steps of 1/t chunks, i.e. (t - 1)/7 of eight GPUs' time on a message 8/t as large,
+    # but never under the measured latency floor
     for t in (2, 4):
         for b in (64e3, 3e6, 40e6):
-            assert nccl_allreduce_s(CURVES, t, b) == pytest.approx((t - 1) / 7 * nccl_allreduce_s(CURVES, 8, 8 * b / t))
+            ring = (t - 1) / 7 * nccl_allreduce_s(CURVES, 8, 8 * b / t)
+            assert nccl_allreduce_s(CURVES, t, b) == pytest.approx(max(ring, CURVE[0][1]))
+    assert nccl_allreduce_s(CURVES, 2, 64e3) == pytest.approx(CURVE[0][1])  # 1/7 of the ring would be 6.5 us
+    assert nccl_allreduce_s(CURVES, 2, 40e6) > 2 * CURVE[0][1]
     # arrays price element by element
     measured = dict(CURVE)
     arr = nccl_allreduce_s(CURVES, 8, [2**20, 2**23])
@@ -61,6 +66,7 @@ def test_a_measured_gpu_count_prices_as_measured_and_others_scale_from_the_next_
     assert nccl_allreduce_s(curves, 2, 5e8) == pytest.approx(1 / 3 * 5e-3)  # from four GPUs' curve
     assert nccl_allreduce_s(curves, 6, 6e8) == pytest.approx(5 / 7 * float(nccl_allreduce_s(curves, 8, 8e8)))
     assert nccl_allreduce_s(curves, 16, 2e9) == pytest.approx(15 / 7 * float(nccl_allreduce_s(curves, 8, 1e9)))
+    assert nccl_allreduce_s(curves, 2, 1e3) == pytest.approx(10e-6)  # four GPUs' floor, not a third of it
 
 
 def test_each_engine_hands_nccl_what_its_own_kernel_cannot_hold():
@@ -115,6 +121,40 @@ def test_hopper_prices_from_its_own_measurements_at_four_and_eight_gpus():
     # TP4 reads the four-GPU log as measured; TP2 is scaled from it as a ring (no two-GPU log is cited)
     assert nccl_allreduce_s(h100, 4, 2**24) == pytest.approx(104.4e-6)
     assert nccl_allreduce_s(h100, 2, 2**23) == pytest.approx(1 / 3 * 104.4e-6)
+
+
+def test_the_limit_is_inclusive_and_arrays_of_steps_price_each_message_by_its_own_side():
+    dep = make_deployment("llama-3-70b", "a100-80gb", tp=8)
+    vllm = build_cost_model(dep, engine="vllm@0.6").timer
+    at, over = BatchFeatures.decode_only(512, 1000), BatchFeatures.decode_only(513, 1000)  # 512 x 8192 x 2 = 8 MiB
+    t, nbytes, kernels = _allreduce(vllm, at)
+    assert nbytes / kernels == 8 * 2**20 and t == pytest.approx(_link(vllm, nbytes, kernels), rel=1e-12)
+    t, nbytes, kernels = _allreduce(vllm, over)
+    assert t == pytest.approx(kernels * float(nccl_allreduce_s(CURVES, 8, nbytes / kernels)), rel=1e-12)
+    # one call over many steps (the fidelity pricer's and the fast-forward's arrays)
+    n_ar = kernels
+    sizes = np.array([256, 513, 0, 4096]) * HIDDEN_70B * 2.0
+    ks = np.where(sizes > 0, n_ar, 0.0)
+    got = vllm.op_time("allreduce", 0 * sizes, sizes * n_ar, ks, None)
+    for i, s in enumerate(sizes):
+        one = float(vllm.op_time("allreduce", 0.0, s * n_ar, ks[i], None))
+        assert got[i] == pytest.approx(one, rel=1e-12)
+    assert got[2] == 0.0
+    assert got[0] == pytest.approx(_link(vllm, sizes[0] * n_ar, n_ar), rel=1e-12)
+    assert got[3] == pytest.approx(n_ar * float(nccl_allreduce_s(CURVES, 8, sizes[3])), rel=1e-12)
+
+
+def test_a_calibration_profile_keeps_the_engines_rule_for_the_all_reduce_it_did_not_measure():
+    from blendsim.sim.profile import ProfileTimer
+    from tests.test_cost_model import make_profile
+
+    dep = make_deployment("llama-3-8b", "a100-80gb", tp=2)
+    roof = RooflineTimer(dep, 0.0)  # an engine whose every all-reduce is NCCL's
+    prof = ProfileTimer(make_profile(tp=2), dep, 0.0)
+    f = BatchFeatures.decode_only(64, 100)
+    assert "allreduce" not in make_profile(tp=2).ops
+    assert _allreduce(prof, f)[0] == pytest.approx(_allreduce(roof, f)[0], rel=1e-12)
+    assert _allreduce(prof, f)[0] != pytest.approx(_allreduce(RooflineTimer(dep), f)[0], rel=1e-6)
 
 
 def test_without_a_measured_curve_or_an_engine_rule_the_link_prices_everything():
