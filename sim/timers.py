@@ -77,22 +77,33 @@ def grouped_k_factors(s: Shapes, low_precision: bool) -> dict[str, float]:
     return {"moe_gate_up": 1.0 + k0 / s.hidden, "moe_down": 1.0 + k0 / s.e_inter}
 
 
-def nccl_allreduce_s(curves: tuple, tp: int, nbytes):
-    """Seconds of one NCCL all-reduce of ``nbytes`` per GPU (a number or an array) among ``tp`` GPUs of one node, from
-    ``curves``, the hardware's measurements (``HardwareSpec.nccl_allreduce``: ``((gpus, ((bytes, seconds), ...)),
-    ...)``). At a measured GPU count its curve; at another, the next larger measured count's (else the largest),
-    scaled as a ring: t GPUs take 2(t - 1) steps of 1/t chunks, so T_t(S) = (t - 1)/(m - 1) T_m(m S / t), but never
-    below m GPUs' smallest measured time (the latency floor does not shrink with fewer GPUs: four H100s measured 24 us
-    where eight measured 19 us). Between measured points log-log interpolation; below the first, its time; above the
-    last, at the last point's bandwidth."""
+def nccl_curve(curves: tuple, tp: int) -> tuple:
+    """The measured curve that prices ``tp`` GPUs (``HardwareSpec.nccl_allreduce``: ``((gpus, ((bytes, seconds),
+    ...)), ...)``), prepared once for :func:`nccl_time`: ``(log bytes, log seconds, bytes scale, time scale, first
+    bytes, last bytes, floor seconds)``. At a measured GPU count its curve; at another, the next larger measured
+    count's (else the largest), scaled as a ring: t GPUs take 2(t - 1) steps of 1/t chunks, so T_t(S) = (t - 1)/(m - 1)
+    T_m(m S / t), but never below m GPUs' smallest measured time (the latency floor does not shrink with fewer GPUs:
+    four H100s measured 24 us where eight measured 19 us)."""
     counts = sorted(m for m, _ in curves)
     m = tp if tp in counts else next((c for c in counts if c > tp), counts[-1])
     curve = dict(curves)[m]
-    xs = np.log([b for b, _ in curve])
-    ys = np.log([s for _, s in curve])
-    x = np.maximum(np.asarray(nbytes, dtype=float) * m / tp, curve[0][0])
-    tm = np.exp(np.interp(np.log(x), xs, ys)) * np.maximum(x / curve[-1][0], 1.0)
-    return np.maximum((tp - 1) / (m - 1) * tm, curve[0][1])
+    return (np.log([b for b, _ in curve]), np.log([s for _, s in curve]), m / tp, (tp - 1) / (m - 1),
+            curve[0][0], curve[-1][0], curve[0][1])
+
+
+def nccl_time(prepared: tuple, nbytes):
+    """Seconds of one NCCL all-reduce of ``nbytes`` per GPU (a number or an array) on a :func:`nccl_curve`: log-log
+    between measured points; below the first, its time; above the last, at the last point's bandwidth."""
+    xs, ys, byte_scale, time_scale, first, last, floor = prepared
+    x = np.maximum(np.asarray(nbytes, dtype=float) * byte_scale, first)
+    tm = np.exp(np.interp(np.log(x), xs, ys)) * np.maximum(x / last, 1.0)
+    return np.maximum(time_scale * tm, floor)
+
+
+def nccl_allreduce_s(curves: tuple, tp: int, nbytes):
+    """Seconds of one NCCL all-reduce of ``nbytes`` per GPU among ``tp`` GPUs of one node, from the hardware's
+    measured ``curves`` (:func:`nccl_curve`, :func:`nccl_time`)."""
+    return nccl_time(nccl_curve(curves, tp), nbytes)
 
 
 class RooflineTimer:
@@ -129,7 +140,7 @@ class RooflineTimer:
         self.ar_factor = NVLS_FACTOR if (hw.nvls and not dep.tp_spans_nodes and t > 2) else 2 * (t - 1) / max(t, 1)
         # messages above the engine's own kernel's limit go through NCCL: its measured curve within a node
         self.custom_ar_max = custom_allreduce_max
-        self.nccl = (hw.nccl_allreduce if hw.nccl_allreduce and t > 1 and not dep.tp_spans_nodes
+        self.nccl = (nccl_curve(hw.nccl_allreduce, t) if hw.nccl_allreduce and t > 1 and not dep.tp_spans_nodes
                      and custom_allreduce_max != float("inf") else ())
         # the tensor cores the expert GEMMs run on (the same rule as the all-to-all's dispatch precision, ops.Shapes)
         self.grouped_k = grouped_k_factors(self.shapes, hw.gemm_precision(m.expert_precision) in ("fp8", "fp4"))
@@ -167,7 +178,7 @@ class RooflineTimer:
             big = per > self.custom_ar_max
             if not np.any(big):
                 return t
-            return np.where(big, kernels * nccl_allreduce_s(self.nccl, self.shapes.tp, per), t)
+            return np.where(big, kernels * nccl_time(self.nccl, per), t)
         if op == "a2a":
             # dispatch and combine: every GPU sends and receives its share at once over its links
             if self.link_bw <= 0:
@@ -207,4 +218,5 @@ class RooflineTimer:
         return []
 
 
-__all__ = ["GROUPED_K0", "NVLS_FACTOR", "OpTimer", "RooflineTimer", "grouped_k_factors", "nccl_allreduce_s"]
+__all__ = ["GROUPED_K0", "NVLS_FACTOR", "OpTimer", "RooflineTimer", "grouped_k_factors", "nccl_allreduce_s", "nccl_curve",
+           "nccl_time"]
