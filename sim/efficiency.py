@@ -118,10 +118,26 @@ MEASURED_SOURCE = "docs/gpu-days/2026-11-26-h200"
 #   prior 0.72, tilelang's K = 4,096-8,192. Without it, a fit with no TensorRT-LLM FP8 Hopper row (the
 #   performance overview left out) put it at the generic floor 0.25: the vLLM and SGLang FP8 rows' own costs
 #   went into it.
+# * CDNA3 (MI300X), from an Azure ND MI300X v5 VM's microbenchmarks (Azure/AI-benchmarking-guide
+#   Azure_Results/ND_MI300X_v5_results.md, as of fork commit bf209ab of 2025-03-27; ROCm 6.2 HIP) and stas00's MAMF
+#   table (see the mi300x preset in blendsim.sim.hardware):
+#   * lowp_eff (FP8 GEMMs, of the 2,614.9 TFLOP/s dense FP8 peak): hipBLASLt at M = N = K = 2,048 / 4,096 / 8,192 /
+#     16,384 ran 726.9 / 1,085.4 / 1,222.9 / 1,081.4 TFLOP/s (0.28 / 0.42 / 0.47 / 0.41) and 1,148.7 at a layer-like
+#     6,144 x 12,288 x 12,288 (0.44); range 0.25 (BOUNDS' floor, below the 2,048 cube) to 0.50 (above the fastest), prior 0.44 (the
+#     layer-like shape). Half of Hopper's fraction of its own FP8 peak (0.72 above): no ratio is carried across.
+#   * mem_eff: the STREAM kernels ran 4.0 (Dot, read-only) to 4.28 TB/s (Mul) of 5.3; range 0.40 (BOUNDS' floor) to
+#     0.81 (Mul), prior 0.755 (Dot: weight streaming only reads).
+#   * gemm_eff (BF16): the mamf-finder's best BF16 matmul on ROCm 6.2, 781.9 of 1,300 TFLOP/s (0.60); 450 on ROCm
+#     6.1 (0.35). Range 0.34-0.65, prior 0.60. No catalogue row runs 16-bit weights on MI300X yet.
+#   Without them (29 Nov 2026) the two MI300X sources' leave-one-source-out errors were +70% and +31%: each held-out
+#   source's efficiencies came from the other's rows alone, one source of dense and one of MLA/MoE models.
 PUBLISHED: dict[str, dict[str, tuple[float, float, float]]] = {
     "hopper": {"lowp_eff": (0.45, 0.85, 0.72)},
+    "cdna3": {"gemm_eff": (0.34, 0.65, 0.60), "lowp_eff": (0.25, 0.50, 0.44), "mem_eff": (0.40, 0.81, 0.755)},
 }
-PUBLISHED_SOURCE = "tile-ai/tilelang benchmark/matmul_fp8/README.md (H800); DeepGEMM README (H800)"
+PUBLISHED_SOURCE = ("tile-ai/tilelang benchmark/matmul_fp8/README.md (H800); DeepGEMM README (H800); "
+                    "Azure/AI-benchmarking-guide Azure_Results/ND_MI300X_v5_results.md (MI300X); "
+                    "stas00/ml-engineering compute/accelerator/README.md MAMF table (MI300X)")
 
 
 def measured(arch: str | None, name: str) -> tuple[float, float, float] | None:

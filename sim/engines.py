@@ -80,6 +80,11 @@ class EngineProfile:
     # cannot carry, so the served rows fit their own and an offline run keeps the loop its own rows (or its prior)
     # give; the prior is the same
     served_loop: bool = False
+    # whether the catalogue fit frees the offline loop too (with ``served_loop``); False: an offline run keeps the
+    # cited prior and only the served loop is fitted -- where the offline rows cannot tell the loop from a kernel
+    # rate (V1: its offline rows are all ROCm's MI300X runs, see the vllm@0.8 profile). ``calibrate engine`` frees
+    # both on a user's own runs
+    fit_offline: bool = True
     # the first release with an opt-in asynchronous scheduler (``--engine NAME@VERSION:async_scheduling=1``; a
     # catalogue row whose command passes ``--async-scheduling``): "" = none. With it the scheduler prepares step
     # n + 1 while the GPU runs step n, so the loop leaves only ASYNC_RESIDUAL on the step (see there)
@@ -471,7 +476,11 @@ _BUILTIN = [
         # share async output processing hides is not published and taken as none), 23.5 ms, so V1 takes
         # 23.5 / 1.7 = 13.8 ms: 0.5 ms of overhead at 256 sequences, split (ours) as 0.2 ms fixed -- GPU sampling
         # launch, the host sync and the EngineCore-worker hop -- and 1.2 us per sequence of output bookkeeping.
-        # Fitted to the catalogue's V1 rows.
+        # Fitted to the catalogue's V1 rows behind the API server (GPUStack's, on A100, H100 and H200); offline runs
+        # keep this prior: the only offline V1 rows are ROCm's eight MI300X runs at 1,500-3,200 sequences, which
+        # cannot tell V1's loop from MI300X's paged-attention rate, and fitted there (29 Nov 2026, with Azure's
+        # MI300X V0 runs fixing that rate at 0.51) the loop went from 1.5 to 15.7 us per sequence -- 16 ms a step at
+        # the 1,024 sequences V1 runs offline on an H100, for every offline V1 prediction on every GPU.
         # Input preparation is numpy over a persistent batch: ~20 ns per token (ten passes at ~2 ns each).
         # Batch limits by device and entry point (vllm/engine/arg_utils.py, from 0.8.5/0.9: PR #17073 gave GPUs of
         # >= 70 GiB 1024 sequences and 16384 tokens offline / 8192 behind the API server, PR #17885 took the A100
@@ -481,7 +490,7 @@ _BUILTIN = [
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.2e-3, per_seq_s=1.2e-6, per_token_s=0.02e-6, cuda_graph_max=512,
-                      regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True, async_since="0.10",
+                      regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True, fit_offline=False, async_since="0.10",
                       source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
                       by_device={"large-offline": {"token_budget": 16384, "max_seqs": 1024},
                                  "large-serve": {"token_budget": 8192, "max_seqs": 1024},

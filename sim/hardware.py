@@ -207,9 +207,16 @@ PRESETS: dict[str, HardwareSpec] = {
                      peak_flops_fp8=733 * TB, link_bandwidth=32e9, num_sms=142,
                      source="NVIDIA L40S datasheet: 362 TFLOPS BF16 and 733 TFLOPS FP8 dense (half the "
                             "with-sparsity figures), 864 GB/s, PCIe 4.0 x16 64 GB/s bidirectional"),
-        # AMD: fully connected by 7 Infinity Fabric links per GPU in an 8-GPU platform.
+        # AMD: fully connected by 7 Infinity Fabric links per GPU in an 8-GPU platform. Its own efficiencies, from
+        # published measurements (the 0.70 / 0.80 above are an A100's): compute 0.60, the largest BF16 matmul
+        # stas00/ml-engineering's mamf-finder found on ROCm 6.2, 781.9 of 1,300 TFLOP/s (compute/accelerator/README.md,
+        # "Maximum Achievable Matmul FLOPS comparison table"; 450 on ROCm 6.1); memory 0.755, the read-only STREAM
+        # kernel (Dot, 4.0 TB/s; Copy 4.15, Mul 4.28) on an Azure ND MI300X v5 (Azure/AI-benchmarking-guide
+        # Azure_Results/ND_MI300X_v5_results.md, "HBM Bandwidth", as of fork commit bf209ab): a decode step's weight
+        # and KV reads are reads. The fitted architecture values (blendsim.sim.efficiency PUBLISHED["cdna3"]) replace
+        # them where a catalogue row measured them.
         HardwareSpec("mi300x", 1307.4 * TB, 5.3 * TB, 192 * GiB, peak_flops_fp32=163.4 * TB,
-                     device_names=('mi300x',),
+                     device_names=('mi300x',), compute_efficiency=0.60, memory_efficiency=0.755,
                      peak_flops_fp8=2614.9 * TB, link_bandwidth=448e9, num_sms=304,
                      source="AMD Instinct MI300X datasheet: 1,307.4 TFLOPS FP16/BF16 and 2,614.9 TFLOPS FP8 "
                             "dense, 163.4 TFLOPS FP32 matrix, 192 GB HBM3 at 5.3 TB/s, no FP4; Infinity Fabric "
@@ -356,8 +363,8 @@ for _name, _a in ARCH.items():
 # are 31.8-32.5 us), 77 us at 1 MiB and 186 us at 8 MiB -- 2-4x what the same bytes take at the link's bandwidth: a
 # ring takes 2(t - 1) steps of fixed cost and splits a message into chunks per channel -- and bus bandwidth 120 GB/s
 # at 16 MiB, 199 GB/s at 64 MiB, 235 GB/s at 8 GiB (bus bandwidth = bytes x 2(t - 1)/t / time). The 80 GB part has
-# the same switch generation and links (NVLink 3, 12 links, 300 GB/s per direction). Hopper's below; B200, GB200,
-# MI300X and the PCIe cards have no cited intra-node sweep and price every all-reduce at the link.
+# the same switch generation and links (NVLink 3, 12 links, 300 GB/s per direction). Hopper's and MI300X's below; B200,
+# GB200 and the PCIe cards have no cited intra-node sweep and price every all-reduce at the link.
 _A100_NCCL = tuple((2 ** k, us * 1e-6) for k, us in zip(range(15, 34), (
     32.02, 35.40, 38.50, 45.21, 58.96, 76.71, 112.4, 134.5, 185.8, 245.1, 398.2, 589.5, 1191.2, 2121.9, 4208.2,
     8166.8, 16232.0, 32097.0, 63929.0)))
@@ -374,8 +381,15 @@ _H100_NCCL_4 = tuple((2 ** k, us * 1e-6) for k, us in zip(range(15, 31), (
     24.40, 24.56, 24.62, 26.80, 26.67, 28.06, 32.05, 45.05, 65.19, 104.4, 174.9, 326.6, 614.7, 1184.9, 2314.9,
     4525.6)))
 _HOPPER_NCCL = ((4, _H100_NCCL_4), (8, _H100_NCCL_8))
+# Eight MI300X of one Azure ND MI300X v5 VM, RCCL 2.22.3 (Azure/AI-benchmarking-guide Azure_Results/ND_MI300X_v5_results.md,
+# "RCCL Bandwidth", as of fork commit bf209ab): all_reduce_perf's in-place bus bandwidth in GB/s, 32 KiB to 8 GiB
+# (the table's "32K".."8G" rows, powers of two), turned into times as bytes x 2(t - 1)/t / bus bandwidth: 51 us at
+# 32 KiB, 82 us at 1 MiB, 112 us at 8 MiB, 317 GB/s at 8 GiB.
+_MI300X_RCCL_BUSBW = (1.13, 2.22, 4.18, 7.50, 13.01, 22.41, 43.41, 82.53, 131.57, 171.46, 230.35, 266.34, 290.81,
+                      302.80, 308.89, 313.92, 315.06, 314.85, 316.82)
+_MI300X_RCCL_8 = tuple((2 ** k, 2 ** k * (2 * 7 / 8) / (gbs * 1e9)) for k, gbs in zip(range(15, 34), _MI300X_RCCL_BUSBW))
 NCCL_ALLREDUCE: dict[str, tuple] = {"a100-80gb": ((8, _A100_NCCL),), "a100-40gb": ((8, _A100_NCCL),),
-                                    "h100-80gb": _HOPPER_NCCL, "h200": _HOPPER_NCCL}
+                                    "h100-80gb": _HOPPER_NCCL, "h200": _HOPPER_NCCL, "mi300x": ((8, _MI300X_RCCL_8),)}
 for _name, _curve in NCCL_ALLREDUCE.items():
     PRESETS[_name] = replace(PRESETS[_name], nccl_allreduce=_curve)
 

@@ -159,12 +159,12 @@ def test_a_calibration_profile_keeps_the_engines_rule_for_the_all_reduce_it_did_
 
 def test_without_a_measured_curve_or_an_engine_rule_the_link_prices_everything():
     f = BatchFeatures.decode_only(600, 1000)
-    for hw, engine in (("b200", "trtllm"), ("mi300x", "vllm"), ("a100-80gb", "ideal"), ("a100-80gb", "nanoflow"),
+    for hw, engine in (("b200", "trtllm"), ("l40s", "vllm"), ("a100-80gb", "ideal"), ("a100-80gb", "nanoflow"),
                        ("h100-80gb", "ideal")):
         timer = build_cost_model(make_deployment("llama-3-70b", hw, tp=8), engine=engine).timer
         t, nbytes, kernels = _allreduce(timer, f)
         assert t == pytest.approx(_link(timer, nbytes, kernels), rel=1e-12), (hw, engine)
-    assert set(NCCL_ALLREDUCE) == {"a100-80gb", "a100-40gb", "h100-80gb", "h200"}
+    assert set(NCCL_ALLREDUCE) == {"a100-80gb", "a100-40gb", "h100-80gb", "h200", "mi300x"}
     # the plain timer (no engine) keeps the link price, and TP1 has no all-reduce at all
     plain = RooflineTimer(make_deployment("llama-3-70b", "a100-80gb", tp=8))
     t, nbytes, kernels = _allreduce(plain, f)

@@ -97,3 +97,28 @@ def test_fitting_one_versions_rows_moves_only_that_versions_loop(two_versions):
     assert slow.profile.overhead_key == "vllm@0.5"
     (p05,) = [p for p in free_params([(vr, slow)]) if p.name == "engine.vllm@0.5.per_seq_s"]
     assert (p05.prior, p05.hi) == (36e-6, pytest.approx(180e-6))
+
+
+def test_v1s_offline_loop_keeps_its_prior_in_the_catalogue_fit_and_its_served_loop_is_fitted(tmp_path):
+    """vLLM V1's only offline rows are ROCm's MI300X runs, which cannot tell the loop from the paged-attention rate:
+    the catalogue fit frees V1's loop behind the API server only (EngineProfile.fit_offline); `calibrate engine`
+    frees it on a user's own offline runs."""
+    from blendsim.fidelity.suite import load_suite
+    from tests.test_fidelity import _row, _write
+
+    rows = [_row(id="off", engine="vllm", engine_version="vLLM v0.10.0", workload="const:512/64", requests=64),
+            _row(id="srv", engine="vllm", engine_version="vLLM v0.10.0; vllm serve X", workload="const:512/64",
+                 requests=64)]
+    s = load_suite(_write(tmp_path, rows), {})
+    (off, poff), (srv, psrv) = s.ok
+    assert (poff.profile.overhead_key, psrv.profile.overhead_key) == ("vllm@0.8", "vllm@0.8:serve")
+    assert not [p for p in free_params([(off, poff)]) if p.path[0] == "engine"]
+    assert {p.name for p in free_params([(srv, psrv)]) if p.path[0] == "engine"} == {
+        "engine.vllm@0.8:serve.fixed_s", "engine.vllm@0.8:serve.per_seq_s"}
+    freed = dataclasses.replace(poff.profile, fitted=("fixed_s", "per_seq_s"), served_loop=False, fit_offline=True)
+    poff.profile = poff.compressed().profile = freed  # as calibrate engine frees it
+    assert {p.name for p in free_params([(off, poff)]) if p.path[0] == "engine"} == {
+        "engine.vllm@0.8.fixed_s", "engine.vllm@0.8.per_seq_s"}
+    # and an offline V1 prediction is priced by the cited prior, whatever the shipped file
+    shipped = get_profile("vllm@0.8", load_params())
+    assert (shipped.fixed_s, shipped.per_seq_s) == (0.2e-3, 1.2e-6)

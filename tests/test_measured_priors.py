@@ -97,8 +97,14 @@ def test_the_shipped_parameters_were_fitted_within_the_measured_ranges(kind):
     from blendsim.sim.engines import PARAMS_FILE
 
     params = json.loads(PARAMS_FILE.read_text())
+    from blendsim.sim.hardware import PRESETS
+
     for arch, names in getattr(E, kind).items():
-        for name, (lo, hi, _prior) in names.items():
+        for name, (lo, hi, prior) in names.items():
+            if name not in params["arch"].get(arch, {}):  # no shipped row runs it (MI300X's 16-bit GEMMs): the
+                hw = [h for h in PRESETS.values() if h.arch == arch]  # preset carries the prior
+                assert name == "gemm_eff" and hw and all(h.compute_efficiency == prior for h in hw), (arch, name)
+                continue
             assert params["bounds"][f"arch.{arch}.{name}"] == [lo, hi]
             assert lo <= params["arch"][arch][name] <= hi
 

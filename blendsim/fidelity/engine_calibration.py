@@ -274,7 +274,7 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
         # the engine's overhead is free here whether or not the shipped profile fits it, one loop for the user's runs
         # whatever their entry point (no separate served loop: EngineProfile.served_loop)
         pr.profile = dataclasses.replace(pr.profile, fitted=tuple(dict.fromkeys((*pr.profile.fitted, *OVERHEAD))),
-                                         served_loop=False)
+                                         served_loop=False, fit_offline=True)
         pairs.append((r, pr))
     if not pairs:
         raise UserError("no measurement could be simulated: " + "; ".join(skipped[:3]))

@@ -137,7 +137,8 @@ def free_params(rows: list) -> list[Param]:
             add(("global", "a2a_eff"), "a2a_eff", hw)
         if prof.mode == "overlap":
             add(("regime", prof.regime, "*", "kappa"), "kappa", hw)
-        for n in prof.fitted:
+        # an offline row frees the loop only where the profile fits it offline (EngineProfile.fit_offline)
+        for n in (prof.fitted if prof.fit_offline or (prof.serve and prof.served_loop) else ()):
             default = getattr(VERSIONS.get((prof.name, prof.version), PROFILES[prof.name]), n)
             key = ("engine", prof.overhead_key, n)
             lo, hi = ENGINE_BOUNDS[n]
