@@ -72,6 +72,12 @@ def test_script_prints_a_table_and_json(G, capsys):
     assert G.main(["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {r["op"] for r in out["rows"]} == set(G.OPS)
-    assert out["shipped"]["gemm_eff"] == pytest.approx(0.60, abs=0.01)
+    from blendsim.sim.efficiency import MEASURED
+    from blendsim.sim.engines import PARAMS_FILE
+
+    # the shipped Hopper GEMM efficiency, inside the range the H200 measured (it moves a little with each refit)
+    lo, hi, _prior = MEASURED["hopper"]["gemm_eff"]
+    shipped = json.loads(PARAMS_FILE.read_text())["arch"]["hopper"]["gemm_eff"]
+    assert out["shipped"]["gemm_eff"] == pytest.approx(shipped) and lo <= shipped <= hi
     assert G.main([]) == 0
     assert "| gate_up_proj | 4097-16384 |" in capsys.readouterr().out
