@@ -124,7 +124,7 @@ MEASURED_SOURCE = "docs/gpu-days/2026-11-26-h200"
 #   * lowp_eff (FP8 GEMMs, of the 2,614.9 TFLOP/s dense FP8 peak): hipBLASLt at M = N = K = 2,048 / 4,096 / 8,192 /
 #     16,384 ran 726.9 / 1,085.4 / 1,222.9 / 1,081.4 TFLOP/s (0.28 / 0.42 / 0.47 / 0.41) and 1,148.7 at a layer-like
 #     6,144 x 12,288 x 12,288 (0.44); range 0.25 (BOUNDS' floor, below the 2,048 cube) to 0.50 (above the fastest), prior 0.44 (the
-#     layer-like shape). Half of Hopper's fraction of its own FP8 peak (0.72 above): no ratio is carried across.
+#     layer-like shape). About 0.6 of Hopper's prior fraction of its own FP8 peak (0.72 above): no ratio is carried across.
 #   * mem_eff: the STREAM kernels ran 4.0 (Dot, read-only) to 4.28 TB/s (Mul) of 5.3; range 0.40 (BOUNDS' floor) to
 #     0.81 (Mul), prior 0.755 (Dot: weight streaming only reads).
 #   * gemm_eff (BF16): the mamf-finder's best BF16 matmul on ROCm 6.2, 781.9 of 1,300 TFLOP/s (0.60); 450 on ROCm
