@@ -225,6 +225,16 @@ def engine_flags(row: Row) -> dict:
     return out
 
 
+def build_dataset(row: Row) -> tuple[float, float] | None:
+    """``(ISL, OSL)`` of the dataset a ``trtllm-bench build`` engine was tuned on, where the row's command says
+    ``engine built from a ISL/OSL dataset`` (one engine benchmarked on datasets of other lengths keeps the batch and
+    token limits its build dataset gave it); None otherwise (each run's own dataset tunes it)."""
+    import re
+
+    m = re.search(r"engine built from an? (\d+)/(\d+) dataset", row.engine_version or "")
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
 def serves(row: Row) -> bool:
     """Whether the row ran behind the engine's API server (``vllm serve``, ``launch_server``,
     ``benchmark_serving``) rather than its offline entry point: vLLM picks smaller batch limits there."""

@@ -152,7 +152,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.seq import RequestRecords
 
-    from .catalogue import engine_settings, row_engine_key
+    from .catalogue import build_dataset, engine_settings, row_engine_key
 
     key = row_engine_key(row)  # the row's engine at its version (NAME alone: the newest modelled), at its entry point
     prof = get_profile(key, params)
@@ -164,8 +164,10 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
         trace.output_len_hint = trace.output_len.copy()
     limits = {}
     if prof.tuned_by == "trtllm-bench":  # the benchmark tool sizes batch and step from the dataset
-        bs, tok = trtllm_bench_settings(dep, float(trace.input_len.mean()), float(trace.output_len.mean()),
-                                        row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
+        # (the one the engine was built from where the row says so: one engine run on several datasets)
+        built = build_dataset(row)
+        isl, osl = built or (float(trace.input_len.mean()), float(trace.output_len.mean()))
+        bs, tok = trtllm_bench_settings(dep, isl, osl, row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
         limits = {"max_seqs": bs, "token_budget": tok}
     else:  # the engine's limits on this device and entry point, and the flags the row's command sets
         limits = {k: v for k, v in engine_settings(row, prof, dep.hardware).items()
