@@ -31,6 +31,7 @@ def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | Eng
     else:
         prof = get_profile(engine, params)
     mode = mode or prof.mode
+    ar_max = prof.custom_allreduce_max(dep.tp)  # messages above it go through NCCL (RooflineTimer)
     if profile is not None:
         cal = profile if isinstance(profile, Profile) else load_profile(profile)
         m = dep.model
@@ -38,12 +39,12 @@ def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | Eng
             if v != m.dtype:  # a profile measures one dtype throughout
                 raise UserError(f"{cal.path or 'profile'}: measured in {cal.dtype}, but the run uses {what} {v}; "
                                 f"calibrate with that precision or drop {what}")
-        timer, kappa = ProfileTimer(cal, dep, prof.custom_allreduce_max(dep.tp)), cal.interference
+        timer, kappa = ProfileTimer(cal, dep, ar_max), cal.interference
     elif prof.regime is None:
-        timer, kappa = RooflineTimer(dep, prof.custom_allreduce_max(dep.tp)), None
+        timer, kappa = RooflineTimer(dep, ar_max), None
     else:
         eff = Efficiency.lookup(params, prof.regime, dep.hardware.name)
-        timer, kappa = EfficiencyTimer(dep, eff, prof.custom_allreduce_max(dep.tp)), eff.kappa
+        timer, kappa = EfficiencyTimer(dep, eff, ar_max), eff.kappa
     return CostModel(dep, mode, prof, timer=timer, interference=kappa, graph_cap=prof.cuda_graph_max)
 
 

@@ -200,11 +200,11 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
              f"or in published kernel benchmarks ({PUBLISHED_SOURCE}; PUBLISHED); "
              "a fit at such a bound wants the kernels slower or faster than measured, i.e. the cost model misprices "
              "something else")
-    echo("engine constants (cited, not fitted): " + "; ".join(
-        f"{p.modelled}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
-        f"{p.mode}" for p in VERSIONS.values() if not p.fitted and p.fit_as == "") + "".join(
-        f"; {p.modelled} offline (its served loop is fitted): fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq"
-        for p in VERSIONS.values() if p.fitted and not p.fit_offline))
+    cited = [f"{p.modelled}: fixed {p.fixed_s * 1e3:g} ms, {p.per_seq_s * 1e6:g} us/seq, graphs<={p.cuda_graph_max}, "
+             f"{p.mode}" for p in VERSIONS.values() if not p.fitted and p.fit_as == ""]
+    cited += [f"{p.modelled} offline (its served loop is fitted): fixed {p.fixed_s * 1e3:g} ms, "
+              f"{p.per_seq_s * 1e6:g} us/seq" for p in VERSIONS.values() if p.fitted and not p.fit_offline]
+    echo("engine constants (cited, not fitted): " + "; ".join(cited))
 
 
 def flatten(params: dict, prefix: tuple = ()) -> list[tuple[str, float]]:
