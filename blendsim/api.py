@@ -455,7 +455,7 @@ def engine_memory_settings(engine: str, hardware: str, token_budget: int | None 
 
     eng = engine_config(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
                                   max_seqs=max_seqs), resolve_policy("fcfs").cls)
-    return deployment_limits(eng, get_profile(engine, {}).kv_of_free)
+    return deployment_limits(eng, get_profile(engine, {}))
 
 
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,
@@ -499,7 +499,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "server_s": sc.server_s, "layers": m.num_layers,
            "mode": cm.mode,
            "engine": cm.engine.label, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
-           "kv_dtype": m.kv_dtype, "ep": dep.ep,
+           "kv_dtype": m.kv_dtype, "ep": dep.ep, "attn_dp_gpus": dep.dp,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"]}
     if dep.pp > 1:

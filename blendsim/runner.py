@@ -69,12 +69,13 @@ class RunConfig:
         check_run_config(self)  # types and ranges of every field, whoever builds the configuration
 
 
-def deployment_limits(eng: EngineConfig, kv_of_free: bool) -> dict:
-    """The Deployment settings a run's scheduler settings give (its KV fraction and what it is a fraction of --
-    ``EngineProfile.kv_of_free`` --, the largest step's tokens and sequences): one rule for simulate, plan's
-    feasibility check and cost, so all three say the same of whether a model fits."""
+def deployment_limits(eng: EngineConfig, profile) -> dict:
+    """The Deployment settings a run's scheduler settings and engine profile give (its KV fraction and what it is a
+    fraction of -- ``EngineProfile.kv_of_free`` --, the largest step's tokens and sequences, attention data
+    parallelism): one rule for simulate, plan's feasibility check and cost, so all three say the same of whether a
+    model fits."""
     return {"gpu_memory_utilization": eng.gpu_memory_utilization, "max_batched_tokens": eng.token_budget,
-            "max_seqs": eng.max_seqs or 1024, "kv_of_free": kv_of_free}
+            "max_seqs": eng.max_seqs or 1024, "kv_of_free": profile.kv_of_free, "attn_dp": profile.attn_dp}
 
 
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
@@ -185,7 +186,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     dep = deployment or Deployment(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype),
                                    get_hardware(cfg.hardware), cfg.tp, ep=cfg.ep, pp=cfg.pp,
                                    expert_skew=cfg.expert_skew, kv_capacity_override=cfg.kv_capacity_override,
-                                   **deployment_limits(eng, get_profile(cfg.engine or DEFAULT_ENGINE, {}).kv_of_free))
+                                   **deployment_limits(eng, get_profile(cfg.engine or DEFAULT_ENGINE, {})))
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
@@ -392,14 +393,15 @@ def _strs(a: np.ndarray) -> np.ndarray:
 
 
 def pipeline_summary(dep) -> dict:
-    """summary.json fields of a pipeline-parallel or multi-node deployment (none for one stage on one node, so
-    such runs' summaries are unchanged)."""
+    """summary.json fields of a pipeline-parallel or multi-node deployment, or of attention data parallelism (none for
+    one stage on one node with attention split, so such runs' summaries are unchanged)."""
+    adp = {"attn_dp_gpus": dep.dp} if dep.dp > 1 else {}
     if dep.pp == 1 and dep.nodes == 1:
-        return {}
+        return adp
     return {"pp": dep.pp, "stage_layers": dep.stage_layers(), "nodes": dep.nodes,
             "tp_link": "network" if dep.tp_spans_nodes else "scale-up",
             "pp_links": ["network" if dep.pp_crosses(i) else "scale-up" for i in range(dep.pp - 1)],
-            "virtual_engines_per_replica": dep.pp}
+            "virtual_engines_per_replica": dep.pp, **adp}
 
 
 # re-exported: the run-directory helpers are part of the runner's public surface

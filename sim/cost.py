@@ -243,15 +243,18 @@ class CostModel:
 
     def _mla_time(self, op: str, f: BatchFeatures) -> float:
         """All layers of one of MLA's feature-dependent GEMMs (prefill up-projection, decode absorption)."""
+        r = 1.0 / self._shapes.dp  # attention data parallelism: one GPU's share of the sequences
         if op == "kv_up_proj":
-            flops, nbytes, kernels = mla_up_counts(self._shapes, f.prefill_kv_tokens, 1)
+            flops, nbytes, kernels = mla_up_counts(self._shapes, f.prefill_kv_tokens * r, 1)
         else:
-            flops, nbytes, kernels = mla_absorb_counts(self._shapes, f.num_decode, 1)
+            flops, nbytes, kernels = mla_absorb_counts(self._shapes, f.num_decode * r, 1)
         return float(self.timer.op_time(op, flops, nbytes, kernels, f)) * self.layers
 
     def _attn_decode(self, D, Cd):
         f = BatchFeatures(num_decode=D, decode_ctx_sum=Cd)
         _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self._shapes)
+        r = 1.0 / self._shapes.dp  # attention data parallelism: one GPU's share of the sequences
+        D, Cd = D * r, Cd * r
         keys = window_decode(self._shapes, D, Cd) + D
         flops = fd * keys
         nbytes = bdk * keys + bds * D

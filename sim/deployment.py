@@ -63,6 +63,11 @@ class Deployment:
     expert_skew: float = 0.0  # routing skew: 0 uniform, else the Zipf exponent of expert popularity
     pp: int = 1  # pipeline-parallel degree (stages per replica, ``tp`` GPUs each)
     stage: int = -1  # -1: the whole replica; i >= 0: a view of stage i (what the cost model prices)
+    # attention data parallelism (SGLang's --enable-dp-attention, TensorRT-LLM's enable_attention_dp): each GPU of the
+    # TP group runs whole attention over its own share of the sequences and keeps their KV whole; the MoE layers run
+    # over every GPU's tokens (all-to-all with ``ep`` > 1, else all-gather + reduce-scatter around the TP-split
+    # experts). Only a MoE model on one pipeline stage takes it (``dp``); elsewhere it changes nothing
+    attn_dp: bool = False
 
     def __post_init__(self) -> None:
         if self.tp < 1:
@@ -74,9 +79,9 @@ class Deployment:
             raise UserError(f"--pp {self.pp}: {m.name} has only {m.num_layers} layers to split into stages")
         if not -1 <= self.stage < self.pp:
             raise UserError(f"stage {self.stage} of a {self.pp}-stage pipeline does not exist")
-        if m.num_heads % self.tp:
+        if m.num_heads % self.tp and self.dp == 1:
             raise UserError(f"--tp {self.tp} does not divide {m.name}'s {m.num_heads} attention heads")
-        if not m.is_mla and m.num_kv_heads % self.tp and self.tp % m.num_kv_heads:
+        if not m.is_mla and m.num_kv_heads % self.tp and self.tp % m.num_kv_heads and self.dp == 1:
             raise UserError(f"--tp {self.tp} and {m.name}'s {m.num_kv_heads} KV heads must divide one another "
                             f"(KV heads are split, or replicated when tp exceeds them)")
         if m.dense_layers and m.intermediate_size % self.tp:
@@ -122,6 +127,23 @@ class Deployment:
                 f"{self.model.name} ({m.weights} weights) does not fit on {self.hardware.name} with tp={self.tp}: "
                 f"weights and activations need {need:.1f} GiB per GPU, {have:.1f} GiB usable"
             )
+
+    @property
+    def dp(self) -> int:
+        """GPUs attention is data-parallel over (``attn_dp``): the TP group for a MoE model on one pipeline stage,
+        else 1 (attention split ``tp`` ways)."""
+        return self.tp if (self.attn_dp and self.tp > 1 and self.pp == 1 and self.model.is_moe) else 1
+
+    @property
+    def replicated_weight_bytes(self) -> float:
+        """Weights every GPU holds whole under attention data parallelism (``dp`` > 1): attention, its norms, the
+        embedding and the LM head (each GPU runs them over its own sequences); 0 otherwise."""
+        if self.dp == 1:
+            return 0.0
+        m = self.model
+        attn = m.num_layers * (m.attn_linear_params * m.weight_elem_bytes + m._attn_extra_params * m.dtype_bytes)
+        head = 0 if m.tie_word_embeddings else m.lm_head_params
+        return float(attn + (m.embedding_params + head + m.hidden_size) * m.dtype_bytes)
 
     # ---- pipeline stages -------------------------------------------------------------------
     @property
@@ -265,8 +287,12 @@ class Deployment:
             self.pp_link(i)
 
     def topology_notes(self) -> list[str]:
-        """Warnings about the placement (a TP/EP group on the network), for the run's notes."""
+        """Warnings about the placement (a TP/EP group on the network; attention data parallelism asked of a pipeline),
+        for the run's notes."""
         out = []
+        if self.attn_dp and self.model.is_moe and self.tp > 1 and self.pp > 1:
+            out.append(f"attn_dp: attention data parallelism is modelled on one pipeline stage only; with --pp {self.pp} "
+                       f"attention stays split over each stage's {self.tp} GPUs")
         if self.tp_spans_nodes:
             hw = self.hardware
             out.append(f"--tp {self.tp} spans nodes ({hw.scaleup_domain} {hw.name} GPUs per scale-up domain): its "
@@ -280,7 +306,8 @@ class Deployment:
     def weight_bytes_per_gpu(self) -> float:
         if self.pp > 1:
             return self.stage_weight_bytes(self._stage_index()) / self.tp
-        return self.model.weight_bytes / self.tp
+        rep = self.replicated_weight_bytes
+        return (self.model.weight_bytes - rep) / self.tp + rep
 
     @property
     def activation_reserve_bytes(self) -> float:
@@ -338,12 +365,15 @@ class Deployment:
         m = self.model
         if not m.sliding_layers:
             return 0.0
-        return self.max_seqs * m.window_kv_bytes * max(1, self.tp // m.num_kv_heads) / self.tp
+        return self.max_seqs * m.window_kv_bytes * (1 if self.dp > 1 else max(1, self.tp // m.num_kv_heads)) / self.tp
 
     @property
     def kv_bytes_per_token(self) -> int:
         """KV bytes of one token on the whole replica; heads are replicated when tp > KV heads, and MLA's
-        latent (shared by all heads) is held whole by every GPU of the group, as vLLM keeps it."""
+        latent (shared by all heads) is held whole by every GPU of the group, as vLLM keeps it. Under attention data
+        parallelism (``dp`` > 1) a token's KV is whole on the one GPU that runs its sequence."""
+        if self.dp > 1:
+            return self.model.kv_bytes_per_token
         if self.model.is_mla:
             return self.model.kv_bytes_per_token * self.tp
         return self.model.kv_bytes_per_token * max(1, self.tp // self.model.num_kv_heads)

@@ -174,7 +174,7 @@ class Efficiency:
         reg = params.get("regime", {}).get(regime, {})
         vals = dict(params.get("global", {}))
         for part in (params.get("arch", {}).get(arch, {}) if arch else {}, params.get("hardware", {}).get(hardware, {}),
-                     reg.get("*", {}), reg.get(hardware, {})):
+                     reg.get("*", {}), reg.get(arch, {}) if arch else {}, reg.get(hardware, {})):
             vals.update(part)
         return Efficiency(**{k: float(v) for k, v in vals.items() if k in BOUNDS})
 
@@ -215,7 +215,7 @@ class EfficiencyTimer(RooflineTimer):
         self.attn_bw = self.bw if a is None else self.bw * a / (eff.mem_eff or hw.memory_efficiency)
 
     def op_time(self, op, flops, nbytes, kernels, f):
-        if op in MOE_GEMMS and (self.eff.moe_eff is not None or self.eff.moe_mem_eff is not None):
+        if op in MOE_GEMMS:
             # the grouped GEMM's compute at moe_eff and its weight streaming at moe_mem_eff instead of the
             # plain GEMM's efficiencies
             hw = self.dep.hardware

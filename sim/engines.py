@@ -90,6 +90,14 @@ class EngineProfile:
     # n + 1 while the GPU runs step n, so the loop leaves only ASYNC_RESIDUAL on the step (see there)
     async_since: str = ""
     async_scheduling: bool = False
+    # attention data parallelism for MoE models (``--engine NAME:attn_dp=1``; a catalogue row whose command passes
+    # SGLang's --enable-dp-attention or TensorRT-LLM's enable_attention_dp): each GPU of the TP group runs whole
+    # attention over its own sequences and keeps their KV whole, the experts run over every GPU's tokens
+    # (Deployment.attn_dp; a dense model, TP 1 or a pipeline keeps attention split)
+    attn_dp: bool = False
+    # the first release whose attention data parallelism is modelled ("" = any): an older one asked for it is
+    # refused in one line, and a catalogue row of it runs with attention split (see the sglang@0.4 profile)
+    attn_dp_since: str = ""
     # the token budget follows the stated context length: vLLM V0 without chunked prefill takes max(max_model_len,
     # 2048) tokens a step (vllm/config.py SchedulerConfig.__post_init__, v0.5.3 through the 0.7 releases; chunked
     # prefill turns itself on only above 32,768 tokens of context, and never on ROCm: vllm/engine/arg_utils.py
@@ -236,6 +244,9 @@ OVERRIDABLE: dict[str, tuple[type, str]] = {
                                 "seconds, beside the engine"),
     "async_scheduling": (int, "1: the engine's opt-in asynchronous scheduler (vLLM >= 0.10's --async-scheduling): "
                               "the loop runs one step ahead of the GPU and only its residual stays on the step"),
+    "attn_dp": (int, "1: attention data-parallel over the TP group for MoE models (SGLang's --enable-dp-attention, "
+                     "TensorRT-LLM's enable_attention_dp): each GPU runs whole attention over its own sequences and "
+                     "keeps their KV whole; 0: attention split over the TP group"),
 }
 
 
@@ -307,9 +318,9 @@ def parse_key(text: str) -> EngineKey:
             if v not in (0, 1):
                 raise UserError(f"engine {text!r}: serve must be 0 (offline) or 1 (behind the API server), got {val!r}")
             v = bool(v)
-        if k == "async_scheduling":
+        if k in ("async_scheduling", "attn_dp"):
             if v not in (0, 1):
-                raise UserError(f"engine {text!r}: async_scheduling must be 0 (off) or 1 (on), got {val!r}")
+                raise UserError(f"engine {text!r}: {k} must be 0 (off) or 1 (on), got {val!r}")
             v = bool(v)
         values[k] = v
     return EngineKey(name, version.strip(), values)
@@ -354,8 +365,8 @@ def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: fl
 
     m = dep.model
     gpus = dep.tp * pp
-    kv_token = m.kv_bytes_per_token * max(1, dep.tp // m.num_kv_heads)
-    free = dep.hardware.memory_bytes * gpus - m.weight_bytes
+    kv_token = m.kv_bytes_per_token * max(1, dep.tp // m.num_kv_heads) if dep.dp == 1 else m.kv_bytes_per_token
+    free = dep.hardware.memory_bytes * gpus - m.weight_bytes - dep.replicated_weight_bytes * (dep.dp - 1)
     n = max(fraction * free / (kv_token * max(isl + osl, 1.0)), 1.0)
     bs = min(n, 4096) / pp
     tok = min(bs * (1 + isl / max(osl, 1.0)), 32768)
@@ -443,9 +454,23 @@ _TRTLLM_BENCH = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32, "mix": "decode-first",
                "prefix_caching": False, "gpu_memory_utilization": 0.95, "admission": "reserve", "reserve_ratio": 1.0},
     fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-    fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True,
-    source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench settings); overhead fitted "
-           "by blendsim fidelity")
+    fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True, attn_dp=True,
+    source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench settings; MoE models with "
+           "enable_attention_dp); overhead fitted by blendsim fidelity")
+# Its MoE runs: the same page's llm_options.yml "For MoE models" adds ``enable_attention_dp: true`` (printed indented
+# under cuda_graph_config; TensorRT-LLM's LlmArgs has it at the top level, where the dense models' file has none) with
+# ``--ep $ep_size``: attention data-parallel over the TP group (attn_dp). ``trtllm:attn_dp=0`` prices them with
+# attention split instead.
+
+# SGLang's attention data parallelism (--enable-dp-attention, first in v0.4.0 for DeepSeek's MLA) as modelled
+# (Deployment.attn_dp) from v0.4.4: sgl-project/sglang PR #4390 ("Improve DP attention", merged 2025-03-13) reworked it
+# (CUDA-graph padding per rank instead of to the global batch, TP != DP), and the DeepSeek-V3 tracking issue #2591
+# (opened 2024-12-26, the v0.4.1 days) lists what came after 0.4.1: CUDA graphs and torch.compile for the model, tuned
+# FP8 GEMMs, fused-MoE configs tuned for H200. The catalogue's two v0.4.1 runs with it (DataCrunch's 8 x H200,
+# sglang benchmark/benchmark_dsv3) measure a third of what attention DP predicts -- median inter-token latencies of
+# 100-500 ms -- and within +12% / +48% of attention split, which is how they are priced; GPUStack's six v0.5.3 runs
+# with it fit attention DP (leave-one-source-out -12%..+7%, against -22%..-8% split).
+_SGLANG_ATTN_DP = "0.4.4"
 
 # NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
 # prices: CPU work the GPU waits for (scheduling, input preparation, output processing, inter-process hops)
@@ -519,6 +544,7 @@ _BUILTIN = [
                                            "gpu_memory_utilization": 0.88, "admission": "reserve",
                                            "reserve_ratio": 0.7},
                       fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
+                      attn_dp_since=_SGLANG_ATTN_DP,
                       source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults"),
         # NanoFlow (OSDI'25): dense batch of 1024 tokens in multiples of 128 (sec. 4), operator overlap of
         # nano-batches, asynchronous scheduling (sec. 4.2); BlendServe's engine (App. A.2). Overhead: batch
@@ -551,6 +577,7 @@ _SGLANG_03 = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.2e-3, per_seq_s=1.2e-6, cuda_graph_max=160, regime="cuda-graph", fitted=_FIT_LOOP,
+    attn_dp_since=_SGLANG_ATTN_DP,
     source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; loop fitted by blendsim "
            "fidelity")
 
@@ -580,14 +607,14 @@ _VERSIONED = [
         # batching under max_num_tokens / max_batch_size that trtllm-bench derives from the dataset,
         # GUARANTEED_NO_EVICT): the mechanics of trtllm@1.0 above, whose fitted overhead it shares (the 0.13
         # table's A100/H100/L40S rows are in the catalogue).
-        replace(_TRTLLM_BENCH, version="0.13",
+        replace(_TRTLLM_BENCH, version="0.13", attn_dp=False,
                 source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
                        "overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.19-0.21: trtllm-bench on the PyTorch backend (no engine build), as the perf-overview page of
         # v0.20 ran it ("Starting with v0.19, testing was performed using the PyTorch backend"; its llm_options.yml pads
         # CUDA graphs over batch sizes 1-8192, KV fraction 0.95 where it fit): the mechanics of trtllm@1.0 above,
         # whose fitted overhead it shares.
-        replace(_TRTLLM_BENCH, version="0.19",
+        replace(_TRTLLM_BENCH, version="0.19", attn_dp=False,
                 source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.20 version: PyTorch "
                        "backend since v0.19, llm_options.yml); overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.8 (early 2024; NanoFlow's baseline): the C++ GptManager runtime, in-flight batching,
@@ -741,6 +768,11 @@ for _p in (*_BUILTIN, *_VERSIONED):
 
 
 
+def attn_dp_modelled(prof: EngineProfile, version: str) -> bool:
+    """Whether attention data parallelism is modelled for ``prof`` at release ``version`` ("" = its newest)."""
+    return not (prof.attn_dp_since and version and _version_order(version) < _version_order(prof.attn_dp_since))
+
+
 def _async(prof: EngineProfile, k: EngineKey, text: str) -> EngineProfile:
     """``prof`` with its opt-in asynchronous scheduler on: the loop's residual (:data:`ASYNC_RESIDUAL`) in place of
     its loop, where the requested release has one (the key's own fixed_s / per_seq_s still win)."""
@@ -886,6 +918,10 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
         prof = replace(prof, kv_load="stall")  # a release before the engine's own overlapped reload
     if k.overrides.get("async_scheduling"):
         prof = _async(prof, k, text)
+    if k.overrides.get("attn_dp") and not attn_dp_modelled(prof, k.version):
+        raise UserError(f"engine {text!r}: {prof.name}'s attention data parallelism is modelled from "
+                        f"{prof.attn_dp_since} ({prof.name}@{k.version} predates it; its runs are priced with "
+                        f"attention split: drop attn_dp)")
     if k.overrides or k.version:
         prof = replace(prof, **k.overrides, key=text)
         if k.overrides:
@@ -894,6 +930,6 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 
 __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
-           "PROFILES", "PROFILE_KIND", "VERSIONS", "get_profile", "graph_pad", "graph_size", "is_profile",
+           "PROFILES", "PROFILE_KIND", "VERSIONS", "attn_dp_modelled", "get_profile", "graph_pad", "graph_size", "is_profile",
            "is_profile_file", "load_params", "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
            "trtllm_bench_settings"]

@@ -135,6 +135,9 @@ class Shapes:
     # pipeline stage: whether it holds the embedding (first stage) and the LM head (last stage)
     embed: bool = True
     head: bool = True
+    # attention data parallelism (Deployment.dp): attention, norms, embedding and LM head run whole on each GPU over
+    # its 1/dp of the step's sequences (ATTN_DP_OPS); the MLP / experts over all of them
+    dp: int = 1
 
     def __post_init__(self) -> None:
         if self.w_bytes == 0:
@@ -159,14 +162,17 @@ class Shapes:
             rope=m.rope, learned_pos=not m.rope, tp=t, w_bytes=m.weight_elem_bytes, kv_bytes=m.kv_elem_bytes,
             dense_layers=m.dense_layers, swa_layers=m.sliding_layers, window=m.sliding_window,
         )
+        ta = 1 if dep.dp > 1 else t  # attention is whole on every GPU under attention data parallelism
+        if dep.dp > 1:
+            common.update(vocab=m.vocab_size, dp=dep.dp)
         if m.is_mla:
-            heads = m.num_heads // t
+            heads = m.num_heads // ta
             attn = dict(q=heads * m.qk_head_dim, kv=m.kv_dim, o=heads * m.v_head_dim, mla=True, heads=heads,
                         nope=m.qk_nope_head_dim, rope_dim=m.qk_rope_head_dim, v_head=m.v_head_dim,
                         kv_lora=m.kv_lora_rank, q_lora=m.q_lora_rank)
         else:
-            kv_heads_per_gpu = max(1, m.num_kv_heads // t)
-            attn = dict(q=m.q_dim // t, kv=kv_heads_per_gpu * m.head_dim, heads=m.num_heads // t)
+            kv_heads_per_gpu = max(1, m.num_kv_heads // ta)
+            attn = dict(q=m.q_dim // ta, kv=kv_heads_per_gpu * m.head_dim, heads=m.num_heads // ta)
         moe = {}
         if m.is_moe:
             ep = dep.ep
@@ -317,8 +323,16 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     has_p = _pos(f.num_prefill_seqs)
     has_d = _pos(D)
     has_t = _pos(T)
-    pairs, pkv, cd = window_features(s, Tp, f.num_prefill_seqs, f.attn_pairs, f.prefill_kv_tokens, D,
-                                     f.decode_ctx_sum)
+    Tall = T  # the rows the MLP / experts (and the collectives around them) see: every GPU's
+    pkv_all = f.prefill_kv_tokens
+    if s.dp > 1:  # attention data parallelism: attention-side operators see one GPU's share of the sequences
+        r = 1.0 / s.dp
+        T, Tp, D, N, pkv_all = T * r, Tp * r, D * r, N * r, pkv_all * r
+        pairs, pkv, cd = window_features(s, Tp, f.num_prefill_seqs * r, f.attn_pairs * r, pkv_all, D,
+                                         f.decode_ctx_sum * r)
+    else:
+        pairs, pkv, cd = window_features(s, Tp, f.num_prefill_seqs, f.attn_pairs, f.prefill_kv_tokens, D,
+                                         f.decode_ctx_sum)
     dec_keys = cd + D  # each decode token attends its context plus itself
     # NOTE: a GEMM with no rows does not run, so its weights are read only when it has rows
     has_n = _pos(N)
@@ -342,7 +356,7 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         out["kv_write"] = (0 * T, b * 2 * T * s.kv + bk * 2 * T * s.kv, has_t)
     out["attn_prefill"] = (fp * pairs, bq * Tp + bkey * pkv, has_p)
     if s.mla:
-        out["kv_up_proj"] = mla_up_counts(s, f.prefill_kv_tokens, has_p)
+        out["kv_up_proj"] = mla_up_counts(s, pkv_all, has_p)
     out["attn_decode"] = (fd * dec_keys, bdk * dec_keys + bds * D, has_d)
     if s.mla:
         out["attn_absorb"] = mla_absorb_counts(s, D, has_d)
@@ -354,6 +368,7 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
         out["norm"] = (2 * 5 * T * h + 5 * T * lat, b * 2 * (4 * T * h + h * has_t) + b * 2 * T * lat, 4 * has_t)
     else:
         out["norm"] = (2 * 5 * T * h, b * 2 * (4 * T * h + h * has_t), 2 * has_t)
+    Ta, T = T, Tall  # the MLP and the experts run over every GPU's tokens
     if s.dense_layers > 0:
         out["gate_up_proj"] = (2 * T * h * s.mlp1, bw * h * s.mlp1 * has_t + b * (T * h + T * s.mlp1), has_t)
         out["act"] = ((4 * T * s.inter, b * 3 * T * s.inter, has_t) if s.gated
@@ -379,11 +394,16 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
                                      has_t)
             out["shared_down"] = (2 * T * s.sh_inter * h, bw * s.sh_inter * h * has_t + b * (T * s.sh_inter + T * h),
                                   has_t)
-        if s.ep > 1:
+        if s.ep > 1 and s.dp > 1:
+            # attention data parallelism: every GPU's tokens are all-gathered to every GPU (at the dispatch
+            # precision) and the experts' outputs reduce-scattered back (16-bit), each GPU receiving the other GPUs'
+            # share (TensorRT-LLM's and SGLang's MoE under attention DP without an all-to-all backend)
+            out["a2a"] = (0 * T, (s.disp_bytes + b) * T * h * (s.dp - 1) / s.dp, 2 * has_t)
+        elif s.ep > 1:
             # dispatch and combine: each assignment's hidden vector to its expert's GPU (at the dispatch
             # precision) and back (16-bit); the share (ep-1)/ep of them lives on another GPU
             out["a2a"] = (0 * T, (s.disp_bytes + b) * A * h * (s.ep - 1) / s.ep, 2 * has_t)
-    out["embedding"] = (0 * T, b * 2 * T * h * (2 if s.learned_pos else 1), has_t) if s.embed else zero
+    out["embedding"] = (0 * T, b * 2 * Ta * h * (2 if s.learned_pos else 1), has_t) if s.embed else zero
     # final norm over the sampled rows, the LM-head GEMM, float32 logits
     out["lm_head"] = ((2 * N * h * s.vocab, b * (h * s.vocab * has_n + 3 * N * h) + 4 * N * s.vocab, has_n)
                       if s.head else zero)
@@ -391,6 +411,11 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     # MLP all-reduce is replaced by the all-to-all, and its attention all-reduce is done as a
     # reduce-scatter + all-gather around it (the same bytes)
     n_ar = 2 * s.layers - (s.moe_layers if s.ep > 1 else 0)
+    if s.dp > 1:
+        # attention data parallelism: no all-reduce after attention (each GPU's is whole); around a layer's MLP the
+        # tokens are all-gathered and the outputs reduce-scattered (one all-reduce's bytes), or, for experts split
+        # over GPUs (ep > 1), carried by the all-to-all alone
+        n_ar = s.dense_layers + (s.moe_layers if s.ep == 1 else 0)
     out["allreduce"] = ((0 * T, b * T * h * n_ar, n_ar * has_t) if s.tp > 1 else zero)
     return out
 
@@ -410,9 +435,38 @@ def mla_absorb_counts(s: Shapes, D, has_d):
     return (2 * D * absorb, b * absorb * has_d + b * D * s.heads * (s.nope + 2 * s.kv_lora + s.v_head), 2 * has_d)
 
 
+def dp_attention(prefill, decode, dp: int):
+    """Attention closures ``(prefill(Tp, Np, pairs, pkv, chunks), decode(D, Cd))`` of a whole step turned into one
+    GPU's under attention data parallelism over ``dp`` GPUs: each runs its 1/dp of the sequences (taken as evenly
+    spread); unchanged for ``dp`` 1."""
+    if dp <= 1:
+        return prefill, decode
+    r = 1.0 / dp
+
+    def prefill_dp(Tp, Np, pairs, pkv, chunks=None):
+        return prefill(Tp * r, Np * r, pairs * r, pkv * r)
+
+    def decode_dp(D, Cd):
+        return decode(D * r, Cd * r)
+
+    return prefill_dp, decode_dp
+
+
+# operators that run on one GPU's own sequences under attention data parallelism (Shapes.dp)
+ATTN_DP_OPS = ("qkv_proj", "rope", "kv_write", "attn_prefill", "kv_up_proj", "attn_decode", "attn_absorb", "o_proj",
+               "norm", "embedding", "lm_head")
+
+
 def gemm_m(op: str, f, s: Shapes | None = None):
     """The GEMM's M dimension (rows): new tokens, sampled rows for the LM head, prefill keys for MLA's
-    up-projection, decodes for its absorbed form, and the rows each touched expert receives."""
+    up-projection, decodes for its absorbed form, and the rows each touched expert receives; under attention data
+    parallelism an attention-side GEMM's rows are the busiest GPU's share."""
+    if s is not None and s.dp > 1 and op in ATTN_DP_OPS:
+        return np.ceil(np.asarray(_gemm_m(op, f, s), dtype=float) / s.dp)  # the busiest GPU's rows
+    return _gemm_m(op, f, s)
+
+
+def _gemm_m(op: str, f, s: Shapes | None = None):
     if op == "lm_head":
         return f.num_logits
     if op == "kv_up_proj":
@@ -434,8 +488,8 @@ def _pos(x):
         return 1 if x > 0 else 0
 
 
-__all__ = ["ALL_GEMM_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MLA_OPS", "MODEL_OPS",
+__all__ = ["ALL_GEMM_OPS", "ATTN_DP_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MLA_OPS", "MODEL_OPS",
            "MOE_GEMMS", "MOE_OPS", "OPS", "OP_TABLE", "Op", "PROFILED_OPS",
-           "Shapes", "attn_coefs", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
+           "Shapes", "attn_coefs", "dp_attention", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
            "op_counts", "window_decode", "window_features",
            "window_prefill"]

@@ -194,6 +194,10 @@ class ProfileTimer:
         """``custom_allreduce_max``: the engine's own all-reduce kernel's limit (``RooflineTimer``), for the
         all-reduces a profile does not measure."""
         profile.check_matches(dep)
+        if dep.dp > 1:
+            raise UserError(f"--profile {profile.path or ''}: a kernel profile times attention as the GPU ran it for "
+                            f"the whole batch; attention data parallelism (attn_dp) is priced by the roofline "
+                            f"timers only -- drop --profile or attn_dp")
         self.profile = profile
         self.roofline = RooflineTimer(dep, custom_allreduce_max)
         self.shapes = self.roofline.shapes

@@ -20,6 +20,7 @@ from blendsim.sim.ops import (
     MOE_GEMMS,
     Shapes,
     attn_coefs,
+    dp_attention,
     gemm_m,
     window_decode,
     window_prefill,
@@ -187,7 +188,11 @@ class RooflineTimer:
         return nbytes / self.ew_bw + launch
 
     def attn_scalars(self):
-        """Closures pricing one layer's prefill and decode attention from scalars (engine hot path)."""
+        """Closures pricing one layer's prefill and decode attention from scalars (engine hot path); under
+        attention data parallelism, one GPU's share of the step's sequences (ops.dp_attention)."""
+        return dp_attention(*self._attn_scalars(), self.shapes.dp)
+
+    def _attn_scalars(self):
         fp, bq, bkey, fd, bdk, bds = attn_coefs(self.shapes)
         ar, gr, bw, abw, la = self.attn_rate, self.gemm_rate, self.bw, self.attn_bw, self.launch
         s = self.shapes

@@ -21,7 +21,8 @@ EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: exper
 # the fields an --engine key may override (sim.engines.OVERRIDABLE), for the help of every command taking --engine
 ENGINE_FIELDS_HELP = ("fields fixed_s, per_seq_s, per_token_s, cuda_graph_max, serve (1: behind its API server), "
                       "server_token_s and server_request_s (that server's own work beside the engine, with serve=1), "
-                      "async_scheduling (1: vLLM >= 0.10's) override that profile (no NAME: from ideal)")
+                      "async_scheduling (1: vLLM >= 0.10's), attn_dp (1: attention data-parallel over the TP "
+                      "group, MoE models) override that profile (no NAME: from ideal)")
 PP_HELP = ("Pipeline-parallel stages per replica (each --tp GPUs; a replica is --tp x --pp GPUs and runs --pp "
            "batches in flight; default 1).")
 
@@ -72,6 +73,7 @@ def cost_cmd(
     experts = f" (experts {m.expert_precision})" if m.expert_precision != m.weights else ""  # gpt-oss: MXFP4 experts
     prec = f"weights {m.weights}{experts}, KV {m.kv_dtype}"
     split = split_label(tp, pp, dep.ep)
+    split += ", attention DP" if dep.dp > 1 else ""
     gpus = f"x{tp * pp}" + (f" ({split})" if split != f"TP{tp}" else "")
     t = Table(title=f"{m.name} on {dep.hardware.name} {gpus} ({prec}), {cm.mode}, {cm.timer_name}, engine {cm.engine.described}")
     for c in ("op", "scope", "GFLOP", "MB", "time (us)", "x layers (ms)"):

@@ -247,8 +247,34 @@ def row_engine_key(row: Row) -> str:
     """The ``--engine`` key a row runs on: its engine at its version, behind the engine's API server
     (``:serve=1``) where its command says so (:func:`serves`)."""
     key = engine_version_key(row)
-    opts = (["serve=1"] if serves(row) else []) + (["async_scheduling=1"] if asynchronous(row) else [])
+    opts = ((["serve=1"] if serves(row) else []) + (["async_scheduling=1"] if asynchronous(row) else [])
+            + (["attn_dp=1"] if attention_dp(row) and _attn_dp_modelled(row, key) else []))
     return f"{key}:{','.join(opts)}" if opts else key
+
+
+def _attn_dp_modelled(row: Row, key: str) -> bool:
+    """Whether the row's release has its attention data parallelism modelled (``EngineProfile.attn_dp_since``); an
+    older release's row runs with attention split, as its profile says why."""
+    import re
+
+    from blendsim.sim.engines import attn_dp_modelled, get_profile
+
+    m = re.search(rf"{_ENGINE_WORDS.get(row.engine, re.escape(row.engine))}[\s:=@-]*v?(\d+(?:\.\d+)+)",
+                  row.engine_version or "", re.I)
+    try:
+        prof = get_profile(key, {})
+    except UserError:
+        return True  # the row is refused further on, with its own message
+    return attn_dp_modelled(prof, m.group(1) if m else "")
+
+
+def attention_dp(row: Row) -> bool:
+    """Whether the row's command runs attention data-parallel over the TP group (SGLang's ``--enable-dp-attention``,
+    TensorRT-LLM's ``enable_attention_dp: true``)."""
+    import re
+
+    return re.search(r"--enable-dp-attention\b|enable_attention_dp\s*[:=]\s*true", row.engine_version or "",
+                     re.I) is not None
 
 
 def asynchronous(row: Row) -> bool:

@@ -115,7 +115,8 @@ def free_params(rows: list) -> list[Param]:
     def add(path, name, hw):
         # an architecture's parameter that a lent GPU or a published kernel benchmark measured takes the measured
         # range and centre (sim.efficiency MEASURED, PUBLISHED)
-        m = measured(path[1], name) if path[0] == "arch" else None
+        m = (measured(path[1], name) if path[0] == "arch" else
+             measured(path[2], name) if path[0] == "regime" and path[2] != "*" else None)
         out.setdefault(path, Param(path, *m) if m else Param(path, *BOUNDS[name], preset_value(name, hw)))
 
     for _row, pr in rows:
@@ -127,6 +128,11 @@ def free_params(rows: list) -> list[Param]:
             # gemm_eff only where a row's weights are 16-bit: on a row with quantised weights only the LM head and
             # the router run at it, too little to identify it (it stays at the preset there)
             if (n in MOE_HW_PARAMS and not moe) or (n == "lowp_eff" and not quant) or (n == "gemm_eff" and quant):
+                continue
+            if n in MOE_HW_PARAMS and hw.arch:
+                # the routed experts' grouped GEMM is the engine's own kernel (vLLM's and SGLang's fused Triton MoE,
+                # TensorRT-LLM's CUTLASS grouped GEMM): its efficiencies per regime and architecture
+                add(("regime", prof.regime, hw.arch, n), n, hw)
                 continue
             add(("arch", hw.arch, n) if hw.arch else ("hardware", hw.name, n), n, hw)
         for n in GLOBAL_PARAMS:
@@ -369,7 +375,7 @@ def _reads(pr, p: Param) -> bool:
     if kind == "engine":
         return p.path[1] == pr.profile.overhead_key or (pr.profile.serve and p.path[1] == pr.profile.server_key)
     if kind == "regime":
-        return p.path[1] == pr.profile.regime and p.path[2] in ("*", pr.dep.hardware.name)
+        return p.path[1] == pr.profile.regime and p.path[2] in ("*", pr.dep.hardware.name, pr.dep.hardware.arch)
     # global: as free_params adds them (tests/test_fidelity_fast_cv.py checks a row's prediction does not move
     # with a parameter this says it does not read)
     experts = getattr(pr.dep.model, "num_experts", 0)

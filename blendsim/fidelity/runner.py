@@ -125,7 +125,7 @@ def deployment_for(row, profile):
                       gpu_memory_utilization=util,
                       max_batched_tokens=mt,
                       max_seqs=min(sched.get("max_seqs", 1024) or 1024, 1024),
-                      kv_of_free=profile.kv_of_free)
+                      kv_of_free=profile.kv_of_free, attn_dp=profile.attn_dp)
 
 
 def _is_preset(name: str) -> bool:
@@ -168,7 +168,8 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
         built = build_dataset(row)
         isl, osl = built or (float(trace.input_len.mean()), float(trace.output_len.mean()))
         bs, tok = trtllm_bench_settings(dep, isl, osl, row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
-        limits = {"max_seqs": bs, "token_budget": tok}
+        # each attention-DP rank runs its own executor under these limits
+        limits = {"max_seqs": bs * dep.dp, "token_budget": tok * dep.dp}
     else:  # the engine's limits on this device and entry point, and the flags the row's command sets
         limits = {k: v for k, v in engine_settings(row, prof, dep.hardware).items()
                   if k in ("token_budget", "max_seqs", "gpu_memory_utilization", "prefix_caching")}

@@ -114,7 +114,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     base = get_model(space.model)
     longest = int((trace.input_len + trace.output_len).max())
     feasible, pruned = [], {}
-    kv_of_free = {e: get_profile(e, {}).kv_of_free for e in space.engines}  # how each engine sizes its KV
+    profiles = {e: get_profile(e, {}) for e in space.engines}  # how each engine sizes its KV, runs attention
     for hw_name in space.hardware:
         hw = get_hardware(hw_name)
         for w in (space.weights or (base.weights,)):
@@ -134,7 +134,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                                     resolve_policy(policy).cls)
                                 try:
                                     dep = Deployment(model, hw, tp, ep=ep, pp=pp,
-                                                     **deployment_limits(eng, kv_of_free[engine]))
+                                                     **deployment_limits(eng, profiles[engine]))
                                 except UserError:
                                     pruned["does not fit"] = pruned.get("does not fit", 0) + n
                                     continue
