@@ -66,7 +66,7 @@ class Deployment:
     # attention data parallelism (SGLang's --enable-dp-attention, TensorRT-LLM's enable_attention_dp): each GPU of the
     # TP group runs whole attention over its own share of the sequences and keeps their KV whole; the MoE layers run
     # over every GPU's tokens (all-to-all with ``ep`` > 1, else all-gather + reduce-scatter around the TP-split
-    # experts). Only a MoE model on one pipeline stage takes it (``dp``); elsewhere it changes nothing
+    # experts), within each pipeline stage. Only a MoE model takes it (``dp``); a dense one keeps attention split
     attn_dp: bool = False
 
     def __post_init__(self) -> None:
@@ -130,20 +130,36 @@ class Deployment:
 
     @property
     def dp(self) -> int:
-        """GPUs attention is data-parallel over (``attn_dp``): the TP group for a MoE model on one pipeline stage,
+        """GPUs attention is data-parallel over (``attn_dp``): the TP group (each pipeline stage's) for a MoE model,
         else 1 (attention split ``tp`` ways)."""
-        return self.tp if (self.attn_dp and self.tp > 1 and self.pp == 1 and self.model.is_moe) else 1
+        return self.tp if (self.attn_dp and self.tp > 1 and self.model.is_moe) else 1
 
     @property
     def replicated_weight_bytes(self) -> float:
-        """Weights every GPU holds whole under attention data parallelism (``dp`` > 1): attention, its norms, the
-        embedding and the LM head (each GPU runs them over its own sequences); 0 otherwise."""
+        """Weights every GPU of a TP group holds whole under attention data parallelism (``dp`` > 1), over all its
+        stages: attention, its norms, the embedding and the LM head (each GPU runs them over its own sequences); 0
+        otherwise."""
+        return float(sum(self._stage_replicated(i) for i in range(self.pp)))
+
+    def _stage_replicated(self, i: int) -> float:
+        """Of stage ``i``'s weights, those each of its GPUs holds whole under attention data parallelism."""
         if self.dp == 1:
             return 0.0
         m = self.model
-        attn = m.num_layers * (m.attn_linear_params * m.weight_elem_bytes + m._attn_extra_params * m.dtype_bytes)
-        head = 0 if m.tie_word_embeddings else m.lm_head_params
-        return float(attn + (m.embedding_params + head + m.hidden_size) * m.dtype_bytes)
+        L = self.stage_layers()[i] if self.pp > 1 else m.num_layers
+        out = L * (m.attn_linear_params * m.weight_elem_bytes + m._attn_extra_params * m.dtype_bytes)
+        if i == 0:
+            out += m.embedding_params * m.dtype_bytes
+        if i == self.pp - 1:  # a pipeline's last stage holds its own LM head (stage_weight_bytes)
+            head = m.lm_head_params if (self.pp > 1 or not m.tie_word_embeddings) else 0
+            out += (head + m.hidden_size) * m.dtype_bytes
+        return float(out)
+
+    def _stage_weights_per_gpu(self, i: int) -> float:
+        """Weights each GPU of stage ``i`` holds: its 1/tp share, or, under attention data parallelism, its share of
+        the rest and the attention side whole."""
+        rep = self._stage_replicated(i)
+        return (self.stage_weight_bytes(i) - rep) / self.tp + rep
 
     # ---- pipeline stages -------------------------------------------------------------------
     @property
@@ -210,7 +226,7 @@ class Deployment:
         """Every stage's weights, activations and some KV fit; else one line naming the stage."""
         have = self._usable_bytes
         for i in range(self.pp):
-            w = self.stage_weight_bytes(i) / self.tp
+            w = self._stage_weights_per_gpu(i)
             act = self._activation_bytes(last=i == self.pp - 1) + self._window_reserve
             if w + act >= have or self._stage_kv_tokens(i) < 1:
                 a, b = self.stage_range(i)
@@ -226,8 +242,7 @@ class Deployment:
 
     def _stage_kv_tokens(self, i: int) -> int:
         """KV tokens stage ``i`` can hold for its own layers."""
-        per_gpu = self._kv_bytes_per_gpu(self.stage_weight_bytes(i) / self.tp,
-                                         self._activation_bytes(last=i == self.pp - 1))
+        per_gpu = self._kv_bytes_per_gpu(self._stage_weights_per_gpu(i), self._activation_bytes(last=i == self.pp - 1))
         per_token = self.kv_bytes_per_token // self.model.full_attention_layers * self.stage_full_attention_layers(i)
         return int(per_gpu * self.tp // per_token) if per_gpu > 0 else 0
 
@@ -287,12 +302,8 @@ class Deployment:
             self.pp_link(i)
 
     def topology_notes(self) -> list[str]:
-        """Warnings about the placement (a TP/EP group on the network; attention data parallelism asked of a pipeline),
-        for the run's notes."""
+        """Warnings about the placement (a TP/EP group on the network), for the run's notes."""
         out = []
-        if self.attn_dp and self.model.is_moe and self.tp > 1 and self.pp > 1:
-            out.append(f"attn_dp: attention data parallelism is modelled on one pipeline stage only; with --pp {self.pp} "
-                       f"attention stays split over each stage's {self.tp} GPUs")
         if self.tp_spans_nodes:
             hw = self.hardware
             out.append(f"--tp {self.tp} spans nodes ({hw.scaleup_domain} {hw.name} GPUs per scale-up domain): its "
@@ -304,10 +315,7 @@ class Deployment:
     # ---- memory -----------------------------------------------------------------------------
     @property
     def weight_bytes_per_gpu(self) -> float:
-        if self.pp > 1:
-            return self.stage_weight_bytes(self._stage_index()) / self.tp
-        rep = self.replicated_weight_bytes
-        return (self.model.weight_bytes - rep) / self.tp + rep
+        return self._stage_weights_per_gpu(self._stage_index())
 
     @property
     def activation_reserve_bytes(self) -> float:

@@ -93,7 +93,7 @@ class EngineProfile:
     # attention data parallelism for MoE models (``--engine NAME:attn_dp=1``; a catalogue row whose command passes
     # SGLang's --enable-dp-attention or TensorRT-LLM's enable_attention_dp): each GPU of the TP group runs whole
     # attention over its own sequences and keeps their KV whole, the experts run over every GPU's tokens
-    # (Deployment.attn_dp; a dense model, TP 1 or a pipeline keeps attention split)
+    # (Deployment.attn_dp, within each pipeline stage; a dense model or TP 1 keeps attention split)
     attn_dp: bool = False
     # the first release whose attention data parallelism is modelled ("" = any): an older one asked for it is
     # refused in one line, and a catalogue row of it runs with attention split (see the sglang@0.4 profile)
@@ -468,8 +468,8 @@ _TRTLLM_BENCH = EngineProfile(
 # (opened 2024-12-26, the v0.4.1 days) lists what came after 0.4.1: CUDA graphs and torch.compile for the model, tuned
 # FP8 GEMMs, fused-MoE configs tuned for H200. The catalogue's two v0.4.1 runs with it (DataCrunch's 8 x H200,
 # sglang benchmark/benchmark_dsv3) measure a third of what attention DP predicts -- median inter-token latencies of
-# 100-500 ms -- and within +12% / +48% of attention split, which is how they are priced; GPUStack's six v0.5.3 runs
-# with it fit attention DP (leave-one-source-out -12%..+7%, against -22%..-8% split).
+# 100-500 ms -- and within +10% / +44% of attention split, which is how they are priced; GPUStack's six v0.5.3 runs
+# with it fit attention DP better (leave-one-source-out median |error| 12.5%, against 16% split).
 _SGLANG_ATTN_DP = "0.4.4"
 
 # NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer

@@ -27,7 +27,7 @@ def test_only_a_moe_model_split_over_gpus_on_one_stage_takes_it():
     assert _dep(attn_dp=False).dp == 1
     assert _dep("qwen3-30b-a3b", tp=1, ep=1).dp == 1  # nothing to split
     assert make_deployment("llama-3.1-70b", "h200", 8, attn_dp=True).dp == 1  # dense: attention stays split
-    assert _dep(tp=4, ep=4, pp=2).dp == 1  # a pipeline keeps attention split
+    assert _dep(tp=4, ep=4, pp=2).dp == 4  # within each pipeline stage
 
 
 def test_each_token_is_stored_once_and_attention_weights_on_every_gpu():
@@ -151,11 +151,21 @@ def test_the_experts_grouped_gemm_is_fitted_per_engine_kernel_and_architecture()
     assert ("regime", "trtllm", "hopper", "moe_eff") in paths and ("arch", "hopper", "moe_eff") not in paths
 
 
-def test_a_run_records_it_and_a_pipeline_says_it_keeps_attention_split():
+def test_a_run_records_it():
     from blendsim.runner import pipeline_summary
 
     assert pipeline_summary(_dep()) == {"attn_dp_gpus": 8}
     assert pipeline_summary(_dep(attn_dp=False)) == {}  # one stage on one node, attention split: unchanged summaries
-    notes = _dep(tp=4, ep=4, pp=2).topology_notes()
-    assert any("attention stays split" in n for n in notes)
-    assert not any("attn_dp" in n for n in _dep().topology_notes())
+    assert pipeline_summary(_dep(tp=4, ep=4, pp=2))["attn_dp_gpus"] == 4
+
+
+def test_each_pipeline_stage_holds_its_own_attention_whole():
+    on, off = _dep(tp=4, ep=4, pp=2), _dep(tp=4, ep=4, pp=2, attn_dp=False)
+    for i in range(2):
+        rep = on._stage_replicated(i)
+        assert rep > 0 and off._stage_replicated(i) == 0
+        assert on.at_stage(i).weight_bytes_per_gpu == pytest.approx((on.stage_weight_bytes(i) - rep) / 4 + rep)
+    assert on.replicated_weight_bytes == pytest.approx(on._stage_replicated(0) + on._stage_replicated(1))
+    # Qwen3-235B's 4 KV heads at TP4 are not replicated either way; the attention weights held whole leave less KV
+    assert min(on.stage_kv_tokens()) < min(off.stage_kv_tokens())
+    assert Shapes.of(on.at_stage(1)).dp == 4
