@@ -365,8 +365,8 @@ def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: fl
 
     m = dep.model
     gpus = dep.tp * pp
-    kv_token = m.kv_bytes_per_token * max(1, dep.tp // m.num_kv_heads) if dep.dp == 1 else m.kv_bytes_per_token
-    free = dep.hardware.memory_bytes * gpus - m.weight_bytes - dep.replicated_weight_bytes * (dep.dp - 1)
+    kv_token = m.kv_bytes_per_token * max(1, dep.tp // m.num_kv_heads)  # as the tool sizes it, attention DP or not
+    free = dep.hardware.memory_bytes * gpus - m.weight_bytes
     n = max(fraction * free / (kv_token * max(isl + osl, 1.0)), 1.0)
     bs = min(n, 4096) / pp
     tok = min(bs * (1 + isl / max(osl, 1.0)), 32768)
@@ -468,8 +468,9 @@ _TRTLLM_BENCH = EngineProfile(
 # (opened 2024-12-26, the v0.4.1 days) lists what came after 0.4.1: CUDA graphs and torch.compile for the model, tuned
 # FP8 GEMMs, fused-MoE configs tuned for H200. The catalogue's two v0.4.1 runs with it (DataCrunch's 8 x H200,
 # sglang benchmark/benchmark_dsv3) measure a third of what attention DP predicts -- median inter-token latencies of
-# 100-500 ms -- and within +10% / +44% of attention split, which is how they are priced; GPUStack's six v0.5.3 runs
-# with it fit attention DP better (leave-one-source-out median |error| 12.5%, against 16% split).
+# 100-500 ms -- and within +10% / +44% of attention split, which is how they are priced. From 0.4.4 the flag needs
+# --dp (the same PR: "Now you need to explicitly specify --dp and --tp"; a data-parallel size of 1 turns it off), so
+# GPUStack's v0.5.3 runs that pass --enable-dp-attention without --dp run split too (catalogue.attention_dp).
 _SGLANG_ATTN_DP = "0.4.4"
 
 # NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
@@ -769,8 +770,13 @@ for _p in (*_BUILTIN, *_VERSIONED):
 
 
 def attn_dp_modelled(prof: EngineProfile, version: str) -> bool:
-    """Whether attention data parallelism is modelled for ``prof`` at release ``version`` ("" = its newest)."""
-    return not (prof.attn_dp_since and version and _version_order(version) < _version_order(prof.attn_dp_since))
+    """Whether attention data parallelism is modelled for ``prof`` at release ``version`` ("" = its newest). A version
+    written to fewer places than the first modelled release is compared on those places (``0.4`` may be 0.4.4 or later
+    and is not refused; ``0.3`` is)."""
+    if not (prof.attn_dp_since and version):
+        return True
+    have, since = _version_order(version), _version_order(prof.attn_dp_since)
+    return have >= since[:len(have)] if len(have) < len(since) else have >= since
 
 
 def _async(prof: EngineProfile, k: EngineKey, text: str) -> EngineProfile:

@@ -107,17 +107,20 @@ def _row(text: str) -> Row:
 
 
 def test_a_catalogue_row_reads_it_from_its_command():
-    on = _row("SGLang v0.5.3; python3 -m sglang.launch_server --tp 8 --enable-dp-attention")
+    on = _row("SGLang v0.5.3; python3 -m sglang.launch_server --tp 8 --dp 8 --enable-dp-attention")
     assert attention_dp(on) and "attn_dp=1" in row_engine_key(on)
     assert attention_dp(_row("trtllm-bench ... llm_options.yml: enable_attention_dp: true"))
     off = _row("SGLang v0.5.3; python3 -m sglang.launch_server --tp 8")
     assert not attention_dp(off) and "attn_dp" not in row_engine_key(off)
+    # from 0.4.4 SGLang takes the data-parallel size from --dp (1 turns the flag off); before, the flag set it to tp
+    assert not attention_dp(_row("SGLang v0.5.3; python3 -m sglang.launch_server --tp 8 --enable-dp-attention"))
+    assert not attention_dp(_row("SGLang v0.5.3; launch_server --tp 8 --dp-size 2 --enable-dp-attention"))
+    assert attention_dp(_row("SGLang v0.4.1; launch_server --tp 8 --enable-dp-attention"))
 
 
-def test_trtllm_bench_sizes_its_batch_from_the_unreplicated_kv():
-    bs_on, _ = trtllm_bench_settings(_dep(), 1000, 1000)
-    bs_off, _ = trtllm_bench_settings(_dep(attn_dp=False), 1000, 1000)
-    assert bs_on >= bs_off
+def test_trtllm_bench_sizes_its_limits_as_the_tool_does_and_each_rank_takes_them():
+    # TensorRT-LLM's bench/build/tuning.py sizes the batch without attention DP; each rank's executor gets it
+    assert trtllm_bench_settings(_dep(), 1000, 1000) == trtllm_bench_settings(_dep(attn_dp=False), 1000, 1000)
 
 
 def test_a_kernel_profile_refuses_it_in_one_line(tmp_path):
@@ -135,9 +138,18 @@ def test_a_release_before_its_modelled_attention_dp_is_refused_and_its_rows_run_
     with pytest.raises(UserError, match="modelled from 0.4.4") as e:
         get_profile("sglang@0.4.1:attn_dp=1", {})
     assert "\n" not in str(e.value)
-    assert get_profile("sglang@0.5:attn_dp=1", {}).attn_dp
+    with pytest.raises(UserError, match="modelled from 0.4.4"):
+        get_profile("sglang@0.3:attn_dp=1", {})
+    for ok in ("sglang@0.5:attn_dp=1", "sglang@0.4:attn_dp=1", "sglang@0.4.6:attn_dp=1", "sglang:attn_dp=1"):
+        assert get_profile(ok, {}).attn_dp  # "0.4" may be 0.4.4 or later
     old = _row("SGLang v0.4.1 (lmsysorg/sglang:dev), launch_server --tp 8 --enable-dp-attention")
     assert attention_dp(old) and "attn_dp" not in row_engine_key(old)
+    for text in ("SGLang v0.4.6; launch_server --tp 8 --dp 8 --enable-dp-attention",
+                 "v0.4.6; python -m sglang.launch_server --tp 8 --dp-size 8 --enable-dp-attention"):
+        key = row_engine_key(_row(text))
+        assert "attn_dp=1" in key and get_profile(key, {}).attn_dp
+    key = row_engine_key(_row("v0.4.1; python -m sglang.launch_server --enable-dp-attention"))
+    assert "attn_dp" not in key
 
 
 def test_the_experts_grouped_gemm_is_fitted_per_engine_kernel_and_architecture():

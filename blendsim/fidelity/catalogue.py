@@ -255,26 +255,47 @@ def row_engine_key(row: Row) -> str:
 def _attn_dp_modelled(row: Row, key: str) -> bool:
     """Whether the row's release has its attention data parallelism modelled (``EngineProfile.attn_dp_since``); an
     older release's row runs with attention split, as its profile says why."""
-    import re
-
     from blendsim.sim.engines import attn_dp_modelled, get_profile
 
-    m = re.search(rf"{_ENGINE_WORDS.get(row.engine, re.escape(row.engine))}[\s:=@-]*v?(\d+(?:\.\d+)+)",
-                  row.engine_version or "", re.I)
     try:
         prof = get_profile(key, {})
     except UserError:
         return True  # the row is refused further on, with its own message
-    return attn_dp_modelled(prof, m.group(1) if m else "")
+    return attn_dp_modelled(prof, _stated_version(row))
 
 
 def attention_dp(row: Row) -> bool:
-    """Whether the row's command runs attention data-parallel over the TP group (SGLang's ``--enable-dp-attention``,
-    TensorRT-LLM's ``enable_attention_dp: true``)."""
+    """Whether the row's command runs attention data-parallel over the TP group: TensorRT-LLM's ``enable_attention_dp:
+    true``, or SGLang's ``--enable-dp-attention`` -- with ``--dp``/``--dp-size`` equal to the TP degree from 0.4.4 on
+    (sgl-project/sglang PR #4390: "Now you need to explicitly specify --dp and --tp"; its server_args turn the flag off
+    at a data-parallel size of 1), on its own before (it set the size to the TP degree). Attention DP over fewer GPUs
+    than the TP group is not modelled and runs split."""
     import re
 
-    return re.search(r"--enable-dp-attention\b|enable_attention_dp\s*[:=]\s*true", row.engine_version or "",
-                     re.I) is not None
+    text = row.engine_version or ""
+    if re.search(r"enable_attention_dp\s*[:=]\s*true", text, re.I):
+        return True
+    if not re.search(r"--enable-dp-attention\b", text):
+        return False
+    dp = re.search(r"--dp(?:-size)?[ =]+(\d+)\b", text)
+    if dp:
+        return int(dp.group(1)) == row.tp
+    version = _stated_version(row)
+    return bool(version) and _before(version, "0.4.4")
+
+
+def _stated_version(row: Row) -> str:
+    """The full release the row's ``engine_version`` states (``0.4.1``), or ""."""
+    import re
+
+    text = row.engine_version or ""
+    m = (re.search(rf"{_ENGINE_WORDS.get(row.engine, re.escape(row.engine))}[\s:=@-]*v?(\d+(?:\.\d+)+)", text, re.I)
+         or re.search(r"(?<![\w.\-])v?(\d+\.\d+(?:\.\d+)*)", text))  # else the first version number, as the key's
+    return m.group(1) if m else ""
+
+
+def _before(version: str, than: str) -> bool:
+    return tuple(int(p) for p in version.split(".")) < tuple(int(p) for p in than.split("."))
 
 
 def asynchronous(row: Row) -> bool:

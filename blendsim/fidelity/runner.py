@@ -168,7 +168,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
         built = build_dataset(row)
         isl, osl = built or (float(trace.input_len.mean()), float(trace.output_len.mean()))
         bs, tok = trtllm_bench_settings(dep, isl, osl, row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
-        # each attention-DP rank runs its own executor under these limits
+        # each attention-DP rank runs its own executor under these limits (the tool sizes them without attention DP)
         limits = {"max_seqs": bs * dep.dp, "token_budget": tok * dep.dp}
     else:  # the engine's limits on this device and entry point, and the flags the row's command sets
         limits = {k: v for k, v in engine_settings(row, prof, dep.hardware).items()
