@@ -325,14 +325,11 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     has_t = _pos(T)
     Tall = T  # the rows the MLP / experts (and the collectives around them) see: every GPU's
     pkv_all = f.prefill_kv_tokens
+    Np, apairs, ctx = f.num_prefill_seqs, f.attn_pairs, f.decode_ctx_sum
     if s.dp > 1:  # attention data parallelism: attention-side operators see one GPU's share of the sequences
         r = 1.0 / s.dp
-        T, Tp, D, N, pkv_all = T * r, Tp * r, D * r, N * r, pkv_all * r
-        pairs, pkv, cd = window_features(s, Tp, f.num_prefill_seqs * r, f.attn_pairs * r, pkv_all, D,
-                                         f.decode_ctx_sum * r)
-    else:
-        pairs, pkv, cd = window_features(s, Tp, f.num_prefill_seqs, f.attn_pairs, f.prefill_kv_tokens, D,
-                                         f.decode_ctx_sum)
+        T, Tp, D, N, pkv_all, Np, apairs, ctx = T * r, Tp * r, D * r, N * r, pkv_all * r, Np * r, apairs * r, ctx * r
+    pairs, pkv, cd = window_features(s, Tp, Np, apairs, pkv_all, D, ctx)
     dec_keys = cd + D  # each decode token attends its context plus itself
     # NOTE: a GEMM with no rows does not run, so its weights are read only when it has rows
     has_n = _pos(N)
