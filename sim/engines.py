@@ -329,7 +329,7 @@ def parse_key(text: str) -> EngineKey:
 def modelled_versions() -> str:
     """Every modelled ``NAME@VERSION``, oldest first per engine (for error messages and help)."""
     return ", ".join(f"{n}@{v}" for n, v in sorted((nv for nv in VERSIONS if nv[1]),
-                                                   key=lambda nv: (nv[0], _version_order(nv[1]))))
+                                                   key=lambda nv: (nv[0], version_order(nv[1]))))
 
 
 def graph_size(n: int, cap: int) -> int:
@@ -471,7 +471,7 @@ _TRTLLM_BENCH = EngineProfile(
 # 100-500 ms -- and within +10% / +44% of attention split, which is how they are priced. From 0.4.4 the flag needs
 # --dp (the same PR: "Now you need to explicitly specify --dp and --tp"; a data-parallel size of 1 turns it off), so
 # GPUStack's v0.5.3 runs that pass --enable-dp-attention without --dp run split too (catalogue.attention_dp).
-_SGLANG_ATTN_DP = "0.4.4"
+SGLANG_ATTN_DP_SINCE = "0.4.4"
 
 # NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
 # prices: CPU work the GPU waits for (scheduling, input preparation, output processing, inter-process hops)
@@ -545,7 +545,7 @@ _BUILTIN = [
                                            "gpu_memory_utilization": 0.88, "admission": "reserve",
                                            "reserve_ratio": 0.7},
                       fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
-                      attn_dp_since=_SGLANG_ATTN_DP,
+                      attn_dp_since=SGLANG_ATTN_DP_SINCE,
                       source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults"),
         # NanoFlow (OSDI'25): dense batch of 1024 tokens in multiples of 128 (sec. 4), operator overlap of
         # nano-batches, asynchronous scheduling (sec. 4.2); BlendServe's engine (App. A.2). Overhead: batch
@@ -578,7 +578,7 @@ _SGLANG_03 = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.2e-3, per_seq_s=1.2e-6, cuda_graph_max=160, regime="cuda-graph", fitted=_FIT_LOOP,
-    attn_dp_since=_SGLANG_ATTN_DP,
+    attn_dp_since=SGLANG_ATTN_DP_SINCE,
     source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; loop fitted by blendsim "
            "fidelity")
 
@@ -690,7 +690,7 @@ VERSIONS: dict[tuple[str, str], EngineProfile] = {}
 PROFILES: dict[str, EngineProfile] = {}
 
 
-def _version_order(v: str) -> tuple:
+def version_order(v: str) -> tuple:
     """A version's release numbers as a tuple to compare (suffixes such as .post1 or rc0 ignored)."""
     rel = release(v) if v else None
     return tuple(int(p) for p in rel.split(".")) if rel else ()
@@ -703,7 +703,7 @@ def register(profile: EngineProfile) -> EngineProfile:
         raise ValueError(f"engine {profile.label} is registered twice")
     VERSIONS[key] = profile
     cur = PROFILES.get(profile.name)
-    if cur is None or _version_order(profile.version) > _version_order(cur.version):
+    if cur is None or version_order(profile.version) > version_order(cur.version):
         PROFILES[profile.name] = profile
     return profile
 
@@ -775,7 +775,7 @@ def attn_dp_modelled(prof: EngineProfile, version: str) -> bool:
     and is not refused; ``0.3`` is)."""
     if not (prof.attn_dp_since and version):
         return True
-    have, since = _version_order(version), _version_order(prof.attn_dp_since)
+    have, since = version_order(version), version_order(prof.attn_dp_since)
     return have >= since[:len(have)] if len(have) < len(since) else have >= since
 
 
@@ -785,7 +785,7 @@ def _async(prof: EngineProfile, k: EngineKey, text: str) -> EngineProfile:
     if not prof.async_since:
         raise UserError(f"engine {text!r}: {prof.modelled} has no opt-in asynchronous scheduler to turn on"
                         + (" (its overlapped scheduler is always on)" if prof.name == "sglang" else ""))
-    if k.version and _version_order(k.version) < _version_order(prof.async_since):
+    if k.version and version_order(k.version) < version_order(prof.async_since):
         raise UserError(f"engine {text!r}: {prof.name}'s --async-scheduling arrived in {prof.async_since} "
                         f"({prof.name}@{k.version} predates it)")
     return replace(prof, fixed_s=ASYNC_RESIDUAL[0], per_seq_s=ASYNC_RESIDUAL[1], fitted=())
@@ -798,9 +798,9 @@ def resolve_version(name: str, version: str) -> EngineProfile | None:
     exact = VERSIONS.get((name, version))
     if exact is not None:
         return exact
-    want = _version_order(version)
-    older = [(v, p) for (n, v), p in VERSIONS.items() if n == name and v and _version_order(v) <= want]
-    return max(older, key=lambda vp: _version_order(vp[0]))[1] if older else None
+    want = version_order(version)
+    older = [(v, p) for (n, v), p in VERSIONS.items() if n == name and v and version_order(v) <= want]
+    return max(older, key=lambda vp: version_order(vp[0]))[1] if older else None
 
 
 def profile_names() -> list[str]:
@@ -904,7 +904,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     prof = resolve_version(k.name, k.version) if k.version else PROFILES.get(k.name)
     if prof is None:
         if k.name in PROFILES:
-            have = ", ".join(f"{n}@{v}" for n, v in sorted(VERSIONS, key=lambda nv: _version_order(nv[1]))
+            have = ", ".join(f"{n}@{v}" for n, v in sorted(VERSIONS, key=lambda nv: version_order(nv[1]))
                              if n == k.name and v)
             if not have:
                 raise UserError(f"engine {text!r}: {k.name} has no modelled versions; use {k.name}")
@@ -920,7 +920,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     if fitted:
         prof = prof.with_params(fitted)
     since = KV_LOAD_SINCE.get(prof.name)
-    if since and k.version and prof.kv_load != "stall" and _version_order(k.version) < _version_order(since):
+    if since and k.version and prof.kv_load != "stall" and version_order(k.version) < version_order(since):
         prof = replace(prof, kv_load="stall")  # a release before the engine's own overlapped reload
     if k.overrides.get("async_scheduling"):
         prof = _async(prof, k, text)
@@ -935,7 +935,9 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     return prof
 
 
-__all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey", "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
-           "PROFILES", "PROFILE_KIND", "VERSIONS", "attn_dp_modelled", "get_profile", "graph_pad", "graph_size", "is_profile",
-           "is_profile_file", "load_params", "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "resolve_version",
-           "trtllm_bench_settings"]
+__all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey",
+           "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
+           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "get_profile",
+           "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params", "modelled_versions",
+           "overhead_keys", "parse_key", "profile_names", "register", "resolve_version", "trtllm_bench_settings",
+           "version_order"]

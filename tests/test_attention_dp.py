@@ -181,3 +181,25 @@ def test_each_pipeline_stage_holds_its_own_attention_whole():
     # Qwen3-235B's 4 KV heads at TP4 are not replicated either way; the attention weights held whole leave less KV
     assert min(on.stage_kv_tokens()) < min(off.stage_kv_tokens())
     assert Shapes.of(on.at_stage(1)).dp == 4
+
+
+def test_a_sweep_checks_the_fit_as_its_engine_runs_it():
+    # trtllm@1.0 runs MoE models attention-data-parallel: attention weights on every GPU, so the pre-flight check
+    # names the memory the cells would need, not the attention-split figure
+    import re
+
+    from blendsim.sweep import SweepSpec, check_spec
+
+    def need(engine):
+        with pytest.raises(UserError, match="does not fit") as e:
+            check_spec(SweepSpec("blendserve", (1.0,), (0.2,), ("fcfs",), ("qwen3-235b-a22b",), ("h100-80gb",), 100,
+                                 precision={"tp": 4}, engine=engine))
+        return float(re.search(r"need ([0-9.]+) GiB", str(e.value)).group(1))
+
+    def direct(attn_dp):
+        with pytest.raises(UserError) as e:
+            make_deployment("qwen3-235b-a22b", "h100-80gb", 4, attn_dp=attn_dp)
+        return float(re.search(r"need ([0-9.]+) GiB", str(e.value)).group(1))
+
+    assert get_profile("trtllm").attn_dp and not get_profile("vllm").attn_dp
+    assert need("trtllm") == direct(True) > need("vllm") == direct(False)

@@ -280,8 +280,10 @@ def attention_dp(row: Row) -> bool:
     dp = re.search(r"--dp(?:-size)?[ =]+(\d+)\b", text)
     if dp:
         return int(dp.group(1)) == row.tp
+    from blendsim.sim.engines import SGLANG_ATTN_DP_SINCE, version_order
+
     version = _stated_version(row)
-    return bool(version) and _before(version, "0.4.4")
+    return bool(version) and version_order(version) < version_order(SGLANG_ATTN_DP_SINCE)
 
 
 def _stated_version(row: Row) -> str:
@@ -292,10 +294,6 @@ def _stated_version(row: Row) -> str:
     m = (re.search(rf"{_ENGINE_WORDS.get(row.engine, re.escape(row.engine))}[\s:=@-]*v?(\d+(?:\.\d+)+)", text, re.I)
          or re.search(r"(?<![\w.\-])v?(\d+\.\d+(?:\.\d+)*)", text))  # else the first version number, as the key's
     return m.group(1) if m else ""
-
-
-def _before(version: str, than: str) -> bool:
-    return tuple(int(p) for p in version.split(".")) < tuple(int(p) for p in than.split("."))
 
 
 def asynchronous(row: Row) -> bool:

@@ -54,10 +54,13 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
     names = {m: s.name if taken.count(s.name) == 1 else f"{s.name}-{s.fingerprint()[:6]}" for m, s in specs.items()}
     from blendsim.sim.deployment import make_deployment
 
+    # the engine's profile (an unknown one is one clear line here); its attention data parallelism changes what
+    # each GPU holds (replicated attention weights), so the fit is checked as the cells will run
+    attn_dp = get_profile(spec.engine).attn_dp if spec.engine is not None else False
     for m in spec.models:  # --tp / --ep / --pp must fit every model on every GPU: one line now, not per cell
         for h in spec.hardware:
             make_deployment(m, h, pr.get("tp", 1), None, pr.get("weights"), pr.get("kv_dtype"), ep=pr.get("ep", 1),
-                            pp=pr.get("pp", 1))
+                            pp=pr.get("pp", 1), attn_dp=attn_dp)
     from blendsim.sim.kv_tiers import check_tier_gb
 
     for h in spec.hardware:
@@ -67,8 +70,6 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         check_tier_gb(spec.tiers.get("disk_kv_gb"), "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
     if spec.mode is not None and spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
-    if spec.engine is not None:
-        get_profile(spec.engine)  # an engine key (sim.engines): one clear line if unknown
     if spec.seed < 0:
         raise UserError(f"--seed must be >= 0, got {spec.seed}")
     if spec.requests < 1:
