@@ -39,6 +39,7 @@ from blendsim.sim.ops import (
     OPS,
     Shapes,
     attn_coefs,
+    dp_share,
     mla_absorb_counts,
     mla_up_counts,
     op_counts,
@@ -243,18 +244,20 @@ class CostModel:
 
     def _mla_time(self, op: str, f: BatchFeatures) -> float:
         """All layers of one of MLA's feature-dependent GEMMs (prefill up-projection, decode absorption)."""
-        r = 1.0 / self._shapes.dp  # attention data parallelism: one GPU's share of the sequences
+        dp = self._shapes.dp  # attention data parallelism: the busiest GPU's share (ops.dp_share)
         if op == "kv_up_proj":
-            flops, nbytes, kernels = mla_up_counts(self._shapes, f.prefill_kv_tokens * r, 1)
+            flops, nbytes, kernels = mla_up_counts(self._shapes, f.prefill_kv_tokens / dp, 1)
         else:
+            r = dp_share(f.num_decode, dp) if dp > 1 else 1.0
             flops, nbytes, kernels = mla_absorb_counts(self._shapes, f.num_decode * r, 1)
         return float(self.timer.op_time(op, flops, nbytes, kernels, f)) * self.layers
 
     def _attn_decode(self, D, Cd):
         f = BatchFeatures(num_decode=D, decode_ctx_sum=Cd)
         _fp, _bq, _bkey, fd, bdk, bds = attn_coefs(self._shapes)
-        r = 1.0 / self._shapes.dp  # attention data parallelism: one GPU's share of the sequences
-        D, Cd = D * r, Cd * r
+        if self._shapes.dp > 1:  # attention data parallelism: the busiest GPU's share of the sequences
+            r = dp_share(D, self._shapes.dp)
+            D, Cd = D * r, Cd * r
         keys = window_decode(self._shapes, D, Cd) + D
         flops = fd * keys
         nbytes = bdk * keys + bds * D

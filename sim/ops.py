@@ -326,9 +326,13 @@ def op_counts(s: Shapes, f) -> dict[str, tuple]:
     Tall = T  # the rows the MLP / experts (and the collectives around them) see: every GPU's
     pkv_all = f.prefill_kv_tokens
     Np, apairs, ctx = f.num_prefill_seqs, f.attn_pairs, f.decode_ctx_sum
-    if s.dp > 1:  # attention data parallelism: attention-side operators see one GPU's share of the sequences
-        r = 1.0 / s.dp
-        T, Tp, D, N, pkv_all, Np, apairs, ctx = T * r, Tp * r, D * r, N * r, pkv_all * r, Np * r, apairs * r, ctx * r
+    if s.dp > 1:  # attention data parallelism: the attention-side operators run on the busiest GPU's share:
+        # 1/dp of the rows for the GEMMs and elementwise kernels (gemm_m rounds them up) and of the prompt tokens
+        # (each GPU chunks its own prompts under its own token budget), and its whole decodes: ceil(D / dp) of
+        # the step's D (dp_share)
+        r, rd = 1.0 / s.dp, dp_share(D, s.dp)
+        T, N, Tp, Np, apairs, pkv_all = T * r, N * r, Tp * r, Np * r, apairs * r, pkv_all * r
+        D, ctx = D * rd, ctx * rd
     pairs, pkv, cd = window_features(s, Tp, Np, apairs, pkv_all, D, ctx)
     dec_keys = cd + D  # each decode token attends its context plus itself
     # NOTE: a GEMM with no rows does not run, so its weights are read only when it has rows
@@ -432,10 +436,21 @@ def mla_absorb_counts(s: Shapes, D, has_d):
     return (2 * D * absorb, b * absorb * has_d + b * D * s.heads * (s.nope + 2 * s.kv_lora + s.v_head), 2 * has_d)
 
 
+def dp_share(n, dp: int):
+    """The busiest GPU's share of a step's ``n`` decodes under attention data parallelism over ``dp`` GPUs: a
+    sequence decodes on the GPU that holds its KV, so one GPU has ceil(n / dp) of them, taken at the step's mean
+    context (1/dp with none; numbers or arrays). Prompts are not shared out this way: each GPU chunks its own
+    waiting prompts under its own token budget, so a step's prompt tokens are taken as spread evenly (1/dp)."""
+    if np.ndim(n) == 0:
+        return -(-n // dp) / n if n > 0 else 1.0 / dp
+    n = np.asarray(n, dtype=float)
+    return np.where(n > 0, np.ceil(n / dp) / np.maximum(n, 1.0), 1.0 / dp)
+
+
 def dp_attention(prefill, decode, dp: int):
-    """Attention closures ``(prefill(Tp, Np, pairs, pkv, chunks), decode(D, Cd))`` of a whole step turned into one
-    GPU's under attention data parallelism over ``dp`` GPUs: each runs its 1/dp of the sequences (taken as evenly
-    spread); unchanged for ``dp`` 1."""
+    """Attention closures ``(prefill(Tp, Np, pairs, pkv, chunks), decode(D, Cd))`` of a whole step turned into the
+    busiest GPU's under attention data parallelism over ``dp`` GPUs: 1/dp of the prompt work, ceil(D / dp) of the
+    decodes (:func:`dp_share`); unchanged for ``dp`` 1."""
     if dp <= 1:
         return prefill, decode
     r = 1.0 / dp
@@ -444,7 +459,8 @@ def dp_attention(prefill, decode, dp: int):
         return prefill(Tp * r, Np * r, pairs * r, pkv * r)
 
     def decode_dp(D, Cd):
-        return decode(D * r, Cd * r)
+        rd = dp_share(D, dp)
+        return decode(D * rd, Cd * rd)
 
     return prefill_dp, decode_dp
 
@@ -487,6 +503,6 @@ def _pos(x):
 
 __all__ = ["ALL_GEMM_OPS", "ATTN_DP_OPS", "DENSE_MLP_OPS", "FEATURE_OPS", "GEMM_OPS", "LAYER_OPS", "LOWP_GEMMS", "MLA_OPS", "MODEL_OPS",
            "MOE_GEMMS", "MOE_OPS", "OPS", "OP_TABLE", "Op", "PROFILED_OPS",
-           "Shapes", "attn_coefs", "dp_attention", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
+           "Shapes", "attn_coefs", "dp_attention", "dp_share", "expert_pick_probabilities", "gemm_m", "mla_absorb_counts", "mla_up_counts",
            "op_counts", "window_decode", "window_features",
            "window_prefill"]

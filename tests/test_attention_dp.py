@@ -15,7 +15,7 @@ from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import make_deployment
 from blendsim.sim.engines import get_profile, trtllm_bench_settings
 from blendsim.sim.errors import UserError
-from blendsim.sim.ops import ATTN_DP_OPS, Shapes, op_counts
+from blendsim.sim.ops import ATTN_DP_OPS, Shapes, dp_share, op_counts
 
 
 def _dep(model="qwen3-235b-a22b", tp=8, ep=8, attn_dp=True, **kw):
@@ -74,13 +74,38 @@ def test_without_expert_parallelism_each_layer_gathers_and_scatters_once():
 @pytest.mark.parametrize("model", ["qwen3-235b-a22b", "deepseek-v3"])
 def test_the_engine_fast_path_prices_a_step_as_the_exact_one(model):
     cm = build_cost_model(_dep(model), "sequential", "sglang:attn_dp=1")
-    for T, Tp, Np, pairs, pkv, D, Cd in ((1536, 1024, 2, 1024 * 700, 1024, 512, 512 * 800), (256, 0, 0, 0, 0, 256, 256 * 3000)):
+    for T, Tp, Np, pairs, pkv, D, Cd in ((1536, 1024, 2, 1024 * 700, 1024, 512, 512 * 800), (256, 0, 0, 0, 0, 256, 256 * 3000),
+                                         (1033, 1024, 3, 1024 * 700, 1024, 9, 9 * 800), (3, 0, 0, 0, 0, 3, 3 * 5000)):
         f = BatchFeatures(num_tokens=T, num_prefill_tokens=Tp, num_prefill_seqs=Np, attn_pairs=pairs,
                           prefill_kv_tokens=pkv, num_decode=D, decode_ctx_sum=Cd, num_logits=Np + D)
         fast = cm.step(T, Tp, Np, pairs, pkv, D, Cd, Np + D)[0]
         assert fast == pytest.approx(cm.cost(f).time_s, rel=1e-9)
-    t = cm.decode_many(256, np.array([256 * 3000.0]))[0]
-    assert float(t[0]) == pytest.approx(cm.step(256, 0, 0, 0, 0, 256, 256 * 3000, 256)[0], rel=1e-9)
+    for D in (256, 3):
+        t = cm.decode_many(D, np.array([D * 3000.0]))[0]
+        assert float(t[0]) == pytest.approx(cm.step(D, 0, 0, 0, 0, D, D * 3000, D)[0], rel=1e-9)
+
+
+def test_the_busiest_gpu_holds_whole_decodes_and_an_even_share_of_prompt_tokens():
+    # a sequence decodes where its KV is: 3 decodes over 8 GPUs leave one GPU a whole sequence's attention (not 3/8
+    # of one), 9 leave one GPU two, 16 spread evenly
+    s = Shapes.of(_dep("qwen3-30b-a3b"))
+    one = Shapes.of(_dep("qwen3-30b-a3b", tp=1, ep=1))
+
+    def attn(shapes, n, ctx=1000):
+        f = BatchFeatures(num_tokens=n, num_decode=n, num_logits=n, decode_ctx_sum=n * ctx)
+        return float(op_counts(shapes, f)["attn_decode"][1])
+
+    assert attn(s, 3) == pytest.approx(attn(one, 1))
+    assert attn(s, 9) == pytest.approx(attn(one, 2))
+    assert attn(s, 16) == pytest.approx(attn(one, 2))
+    assert dp_share(0, 8) == 1 / 8 and dp_share(3, 8) == pytest.approx(1 / 3)
+    assert np.allclose(dp_share(np.array([0, 3, 9, 16]), 8), [1 / 8, 1 / 3, 2 / 9, 1 / 8])
+    # each GPU chunks its own waiting prompts under its own budget: a step's prompt work is spread evenly
+    f = BatchFeatures(num_tokens=8192, num_prefill_tokens=8192, num_prefill_seqs=2, attn_pairs=8 * 1024 * 1025 // 2,
+                      prefill_kv_tokens=8192, num_logits=2)
+    g = BatchFeatures(num_tokens=1024, num_prefill_tokens=1024, num_prefill_seqs=0.25, attn_pairs=1024 * 1025 // 2,
+                      prefill_kv_tokens=1024, num_logits=0.25)
+    assert float(op_counts(s, f)["attn_prefill"][0]) == pytest.approx(float(op_counts(one, g)["attn_prefill"][0]))
 
 
 def test_it_makes_a_large_moe_decode_step_cheaper():
