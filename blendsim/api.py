@@ -445,16 +445,17 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
 
 
 def engine_memory_settings(engine: str, hardware: str, token_budget: int | None = None,
-                           max_seqs: int | None = None) -> dict:
+                           max_seqs: int | None = None, **run) -> dict:
     """The Deployment settings an engine's scheduler gives on ``hardware`` (KV fraction and what it is a fraction of,
     the largest step's tokens and sequences), as `simulate` sizes a replica under a policy that changes none of them
-    (fcfs): so `cost` says the same of whether a model fits, and how much KV is left."""
+    (fcfs): so `cost` says the same of whether a model fits, and how much KV is left. ``run``: the RunConfig's model,
+    tp and precision, where the engine's limits are each attention-DP rank's (``runner.attn_dp_ranks``)."""
     from blendsim.policies.registry import resolve_policy
     from blendsim.runner import RunConfig, deployment_limits, engine_config
     from blendsim.sim.engines import get_profile
 
     eng = engine_config(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
-                                  max_seqs=max_seqs), resolve_policy("fcfs").cls)
+                                  max_seqs=max_seqs, **run), resolve_policy("fcfs").cls)
     return deployment_limits(eng, get_profile(engine, {}))
 
 
@@ -484,7 +485,8 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     C.optional(C.integer, token_budget, "--token-budget", 1, MAX_TOKENS)
     C.optional(C.integer, max_seqs, "--max-seqs", 0, MAX_TOKENS)
     dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
-                          **engine_memory_settings(engine, hardware, token_budget, max_seqs))
+                          **engine_memory_settings(engine, hardware, token_budget, max_seqs, model=model, tp=tp,
+                                                   dtype=dtype, weights=weights, kv_dtype=kv_dtype))
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,

@@ -100,8 +100,14 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
         engine.update(prof.scheduler_for(get_hardware(cfg.hardware)))
     except UserError:
         engine.update(prof.scheduler)  # hardware that is not known yet: refused further on
-    base = dict(engine)
     notes = []
+    ranks = attn_dp_ranks(prof, cfg) if prof.limits_per_rank else 1
+    per_rank = {}
+    if ranks > 1:  # each attention-DP rank schedules under the engine's limits: the replica's are ranks times them
+        per_rank = {k: engine[k] for k in ("token_budget", "max_seqs")}
+        for k, v in per_rank.items():
+            engine[k] = v * ranks
+    base = dict(engine)
     who = getattr(policy_cls, "name", "policy")
     for k, v in policy_cls.engine_defaults.items():
         if engine.get(k) != v:
@@ -120,10 +126,28 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
         v = getattr(cfg, k)
         if v is not None:
             base[k] = v
+    shown = [f"{k} {base[k] or 'no cap'} ({v or 'no cap'} on each of its {ranks} ranks)" for k, v in per_rank.items()
+             if base[k] == engine[k]]  # as the engine sets it: not the policy's, not given
+    if shown:
+        notes.append(f"{prof.label} schedules each attention-DP rank on its own: the replica's {' and '.join(shown)}")
     if base["round_tokens"] and base["round_tokens"] > base["token_budget"]:
         notes.append(f"round_tokens {base['round_tokens']} exceeds the token budget {base['token_budget']}: a step "
                      f"cannot hold one multiple of it, so steps are not rounded")
     return EngineConfig(**base), notes
+
+
+def attn_dp_ranks(prof, cfg: RunConfig) -> int:
+    """GPUs the engine ``prof`` spreads a replica's sequences over with attention data parallelism
+    (``Deployment.dp``): the TP group for a MoE model under a profile that runs it, else 1 (also for a model name
+    that is not known yet: refused further on)."""
+    if not prof.attn_dp or cfg.tp <= 1:
+        return 1
+    from blendsim.sim.models import get_model
+
+    try:
+        return cfg.tp if get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype).is_moe else 1
+    except UserError:
+        return 1
 
 
 def _show(v) -> str:

@@ -95,6 +95,14 @@ class EngineProfile:
     # attention over its own sequences and keeps their KV whole, the experts run over every GPU's tokens
     # (Deployment.attn_dp, within each pipeline stage; a dense model or TP 1 keeps attention split)
     attn_dp: bool = False
+    # with attention data parallelism, whether the scheduler limits (token budget, sequence cap) are each rank's
+    # rather than the replica's: TensorRT-LLM runs an executor with its own scheduler on every attention-DP rank, each
+    # under max_batch_size / max_num_tokens (what trtllm-bench sizes, per rank); SGLang divides its server-wide
+    # --chunked-prefill-size and --max-running-requests among the DP ranks (sgl-project/sglang
+    # python/sglang/srt/server_args.py, the data-parallelism handling: chunked_prefill_size // dp_size under
+    # --enable-dp-attention), so its limits stay the replica's. A run multiplies per-rank limits by the ranks
+    # (runner.attn_dp_ranks)
+    limits_per_rank: bool = False
     # the first release whose attention data parallelism is modelled ("" = any): an older one asked for it is
     # refused in one line, and a catalogue row of it runs with attention split (see the sglang@0.4 profile)
     attn_dp_since: str = ""
@@ -454,7 +462,7 @@ _TRTLLM_BENCH = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32, "mix": "decode-first",
                "prefix_caching": False, "gpu_memory_utilization": 0.95, "admission": "reserve", "reserve_ratio": 1.0},
     fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
-    fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True, attn_dp=True,
+    fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True, attn_dp=True, limits_per_rank=True,
     source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench settings; MoE models with "
            "enable_attention_dp); overhead fitted by blendsim fidelity")
 # Its MoE runs: the same page's llm_options.yml "For MoE models" adds ``enable_attention_dp: true`` (printed indented

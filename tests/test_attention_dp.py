@@ -228,3 +228,30 @@ def test_a_sweep_checks_the_fit_as_its_engine_runs_it():
 
     assert get_profile("trtllm").attn_dp and not get_profile("vllm").attn_dp
     assert need("trtllm") == direct(True) > need("vllm") == direct(False)
+
+
+def test_tensorrt_llm_limits_are_each_ranks_and_sglangs_the_replicas():
+    # TensorRT-LLM runs an executor per attention-DP rank, each under max_batch_size / max_num_tokens; SGLang
+    # divides its server-wide limits among the ranks. So a replica of eight ranks schedules eight times trtllm's
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.runner import RunConfig, attn_dp_ranks, scheduler_settings
+    from blendsim.sim.hardware import get_hardware
+
+    fcfs = resolve_policy("fcfs").cls
+
+    def limits(engine, model="qwen3-235b-a22b", tp=8, **kw):
+        eng, notes = scheduler_settings(RunConfig(engine=engine, model=model, hardware="h200", tp=tp, **kw), fcfs)
+        return eng.token_budget, eng.max_seqs, notes
+
+    per = get_profile("trtllm").scheduler
+    tb, ms, notes = limits("trtllm")
+    assert (tb, ms) == (8 * per["token_budget"], 8 * per["max_seqs"])
+    assert any("schedules each attention-DP rank on its own" in n and "on each of its 8 ranks" in n for n in notes)
+    assert limits("trtllm", tp=4)[:2] == (4 * per["token_budget"], 4 * per["max_seqs"])
+    assert limits("trtllm:attn_dp=0")[:2] == (per["token_budget"], per["max_seqs"])  # attention split
+    assert limits("trtllm", model="llama-3.1-70b")[:2] == (per["token_budget"], per["max_seqs"])  # dense
+    assert limits("trtllm", tp=1, model="qwen3-30b-a3b")[:2] == (per["token_budget"], per["max_seqs"])
+    assert limits("trtllm", token_budget=4096)[0] == 4096  # an explicit option is the replica's, as given
+    s = get_profile("sglang").scheduler_for(get_hardware("h200"))
+    assert limits("sglang:attn_dp=1")[:2] == (s["token_budget"], s["max_seqs"])
+    assert attn_dp_ranks(get_profile("trtllm"), RunConfig(model="no-such-model", tp=8)) == 1  # refused further on

@@ -130,7 +130,8 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                 shape = Shape(hw_name, tp, pp, ep, engine, policy, model.weights, model.kv_dtype)
                                 n = space.max_gpus // shape.gpus_per_replica
                                 # the scheduler settings the run will have: an engine's limits depend on the GPU
-                                eng = engine_config(RunConfig(policy=policy, engine=engine, hardware=hw_name),
+                                eng = engine_config(RunConfig(policy=policy, engine=engine, hardware=hw_name,
+                                                              model=space.model, tp=tp, weights=w, kv_dtype=kv),
                                                     resolve_policy(policy).cls)
                                 try:
                                     dep = Deployment(model, hw, tp, ep=ep, pp=pp,
