@@ -101,12 +101,18 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
     except UserError:
         engine.update(prof.scheduler)  # hardware that is not known yet: refused further on
     notes = []
-    ranks = attn_dp_ranks(prof, cfg) if prof.limits_per_rank else 1
+    ranks = attn_dp_ranks(prof, cfg)
     per_rank = {}
-    if ranks > 1:  # each attention-DP rank schedules under the engine's limits: the replica's are ranks times them
-        per_rank = {k: engine[k] for k in ("token_budget", "max_seqs")}
+    if ranks > 1 and prof.limits_per_rank:  # each rank schedules under the engine's limits: the replica's are
+        per_rank = {k: engine[k] for k in ("token_budget", "max_seqs")}  # ranks times them
         for k, v in per_rank.items():
             engine[k] = v * ranks
+    if ranks > 1 and prof.attn_dp_reserve_scale != 1.0 and engine.get("admission") == "reserve":
+        own = engine["reserve_ratio"]
+        engine["reserve_ratio"] = round(own * prof.attn_dp_reserve_scale, 6)
+        if cfg.reserve_ratio is None:
+            notes.append(f"{prof.label} with attention data parallelism: reserve_ratio {engine['reserve_ratio']:g} "
+                         f"({prof.attn_dp_reserve_scale:g} x its {own:g}: it admits less conservatively)")
     base = dict(engine)
     who = getattr(policy_cls, "name", "policy")
     for k, v in policy_cls.engine_defaults.items():

@@ -103,6 +103,11 @@ class EngineProfile:
     # --enable-dp-attention), so its limits stay the replica's. A run multiplies per-rank limits by the ranks
     # (runner.attn_dp_ranks)
     limits_per_rank: bool = False
+    # with attention data parallelism, what the reserve admission's ratio is multiplied by: SGLang scales its
+    # schedule_conservativeness by 0.3 under --enable-dp-attention (server_args.py, the data-parallelism handling), and
+    # its scheduler's first new_token_ratio is 0.7 x schedule_conservativeness (managers/scheduler.py,
+    # init_new_token_ratio; 0.7 is global_config's default_init_new_token_ratio): 0.21 instead of 0.7
+    attn_dp_reserve_scale: float = 1.0
     # the first release whose attention data parallelism is modelled ("" = any): an older one asked for it is
     # refused in one line, and a catalogue row of it runs with attention split (see the sglang@0.4 profile)
     attn_dp_since: str = ""
@@ -553,7 +558,7 @@ _BUILTIN = [
                                            "gpu_memory_utilization": 0.88, "admission": "reserve",
                                            "reserve_ratio": 0.7},
                       fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
-                      attn_dp_since=SGLANG_ATTN_DP_SINCE,
+                      attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
                       source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults"),
         # NanoFlow (OSDI'25): dense batch of 1024 tokens in multiples of 128 (sec. 4), operator overlap of
         # nano-batches, asynchronous scheduling (sec. 4.2); BlendServe's engine (App. A.2). Overhead: batch
@@ -586,7 +591,7 @@ _SGLANG_03 = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.2e-3, per_seq_s=1.2e-6, cuda_graph_max=160, regime="cuda-graph", fitted=_FIT_LOOP,
-    attn_dp_since=SGLANG_ATTN_DP_SINCE,
+    attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
     source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; loop fitted by blendsim "
            "fidelity")
 

@@ -255,3 +255,24 @@ def test_tensorrt_llm_limits_are_each_ranks_and_sglangs_the_replicas():
     s = get_profile("sglang").scheduler_for(get_hardware("h200"))
     assert limits("sglang:attn_dp=1")[:2] == (s["token_budget"], s["max_seqs"])
     assert attn_dp_ranks(get_profile("trtllm"), RunConfig(model="no-such-model", tp=8)) == 1  # refused further on
+
+
+def test_sglang_admits_less_conservatively_with_it():
+    # SGLang multiplies schedule_conservativeness by 0.3 under --enable-dp-attention; its first new_token_ratio is
+    # 0.7 x that: the reserve admission keeps 0.21 of the running requests' remaining outputs instead of 0.7
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.runner import RunConfig, scheduler_settings
+
+    fcfs = resolve_policy("fcfs").cls
+
+    def ratio(engine, model="deepseek-v3", **kw):
+        eng, notes = scheduler_settings(RunConfig(engine=engine, model=model, hardware="h200", tp=8, **kw), fcfs)
+        return eng.reserve_ratio, notes
+
+    own = get_profile("sglang").scheduler["reserve_ratio"]
+    r, notes = ratio("sglang:attn_dp=1")
+    assert r == pytest.approx(0.3 * own) and any("admits less conservatively" in n for n in notes)
+    assert ratio("sglang")[0] == own  # attention split
+    assert ratio("sglang:attn_dp=1", model="llama-3.1-70b")[0] == own  # dense: split
+    assert ratio("sglang:attn_dp=1", reserve_ratio=0.5)[0] == 0.5  # given: as given
+    assert ratio("trtllm")[0] == get_profile("trtllm").scheduler["reserve_ratio"]  # TensorRT-LLM: no such rule
