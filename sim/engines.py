@@ -525,11 +525,24 @@ _BUILTIN = [
         # >= 70 GiB 1024 sequences and 16384 tokens offline / 8192 behind the API server, PR #17885 took the A100
         # back out; other GPUs 256 sequences and 8192 / 2048 tokens): the 0.9+ rule, which 0.10 and 0.11 keep
         # (0.8.0-0.8.4 differ: 1024 sequences everywhere, then 256 but on H100/H200, PR #16158).
+        # Behind its API server (serve=1) the server is a process of its own (V1's AsyncLLM front end beside the
+        # EngineCore process, vLLM V1 blog 2025-01-27): it renders the chat template, tokenizes and checks each
+        # request, and detokenizes and streams every output token, beside the engine's loop. One such process is
+        # what `vllm serve` starts (more only with --api-server-count, vllm-project/vllm PR #17546, "API-server
+        # scaleout", added because one process can fall behind the engine). Priced as Triton's stage in front of
+        # TensorRT-LLM 0.8 is (server_token_s, server_request_s): it adds no time to a step but sets a pace the
+        # engine cannot outrun. No per-token figure is published; the prior is Triton's (ours: 100 us per token,
+        # 5 ms per request), fitted to the catalogue's served V1 rows (GPUStack's). What shows it: GPUStack's
+        # Qwen3-14B on one H100 has a median time to first token of 21.9 s under vLLM 0.11 against 8.8 s under
+        # SGLang 0.5.5 on the same 1,000 ShareGPT requests, and its 1,000 128-token requests take 22.7 s, where the
+        # GPU work is a few seconds.
         EngineProfile("vllm", version="0.8", scheduler={"token_budget": 8192, "max_seqs": 256, "block_size": 16,
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.2e-3, per_seq_s=1.2e-6, per_token_s=0.02e-6, cuda_graph_max=512,
                       regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True, fit_offline=False, async_since="0.10",
+                      server_token_s=100e-6, server_request_s=5e-3,
+                      server_fitted=("server_token_s", "server_request_s"),
                       source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
                       by_device={"large-offline": {"token_budget": 16384, "max_seqs": 1024},
                                  "large-serve": {"token_budget": 8192, "max_seqs": 1024},

@@ -114,7 +114,8 @@ def test_v1s_offline_loop_keeps_its_prior_in_the_catalogue_fit_and_its_served_lo
     assert (poff.profile.overhead_key, psrv.profile.overhead_key) == ("vllm@0.8", "vllm@0.8:serve")
     assert not [p for p in free_params([(off, poff)]) if p.path[0] == "engine"]
     assert {p.name for p in free_params([(srv, psrv)]) if p.path[0] == "engine"} == {
-        "engine.vllm@0.8:serve.fixed_s", "engine.vllm@0.8:serve.per_seq_s"}
+        "engine.vllm@0.8:serve.fixed_s", "engine.vllm@0.8:serve.per_seq_s",  # its served loop, and beside it
+        "engine.vllm@0.8:server.token_s", "engine.vllm@0.8:server.request_s"}  # its API server's own stage
     freed = dataclasses.replace(poff.profile, fitted=("fixed_s", "per_seq_s"), served_loop=False, fit_offline=True)
     poff.profile = poff.compressed().profile = freed  # as calibrate engine frees it
     assert {p.name for p in free_params([(off, poff)]) if p.path[0] == "engine"} == {

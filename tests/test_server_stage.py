@@ -142,3 +142,17 @@ def test_every_command_taking_an_engine_names_every_field_a_key_may_set():
     for cmd in ("simulate", "cost", "sweep"):
         text = " ".join(CliRunner().invoke(get_app(), [cmd, "--help"], env={"COLUMNS": "200"}).stdout.split())
         assert "server_token_s and server_request_s" in text and "async_scheduling" in text, cmd
+
+
+def test_vllm_v1s_api_server_is_a_stage_of_its_own_behind_the_server():
+    # V1's API server is a process apart from EngineCore: its per-token and per-request work paces a served run
+    # (fitted under vllm@0.8:server; the prior without a params file), never an offline one; V0's server shared the
+    # engine's process and is priced in its loop (api_share) instead
+    fitted = {"engine": {"vllm@0.8:server": {"token_s": 150e-6, "request_s": 7e-3}}}
+    served = get_profile("vllm@0.10:serve=1", fitted)
+    assert served.server_apart and served.server_key == "vllm@0.8:server"
+    assert served.server_s(100, 98) == pytest.approx(100 * 150e-6 + 2 * 7e-3)
+    prior = get_profile("vllm:serve=1", {})
+    assert (prior.server_token_s, prior.server_request_s) == (100e-6, 5e-3)
+    assert not get_profile("vllm@0.10", fitted).server_apart  # offline
+    assert not get_profile("vllm@0.5:serve=1", fitted).server_apart and get_profile("vllm@0.5:serve=1").api_share > 0
