@@ -143,15 +143,16 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
 
 
 def attn_dp_ranks(prof, cfg: RunConfig) -> int:
-    """GPUs the engine ``prof`` spreads a replica's sequences over with attention data parallelism
-    (``Deployment.dp``): the TP group for a MoE model under a profile that runs it, else 1 (also for a model name
-    that is not known yet: refused further on)."""
-    if not prof.attn_dp or cfg.tp <= 1:
+    """GPUs the engine ``prof`` spreads a replica's sequences over with attention data parallelism, as the run's
+    Deployment will (``sim.deployment.attn_dp_gpus``); 1 for a model name that is not known yet (refused further
+    on)."""
+    if not prof.attn_dp or cfg.tp <= 1:  # no model to read
         return 1
+    from blendsim.sim.deployment import attn_dp_gpus
     from blendsim.sim.models import get_model
 
     try:
-        return cfg.tp if get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype).is_moe else 1
+        return attn_dp_gpus(get_model(cfg.model, cfg.dtype, cfg.weights, cfg.kv_dtype), cfg.tp, prof.attn_dp)
     except UserError:
         return 1
 

@@ -130,9 +130,8 @@ class Deployment:
 
     @property
     def dp(self) -> int:
-        """GPUs attention is data-parallel over (``attn_dp``): the TP group (each pipeline stage's) for a MoE model,
-        else 1 (attention split ``tp`` ways)."""
-        return self.tp if (self.attn_dp and self.tp > 1 and self.model.is_moe) else 1
+        """GPUs attention is data-parallel over (``attn_dp``): :func:`attn_dp_gpus`."""
+        return attn_dp_gpus(self.model, self.tp, self.attn_dp)
 
     @property
     def replicated_weight_bytes(self) -> float:
@@ -394,6 +393,12 @@ class Deployment:
         return self.kv_capacity_tokens // block_size
 
 
+def attn_dp_gpus(model, tp: int, attn_dp: bool) -> int:
+    """GPUs attention runs data-parallel over: the TP group (each pipeline stage's) for a MoE model with attention
+    data parallelism on, else 1 (attention split ``tp`` ways)."""
+    return tp if (attn_dp and tp > 1 and model.is_moe) else 1
+
+
 def make_deployment(model: str, hardware: str, tp: int = 1, dtype: str | None = None, weights: str | None = None,
                     kv_dtype: str | None = None, **kw) -> Deployment:
     """A deployment from a model preset or config.json path and a hardware preset name."""
@@ -403,4 +408,4 @@ def make_deployment(model: str, hardware: str, tp: int = 1, dtype: str | None = 
     return Deployment(get_model(model, dtype, weights, kv_dtype), get_hardware(hardware), tp, **kw)
 
 
-__all__ = ["Deployment", "deployment_name", "make_deployment", "split_label"]
+__all__ = ["Deployment", "attn_dp_gpus", "deployment_name", "make_deployment", "split_label"]

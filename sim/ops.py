@@ -136,7 +136,7 @@ class Shapes:
     embed: bool = True
     head: bool = True
     # attention data parallelism (Deployment.dp): attention, norms, embedding and LM head run whole on each GPU over
-    # its 1/dp of the step's sequences (ATTN_DP_OPS); the MLP / experts over all of them
+    # its own sequences (ATTN_DP_OPS; the busiest GPU's share, dp_share); the MLP / experts over all of them
     dp: int = 1
 
     def __post_init__(self) -> None:
