@@ -209,10 +209,12 @@ def test_each_pipeline_stage_holds_its_own_attention_whole():
 
 
 def test_a_sweep_checks_the_fit_as_its_engine_runs_it():
-    # trtllm@1.0 runs MoE models attention-data-parallel: attention weights on every GPU, so the pre-flight check
-    # names the memory the cells would need, not the attention-split figure
+    # trtllm@1.0 runs MoE models attention-data-parallel: attention weights on every GPU, and its limits are each
+    # rank's (a larger activation reserve), so the pre-flight check names the memory the cells would need -- what
+    # simulate sizes (api.engine_memory_settings) --, not the attention-split figure under default limits
     import re
 
+    from blendsim.api import engine_memory_settings
     from blendsim.sweep import SweepSpec, check_spec
 
     def need(engine):
@@ -221,13 +223,16 @@ def test_a_sweep_checks_the_fit_as_its_engine_runs_it():
                                  precision={"tp": 4}, engine=engine))
         return float(re.search(r"need ([0-9.]+) GiB", str(e.value)).group(1))
 
-    def direct(attn_dp):
+    def direct(**limits):
         with pytest.raises(UserError) as e:
-            make_deployment("qwen3-235b-a22b", "h100-80gb", 4, attn_dp=attn_dp)
+            make_deployment("qwen3-235b-a22b", "h100-80gb", 4, **limits)
         return float(re.search(r"need ([0-9.]+) GiB", str(e.value)).group(1))
 
+    def as_simulate(engine):
+        return direct(**engine_memory_settings(engine, "h100-80gb", model="qwen3-235b-a22b", tp=4))
+
     assert get_profile("trtllm").attn_dp and not get_profile("vllm").attn_dp
-    assert need("trtllm") == direct(True) > need("vllm") == direct(False)
+    assert need("trtllm") == as_simulate("trtllm") > direct(attn_dp=True) > need("vllm") == as_simulate("vllm")
 
 
 def test_tensorrt_llm_limits_are_each_ranks_and_sglangs_the_replicas():

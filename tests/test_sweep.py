@@ -288,7 +288,7 @@ def _not_a_sweep(tmp_path) -> str:
     (["--recipe-opt", "novalue"], "--recipe-opt 'novalue': expected key=value"),
     (["--jobs", "0"], "--jobs must be >= 1"),
     (["--tp", "3"], "--tp 3 does not divide llama-3-8b's 32 attention heads"),
-    (["--tp", "0"], "--tp must be at least 1"),
+    (["--tp", "0"], "--tp must be >= 1"),  # as simulate says it (RunConfig)
     (["--ep", "2"], "--ep 2: llama-3-8b has no experts"),
     (["--backend", "slurm"], "--backend 'slurm'"),
     (["--ray-address", "auto"], "--ray-address needs --backend ray"),
