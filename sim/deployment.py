@@ -326,14 +326,17 @@ class Deployment:
         The widest live tensors of a step are the MLP input to the activation (2 x intermediate, fused
         gate/up) and its output, plus the residual stream and QKV; logits are float32 over the vocabulary
         for every sequence that samples. A floor of 512 MiB covers the CUDA context and workspaces.
-        MoE layers hold each token's top-k expert rows (and the shared experts') instead of the MLP's.
+        MoE layers hold each token's top-k expert rows (and the shared experts') instead of the MLP's; with expert
+        parallelism a GPU receives only the rows routed to its own experts, 1/ep of them with the routing spread
+        evenly (as the engines' own profiling runs measure it), each split over the etp = tp / ep GPUs of its expert.
         """
         m = self.model
         mlp = (m.mlp_in_out + m.intermediate_size) / self.tp if m.dense_layers else 0.0
         if m.is_moe:
             etp = self.tp // self.ep
-            moe = (3 * m.moe_intermediate_size * m.experts_per_token / etp
-                   + 3 * m.shared_intermediate_size / self.tp + m.experts_per_token * m.hidden_size)
+            rows = m.experts_per_token / self.ep  # routed (token, expert) rows a GPU holds per token of the step
+            moe = (3 * m.moe_intermediate_size * rows / etp
+                   + 3 * m.shared_intermediate_size / self.tp + rows * m.hidden_size)
             mlp = max(mlp, moe)
         per_token = mlp + 3 * m.hidden_size + m.qkv_out / self.tp
         act = self.max_batched_tokens * per_token * m.dtype_bytes

@@ -276,3 +276,21 @@ def test_a_config_without_max_position_embeddings_takes_transformers_default(tmp
 
 def test_a_null_torch_dtype_is_an_absent_one(tmp_path):
     assert load_hf_config(_write(tmp_path, dict(LLAMA3_CFG, torch_dtype=None))).dtype == "bf16"
+
+
+def test_moe_activation_reserve_counts_a_gpus_own_expert_rows():
+    # with expert parallelism a GPU holds the routed rows of its own experts only: 1/ep of each token's top-k rows
+    # (the engines' profiling runs route evenly), each row's intermediate split over the etp = tp / ep GPUs of its
+    # expert. Qwen3-235B-A22B: top-8 of 128 experts of width 1,536, hidden 4,096, QKV 9,216, no dense layers
+    def act(tp, ep):
+        dep = Deployment(get_model("qwen3-235b-a22b"), get_hardware("h200"), tp, ep=ep)
+        return dep.activation_reserve_bytes
+
+    def by_hand(tp, ep):
+        rows = 8 / ep
+        per_token = (3 * 1536 * rows / (tp // ep) + rows * 4096) + 3 * 4096 + 9216 / tp
+        return max(8192 * per_token * 2 + 1024 * 151936 * 4 / tp, 512 * 2**20)  # the CUDA-context floor
+
+    for tp, ep in ((8, 1), (8, 2), (8, 8), (4, 4)):
+        assert act(tp, ep) == pytest.approx(by_hand(tp, ep), rel=1e-12), (tp, ep)
+    assert act(8, 8) < act(8, 2) < act(8, 1)  # the GPUs share the routed rows rather than each holding all of them
