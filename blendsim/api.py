@@ -450,13 +450,10 @@ def engine_memory_settings(engine: str, hardware: str, token_budget: int | None 
     the largest step's tokens and sequences), as `simulate` sizes a replica under a policy that changes none of them
     (fcfs): so `cost` says the same of whether a model fits, and how much KV is left. ``run``: the RunConfig's model,
     tp and precision, where the engine's limits are each attention-DP rank's (``runner.attn_dp_ranks``)."""
-    from blendsim.policies.registry import resolve_policy
-    from blendsim.runner import RunConfig, deployment_limits, engine_config
-    from blendsim.sim.engines import get_profile
+    from blendsim.runner import RunConfig, run_limits
 
-    eng = engine_config(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
-                                  max_seqs=max_seqs, **run), resolve_policy("fcfs").cls)
-    return deployment_limits(eng, get_profile(engine, {}))
+    return run_limits(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
+                                max_seqs=max_seqs, **run))[1]
 
 
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,

@@ -78,6 +78,17 @@ def deployment_limits(eng: EngineConfig, profile) -> dict:
             "max_seqs": eng.max_seqs or 1024, "kv_of_free": profile.kv_of_free, "attn_dp": profile.attn_dp}
 
 
+def run_limits(cfg: RunConfig) -> tuple[EngineConfig, dict]:
+    """The scheduler settings a run of ``cfg`` gets under its policy (:func:`engine_config`) and the Deployment
+    settings they give (:func:`deployment_limits`): the one sizing rule of `simulate`, the feasibility checks of
+    `plan` and `sweep`, and `cost`."""
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.sim.engines import DEFAULT_ENGINE, get_profile
+
+    eng = engine_config(cfg, resolve_policy(cfg.policy).cls)
+    return eng, deployment_limits(eng, get_profile(cfg.engine or DEFAULT_ENGINE, {}))
+
+
 def engine_config(cfg: RunConfig, policy_cls) -> EngineConfig:
     """The run's scheduler settings (see :func:`scheduler_settings`)."""
     return scheduler_settings(cfg, policy_cls)[0]

@@ -104,17 +104,14 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
 
     TP and PP run over the powers of two up to their limits, PP at most the model's layers; a replica's GPUs
     (tp x pp) stay within ``max_gpus``."""
-    from blendsim.policies.registry import resolve_policy
-    from blendsim.runner import RunConfig, deployment_limits, engine_config
+    from blendsim.runner import RunConfig, run_limits
     from blendsim.sim.deployment import Deployment
-    from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
     base = get_model(space.model)
     longest = int((trace.input_len + trace.output_len).max())
     feasible, pruned = [], {}
-    profiles = {e: get_profile(e, {}) for e in space.engines}  # how each engine sizes its KV, runs attention
     for hw_name in space.hardware:
         hw = get_hardware(hw_name)
         for w in (space.weights or (base.weights,)):
@@ -130,12 +127,10 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                 shape = Shape(hw_name, tp, pp, ep, engine, policy, model.weights, model.kv_dtype)
                                 n = space.max_gpus // shape.gpus_per_replica
                                 # the scheduler settings the run will have: an engine's limits depend on the GPU
-                                eng = engine_config(RunConfig(policy=policy, engine=engine, hardware=hw_name,
-                                                              model=space.model, tp=tp, weights=w, kv_dtype=kv),
-                                                    resolve_policy(policy).cls)
+                                eng, limits = run_limits(RunConfig(policy=policy, engine=engine, hardware=hw_name,
+                                                                   model=space.model, tp=tp, weights=w, kv_dtype=kv))
                                 try:
-                                    dep = Deployment(model, hw, tp, ep=ep, pp=pp,
-                                                     **deployment_limits(eng, profiles[engine]))
+                                    dep = Deployment(model, hw, tp, ep=ep, pp=pp, **limits)
                                 except UserError:
                                     pruned["does not fit"] = pruned.get("does not fit", 0) + n
                                     continue

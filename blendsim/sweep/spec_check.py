@@ -52,28 +52,23 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
         raise UserError(f"--models {','.join(spec.models)}: two of them are the same model")
     taken = [s.name for s in specs.values()]
     names = {m: s.name if taken.count(s.name) == 1 else f"{s.name}-{s.fingerprint()[:6]}" for m, s in specs.items()}
-    from blendsim.policies.registry import resolve_policy
-    from blendsim.runner import ENGINE_FIELDS, RunConfig, deployment_limits, engine_config
+    from blendsim.runner import ENGINE_FIELDS, RunConfig, run_limits
     from blendsim.sim.deployment import make_deployment
     from blendsim.sim.engines import DEFAULT_ENGINE
 
     # --tp / --ep / --pp must fit every model on every GPU: one line now, not per cell. Each policy's cells size
-    # their replica from the scheduler limits they will run under (the engine's, per attention-DP rank where it
-    # schedules each rank on its own, or the policy's: runner.deployment_limits), so the fit is checked with those
-    profile = get_profile(spec.engine or DEFAULT_ENGINE)  # an unknown engine is one clear line here
+    # their replica from the scheduler limits they will run under (runner.run_limits: the engine's, per
+    # attention-DP rank where it schedules each rank on its own, or the policy's), so the fit is checked with those
+    get_profile(spec.engine or DEFAULT_ENGINE)  # an unknown engine is one clear line here
     run = {k: v for k, v in spec.run_settings().items()
            if k in {"engine", "tp", "ep", "pp", "weights", "kv_dtype", *ENGINE_FIELDS}}
     for m in spec.models:
         for h in spec.hardware:
-            seen = set()
-            for p in spec.policies:
-                cfg = RunConfig(policy=p, model=m, hardware=h, **run)
-                limits = deployment_limits(engine_config(cfg, resolve_policy(p).cls), profile)
-                key = tuple(sorted(limits.items()))
-                if key not in seen:
-                    seen.add(key)
-                    make_deployment(m, h, pr.get("tp", 1), None, pr.get("weights"), pr.get("kv_dtype"),
-                                    ep=pr.get("ep", 1), pp=pr.get("pp", 1), **limits)
+            limits = dict.fromkeys(tuple(sorted(run_limits(RunConfig(policy=p, model=m, hardware=h, **run))[1].items()))
+                                   for p in spec.policies)  # in policy order; the same limits checked once
+            for lim in limits:
+                make_deployment(m, h, pr.get("tp", 1), None, pr.get("weights"), pr.get("kv_dtype"),
+                                ep=pr.get("ep", 1), pp=pr.get("pp", 1), **dict(lim))
     from blendsim.sim.kv_tiers import check_tier_gb
 
     for h in spec.hardware:
