@@ -71,11 +71,12 @@ class RunConfig:
 
 def deployment_limits(eng: EngineConfig, profile) -> dict:
     """The Deployment settings a run's scheduler settings and engine profile give (its KV fraction and what it is a
-    fraction of -- ``EngineProfile.kv_of_free`` --, the largest step's tokens and sequences, attention data
+    fraction of -- ``EngineProfile.kv_of_free``, ``static_fraction`` --, the largest step's tokens and sequences, attention data
     parallelism): one rule for simulate, plan's feasibility check and cost, so all three say the same of whether a
     model fits."""
     return {"gpu_memory_utilization": eng.gpu_memory_utilization, "max_batched_tokens": eng.token_budget,
-            "max_seqs": eng.max_seqs or 1024, "kv_of_free": profile.kv_of_free, "attn_dp": profile.attn_dp}
+            "max_seqs": eng.max_seqs or 1024, "kv_of_free": profile.kv_of_free,
+            "static_fraction": profile.static_fraction, "attn_dp": profile.attn_dp}
 
 
 def run_limits(cfg: RunConfig) -> tuple[EngineConfig, dict]:
@@ -108,7 +109,7 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
         from blendsim.sim.hardware import get_hardware
 
         # an offline job: the engine's limits for its offline entry point on this GPU
-        engine.update(prof.scheduler_for(get_hardware(cfg.hardware)))
+        engine.update(prof.scheduler_for(get_hardware(cfg.hardware), tp=cfg.tp, pp=cfg.pp))
     except UserError:
         engine.update(prof.scheduler)  # hardware that is not known yet: refused further on
     notes = []

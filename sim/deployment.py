@@ -56,6 +56,11 @@ class Deployment:
     # SGLang's mem_fraction_static); True: it is the fraction of what the weights and activations leave that the
     # KV takes (TensorRT-LLM's KvCacheConfig.free_gpu_memory_fraction)
     kv_of_free: bool = False
+    # True: that fraction of the device holds the weights and the KV pool only, the rest is left to activations,
+    # CUDA graphs and workspaces, so no activation reserve comes out of it (SGLang's mem_fraction_static: the pool is
+    # the fraction of the memory free at start less the weights, srt/model_executor/model_runner.py
+    # profile_max_num_token); False: the engine's profiling run measures the activations inside it (vLLM)
+    static_fraction: bool = False
     max_batched_tokens: int = 8192  # largest step, sizes the activation reserve
     max_seqs: int = 1024  # most sequences in a step, sizes the logits buffer
     kv_capacity_override: int = 0  # bytes per replica; 0 derives it from memory
@@ -113,7 +118,7 @@ class Deployment:
             self._check_stages()
             return
         if self.kv_capacity_bytes <= 0:
-            act = (self.activation_reserve_bytes + self._window_reserve) / GiB
+            act = ((0.0 if self.static_fraction else self.activation_reserve_bytes) + self._window_reserve) / GiB
             need = self.weight_bytes_per_gpu / GiB + act
             have = self._usable_bytes / GiB
             what = " (and the sliding-window KV of that many sequences)" if self._window_reserve else ""
@@ -123,9 +128,12 @@ class Deployment:
                     f"such a step{what} need {act:,.1f} GiB per GPU beside {self.weight_bytes_per_gpu / GiB:.1f} GiB "
                     f"of {self.model.name} weights, {have:.1f} GiB usable on {self.hardware.name}; lower them"
                 )
+            parts = ["weights"] + ([] if self.static_fraction else ["activations"]) + (
+                ["sliding-window KV"] if self._window_reserve else [])
+            held = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
             raise UserError(
                 f"{self.model.name} ({m.weights} weights) does not fit on {self.hardware.name} with tp={self.tp}: "
-                f"weights and activations need {need:.1f} GiB per GPU, {have:.1f} GiB usable"
+                f"{held} need {need:.1f} GiB per GPU, {have:.1f} GiB usable"
             )
 
     @property
@@ -226,7 +234,7 @@ class Deployment:
         have = self._usable_bytes
         for i in range(self.pp):
             w = self._stage_weights_per_gpu(i)
-            act = self._activation_bytes(last=i == self.pp - 1) + self._window_reserve
+            act = (0.0 if self.static_fraction else self._activation_bytes(last=i == self.pp - 1)) + self._window_reserve
             if w + act >= have or self._stage_kv_tokens(i) < 1:
                 a, b = self.stage_range(i)
                 what = (" + embedding" if i == 0 else "") + (" + LM head" if i == self.pp - 1 else "")
@@ -361,7 +369,7 @@ class Deployment:
         """KV bytes per GPU beside ``weights`` and ``act`` bytes (see ``kv_of_free``), less the sliding-window
         layers' KV: a whole window for each of ``max_seqs`` sequences (the per-token KV counts only the
         full-attention layers)."""
-        act = act + self._window_reserve
+        act = (0.0 if self.static_fraction else act) + self._window_reserve
         if self.kv_of_free:
             free = self.hardware.memory_bytes - weights - act
             return self.gpu_memory_utilization * free if free > 0 else free

@@ -67,6 +67,17 @@ class EngineProfile:
     # >= 70 GiB that is not an A100) or "small", then "-offline" (a Python LLM object / offline benchmark) or
     # "-serve" (the OpenAI-compatible server); see scheduler_for
     by_device: dict = field(default_factory=dict)
+    # its KV fraction by tensor-parallel degree, over ``scheduler``: ((smallest TP, fraction), ...) by ascending TP, the
+    # last entry whose TP the deployment's reaches applies (SGLang lowers mem_fraction_static as TP grows); () none
+    memory_by_tp: tuple = ()
+    # its KV fraction is of weights and KV pool alone, activations and CUDA graphs live in the rest (SGLang's
+    # mem_fraction_static; see Deployment.static_fraction)
+    static_fraction: bool = False
+    # its KV fraction from the memory it leaves for activations and CUDA graphs, over ``memory_by_tp``: ((device memory
+    # below this many GiB, GiB left, GiB more per GPU of the replica), ...) by ascending memory, the first that the
+    # device is below applies: fraction = (memory - left - per GPU x TP x PP) / memory (SGLang 0.5); () none
+    memory_reserve: tuple = ()
+    attn_dp_reserve_gib: float = 0.0  # GiB more it leaves with attention data parallelism
     # the entry point: False = the engine's offline API (a Python LLM object, an offline benchmark), True = behind
     # its OpenAI-compatible API server (``--engine NAME:serve=1``; a catalogue row whose command runs the server)
     serve: bool = False
@@ -144,15 +155,24 @@ class EngineProfile:
                 return float(limit)
         return 0.0
 
-    def scheduler_for(self, hardware, serve: bool = False) -> dict:
-        """Its scheduler settings on ``hardware`` (a HardwareSpec), offline or behind its API server (``serve``, or
-        the profile's own ``serve``)."""
+    def scheduler_for(self, hardware, serve: bool = False, tp: int = 1, pp: int = 1) -> dict:
+        """Its scheduler settings on ``hardware`` (a HardwareSpec) for a replica of ``tp`` x ``pp`` GPUs, offline or
+        behind its API server (``serve``, or the profile's own ``serve``)."""
         serve = serve or self.serve
+        out = dict(self.scheduler)
+        for min_tp, fraction in self.memory_by_tp:
+            if tp >= min_tp:
+                out["gpu_memory_utilization"] = fraction
+        if self.memory_reserve:
+            gib = hardware.memory_bytes / 2**30
+            _, left, per_gpu = next((r for r in self.memory_reserve if gib < r[0]), self.memory_reserve[-1])
+            left += per_gpu * tp * pp + (self.attn_dp_reserve_gib if self.attn_dp else 0.0)
+            out["gpu_memory_utilization"] = round(min(max((gib - left) / gib, 0.05), 1.0), 3)
         if not self.by_device:
-            return self.scheduler
+            return out
         large = hardware.memory_bytes >= 70 * 2**30 and "a100" not in hardware.name.lower()
         key = f"{'large' if large else 'small'}-{'serve' if serve else 'offline'}"
-        return {**self.scheduler, **self.by_device.get(key, {})}
+        return {**out, **self.by_device.get(key, {})}
 
     @property
     def overhead_key(self) -> str:
@@ -486,12 +506,34 @@ _TRTLLM_BENCH = EngineProfile(
 # GPUStack's v0.5.3 runs that pass --enable-dp-attention without --dp run split too (catalogue.attention_dp).
 SGLANG_ATTN_DP_SINCE = "0.4.4"
 
+# SGLang 0.4's mem_fraction_static when none is given (srt/server_args.py __post_init__, "depends on the tensor
+# parallelism size"): 0.88 at TP1, then by the smallest TP each applies from; 0.3 had 0.83 at TP8 (_SGLANG_03).
+# It is the fraction of the memory free at start that weights and KV pool take together (static_fraction)
+SGLANG_04_MEMORY = ((2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79))
+
 # NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
 # prices: CPU work the GPU waits for (scheduling, input preparation, output processing, inter-process hops)
 # plus GPU sampling, which no operator in sim/ops.py covers (about 1 us per sequence on an A100: two or
 # three passes over a 128K-entry float32 logit row, 0.5 MB, at ~1.6 TB/s). They model engines, never
 # policies: they were fixed from the measurements cited here (or fitted to the fidelity catalogue where
 # ``fitted`` says so), not fitted to any scheduling result.
+# SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
+# 8192 in 0.3), token-granular radix cache, reserve-style admission (new_token_ratio), CUDA graphs up
+# to 160 (0.3) -- larger decode batches run eagerly. Overhead: SGLang >= 0.4 runs its scheduler one
+# batch ahead of the GPU ("zero-overhead" overlapped scheduler, SGLang v0.4 blog 2024-12-04: +10%
+# throughput, i.e. the CPU share it removed was ~9% of a step; its Nsight trace of five decode
+# batches shows no GPU idle time). What stays on the critical path is GPU sampling (~1 us/seq, see
+# the NOTE above) and a small per-step synchronisation and attention-plan gap: 0.15 ms. KV fraction:
+# SGLANG_04_MEMORY, of weights and KV pool together (static_fraction).
+_SGLANG_04 = EngineProfile(
+    "sglang", version="0.4",
+    scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
+               "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
+    fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
+    memory_by_tp=SGLANG_04_MEMORY, static_fraction=True,
+    attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
+    source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults")
+
 _BUILTIN = [
         # No engine: pure kernel time at the hardware preset's efficiencies (the plain roofline), no per-step
         # overhead, no CUDA-graph padding; the scheduler's own defaults (sim.seq.EngineConfig).
@@ -559,20 +601,7 @@ _BUILTIN = [
         # per token: ~0.1 us per token. Scheduler as 0.6 (prefill-first, 256 sequences, no prefix cache).
         replace(_VLLM_05, name="vllm-v0", fit_as="vllm@0.5",
                 source="vLLM blog 2024-09-05; loop fitted by blendsim fidelity"),
-        # SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
-        # 8192 in 0.3), token-granular radix cache, reserve-style admission (new_token_ratio), CUDA graphs up
-        # to 160 (0.3) -- larger decode batches run eagerly. Overhead: SGLang >= 0.4 runs its scheduler one
-        # batch ahead of the GPU ("zero-overhead" overlapped scheduler, SGLang v0.4 blog 2024-12-04: +10%
-        # throughput, i.e. the CPU share it removed was ~9% of a step; its Nsight trace of five decode
-        # batches shows no GPU idle time). What stays on the critical path is GPU sampling (~1 us/seq, see
-        # the NOTE above) and a small per-step synchronisation and attention-plan gap: 0.15 ms.
-        EngineProfile("sglang", version="0.4", scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1,
-                                           "mix": "prefill-first", "prefix_caching": True,
-                                           "gpu_memory_utilization": 0.88, "admission": "reserve",
-                                           "reserve_ratio": 0.7},
-                      fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
-                      attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
-                      source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults"),
+        _SGLANG_04,
         # NanoFlow (OSDI'25): dense batch of 1024 tokens in multiples of 128 (sec. 4), operator overlap of
         # nano-batches, asynchronous scheduling (sec. 4.2); BlendServe's engine (App. A.2). Overhead: batch
         # i+1 is formed on the CPU while the GPU runs batch i and EOS is detected one iteration late, so no
@@ -591,9 +620,9 @@ _BUILTIN = [
 # copied to the CPU inside forward_decode_batch, scheduling between GPU steps); the overlap scheduler
 # arrived as an option in 0.3.4 and became the default in 0.3.6 (sglang@v0.3.6 srt/server_args.py).
 # Defaults (sglang@v0.3.0 server_args.py): chunked_prefill_size 8192, radix cache on, CUDA graphs for
-# decode batches up to 160 (model_runner.py init_cuda_graphs), mem_fraction_static 0.88 at TP1 (0.85
-# TP4, 0.83 TP8), prefill-first steps; admission reserves new_token_ratio (0.7 at start) of the
-# running requests' remaining outputs (global_config.py). No per-step CPU figure is published: the
+# decode batches up to 160 (model_runner.py init_cuda_graphs), mem_fraction_static 0.88 at TP1 (0.87 TP2,
+# 0.85 TP4, 0.83 TP8, 0.79 TP16; of weights and KV pool together: static_fraction), prefill-first steps;
+# admission reserves new_token_ratio (0.7 at start) of the running requests' remaining outputs (global_config.py). No per-step CPU figure is published: the
 # exposed loop (schedule, batch tensors, token copy and bookkeeping, detokenization in its own
 # process) starts from vLLM V1's synchronous EngineCore loop, which has the same stages and the same
 # process split (prior 0.2 ms + 1.2 us/seq, vllm@0.8 above), and is fitted to the catalogue's SGLang 0.2 and
@@ -604,6 +633,7 @@ _SGLANG_03 = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.2e-3, per_seq_s=1.2e-6, cuda_graph_max=160, regime="cuda-graph", fitted=_FIT_LOOP,
+    memory_by_tp=((2, 0.87), (4, 0.85), (8, 0.83), (16, 0.79)), static_fraction=True,
     attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
     source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; loop fitted by blendsim "
            "fidelity")
@@ -620,16 +650,30 @@ _VERSIONED = [
         # model_runner.py): no chunked prefill -- a prefill batch takes whole prompts up to max_prefill_tokens =
         # 16384 tokens; max_running_requests = half the KV pool's tokens (no practical cap); CUDA graphs for
         # decode batches 1, 2, 4, 8, ..., 128 (eager above); mem_fraction_static 0.89 at TP1 down to 0.84 at TP8
-        # (the TP1 value is used at every TP, as for 0.3: it matters only where the KV pool binds); radix
+        # (TP 2-4's steps were not recorded here and are taken as TP1's: the catalogue has no 0.2 run there); radix
         # cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at start (global_config.py).
         # Decodes run ten steps in a row when no prefill batch can be formed (num_continue_decode_steps), which is
         # what prefill-first does here.
         replace(_SGLANG_03, version="0.2", scheduler={**_SGLANG_03.scheduler, "token_budget": 16384,
                                                      "gpu_memory_utilization": 0.89},
+                memory_by_tp=((8, 0.84),),
                 cuda_graph_max=128, fit_as="sglang@0.3",
                 source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
                        "model_runner.py, global_config.py; loop as sglang@0.3's (fitted)"),
         _SGLANG_03,
+        # SGLang 0.5: the 0.4 profile's mechanics (overlapped scheduler, chunked prefill, radix cache, reserve
+        # admission; its loop is 0.4's cited one) with the KV fraction 0.5's server_args derives from the device
+        # instead of TP alone (ServerArgs.__post_init__ of the 0.5 series, "mem_fraction_static = (model weights + KV
+        # cache pool) / GPU memory capacity", release not pinned here): it leaves 9.5 GiB + 0.5 GiB per GPU of the
+        # replica (TP x PP) on a device under 90 GiB (H100, A100), 12 + 0.5 under 160 GiB (H20, H200), 32 GiB above
+        # (B200, MI300X), 2.8 + 0.1 under 35 GiB, and 4 GiB more with --enable-dp-attention. Its other defaults that
+        # moved with the device (chunked prefill 16,384 and larger CUDA-graph batches on the largest GPUs) are not
+        # modelled: 0.4's apply.
+        replace(_SGLANG_04, version="0.5", memory_by_tp=(),
+                memory_reserve=((35, 2.8, 0.1), (90, 9.5, 0.5), (160, 12.0, 0.5), (math.inf, 32.0, 0.0)),
+                attn_dp_reserve_gib=4.0,
+                source="sglang server_args.py of the 0.5 series (mem_fraction_static from reserved memory); otherwise "
+                       "as sglang@0.4"),
         # TensorRT-LLM 0.13 as its perf-overview page ran it (trtllm-bench on a built TRT engine, in-flight
         # batching under max_num_tokens / max_batch_size that trtllm-bench derives from the dataset,
         # GUARANTEED_NO_EVICT): the mechanics of trtllm@1.0 above, whose fitted overhead it shares (the 0.13

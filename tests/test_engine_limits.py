@@ -106,3 +106,45 @@ def test_a_stated_context_length_sets_vllm_v0s_budget():
     r = _row(engine="sglang", version="SGLang 0.4.2.post4 --max-model-len=32768", hardware="mi300x")
     assert engine_settings(r, get_profile("sglang@0.4", {}), hw)["token_budget"] == get_profile(
         "sglang@0.4", {}).scheduler_for(hw)["token_budget"]
+
+
+@pytest.mark.parametrize("key, tp, fraction", [
+    ("sglang@0.4", 1, 0.88), ("sglang@0.4", 2, 0.87), ("sglang@0.4", 4, 0.85), ("sglang@0.4", 8, 0.81),
+    ("sglang@0.4", 16, 0.79), ("sglang@0.3", 8, 0.83), ("sglang@0.3", 4, 0.85), ("sglang@0.2", 1, 0.89),
+    ("sglang@0.2", 8, 0.84)])
+def test_sglang_kv_fraction_follows_the_tp_degree(key, tp, fraction):
+    # srt/server_args.py __post_init__ of each release: mem_fraction_static by TP when none is given
+    assert get_profile(key, {}).scheduler_for(get_hardware("h100-80gb"), tp=tp)["gpu_memory_utilization"] == fraction
+
+
+@pytest.mark.parametrize("hw, tp, attn_dp, left_gib", [
+    ("h100-80gb", 1, False, 9.5 + 0.5), ("h100-80gb", 8, False, 9.5 + 4), ("a100-80gb", 8, False, 9.5 + 4),
+    ("h200", 8, False, 12 + 4), ("h200", 8, True, 12 + 4 + 4), ("b200", 8, False, 32.0), ("l40s", 2, False, 9.5 + 1)])
+def test_sglang_05_kv_fraction_from_the_memory_it_leaves(hw, tp, attn_dp, left_gib):
+    # the 0.5 series' server_args: mem_fraction_static = (memory - reserved) / memory, reserved by device class and
+    # TP x PP, 4 GiB more with attention data parallelism
+    h = get_hardware(hw)
+    gib = h.memory_bytes / 2**30
+    p = get_profile("sglang@0.5:attn_dp=1" if attn_dp else "sglang@0.5", {})
+    assert p.scheduler_for(h, tp=tp)["gpu_memory_utilization"] == round((gib - left_gib) / gib, 3)
+
+
+def test_sglang_static_fraction_holds_weights_and_kv_only():
+    # SGLang's pool is mem_fraction_static x memory less the weights: no activation reserve comes out of it, as it
+    # does for vLLM, whose fraction covers its profiled activations too
+    r = replace(_row(engine="sglang", version="SGLang 0.4.3, launch_server --tp 8", hardware="h200",
+                     model="deepseek-v3"), tp=8, gpus=8, weights="fp8")
+    dep = deployment_for(r, get_profile("sglang@0.4", {}))
+    assert dep.static_fraction and dep.gpu_memory_utilization == 0.81
+    per_gpu = dep.hardware.memory_bytes * 0.81 - dep.weight_bytes_per_gpu
+    assert dep.activation_reserve_bytes > 2**30
+    assert dep.kv_capacity_bytes == pytest.approx(per_gpu * 8)
+    vllm = replace(dep, static_fraction=False)
+    assert vllm.kv_capacity_bytes == pytest.approx((per_gpu - dep.activation_reserve_bytes) * 8)
+
+
+def test_simulate_sizes_sglang_kv_by_its_tp():
+    fcfs = resolve_policy("fcfs").cls
+    one = engine_config(RunConfig(engine="sglang@0.4", hardware="h100-80gb", model="llama-3-70b", tp=1), fcfs)
+    eight = engine_config(RunConfig(engine="sglang@0.4", hardware="h100-80gb", model="llama-3-70b", tp=8), fcfs)
+    assert (one.gpu_memory_utilization, eight.gpu_memory_utilization) == (0.88, 0.81)

@@ -27,11 +27,12 @@ def invoke(*args):
 def test_name_alone_is_the_newest_and_a_version_between_two_takes_the_older():
     # (with no fitted parameters the registered profile itself; with the shipped ones a copy carrying its fitted loop)
     assert get_profile("vllm").version == "0.8" and get_profile("vllm", {}) is PROFILES["vllm"]
-    assert get_profile("sglang").version == "0.4" and get_profile("trtllm").version == "1.0"
+    assert get_profile("sglang").version == "0.5" and get_profile("trtllm").version == "1.0"
     assert resolve_version("vllm", "0.5.3") is VERSIONS[("vllm", "0.5")]
     assert resolve_version("vllm", "0.7.3") is VERSIONS[("vllm", "0.6")]
     assert resolve_version("vllm", "0.11.0") is VERSIONS[("vllm", "0.8")]
-    assert resolve_version("sglang", "0.5.5") is VERSIONS[("sglang", "0.4")]
+    assert resolve_version("sglang", "0.5.5") is VERSIONS[("sglang", "0.5")]
+    assert resolve_version("sglang", "0.4.9") is VERSIONS[("sglang", "0.4")]
     assert resolve_version("sglang", "0.2.7") is VERSIONS[("sglang", "0.2")]
     assert resolve_version("trtllm", "0.9") is VERSIONS[("trtllm", "0.8")]
     assert resolve_version("trtllm", "0.13.0") is VERSIONS[("trtllm", "0.13")]
@@ -97,7 +98,7 @@ def test_sglang_02_batches_whole_prompts_and_captures_fewer_graphs():
 
 
 @pytest.mark.parametrize("typed,modelled", [("vllm@v0.6", "vllm@0.6"), ("vllm@0.5.5.post1", "vllm@0.5"),
-                                            ("sglang@0.3rc0", "sglang@0.3"), ("sglang@0.5.5.post1", "sglang@0.4"),
+                                            ("sglang@0.3rc0", "sglang@0.3"), ("sglang@0.5.5.post1", "sglang@0.5"),
                                             ("vllm@0.6.0", "vllm@0.6"), ("trtllm@V1.0", "trtllm@1.0")])
 def test_tags_and_release_suffixes_select_their_release(typed, modelled):
     assert get_profile(typed).modelled == modelled

@@ -314,7 +314,7 @@ def engine_settings(row: Row, profile, hardware) -> dict:
     m = re.search(r"--max-model-len[ =]+(\d+)\b", row.engine_version or "")
     if profile.budget_from_context and m and int(m.group(1)) <= 32768 and "token_budget" not in flags:
         flags["token_budget"] = max(int(m.group(1)), 2048)
-    return {**profile.scheduler_for(hardware, serves(row)), **flags}
+    return {**profile.scheduler_for(hardware, serves(row), tp=row.tp, pp=row.pp), **flags}
 
 
 # ---- workloads ----------------------------------------------------------------------------

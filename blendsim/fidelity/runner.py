@@ -125,7 +125,8 @@ def deployment_for(row, profile):
                       gpu_memory_utilization=util,
                       max_batched_tokens=mt,
                       max_seqs=min(sched.get("max_seqs", 1024) or 1024, 1024),
-                      kv_of_free=profile.kv_of_free, attn_dp=profile.attn_dp)
+                      kv_of_free=profile.kv_of_free, static_fraction=profile.static_fraction,
+                      attn_dp=profile.attn_dp)
 
 
 def _is_preset(name: str) -> bool:
