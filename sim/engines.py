@@ -78,6 +78,9 @@ class EngineProfile:
     # device is below applies: fraction = (memory - left - per GPU x TP x PP) / memory (SGLang 0.5); () none
     memory_reserve: tuple = ()
     attn_dp_reserve_gib: float = 0.0  # GiB more it leaves with attention data parallelism
+    # its token budget by device memory, over ``scheduler``: ((from this many GiB up, budget), ...) by ascending memory,
+    # the last that the device reaches applies (SGLang 0.5's chunked prefill on the largest GPUs); () none
+    budget_by_memory: tuple = ()
     # the entry point: False = the engine's offline API (a Python LLM object, an offline benchmark), True = behind
     # its OpenAI-compatible API server (``--engine NAME:serve=1``; a catalogue row whose command runs the server)
     serve: bool = False
@@ -168,6 +171,9 @@ class EngineProfile:
             _, left, per_gpu = next((r for r in self.memory_reserve if gib < r[0]), self.memory_reserve[-1])
             left += per_gpu * tp * pp + (self.attn_dp_reserve_gib if self.attn_dp else 0.0)
             out["gpu_memory_utilization"] = round(min(max((gib - left) / gib, 0.05), 1.0), 3)
+        for min_gib, budget in self.budget_by_memory:
+            if hardware.memory_bytes >= min_gib * 2**30:
+                out["token_budget"] = budget
         if not self.by_device:
             return out
         large = hardware.memory_bytes >= 70 * 2**30 and "a100" not in hardware.name.lower()
@@ -666,12 +672,12 @@ _VERSIONED = [
         # instead of TP alone (ServerArgs.__post_init__ of the 0.5 series, "mem_fraction_static = (model weights + KV
         # cache pool) / GPU memory capacity", release not pinned here): it leaves 9.5 GiB + 0.5 GiB per GPU of the
         # replica (TP x PP) on a device under 90 GiB (H100, A100), 12 + 0.5 under 160 GiB (H20, H200), 32 GiB above
-        # (B200, MI300X), 2.8 + 0.1 under 35 GiB, and 4 GiB more with --enable-dp-attention. Its other defaults that
-        # moved with the device (chunked prefill 16,384 and larger CUDA-graph batches on the largest GPUs) are not
-        # modelled: 0.4's apply.
+        # (B200, MI300X), 2.8 + 0.1 under 35 GiB, and 4 GiB more with --enable-dp-attention; chunked prefill 2,048
+        # tokens under 35 GiB, 8,192 under 160 GiB, 16,384 above. Its CUDA-graph batches by device are not modelled:
+        # 0.4's 160 apply.
         replace(_SGLANG_04, version="0.5", memory_by_tp=(),
                 memory_reserve=((35, 2.8, 0.1), (90, 9.5, 0.5), (160, 12.0, 0.5), (math.inf, 32.0, 0.0)),
-                attn_dp_reserve_gib=4.0,
+                attn_dp_reserve_gib=4.0, budget_by_memory=((0, 2048), (35, 8192), (160, 16384)),
                 source="sglang server_args.py of the 0.5 series (mem_fraction_static from reserved memory); otherwise "
                        "as sglang@0.4"),
         # TensorRT-LLM 0.13 as its perf-overview page ran it (trtllm-bench on a built TRT engine, in-flight

@@ -148,3 +148,11 @@ def test_simulate_sizes_sglang_kv_by_its_tp():
     one = engine_config(RunConfig(engine="sglang@0.4", hardware="h100-80gb", model="llama-3-70b", tp=1), fcfs)
     eight = engine_config(RunConfig(engine="sglang@0.4", hardware="h100-80gb", model="llama-3-70b", tp=8), fcfs)
     assert (one.gpu_memory_utilization, eight.gpu_memory_utilization) == (0.88, 0.81)
+
+
+@pytest.mark.parametrize("hw, budget", [("l40s", 8192), ("h100-80gb", 8192), ("h200", 8192), ("b200", 16384),
+                                        ("mi300x", 16384)])
+def test_sglang_05_chunks_prefill_by_device_memory(hw, budget):
+    # the 0.5 series' server_args: chunked_prefill_size 2,048 under 35 GiB, 8,192 under 160 GiB, 16,384 above
+    assert get_profile("sglang@0.5", {}).scheduler_for(get_hardware(hw), tp=8)["token_budget"] == budget
+    assert get_profile("sglang@0.4", {}).scheduler_for(get_hardware(hw), tp=8)["token_budget"] == 8192
