@@ -118,7 +118,7 @@ class Deployment:
             self._check_stages()
             return
         if self.kv_capacity_bytes <= 0:
-            act = ((0.0 if self.static_fraction else self.activation_reserve_bytes) + self._window_reserve) / GiB
+            act = self._beside_weights(last=True) / GiB
             need = self.weight_bytes_per_gpu / GiB + act
             have = self._usable_bytes / GiB
             what = " (and the sliding-window KV of that many sequences)" if self._window_reserve else ""
@@ -234,7 +234,7 @@ class Deployment:
         have = self._usable_bytes
         for i in range(self.pp):
             w = self._stage_weights_per_gpu(i)
-            act = (0.0 if self.static_fraction else self._activation_bytes(last=i == self.pp - 1)) + self._window_reserve
+            act = self._beside_weights(last=i == self.pp - 1)
             if w + act >= have or self._stage_kv_tokens(i) < 1:
                 a, b = self.stage_range(i)
                 what = (" + embedding" if i == 0 else "") + (" + LM head" if i == self.pp - 1 else "")
@@ -249,7 +249,7 @@ class Deployment:
 
     def _stage_kv_tokens(self, i: int) -> int:
         """KV tokens stage ``i`` can hold for its own layers."""
-        per_gpu = self._kv_bytes_per_gpu(self._stage_weights_per_gpu(i), self._activation_bytes(last=i == self.pp - 1))
+        per_gpu = self._kv_bytes_per_gpu(self._stage_weights_per_gpu(i), last=i == self.pp - 1)
         per_token = self.kv_bytes_per_token // self.model.full_attention_layers * self.stage_full_attention_layers(i)
         return int(per_gpu * self.tp // per_token) if per_gpu > 0 else 0
 
@@ -358,18 +358,24 @@ class Deployment:
             return float(self.kv_capacity_override)
         if self.pp > 1:
             return float(min(self.stage_kv_tokens()) * self.kv_bytes_per_token)
-        return self._kv_bytes_per_gpu(self.weight_bytes_per_gpu, self.activation_reserve_bytes) * self.tp
+        return self._kv_bytes_per_gpu(self.weight_bytes_per_gpu, last=True) * self.tp
 
     @property
     def _usable_bytes(self) -> float:
         """Device bytes per GPU the engine may fill with weights, activations and KV."""
         return self.hardware.memory_bytes * (1.0 if self.kv_of_free else self.gpu_memory_utilization)
 
-    def _kv_bytes_per_gpu(self, weights: float, act: float) -> float:
-        """KV bytes per GPU beside ``weights`` and ``act`` bytes (see ``kv_of_free``), less the sliding-window
-        layers' KV: a whole window for each of ``max_seqs`` sequences (the per-token KV counts only the
-        full-attention layers)."""
-        act = (0.0 if self.static_fraction else act) + self._window_reserve
+    def _beside_weights(self, last: bool) -> float:
+        """Bytes per GPU that come out of the engine's memory beside the weights and the KV pool: the activation
+        reserve of a stage (``last``: the one with the LM head; none where the fraction holds weights and KV only,
+        ``static_fraction``) and the sliding-window layers' KV, a whole window for each of ``max_seqs`` sequences
+        (the per-token KV counts only the full-attention layers)."""
+        return (0.0 if self.static_fraction else self._activation_bytes(last)) + self._window_reserve
+
+    def _kv_bytes_per_gpu(self, weights: float, last: bool) -> float:
+        """KV bytes per GPU of a stage beside ``weights`` and what else it holds (``_beside_weights``; see
+        ``kv_of_free``)."""
+        act = self._beside_weights(last)
         if self.kv_of_free:
             free = self.hardware.memory_bytes - weights - act
             return self.gpu_memory_utilization * free if free > 0 else free

@@ -512,11 +512,6 @@ _TRTLLM_BENCH = EngineProfile(
 # GPUStack's v0.5.3 runs that pass --enable-dp-attention without --dp run split too (catalogue.attention_dp).
 SGLANG_ATTN_DP_SINCE = "0.4.4"
 
-# SGLang 0.4's mem_fraction_static when none is given (srt/server_args.py __post_init__, "depends on the tensor
-# parallelism size"): 0.88 at TP1, then by the smallest TP each applies from; 0.3 had 0.83 at TP8 (_SGLANG_03).
-# It is the fraction of the memory free at start that weights and KV pool take together (static_fraction)
-SGLANG_04_MEMORY = ((2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79))
-
 # NOTE: each profile's overhead is the per-step time the engine adds on top of the kernels the op timer
 # prices: CPU work the GPU waits for (scheduling, input preparation, output processing, inter-process hops)
 # plus GPU sampling, which no operator in sim/ops.py covers (about 1 us per sequence on an A100: two or
@@ -529,14 +524,16 @@ SGLANG_04_MEMORY = ((2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79))
 # batch ahead of the GPU ("zero-overhead" overlapped scheduler, SGLang v0.4 blog 2024-12-04: +10%
 # throughput, i.e. the CPU share it removed was ~9% of a step; its Nsight trace of five decode
 # batches shows no GPU idle time). What stays on the critical path is GPU sampling (~1 us/seq, see
-# the NOTE above) and a small per-step synchronisation and attention-plan gap: 0.15 ms. KV fraction:
-# SGLANG_04_MEMORY, of weights and KV pool together (static_fraction).
+# the NOTE above) and a small per-step synchronisation and attention-plan gap: 0.15 ms. KV fraction: its
+# mem_fraction_static when none is given (srt/server_args.py __post_init__, "depends on the tensor parallelism size"),
+# 0.88 at TP1 and then from each TP up as memory_by_tp lists it (0.3 had 0.83 at TP8); of the memory free at start,
+# weights and KV pool together (static_fraction).
 _SGLANG_04 = EngineProfile(
     "sglang", version="0.4",
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
-    memory_by_tp=SGLANG_04_MEMORY, static_fraction=True,
+    memory_by_tp=((2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79)), static_fraction=True,
     attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
     source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults")
 
