@@ -63,6 +63,10 @@ def test_row_flags_are_read():
     assert engine_flags(r) == {"token_budget": 131072, "max_seqs": 3200}
     assert not serves(r)
     assert engine_flags(_row(version="vLLM v0.6.0, --num-scheduler-steps 10")) == {}
+    # argparse takes a prefix: the SGLang v0.2 blog's 405B script launches with --disable-radix and --mem-frac
+    r = _row(engine="sglang", version="SGLang v0.2 (python -m sglang.launch_server --tp 8 --quant fp8 --disable-radix "
+                                      "--mem-frac 0.88)")
+    assert engine_flags(r) == {"gpu_memory_utilization": 0.88, "prefix_caching": False}
     # trtllm-build's limits, as a TensorRT-LLM row's engine build states them
     r = _row(engine="trtllm", version="TensorRT-LLM v0.10 (Triton r24.06), engine built with --max_batch_size 512 "
                                       "--max_num_tokens 8192")
@@ -97,6 +101,7 @@ def test_a_stated_context_length_sets_vllm_v0s_budget():
     hw = get_hardware("mi300x")
     for version, budget in (("vLLM 0.7.3.dev138 (V0) --max-model-len=32768", 32768),
                             ("vLLM 0.5.3 --max-model-len 1024", 2048),
+                            ("vLLM v0.6.0 --num-scheduler-steps 10 --max_model_len 4096", 4096),  # either spelling
                             ("vLLM 0.7.3 --max-model-len 65536", 8192),  # chunked prefill there: not this rule
                             ("vLLM 0.7.3 --max-model-len 32768 --max-num-batched-tokens 4096", 4096),
                             ("vLLM 0.11.0 --max-model-len 32768", 16384)):

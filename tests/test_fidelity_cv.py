@@ -117,6 +117,28 @@ def test_file_prompts_cut_at_a_uniform_length_with_uniform_outputs(tmp_path, mon
             build_workload(rows[k])
 
 
+def test_file_prompts_cut_to_a_stated_mean(tmp_path):
+    # a source that states the mean of the prompts it sent after the cut (the SGLang v0.2 blog's final text): with
+    # cap_prompt, mean_prompt is that mean, and the scale of the stand-in lengths is found to give it
+    (tmp_path / "lens.csv").write_text("prompt_tokens,output_tokens\n" + "".join(
+        f"{40 * (i % 50) + 1},{7}\n" for i in range(500)))
+    cat = _write(tmp_path, [_row(id="short", workload="file:lens.csv?mean_prompt=243&cap_prompt=512-1024&output=256-512",
+                                 requests=400),
+                            _row(id="long", workload="file:lens.csv?mean_prompt=295&cap_prompt=2048-4096&output=256-512",
+                                 requests=400),
+                            _row(id="over", workload="file:lens.csv?mean_prompt=1500&cap_prompt=512-1024", requests=400)])
+    rows = {r.id: r for r in read_catalogue(cat)}
+    short, long = build_workload(rows["short"]), build_workload(rows["long"])
+    assert abs(short.input_len.mean() - 243) < 1 and abs(long.input_len.mean() - 295) < 1
+    assert short.input_len.max() <= 1024 and long.input_len.max() <= 4096
+    raw = 40 * (np.arange(400) % 50) + 1  # one scale per row: the order of the lengths is the file's
+    assert (np.diff(long.input_len[np.argsort(raw, kind="stable")]) >= 0).all()
+    again = build_workload(rows["short"])
+    assert (again.input_len == short.input_len).all()
+    with pytest.raises(Exception, match="more than prompts cut at cap_prompt can average"):
+        build_workload(rows["over"])
+
+
 def test_shipped_catalogues_cover_other_engines_with_citations():
     rows = [r for p in SHIPPED_CATALOGUES for r in read_catalogue(p)]
     assert len({r.id for r in rows}) == len(rows)
@@ -132,6 +154,6 @@ def test_shipped_catalogues_cover_other_engines_with_citations():
             # to the means its bench drew (printed by its source, or the vLLM blog's for the same filter/tokenizer);
             # a random-dataset row that cuts ShareGPT prompts scales them alike and draws its own outputs
             if "cap_prompt=" in r.workload:
-                assert "prompt_scale=" in r.workload and "output=" in r.workload, r.id
+                assert ("prompt_scale=" in r.workload or "mean_prompt=" in r.workload) and "output=" in r.workload, r.id
             else:
                 assert "mean_prompt=" in r.workload and "mean_output=" in r.workload, r.id

@@ -15,7 +15,10 @@ Workloads:
   filter ``min_len`` (both lengths at least this), ``max_prompt``, ``max_total`` (prompt + output); with
   ``mean_prompt`` / ``mean_output`` each length column of that selection is scaled (and rounded, at least 1)
   so its mean is the given one -- for a published run whose sample is not available but whose token totals
-  are. A relative PATH not found next to the catalogue is looked up in each folder of ``$BLENDSIM_DATA``
+  are. A length CSV's prompts may instead be scaled by ``prompt_scale``, cut at a seeded uniform length with
+  ``cap_prompt=LO-HI`` (kept whole where shorter; with ``mean_prompt`` the mean is then that of the cut prompts, the
+  scale found to give it) and given uniform outputs with ``output=LO-HI`` (sglang's July 2024 random dataset).
+  A relative PATH not found next to the catalogue is looked up in each folder of ``$BLENDSIM_DATA``
   (``:``-separated): third-party length files that may not be copied into the package stay outside it;
 * ``synth:RECIPE?key=value&...`` -- ``blendsim workloads synth RECIPE`` with those options (seeded),
   ``requests`` is passed as the recipe's ``requests`` unless given.
@@ -218,7 +221,7 @@ def engine_flags(row: Row) -> dict:
             out[key] = kind(m.group(1))
     if re.search(r"--max-num-seqs\s*=\s*num(ber of)? prompts", text):  # the whole dataset in one batch
         out["max_seqs"] = row.requests
-    if re.search(r"--disable-radix-cache|--no-enable-prefix-caching", text):
+    if re.search(r"--disable-radix(?:-cache)?\b|--no-enable-prefix-caching", text):  # argparse takes the prefix
         out["prefix_caching"] = False
     elif "--enable-prefix-caching" in text:
         out["prefix_caching"] = True
@@ -311,7 +314,7 @@ def engine_settings(row: Row, profile, hardware) -> dict:
     import re
 
     flags = engine_flags(row)
-    m = re.search(r"--max-model-len[ =]+(\d+)\b", row.engine_version or "")
+    m = re.search(r"--max[-_]model[-_]len[ =]+(\d+)\b", row.engine_version or "")
     if profile.budget_from_context and m and int(m.group(1)) <= 32768 and "token_budget" not in flags:
         flags["token_budget"] = max(int(m.group(1)), 2048)
     return {**profile.scheduler_for(hardware, serves(row), tp=row.tp, pp=row.pp), **flags}
@@ -437,12 +440,17 @@ def _file(row: Row, spec: str):
         raise _bad(row, f"{path} has {len(idx)} usable rows, fewer than requests={row.requests}")
     from blendsim.workloads.trace import unique_prompts
 
-    p, d = _to_mean(p[idx], lim.get("mean_prompt")), _to_mean(d[idx], lim.get("mean_output"))
+    cut_mean = lim.get("mean_prompt") if "cap_prompt" in lim else None  # with a cut, the mean is the cut prompts'
+    p = _to_mean(p[idx], None if cut_mean else lim.get("mean_prompt"))
+    d = _to_mean(d[idx], lim.get("mean_output"))
     if "prompt_scale" in lim:
-        p = np.maximum(np.rint(p * lim["prompt_scale"]), 1).astype(np.int64)
+        p = _scaled(p, lim["prompt_scale"])
     rng = np.random.default_rng(0)  # fixed: the same row gives the same lengths
     if "cap_prompt" in lim:  # the prompt cut at a length drawn uniformly from LO..HI (it is kept whole if shorter)
-        p = np.minimum(p, rng.integers(lim["cap_prompt"][0], lim["cap_prompt"][1] + 1, size=len(p)))
+        cut = rng.integers(lim["cap_prompt"][0], lim["cap_prompt"][1] + 1, size=len(p))
+        if cut_mean:
+            p = _scaled(p, _scale_for_cut_mean(row, p, cut, cut_mean))
+        p = np.minimum(p, cut)
     if "output" in lim:  # outputs drawn uniformly from LO..HI (the benchmark's ignore_eos lengths)
         d = rng.integers(lim["output"][0], lim["output"][1] + 1, size=len(d)).astype(np.int64)
     return unique_prompts(p, d)
@@ -458,6 +466,27 @@ def _length_range(row: Row, key: str, text: str) -> tuple[int, int]:
     if not 1 <= lo <= hi <= MAX_TOKENS:
         raise _bad(row, f"option {key}={text!r} needs 1 <= LO <= HI <= {MAX_TOKENS:,} (MAX_TOKENS)")
     return lo, hi
+
+
+def _scaled(p: np.ndarray, scale: float) -> np.ndarray:
+    return np.maximum(np.rint(p * scale), 1).astype(np.int64)
+
+
+def _scale_for_cut_mean(row: Row, p: np.ndarray, cut: np.ndarray, mean: int) -> float:
+    """The prompt scale (in (0, 100]) whose scaled prompts, cut at ``cut``, average ``mean`` tokens: a source that
+    states the mean of the prompts it sent after the cut (sglang's July 2024 random dataset) fixes the scale of the
+    stand-in lengths that way. Bisection on a mean that never falls as the scale grows; deterministic."""
+    def cut_mean(s: float) -> float:
+        return float(np.minimum(_scaled(p, s), cut).mean())
+
+    lo, hi = 1e-6, 100.0
+    if cut_mean(hi) < mean - 0.5:
+        raise _bad(row, f"mean_prompt={mean} is more than prompts cut at cap_prompt can average "
+                        f"({cut_mean(hi):.0f} at prompt scale 100)")
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cut_mean(mid) < mean else (lo, mid)
+    return hi
 
 
 def _to_mean(x: np.ndarray, mean: int | None) -> np.ndarray:
