@@ -628,9 +628,8 @@ _BUILTIN = [
 # admission reserves new_token_ratio (0.7 at start) of the running requests' remaining outputs (global_config.py). No per-step CPU figure is published: the
 # exposed loop (schedule, batch tensors, token copy and bookkeeping, detokenization in its own
 # process) starts from vLLM V1's synchronous EngineCore loop, which has the same stages and the same
-# process split (prior 0.2 ms + 1.2 us/seq, vllm@0.8 above), and is fitted to the catalogue's SGLang 0.2 and
-# 0.3 rows: 0.2 has the same synchronous loop and shares it (fitted apart, 0.2's and 0.3's loops both went to
-# their per-sequence bound and leave-one-source-out got worse, 12.0% -> 12.4%, 26 Nov 2026).
+# process split (prior 0.2 ms + 1.2 us/seq, vllm@0.8 above), and is fitted to the catalogue's SGLang 0.3 rows.
+# SGLang 0.2 has a loop of its own since 30 Nov 2026 (below).
 _SGLANG_03 = EngineProfile(
     "sglang", version="0.3",
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
@@ -648,7 +647,7 @@ _SGLANG_03 = EngineProfile(
 _VERSIONED = [
         _VLLM_05,
         _VLLM_06,
-        # SGLang 0.2.x (the SGLang v0.2 blog of 2024-07-25): the 0.3 loop (synchronous; the detokenizer in its own
+        # SGLang 0.2.x (the SGLang v0.2 blog of 2024-07-25): a synchronous loop of its own (the detokenizer in its own
         # process), with 0.2's defaults (sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py,
         # model_runner.py): no chunked prefill -- a prefill batch takes whole prompts up to max_prefill_tokens =
         # 16384 tokens; max_running_requests = half the KV pool's tokens (no practical cap); CUDA graphs for
@@ -656,13 +655,18 @@ _VERSIONED = [
         # (TP 2-4's steps were not recorded here and are taken as TP1's: the catalogue has no 0.2 run there); radix
         # cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at start (global_config.py).
         # Decodes run ten steps in a row when no prefill batch can be formed (num_continue_decode_steps), which is
-        # what prefill-first does here.
+        # what prefill-first does here. Its loop is fitted on its own rows (the SGLang v0.2 blog's 20), from vLLM V0's
+        # prior (_V0_LOOP: a synchronous Python scheduler walking every running request's objects each step, as
+        # 0.2's tp_worker does): shared with 0.3 (26 Nov 2026 to 30 Nov), the pair sat at 0.3's per-sequence bound
+        # of 20 us and 0.2's rows came out +2% to +51% too fast; on its own, from this prior, it fits at about
+        # 1.4 ms + 62 us a sequence and the catalogue's LOSO went 10.1% -> 9.1% (docs/fidelity-notes.md, "SGLang
+        # 0.2's own loop"). An earlier split (26 Nov, from 0.3's prior, bound 20 us) had both loops at that bound.
         replace(_SGLANG_03, version="0.2", scheduler={**_SGLANG_03.scheduler, "token_budget": 16384,
                                                      "gpu_memory_utilization": 0.89},
                 memory_by_tp=((8, 0.84),),
-                cuda_graph_max=128, fit_as="sglang@0.3",
+                cuda_graph_max=128, fixed_s=_V0_LOOP[0], per_seq_s=_V0_LOOP[1],
                 source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
-                       "model_runner.py, global_config.py; loop as sglang@0.3's (fitted)"),
+                       "model_runner.py, global_config.py; loop fitted by blendsim fidelity from vLLM V0's prior"),
         _SGLANG_03,
         # SGLang 0.5: the 0.4 profile's mechanics (overlapped scheduler, chunked prefill, radix cache, reserve
         # admission; its loop is 0.4's cited one) with the KV fraction 0.5's server_args derives from the device
