@@ -184,3 +184,17 @@ def test_a_pricer_stacking_cannot_reproduce_is_priced_on_its_own(suite, monkeypa
     units = F._units(rows, {})
     assert {type(u).__name__ for u in units if len(u.index) > 1} == {"_PipeStack"}
     assert sum(len(u.index) for u in units) == len(rows)
+
+
+def test_a_held_out_sources_loop_is_its_prior_not_the_shipped_fit(suite, tmp_path):
+    # doc B holds the only vLLM rows, so its fold fits no vLLM loop: those rows must be priced with the profile's cited
+    # prior, however the parameters the suite was loaded with set that loop (a shipped file fitted with doc B's rows)
+    shipped = {"engine": {"vllm@0.6": {"fixed_s": 4e-3, "per_seq_s": 1e-4}}}
+    other = load_suite(_write(tmp_path, ROWS), shipped)
+    key = CV_KEYS["source"]
+    a, b = F.cross_validate(suite.ok, key, base={}), F.cross_validate(other.ok, key, base={})
+    held = [r.id for r, _ in suite.ok if key(r) == "doc B"]
+    assert held and all(b[i] == pytest.approx(a[i], rel=1e-9) for i in held)
+    # in-sample, the loaded parameters do price those rows (so the check above can fail)
+    r, p = next((r, p) for r, p in other.ok if r.id == held[0])
+    assert F.predict(r, p, shipped) < 0.8 * F.predict(r, p, {})
