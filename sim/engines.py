@@ -659,7 +659,7 @@ _VERSIONED = [
         # prior (_V0_LOOP: a synchronous Python scheduler walking every running request's objects each step, as
         # 0.2's tp_worker does): shared with 0.3 (26 Nov 2026 to 30 Nov), the pair sat at 0.3's per-sequence bound
         # of 20 us and 0.2's rows came out +2% to +51% too fast; on its own, from this prior, it fits at about
-        # 1.4 ms + 62 us a sequence and the catalogue's LOSO went 10.1% -> 9.1% (docs/fidelity-notes.md, "SGLang
+        # 1.4 ms + 62 us a sequence and the catalogue's LOSO went 10.1% -> 9.2% (docs/fidelity-notes.md, "SGLang
         # 0.2's own loop"). An earlier split (26 Nov, from 0.3's prior, bound 20 us) had both loops at that bound.
         replace(_SGLANG_03, version="0.2", scheduler={**_SGLANG_03.scheduler, "token_budget": 16384,
                                                      "gpu_memory_utilization": 0.89},

@@ -80,8 +80,12 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
 
     if row.engine not in PROFILES:
         raise Skip(f"unknown engine {row.engine!r} (profiles: {', '.join(PROFILES)})")
-    try:  # the engine's version selects its profile (a version older than every modelled one: skipped)
-        prof = get_profile(row_engine_key(row), params)
+    # the engine's version selects its profile (a version older than every modelled one: skipped). The pricer holds
+    # it at its cited prior, not with ``params``' fitted loop baked in: a fit is priced with its own loops, and a loop
+    # no training row of a fold reads (one whose only source is held out) stays at its prior there, never at the
+    # shipped value that was fitted with the held-out rows (the loop does not change the deployment or the schedule)
+    try:
+        prof = get_profile(row_engine_key(row), {})
     except UserError as e:
         raise Skip(str(e)) from None
     from .runner import deployment_for
@@ -89,16 +93,12 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
     dep = deployment_for(row, prof)  # Skip/UserError before building a possibly large trace
     trace = build_workload(row)
     sched = simulate_row(row, trace, params)
-    # the pricer holds the profile at its cited prior, not with ``params``' fitted loop baked in: a fit is priced
-    # with its own loops, and a loop no training row of a fold reads (one whose only source is held out) stays at
-    # its prior there, never at the shipped value that was fitted with the held-out rows
-    prior = get_profile(row_engine_key(row), {})
     if dep.pp > 1:
         from .pipeline import PipelineRowPricer
 
-        pr = PipelineRowPricer(sched, dep, prior, params)
+        pr = PipelineRowPricer(sched, dep, prof, params)
     else:
-        pr = RowPricer(sched, dep, prior)
+        pr = RowPricer(sched, dep, prof)
     pr.sim_key = _key(pr, params)
     return pr
 
