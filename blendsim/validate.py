@@ -58,6 +58,8 @@ class ValidateConfig:
             raise UserError(f"--repeats must be >= 1, got {self.repeats}")
         if self.op_every < 0:
             raise UserError(f"--op-every must be >= 0, got {self.op_every}")
+        if self.threads is not None and self.threads < 1:
+            raise UserError(f"--threads must be at least 1, got {self.threads}")
         if self.device.split(":")[0] not in ("cpu", "cuda"):
             raise UserError(f"--device must be cpu or cuda, got {self.device!r}")
 

@@ -117,6 +117,9 @@ def _read(path: Path, keys, times) -> pd.DataFrame:
         df = pd.read_csv(path)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, OSError) as e:
         raise UserError(f"{path}: not a readable CSV ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    from blendsim.sim.io import check_csv_aligned
+
+    check_csv_aligned(path, df)
     missing = [c for c in (*keys, *times) if c not in df.columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(missing)} (is this Vidur's format?)")

@@ -62,6 +62,9 @@ def _coerce(key: str, value, default):
                 else float(value)
         except (TypeError, ValueError):
             raise UserError(f"option {key}: expected a number, got {value!r}") from None
+        if isinstance(default, int) and math.isfinite(v) and v != int(v):  # a count: no fractions of one
+            raise UserError(f"option {key}: expected a whole number, got {value!r}")
+        v = int(v) if isinstance(default, int) and math.isfinite(v) else v
         # NaN passes every `x < lo` check unnoticed; inf only where the option's default is inf
         if not math.isfinite(v) and not (math.isinf(v) and math.isinf(default) and (v > 0) == (default > 0)):
             raise UserError(f"option {key}: expected a finite number, got {value!r}")

@@ -247,10 +247,22 @@ def check_summary(s: dict, where) -> None:
         if not ok:
             want = {"text": "text", "count": "a whole number", "number": "a number"}[kind]
             raise UserError(f"{where}: field {k!r} is {_describe(v)}, expected {want}")
+        if kind != "text" and v is not None:
+            _check_range(where, k, v)
     for k in OPTIONAL_NUMBERS:
         v = s.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
             raise UserError(f"{where}: field {k!r} is {_describe(v)}, expected a number or null")
+        if v is not None:
+            _check_range(where, k, v)
+
+
+def _check_range(where, k: str, v) -> None:
+    """Every count, time, rate and fraction a run summary holds is finite and not negative; the makespan is
+    positive (a simulation never gives otherwise: such a file was edited or damaged)."""
+    if not np.isfinite(v) or v < 0 or (k == "makespan_s" and v == 0):
+        want = "a positive number" if k == "makespan_s" else "a finite number >= 0"
+        raise UserError(f"{where}: field {k!r} is {_describe(v)}, expected {want}")
 
 
 def _describe(v) -> str:

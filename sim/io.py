@@ -281,6 +281,26 @@ def read_parquet(path: Path, what: str, missing: str | None = None):
         raise UserError(f"{path}: not a readable {what} ({str(e).splitlines()[0]})") from None
 
 
+def check_csv_aligned(path: Path, df, what: str = "") -> None:
+    """UserError when pandas read ``path``'s data rows with more fields than its header: it then takes the first
+    column as an index and shifts every column by one, silently. Names the first such row (a trailing comma on
+    every row does it too)."""
+    import csv
+
+    import pandas as pd
+
+    if isinstance(df.index, pd.RangeIndex):
+        return
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        rows = csv.reader(fh)
+        n = len(next(rows, []))
+        for i, r in enumerate(rows, start=1):
+            if len(r) > n:
+                trailing = " (a trailing comma?)" if len(r) == n + 1 and not r[-1].strip() else ""
+                raise UserError(f"{what}{path}: data row {i} has {len(r)} fields{trailing}, the header {n}")
+    raise UserError(f"{what}{path}: its data rows have more fields than its header")
+
+
 def read_json(path: str | Path, what: str = "file") -> dict:
     path = Path(path)
     try:

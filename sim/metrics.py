@@ -229,6 +229,7 @@ def latency_summary(per_req: dict) -> dict:
         "ttft_p50_s": float(np.nanpercentile(ttft, 50)),
         "ttft_p99_s": float(np.nanpercentile(ttft, 99)),
         "tbt_mean_s": float(np.nanmean(tbt)) if has_tbt else 0.0,
+        "tbt_p50_s": float(np.nanpercentile(tbt, 50)) if has_tbt else 0.0,
         "tbt_p99_s": float(np.nanpercentile(tbt, 99)) if has_tbt else 0.0,
     }
 

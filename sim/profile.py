@@ -152,6 +152,21 @@ class Profile:
             raise UserError(f"{where}: fitted for dtype {self.dtype}, but the run uses {m.dtype} (use --dtype)")
         if int(self.tp) != dep.tp:
             raise UserError(f"{where}: fitted for tp={self.tp}, but the run uses tp={dep.tp}")
+        made_on = self.hardware_preset()
+        if made_on and made_on != dep.hardware.name:
+            raise UserError(f"{where}: timed on {self.device.get('name')} (the {made_on} preset), but the run is on "
+                            f"{dep.hardware.name}: kernel times do not carry to another GPU (use --hardware {made_on}, "
+                            f"or calibrate on that GPU)")
+
+    def hardware_preset(self) -> str | None:
+        """The hardware preset of the device the kernels were timed on (None: not recorded or no preset)."""
+        from blendsim.sim.hardware import preset_for_device
+
+        name = self.device.get("name") or self.device.get("nvml_name")
+        if not isinstance(name, str) or not name:
+            return None
+        mem = self.device.get("memory_total_bytes") or self.device.get("memory_bytes") or 0
+        return preset_for_device(name, int(mem) if isinstance(mem, (int, float)) else 0)
 
 
 def model_shape(m) -> dict:

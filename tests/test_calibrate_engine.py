@@ -105,6 +105,12 @@ def test_reads_each_engines_benchmark_output(tmp_path):
     ({"elapsed_time": 1.0}, [], "not a vLLM 'bench throughput' JSON"),
     ({"elapsed_time": -1.0, "num_requests": 10, "total_num_tokens": 1000}, ["--workload", "const:50/50"],
      "field 'elapsed_time' missing or not a positive number"),
+    ({"elapsed_time": 20.0, "num_requests": 1e30, "total_num_tokens": 7.18e32}, ["--workload", "const:462/256"],
+     "field 'num_requests' is 1e+30: expected a whole number of requests from 1 to 1,000,000"),
+    ({"elapsed_time": 20.0, "num_requests": 10.5, "total_num_tokens": 7180}, ["--workload", "const:462/256"],
+     "field 'num_requests' is 10.5"),
+    ({"elapsed_time": 20.0, "num_requests": 10, "total_num_tokens": 10 * 512_000_010},
+     ["--workload", "const:512000000/10"], "ISL and OSL must be in 1..10,000,000"),
 ])
 def test_bad_results_stop_with_one_line(tmp_path, content, args, message):
     f = tmp_path / "r.json"
@@ -113,6 +119,20 @@ def test_bad_results_stop_with_one_line(tmp_path, content, args, message):
                                          "h100-80gb", "--model", "llama-3.1-8b", "-o", str(tmp_path / "o.json"),
                                          *args])
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_a_malformed_measurement_among_good_ones_writes_nothing(tmp_path):
+    """One bad line of an SGLang results file stops the fit (one line naming it) instead of fitting on the rest."""
+    good = {"backend": "engine", "successful_requests": 50, "total_latency": 5.0, "total_input_tokens": 50 * 300,
+            "total_output_tokens": 50 * 90}
+    bad = {**good, "total_input_tokens": 50 * 512_000_000}
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps(x) for x in (good, good, bad)) + "\n")
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "s.jsonl"), "--engine", "sglang",
+                                         "--hardware", "h100-80gb", "--model", "llama-3.1-8b", "-o",
+                                         str(tmp_path / "o.json")])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert "s-3" in res.output and "ISL and OSL must be in 1..10,000,000" in res.output
     assert not (tmp_path / "o.json").exists()
 
 

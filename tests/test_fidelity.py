@@ -184,14 +184,33 @@ def test_bad_catalogue_rows_stop_with_one_line(tmp_path, change, message):
 
 
 def test_unrunnable_rows_are_skipped_with_their_reason(tmp_path):
-    cat = _write(tmp_path, [_row(id="eng", engine="tgi"), _row(id="model", model="no-such-model"),
-                            _row(id="file", workload="file:missing.csv"), _row(id="ok", requests=20)])
+    cat = _write(tmp_path, [_row(id="eng", engine="tgi"), _row(id="file", workload="file:missing.csv"),
+                            _row(id="ok", requests=20)])
     suite = load_suite(cat, {})
     assert set(suite.pricers) == {"ok"}
     assert "unknown engine 'tgi'" in suite.reasons["eng"]
-    assert "no-such-model" in suite.reasons["model"]
     assert "does not exist" in suite.reasons["file"]
     assert set(predictions(suite, {})) == {"ok"}
+
+
+@pytest.mark.parametrize("field,bad,says", [
+    ("model", "no-such-model", "field 'model': unknown model"),
+    ("hardware", "a100-80", "field 'hardware': unknown hardware"),
+    ("policy", "blendserv", "field 'policy': unknown policy 'blendserv'"),
+    ("workload", "const:abc/12", "field 'workload': 'const:abc/12' is not const:ISL/OSL"),
+    ("workload", "file:lengths.csv?mean_promt=200", "unknown file option(s) mean_promt"),
+    ("workload", "synth:blendserve?densty=1.2", "recipe blendserve has no option 'densty'"),
+    ("weights", "int3", "field 'weights': 'int3' is not one of"),
+    ("ep", "2", "field 'ep': ep 2 on llama-3-8b, a dense model"),
+])
+def test_a_malformed_row_stops_the_run_with_one_line(tmp_path, field, bad, says):
+    """A row naming what blendsim does not have (a model, a GPU, a policy, a precision, a workload option) is a
+    mistake in the file, refused before any row runs, not a row skipped among the predicted ones."""
+    cat = _write(tmp_path, [_row(id="ok", requests=20), _row(id="bad", **{field: bad})])
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--json", "--no-cv"])
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and str(cat) in lines[0] and "row 3 (id bad)" in lines[0] and says in lines[0], lines
 
 
 def test_params_flag_prints_every_fitted_constant_with_bounds():

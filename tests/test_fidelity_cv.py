@@ -12,6 +12,7 @@ from blendsim.cli import get_app
 from blendsim.fidelity.catalogue import build_workload, read_catalogue
 from blendsim.fidelity.fit import at_bound
 from blendsim.fidelity.suite import SHIPPED_CATALOGUES, engine_version_key, load_suite
+from blendsim.sim.errors import UserError
 from tests.test_fidelity import _row, _write
 
 
@@ -77,9 +78,8 @@ def test_file_lengths_scaled_to_published_means_and_found_in_blendsim_data(tmp_p
     data.mkdir()
     (data / "lens.csv").write_text("prompt_tokens,output_tokens\n" + "".join(
         f"{10 + i},{5 + 2 * i}\n" for i in range(100)))
-    cat = _write(tmp_path, [_row(id="f", workload="file:lens.csv?mean_prompt=200&mean_output=50", requests=40),
-                            _row(id="g", workload="file:lens.csv?mean_prompt=0", requests=40)])
-    f, g = read_catalogue(cat)
+    cat = _write(tmp_path, [_row(id="f", workload="file:lens.csv?mean_prompt=200&mean_output=50", requests=40)])
+    (f,) = read_catalogue(cat)
     monkeypatch.delenv("BLENDSIM_DATA", raising=False)
     suite = load_suite(cat, {})
     assert "does not exist" in suite.reasons["f"] and "BLENDSIM_DATA" in suite.reasons["f"]
@@ -88,8 +88,10 @@ def test_file_lengths_scaled_to_published_means_and_found_in_blendsim_data(tmp_p
     p = 10 + np.arange(40)
     assert t.input_len.tolist() == np.maximum(np.rint(p * 200 / p.mean()), 1).astype(int).tolist()
     assert abs(t.input_len.mean() - 200) < 1 and abs(t.output_len.mean() - 50) < 1
-    with pytest.raises(Exception, match="mean_prompt='0' must be >= 1"):
-        build_workload(g)
+    # a malformed option is refused when the catalogue is read, the file present or not
+    bad = _write(tmp_path, [_row(id="g", workload="file:lens.csv?mean_prompt=0", requests=40)], name="bad.csv")
+    with pytest.raises(UserError, match=r"bad.csv: row 2 \(id g\), field 'workload': option mean_prompt='0' must be >= 1"):
+        read_catalogue(bad)
 
 
 def test_file_prompts_cut_at_a_uniform_length_with_uniform_outputs(tmp_path, monkeypatch):
@@ -100,8 +102,7 @@ def test_file_prompts_cut_at_a_uniform_length_with_uniform_outputs(tmp_path, mon
     spec = "file:lens.csv?prompt_scale=2&cap_prompt=512-1024&output=256-512"
     bad = {"b1": "file:lens.csv?cap_prompt=1024-512", "b2": "file:lens.csv?output=x", "b3": "file:lens.csv?prompt_scale=0",
            "b4": "file:lens.csv?prompt_scale=2&mean_prompt=100", "b5": "file:lens.csv?cap_prompt=0-10"}
-    cat = _write(tmp_path, [_row(id="ok", workload=spec, requests=400),
-                            *(_row(id=k, workload=w, requests=400) for k, w in bad.items())])
+    cat = _write(tmp_path, [_row(id="ok", workload=spec, requests=400)])
     rows = {r.id: r for r in read_catalogue(cat)}
     t = build_workload(rows["ok"])
     p = 2 * (40 * (np.arange(400) % 50) + 1)
@@ -113,8 +114,9 @@ def test_file_prompts_cut_at_a_uniform_length_with_uniform_outputs(tmp_path, mon
     assert (again.input_len == t.input_len).all() and (again.output_len == t.output_len).all()
     for k, msg in {"b1": "1 <= LO <= HI", "b2": "is not LO-HI", "b3": "prompt_scale='0' must be a number",
                    "b4": "one of prompt_scale and mean_prompt", "b5": "1 <= LO <= HI"}.items():
-        with pytest.raises(Exception, match=msg):
-            build_workload(rows[k])
+        one = _write(tmp_path, [_row(id=k, workload=bad[k], requests=400)], name=f"{k}.csv")
+        with pytest.raises(UserError, match=msg):  # refused as the catalogue is read
+            read_catalogue(one)
 
 
 def test_file_prompts_cut_to_a_stated_mean(tmp_path):

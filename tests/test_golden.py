@@ -7,7 +7,8 @@ results is intended (the summary digests were last regenerated when summary.json
 ``engine_profile``, the modelled profile that priced the run; every step and request digest stayed as it was). All
 were regenerated on 28 Nov 2026 when fast-forward became exact: before, 30 of the 40 cases took other steps with it
 than step by step (makespans up to 23% longer in the small-KV cases, the last bit elsewhere); now every case is the
-same either way, and the digests are the step-by-step run's. The slow-path test runs cases with a list-backed step
+same either way, and the digests are the step-by-step run's. On 30 Nov 2026 the ten timed cases' summary digests
+were regenerated when an online run's summary gained ``tbt_p50_s`` (no step or request digest moved). The slow-path test runs cases with a list-backed step
 log (the old representation) and compares.
 """
 

@@ -205,6 +205,15 @@ def test_cli_answer_and_report(tmp_path, trace):
     # a rerun resumes (no simulation) and gives the same answer
     r2 = CliRunner().invoke(get_app(), args)
     assert r2.exit_code == 0 and json.loads(r2.stdout) == a
+    # a cell whose figures no simulation gives is not trusted: that deployment is simulated again
+    cells = sorted((tmp_path / "plan" / "cells").glob("*.json"))
+    for bad in (-5, 0, "NaN"):
+        for c in cells:
+            v = json.loads(c.read_text())
+            c.write_text(json.dumps({**v, "makespan_s": bad}) if bad != "NaN" else
+                         json.dumps(v).replace(str(v["makespan_s"]), "NaN", 1))
+        r3 = CliRunner().invoke(get_app(), args)
+        assert r3.exit_code == 0 and json.loads(r3.stdout) == a, bad
 
 
 def test_sampled_search_reports_its_check(trace):

@@ -133,8 +133,8 @@ def test_file_workload_lengths_beyond_int64_are_refused(tmp_path):
 
 def test_ep_on_a_dense_model_is_refused_by_fidelity_as_by_simulate(tmp_path):
     cat = write_cat(tmp_path / "c.csv", [row(ep=4, gpus=4, tp=4, model="llama-3-8b", hardware="h100-80gb")])
-    suite = load_suite(cat, {})
-    assert "has no experts" in suite.reasons["r"]
+    with pytest.raises(UserError, match="field 'ep': ep 4 on llama-3-8b, a dense model"):
+        load_suite(cat, {})
 
 
 # ---- workloads load: options -----------------------------------------------------------------------------

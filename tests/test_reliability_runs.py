@@ -95,6 +95,24 @@ def test_non_finite_option_values_are_refused(trace_file, tmp_path, policy, opt)
                                              f"got {opt.split('=')[1]!r}"]
 
 
+@pytest.mark.parametrize("policy,opt,says", [
+    ("blendserve", "max_rounds=2.5", "option max_rounds: expected a whole number, got '2.5'"),
+    ("accelgen", "max_window=0.5", "option max_window: expected a whole number, got '0.5'"),
+    ("e2", "pd_threshold=5", "option pd_threshold: a prefix-hit ratio, must be in [0, 1], got 5.0"),
+    ("e2", "window_s=0", "option window_s: must be > 0, got 0.0"),
+    ("e2", "groups=0", "option groups: must be >= 1, got 0"),
+    ("e2", "quota_unit=0", "option quota_unit: must be >= 1, got 0"),
+    ("accelgen", "gamma=-1", "option gamma: must be >= 0, got -1.0"),
+    ("accelgen", "pivot_tol=1", "option pivot_tol: must be < 1, got 1.0"),
+])
+def test_an_option_out_of_its_range_is_named_alone(trace_file, tmp_path, policy, opt, says):
+    """A count takes whole numbers only, and each option out of its range is named by itself, not in a list."""
+    r = invoke("simulate", trace_file, "--policy", policy, "--opt", opt, "--model", "tiny", "--hardware", "cpu",
+               "-o", tmp_path / "r")
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1] == f"blendsim: error: {says}"
+
+
 def test_an_infinite_default_may_be_given_again(trace_file, tmp_path):
     # accelgen's best_effort_slack defaults to inf (no deadline): saying so explicitly is fine
     r = invoke("simulate", trace_file, "--policy", "accelgen", "--opt", "best_effort_slack=inf", "--model", "tiny",

@@ -286,6 +286,11 @@ def test_report_warns_about_critical_path(report, sweep_dir):
     (lambda s: {**s, "n_requests": 1.5}, "field 'n_requests' is float 1.5, expected a whole number"),
     (lambda s: {**s, "policy": 3}, "field 'policy' is int 3, expected text"),
     (lambda s: {**s, "latency_mean_s": [1]}, "field 'latency_mean_s' is list [1], expected a number or null"),
+    (lambda s: {**s, "makespan_s": -1.0}, "field 'makespan_s' is float -1.0, expected a positive number"),
+    (lambda s: {**s, "makespan_s": 0}, "field 'makespan_s' is int 0, expected a positive number"),
+    (lambda s: {**s, "throughput_tok_s": -5.0}, "field 'throughput_tok_s' is float -5.0, expected a finite number >= 0"),
+    (lambda s: {**s, "throughput_tok_s": float("nan")}, "field 'throughput_tok_s' is float nan, expected a finite"),
+    (lambda s: {**s, "preemptions": -2}, "field 'preemptions' is int -2, expected a finite number >= 0"),
 ])
 def test_bad_summary_is_one_line(sweep_dir, tmp_path, edit, expect):
     import shutil

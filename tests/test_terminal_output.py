@@ -20,7 +20,7 @@ from tests.helpers import random_trace
 
 WIDTHS = (80, 120)
 LATENCY_KEYS = {"latency_mean_s", "latency_p50_s", "latency_p99_s", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
-                "tbt_mean_s", "tbt_p99_s"}
+                "tbt_mean_s", "tbt_p50_s", "tbt_p99_s"}
 SLO_KEYS = {"slo_attainment", "goodput_tok_s"}
 
 
@@ -60,6 +60,7 @@ def test_online_summary_keys_follow_the_trace(summaries):
     assert not [k for k in on if "slo" in k]  # no SLO attainment of any kind without SLOs
     assert LATENCY_KEYS | SLO_KEYS <= set(slo) and "ttft_slo_attainment" in slo
     assert on["latency_p50_s"] <= on["latency_p99_s"] and on["ttft_p50_s"] <= on["ttft_p99_s"]
+    assert on["tbt_p50_s"] <= on["tbt_p99_s"]
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -286,6 +286,13 @@ def test_policy_and_policies_together_are_refused(small_trace, tmp_path):
     assert r.exit_code == 2 and "not both" in r.output and not (tmp_path / "v").exists()
 
 
+@pytest.mark.parametrize("threads", ["0", "-1"])
+def test_no_threads_is_refused(small_trace, tmp_path, threads):
+    r = _invoke(small_trace, "--threads", threads, "-o", tmp_path / "v")
+    assert r.exit_code == 2 and f"--threads must be at least 1, got {threads}" in r.output
+    assert not (tmp_path / "v").exists()
+
+
 def test_a_long_policy_name_folds_and_no_figure_is_cut(small_trace, tmp_path):
     pol = tmp_path / "a_rather_long_policy_file_name_of_mine.py"
     pol.write_text("import numpy as np\nimport blendsim\n\n\nclass Mine(blendsim.Policy):\n"

@@ -271,6 +271,9 @@ def output_lengths(spec: str) -> tuple[np.ndarray, str]:
     if suffix == ".parquet":
         from blendsim.workloads.trace import read_trace
 
+        if col not in (None, "output_len"):  # a trace's output lengths are its output_len column
+            raise UserError(f"--output-from {spec}: a blendsim trace gives its output_len column only; "
+                            f"write {path} or {path}:output_len")
         vals = read_trace(path).output_len.astype(np.float64)
         col = "output_len"
     elif suffix in (".jsonl", ".json"):
@@ -320,6 +323,9 @@ def _csv_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(f"--output-from {path}: not a readable CSV ({type(e).__name__})") from None
+    from blendsim.sim.io import check_csv_aligned
+
+    check_csv_aligned(path, df, "--output-from ")
     if col is None:
         col = next((c for c in OUTPUT_COLUMNS if c in df.columns), None)
         if col is None:
@@ -340,7 +346,9 @@ def _csv_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
 def parse_max_context(value: str) -> tuple[int, str]:
     """``--max-context``: a number of tokens, or a model (preset or config.json) whose context is used."""
     text = str(value).strip()
-    if text.isascii() and text.isdigit():  # str.isdigit() also accepts '²' and other digits int() refuses
+    if text.isascii() and text.lstrip("+-").replace(".", "", 1).isdigit():  # a number, whole or not
+        if not text.lstrip("+").isdigit():  # str.isdigit() also accepts '²' and other digits int() refuses
+            raise UserError(f"--max-context must be a whole number of tokens (at least 2) or a model, got {text}")
         n = int(text)
         if n < 2:
             raise UserError(f"--max-context must be at least 2 tokens, got {n}")

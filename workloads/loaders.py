@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.sim.errors import UserError
+from blendsim.sim.io import check_csv_aligned
 from blendsim.workloads.jsonl import jsonl_lines
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
@@ -166,6 +167,7 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None):
             raise UserError(f"{path}: malformed CSV ({_first_line(e)})") from None
         except UnicodeDecodeError:
             raise UserError(f"{path}: {_undecodable(path)}") from None
+        check_csv_aligned(path, df)
     missing = [c for c in required if c not in df.columns]
     if missing:
         found = ", ".join(map(str, df.columns[:8]))

@@ -93,6 +93,9 @@ def cost_cmd(
     else:
         c.print(f"step {ms['step_time']:.3f} ms = compute {ms['compute']:.3f} + memory {ms['memory']:.3f} "
                 f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({cm.mode} mode)")
+        if ms["server"]:  # behind its server: that work runs beside the engine and sets the pace only above it
+            c.print(f"the API server's own work for it (streamed tokens and new requests, beside the engine): "
+                    f"{ms['server']:.3f} ms, shorter than the step, so it adds nothing")
     if dep.pp > 1:
         for st in out["stages"]:
             c.print(f"stage {st['stage']} (layers {st['layers'][0]}-{st['layers'][1]}): "

@@ -84,7 +84,7 @@ def sweep_cmd(
         raise UserError(f"--jobs must be >= 1, got {jobs}")
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=parse_values(densities, "--densities"), sharing=parse_values(sharing, "--sharing"),
-        policies=parse_names(policies, "--policies") if policies else default_policies(),
+        policies=parse_names(policies, "--policies") if policies is not None else default_policies(),
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
         precision=precision_settings(weights, kv_dtype, tp, ep, pp), fixed_trace=fixed_trace, seeds=seeds,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,12 @@ class Row:
     @property
     def replicas(self) -> int:
         return self.gpus // (self.tp * self.pp)
+
+
+class Skip(Exception):
+    """The simulator cannot run this row (its data file is absent, a precision or an engine version is not
+    modelled, a request longer than the model's context); the message is the reason. A malformed row is a
+    UserError instead."""
 
 
 def read_catalogue(path: str | Path) -> list[Row]:
@@ -156,6 +163,10 @@ def _row(path: Path, line: int, r: dict) -> Row:
     wl = text("workload")
     if not wl.startswith(("const:", "file:", "synth:")):
         raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL, file:PATH or synth:RECIPE?...")
+    if wl.startswith("const:") and not re.fullmatch(r"const:\d+/\d+", wl):
+        raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL (two whole numbers)")
+    ep = integer("ep", 1, maximum=MAX_GPUS)
+    _check_names(path, r, where, ep)
     def gb(field: str) -> float:
         from blendsim.sim.kv_tiers import check_tier_gb
 
@@ -165,12 +176,43 @@ def _row(path: Path, line: int, r: dict) -> Row:
         except UserError as e:
             raise UserError(f"{where(field)}: {e}") from None
 
-    return Row(id=text("id"), source=text("source", False), model=text("model"), hardware=text("hardware"),
-               gpus=gpus, tp=tp, pp=pp, ep=integer("ep", 1, maximum=MAX_GPUS), weights=text("weights", False) or "bf16",
+    row = Row(id=text("id"), source=text("source", False), model=text("model"), hardware=text("hardware"),
+               gpus=gpus, tp=tp, pp=pp, ep=ep, weights=text("weights", False) or "bf16",
                kv_dtype=text("kv_dtype", False), engine=text("engine"), engine_version=text("engine_version", False),
                policy=text("policy", False), workload=wl, requests=integer("requests", maximum=MAX_REQUESTS), metric=metric,
                scope=scope, value=value, note=text("note", False), folder=path.resolve().parent, line=line,
                host_kv_gb=gb("host_kv_gb"), disk_kv_gb=gb("disk_kv_gb"))
+    kind, _, spec = wl.partition(":")
+    try:  # a malformed file or synth workload stops here, before any row runs (an absent file is only skipped)
+        (_file_options if kind == "file" else _synth_options if kind == "synth" else lambda *_: None)(row, spec)
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
+    return row
+
+
+def _check_names(path: Path, r: dict, where, ep: int) -> None:
+    """A row's model, hardware and policy name what blendsim has (UserError naming the row and field): a model
+    preset or a config.json beside the catalogue, a hardware preset, a policy (or none); expert parallelism on a MoE
+    model only. Engines are not checked here: a row of an engine blendsim does not model is skipped with its reason."""
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import KV_DTYPES, PRESETS, WEIGHT_PRECISIONS, get_model
+
+    for field, known in (("weights", WEIGHT_PRECISIONS), ("kv_dtype", KV_DTYPES)):
+        v = (r.get(field) or "").strip()
+        if v and v not in known:
+            raise UserError(f"{where(field)}: {v!r} is not one of {', '.join(known)}")
+
+    model = (r.get("model") or "").strip()
+    for field, check in (("model", lambda: get_model(model if model in PRESETS else str(path.resolve().parent / model))),
+                         ("hardware", lambda: get_hardware((r.get("hardware") or "").strip())),
+                         ("policy", lambda: (r.get("policy") or "").strip() and resolve_policy(r["policy"].strip()))):
+        try:
+            spec = check()
+        except UserError as e:
+            raise UserError(f"{where(field)}: {e}") from None
+        if field == "model" and ep > 1 and not spec.is_moe:
+            raise UserError(f"{where('ep')}: ep {ep} on {model}, a dense model (expert parallelism needs experts)")
 
 
 # How a row's engine_version text may name each engine, for the version written right after the name
@@ -366,11 +408,17 @@ _CSV_ONLY = ("mean_prompt", "mean_output", "prompt_scale", *_FILE_RANGES)
 
 
 def _file(row: Row, spec: str):
-    rel, opts = _query(row, spec)
+    rel, lim = _file_options(row, spec)
     path = data_path(row.folder, rel)
-    if path is None:
-        raise _bad(row, f"file {row.folder / rel} does not exist (nor in $BLENDSIM_DATA: "
-                        f"{os.environ.get('BLENDSIM_DATA') or 'unset'})")
+    if path is None:  # not malformed: the data file (e.g. a ShareGPT sample blendsim may not ship) is elsewhere
+        raise Skip(f"row {row.line} (id {row.id}), field 'workload': file {row.folder / rel} does not exist (nor in "
+                   f"$BLENDSIM_DATA: {os.environ.get('BLENDSIM_DATA') or 'unset'})")
+    return _file_body(row, path, lim)
+
+
+def _file_options(row: Row, spec: str) -> tuple[str, dict]:
+    """A file workload's path and options, checked without reading the file (UserError for a malformed one)."""
+    rel, opts = _query(row, spec)
     unknown = set(opts) - set(_FILE_OPTIONS)
     if unknown:
         raise _bad(row, f"unknown file option(s) {', '.join(sorted(unknown))}; use {', '.join(_FILE_OPTIONS)}")
@@ -395,8 +443,12 @@ def _file(row: Row, spec: str):
             raise _bad(row, f"option {k}={v!r} must be >= 1")
     if "prompt_scale" in lim and "mean_prompt" in lim:
         raise _bad(row, "use one of prompt_scale and mean_prompt")
-    if path.suffix in (".parquet", ".jsonl") and set(lim) & set(_CSV_ONLY):
+    if Path(rel).suffix in (".parquet", ".jsonl") and set(lim) & set(_CSV_ONLY):
         raise _bad(row, f"{'/'.join(_CSV_ONLY)} apply to length CSVs only")
+    return rel, lim
+
+
+def _file_body(row: Row, path: Path, lim: dict):
     if path.suffix == ".parquet":
         from blendsim.workloads.trace import read_trace
 
@@ -417,9 +469,12 @@ def _file(row: Row, spec: str):
         return t.take(idx).offline()
     import pandas as pd
 
+    from blendsim.sim.io import check_csv_aligned
+
     try:
         df = pd.read_csv(path)
-    except (OSError, ValueError) as e:
+        check_csv_aligned(path, df)
+    except (OSError, ValueError, UserError) as e:
         raise _bad(row, f"cannot read {path}: {e}") from None
     cols = {c.lower(): c for c in df.columns}
     pair = next(((cols[a.lower()], cols[b.lower()]) for a, b in _PAIRS if a.lower() in cols and b.lower() in cols),
@@ -520,10 +575,19 @@ def _keep(p, d, lim: dict):
 
 
 def _synth(row: Row, spec: str):
+    recipe, kw = _synth_options(row, spec)
+    return recipe.make(**kw).offline()
+
+
+def _synth_options(row: Row, spec: str):
+    """A synth workload's recipe and its options, checked without building it (UserError for a malformed one)."""
     from blendsim.workloads.recipes import get_recipe
 
     name, opts = _query(row, spec)
-    recipe = get_recipe(name)
+    try:
+        recipe = get_recipe(name)
+    except UserError as e:
+        raise _bad(row, str(e)) from None
     hints = typing.get_type_hints(recipe.options)
     fields = {f.name for f in dataclasses.fields(recipe.options)}
     kw = {}
@@ -537,7 +601,7 @@ def _synth(row: Row, spec: str):
             raise _bad(row, f"recipe option {k}={v!r} is not a {getattr(typ, '__name__', typ)}") from None
     if "requests" in fields and "requests" not in kw:
         kw["requests"] = row.requests
-    return recipe.make(**kw).offline()
+    return recipe, kw
 
 
 __all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key",

@@ -143,6 +143,17 @@ def _num(path: Path, obj: dict, *keys: str, where: str = "") -> float:
     raise UserError(f"{path}{where}: field {keys[0]!r} missing or not a positive number")
 
 
+def _count(path: Path, obj: dict, key: str, where: str = "") -> int:
+    """A request count: a whole number from 1 to the catalogue's MAX_REQUESTS (UserError naming file and field)."""
+    from .catalogue import MAX_REQUESTS
+
+    v = _num(path, obj, key, where=where)
+    if v != int(v) or v > MAX_REQUESTS:
+        raise UserError(f"{path}{where}: field {key!r} is {v:g}: expected a whole number of requests from 1 to "
+                        f"{MAX_REQUESTS:,}")
+    return int(v)
+
+
 def _repeated(rows: list) -> set:
     """The ids more than one row has."""
     from collections import Counter
@@ -194,7 +205,7 @@ def _const(path: Path, setup: Setup, isl: float, osl: float) -> str:
 
 
 def _vllm(path: Path, obj: dict, setup: Setup) -> Row:
-    n = int(_num(path, obj, "num_requests"))
+    n = _count(path, obj, "num_requests")
     elapsed = _num(path, obj, "elapsed_time")
     total = _num(path, obj, "total_num_tokens")
     if not setup.workload:
@@ -216,7 +227,7 @@ def _sglang(path: Path, line: int, obj, setup: Setup) -> Row:
     if not isinstance(obj, dict):
         raise UserError(f"{path}: line {line}: expected a JSON object")
     where = f": line {line}"
-    n = int(_num(path, obj, "successful_requests", where=where))
+    n = _count(path, obj, "successful_requests", where=where)
     lat = _num(path, obj, "total_latency", where=where)
     inp = _num(path, obj, "total_input_tokens", where=where)
     out = _num(path, obj, "total_output_tokens", where=where)
@@ -227,7 +238,7 @@ def _sglang(path: Path, line: int, obj, setup: Setup) -> Row:
 def _trtllm(path: Path, obj: dict, setup: Setup) -> Row:
     info, perf = obj.get("request_info") or {}, obj.get("performance") or {}
     world = obj.get("world_info") or {}
-    n = int(_num(path, info, "num_requests", where=" request_info"))
+    n = _count(path, info, "num_requests", where=" request_info")
     isl = _num(path, info, "avg_input_length", where=" request_info")
     osl = _num(path, info, "avg_output_length", where=" request_info")
     v = _num(path, perf, "system_output_throughput_tok_s", where=" performance")
@@ -268,9 +279,11 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
             progress(i, len(rows), r.id)
         try:
             pr = prepare_row(r, base)
-        except (Skip, UserError) as e:
+        except Skip as e:  # a run the model cannot price (its data file absent, a precision not modelled): said
             skipped.append(f"{r.id}: {e}")
             continue
+        except UserError as e:  # a malformed measurement: nothing is fitted or written
+            raise UserError(f"{r.id}: {e}") from None
         # the engine's overhead is free here whether or not the shipped profile fits it, one loop for the user's runs
         # whatever their entry point (no separate served loop: EngineProfile.served_loop)
         pr.profile = dataclasses.replace(pr.profile, fitted=tuple(dict.fromkeys((*pr.profile.fitted, *OVERHEAD))),

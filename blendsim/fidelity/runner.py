@@ -20,6 +20,8 @@ import numpy as np
 from blendsim.sim.batch import FEATURE_FIELDS, prefill_sums
 from blendsim.sim.errors import UserError
 
+from .catalogue import Skip  # noqa: F401  (re-exported: the reason a row is not run)
+
 
 def reads_cost_model(policy: str) -> bool:
     """Whether ``policy``'s plan reads step prices (its class says so): its schedule then depends on the
@@ -30,10 +32,6 @@ def reads_cost_model(policy: str) -> bool:
 
 GROUPS = 8
 FIELDS = FEATURE_FIELDS  # a recorded step: BatchFeatures' fields, in order
-
-
-class Skip(Exception):
-    """The simulator cannot run this row; the message is the reason."""
 
 
 class _Recorder:

@@ -42,11 +42,14 @@ class PlanStore:
         return self.dir / "cells" / f"{key}.{kind}.json"
 
     def get(self, key: str, kind: str) -> dict | None:
+        """A deployment simulated before, or None (then it is simulated again): a cell that is not JSON, or whose
+        figures no simulation gives (a makespan that is not a positive number, a negative or non-finite count or
+        rate), is not trusted."""
         try:
             v = json.loads(self._cell(key, kind).read_text())
         except (OSError, ValueError):
             return None
-        return v if isinstance(v, dict) and "makespan_s" in v else None
+        return v if isinstance(v, dict) and _plausible(v) else None
 
     def put(self, key: str, kind: str, value: dict) -> None:
         write_json(self._cell(key, kind), value)
@@ -62,6 +65,18 @@ class PlanStore:
         if sample is not None and not s.exists():
             write_trace(sample, s)
         return _Files(full, s if sample is not None else None)
+
+
+def _plausible(v: dict) -> bool:
+    import math
+
+    def num(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+    m = v.get("makespan_s")
+    return (num(m) and m > 0 and all(num(v[k]) for k in ("throughput_tok_s", "n_requests", "input_tokens",
+                                                             "output_tokens") if k in v)
+            and (v.get("t_critical_s") is None or num(v["t_critical_s"])))
 
 
 class _Files:

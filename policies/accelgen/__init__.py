@@ -134,8 +134,13 @@ class AccelGen(Policy):
         for k in _INTS:
             if int(o[k]) < 1:
                 raise UserError(f"option {k}: must be >= 1, got {o[k]}")
-        if not (o["gamma"] >= 0 and o["best_effort_slack"] >= 0 and o["lc_alpha"] <= 1 and o["pivot_tol"] < 1):
-            raise UserError("options gamma and best_effort_slack must be >= 0, lc_alpha and pivot_tol < 1")
+        for k in ("gamma", "best_effort_slack"):
+            if not o[k] >= 0:
+                raise UserError(f"option {k}: must be >= 0, got {o[k]}")
+        if not o["lc_alpha"] <= 1:
+            raise UserError(f"option lc_alpha: must be <= 1, got {o['lc_alpha']}")
+        if not o["pivot_tol"] < 1:
+            raise UserError(f"option pivot_tol: must be < 1, got {o['pivot_tol']}")
         if o["budget_model"] != "eq6" and self.ctx.engine.round_tokens:
             raise UserError(f"option budget_model={o['budget_model']} sizes steps by operations or time, not "
                             "by tokens: it does not take --round-tokens (use budget_model=eq6)")

@@ -104,8 +104,13 @@ class E2Router(Router):
         for key, allowed in CHOICES.items():
             if o[key] not in allowed:
                 raise UserError(f"option {key}: expected {' or '.join(allowed)}, got {o[key]!r}")
-        if not (o["window_s"] > 0 and o["th_bal"] >= 1 and o["groups"] >= 1 and o["quota_unit"] >= 1):  # NaN: no
-            raise UserError("options window_s > 0, th_bal >= 1, groups >= 1 and quota_unit >= 1 are required")
+        if not o["window_s"] > 0:  # NaN: no
+            raise UserError(f"option window_s: must be > 0, got {o['window_s']}")
+        for k in ("th_bal", "groups", "quota_unit"):
+            if not o[k] >= 1:
+                raise UserError(f"option {k}: must be >= 1, got {o[k]}")
+        if not 0 <= o["pd_threshold"] <= 1:
+            raise UserError(f"option pd_threshold: a prefix-hit ratio, must be in [0, 1], got {o['pd_threshold']}")
         scaling = bool(o["rebalance"]) and o["autoscale"] != "off"
         self.track_ttft = scaling and o["overload_signal"] == "ttft"
         self.track_queue = scaling and not self.track_ttft
