@@ -63,10 +63,12 @@ def load_trace(path, format: str | None = None, limit: int | None = None, **opti
     p = C.path(path, "load_trace: path")
     C.optional(C.text, format, "--format")
     C.optional(C.integer, limit, "--limit", 1)
+    if p.is_dir():
+        raise UserError(f"{p}: is a folder; give a trace file")
     fmt = format or {".parquet": TRACE_FORMAT, ".jsonl": "jsonl"}.get(p.suffix.lower())
     if fmt is None:
         raise UserError(f"{p}: cannot tell the trace format from the name; give format= one of "
-                        f"{', '.join((TRACE_FORMAT, *FORMATS))}")
+                        f"{', '.join(dict.fromkeys((TRACE_FORMAT, *FORMATS)))}")
     known = ("block_size", "time_unit", "output_len", "output_from", "seed")
     odd = sorted(set(options) - set(known))
     if odd:

@@ -341,8 +341,8 @@ def parse_key(text: str) -> EngineKey:
         if k in values:
             raise UserError(f"engine {text!r}: {k} is given twice")
         kind = OVERRIDABLE[k][0]
-        try:
-            v = kind(val.strip()) if eq else None
+        try:  # Python's int() and float() read '1_0' as 10: a typo there is refused, not taken for ten
+            v = kind(val.strip()) if eq and "_" not in val else None
         except ValueError:
             v = None
         if v is None:

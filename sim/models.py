@@ -118,7 +118,7 @@ class ModelSpec:
                 f"{where}: num_heads ({self.num_heads}) is not a multiple of num_kv_heads ({self.num_kv_heads})"
             )
         if self.dtype not in DTYPE_BYTES:
-            raise UserError(f"{where}: unknown dtype {self.dtype!r}; use one of {sorted(DTYPE_BYTES)}")
+            raise UserError(f"{where}: unknown dtype {self.dtype!r}; use one of {', '.join(sorted(DTYPE_BYTES))}")
         if not self.weights:
             object.__setattr__(self, "weights", self.dtype)
         if not self.kv_dtype:
@@ -540,7 +540,7 @@ def get_model(name_or_path: str, dtype: str | None = None, weights: str | None =
         spec = load_hf_config(p, weights_given=weights is not None)
     if dtype is not None and dtype != spec.dtype:
         if dtype not in DTYPE_BYTES:
-            raise UserError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_BYTES)}")
+            raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(sorted(DTYPE_BYTES))}")
         spec = spec.with_dtype(dtype)
     if weights is not None or kv_dtype is not None:
         spec = spec.with_precision(weights, kv_dtype)

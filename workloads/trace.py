@@ -319,21 +319,35 @@ def _from_prompts(input_len, output_len, prompts, ids, optional) -> Trace:
             lens.append(int(input_len[i]))
             next_unique += 1
             counts[i] = 1
-        elif len(pr) and isinstance(pr[0], (tuple, list)):
-            for sid, ln in pr:
-                syms.append(SEGMENT_BASE + int(sid))
-                lens.append(int(ln))
-            counts[i] = len(pr)
-        else:
-            syms.extend(int(t) for t in pr)
-            lens.extend([1] * len(pr))
-            counts[i] = len(pr)
+            continue
+        if isinstance(pr, (str, bytes)) or not isinstance(pr, (list, tuple, np.ndarray)):
+            raise UserError(f"prompts[{i}]: expected a list of token ids or of (segment_id, length) pairs, or None, "
+                            f"got {type(pr).__name__}")
+        try:
+            if len(pr) and isinstance(pr[0], (tuple, list)):
+                for sid, ln in pr:
+                    syms.append(SEGMENT_BASE + _whole(sid))
+                    lens.append(_whole(ln))
+            else:
+                syms.extend(_whole(t) for t in pr)
+                lens.extend([1] * len(pr))
+        except (TypeError, ValueError):
+            raise UserError(f"prompts[{i}]: expected a list of token ids or of (segment_id, length) pairs, or None; "
+                            f"{str(pr)[:60]} holds something else") from None
+        counts[i] = len(pr)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     ids = np.array([str(i) for i in range(n)], dtype=object) if ids is None else _opt_array("ids", ids)
     return Trace(ids=ids, input_len=input_len, output_len=output_len, unit_offsets=offsets,
                  unit_sym=np.array(syms, dtype=np.int64), unit_len=np.array(lens, dtype=np.int64),
                  **{k: _opt_array(k, v) for k, v in optional.items()})
+
+
+def _whole(x) -> int:
+    """An integer token id, segment id or length (a float or string is not one)."""
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+        raise TypeError(x)
+    return int(x)
 
 
 def from_segment_arrays(input_len, output_len, seg_offsets, seg_ids, seg_lens, **optional) -> Trace:

@@ -1,5 +1,5 @@
-"""Rows with more fields than their header are refused with the row named, never read shifted by one column
-(pandas would take the first column as an index), and a column named for a Parquet trace is checked."""
+"""Bad input, round 4: rows with more fields than their header are refused with the row named (pandas would take
+the first column as an index and shift every column), and other inputs that were read wrongly or named unclearly."""
 
 import numpy as np
 import pytest
@@ -47,3 +47,38 @@ def test_a_negative_or_fractional_max_context_is_not_read_as_a_model_name(value)
     with pytest.raises(UserError, match="--max-context must be a whole number of tokens"):
         parse_max_context(value)
     assert parse_max_context("4096") == (4096, "4096 tokens")
+
+
+@pytest.mark.parametrize("prompts, says", [
+    (["abc"], "prompts[0]: expected a list of token ids or of (segment_id, length) pairs, or None, got str"),
+    ([[1, "x"]], "prompts[0]: expected a list of token ids or of (segment_id, length) pairs, or None; [1, 'x']"),
+    ([[1.0, 2.0, 3.0]], "prompts[0]: expected a list of token ids"),
+])
+def test_make_trace_names_the_prompt_it_cannot_read(prompts, says):
+    import blendsim
+
+    with pytest.raises(UserError) as e:
+        blendsim.make_trace(input_len=[3], output_len=[5], prompts=prompts)
+    assert str(e.value).startswith(says)
+
+
+def test_load_trace_on_a_folder_says_so(tmp_path):
+    import blendsim
+
+    with pytest.raises(UserError, match="is a folder; give a trace file"):
+        blendsim.load_trace(tmp_path)
+
+
+def test_an_engine_field_with_an_underscore_is_not_read_as_one_number():
+    from blendsim.sim.engines import parse_key
+
+    with pytest.raises(UserError, match="fixed_s must be a number of seconds, got '1_0'"):
+        parse_key("vllm:fixed_s=1_0")
+
+
+def test_an_unknown_dtype_lists_the_known_ones_as_text():
+    from blendsim.sim.models import get_model
+
+    with pytest.raises(UserError) as e:
+        get_model("llama-3-8b", dtype="fp64")
+    assert "[" not in str(e.value) and "bf16" in str(e.value)
