@@ -82,3 +82,13 @@ def test_an_unknown_dtype_lists_the_known_ones_as_text():
     with pytest.raises(UserError) as e:
         get_model("llama-3-8b", dtype="fp64")
     assert "[" not in str(e.value) and "bf16" in str(e.value)
+
+
+def test_a_presets_fields_say_their_units():
+    from blendsim.cli import _field_text
+
+    assert _field_text("peak_flops", 9.894e14) == "989.4 TFLOP/s (9.894e+14)"
+    assert _field_text("mem_bandwidth", 3.35e12) == "3,350.0 GB/s (3.35e+12)"
+    assert _field_text("memory_bytes", 85_899_345_920) == "80.0 GiB (85,899,345,920)"
+    assert _field_text("link_latency_s", 8e-6) == "8.0 us (8e-06)"
+    assert _field_text("device_names", ("h100",)) == "h100" and _field_text("peak_flops_fp4", 0) == "0"

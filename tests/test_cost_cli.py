@@ -214,3 +214,24 @@ def test_the_header_names_experts_kept_in_their_own_precision():
     assert "weights bf16 (experts mxfp4), KV bf16" in r.output
     r = CliRunner().invoke(get_app(), ["cost", "--decode-seqs", "8", "--context", "100"], env={"COLUMNS": "200"})
     assert "(weights bf16, KV bf16)" in r.output
+
+
+@pytest.mark.parametrize("args", [
+    ("--mode", "overlap"),
+    ("--mode", "overlap", "--engine", "nanoflow"),
+    ("--mode", "overlap", "-m", "llama-3-70b", "--tp", "4"),
+    ("--engine", "vllm", "--tp", "2"),
+])
+def test_the_printed_step_adds_up(args):
+    """The text line under the table is the equation the cost model uses: in overlap mode the longer of compute
+    and memory plus kappa of the shorter (a plain sum there would overstate the step), plus the collectives' share."""
+    import re
+
+    base = ("--prefill-tokens", "2048", "--decode-seqs", "256", "--context", "1024", *args)
+    r = CliRunner().invoke(get_app(), ["cost", *base], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("step "))
+    step = float(re.match(r"step ([\d.]+) ms", line).group(1))
+    terms = re.findall(r"(?:\+ |= )(?:([\d.]+) x )?[a-z]+ ([\d.]+)", line)
+    total = sum(float(k or 1) * float(v) for k, v in terms)
+    assert total == pytest.approx(step, abs=0.01 * len(terms)), line

@@ -146,9 +146,29 @@ def _print_fields(d: dict, title: str) -> None:
     table.add_column("field", no_wrap=True)
     table.add_column("value", overflow="fold")
     for k, v in d.items():
-        table.add_row(k, f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10_000
-                      else (f"{v:.4g}" if isinstance(v, float) else str(v)))
+        table.add_row(k, _field_text(k, v))
     Console().print(table)
+
+
+def _field_text(k: str, v) -> str:
+    """A preset's field as a reader takes it: its unit from its name (FLOP/s, bytes/s, bytes, seconds), the raw
+    value beside it; lists joined with commas."""
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v))
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    raw = f"{v:,}" if isinstance(v, int) and abs(v) >= 10_000 else f"{v:.4g}" if isinstance(v, float) else str(v)
+    if not v:
+        return raw
+    if "flops" in k:
+        return f"{v / 1e12:,.1f} TFLOP/s ({raw})"
+    if k.endswith("bandwidth"):
+        return f"{v / 1e9:,.1f} GB/s ({raw})"
+    if k.endswith("bytes"):
+        return f"{v / 2**30:,.1f} GiB ({raw})"
+    if k.endswith("_s"):
+        return f"{v * 1e6:,.1f} us ({raw})" if v < 1e-3 else f"{v:,.3f} s"
+    return raw
 
 
 def _print_rows(rows: list[dict], title: str, legend: str = "") -> None:

@@ -64,6 +64,7 @@ def plan_cmd(
                       prices=prices, billing_hour=billing_hour, sample=sample, verify=verify, seed=seed, jobs=jobs,
                       backend=backend, ray_address=ray_address, out=out, fidelity=not no_fidelity,
                       progress=bar.update, margin=margin)
+    # a deployment may be simulated twice (its sample, then the whole trace): the progress counts simulations
     typer.echo(f"plan: {answer['simulated']} deployment(s) simulated in {time.perf_counter() - t0:.0f} s"
                + (f"; report: {answer['report']}" if answer.get("report") else ""), err=True)
     if as_json:
@@ -88,20 +89,20 @@ class _Progress:
         if self.tty:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._bar = Progress(SpinnerColumn(), TextColumn("plan: {task.completed} simulated{task.fields[of]}, "
+            self._bar = Progress(SpinnerColumn(), TextColumn("plan: {task.completed} simulations{task.fields[of]}, "
                                                              "last {task.description}"),
                                  TimeElapsedColumn(), transient=True)
             self._bar.__enter__()
             self._task = self._bar.add_task("-", total=None, of="")
         return self
 
-    def update(self, done: int, key: str, at_most: int | None = None) -> None:
+    def update(self, done: int, key: str, at_most: int) -> None:  # required: the search then passes its size
         # the space's size: the search prunes most of it, and a sampled trace adds full-trace checks
         of = f" ({at_most:,} deployments in the space)" if at_most else ""
         if self._bar is not None:
             self._bar.update(self._task, completed=done, description=key, of=of)
         elif done % 10 == 0:
-            typer.echo(f"plan: {done} simulated{of} (last: {key})", err=True)
+            typer.echo(f"plan: {done} simulations{of} (last: {key})", err=True)
 
     def __exit__(self, *exc):
         if self._bar is not None:

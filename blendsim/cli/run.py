@@ -33,9 +33,11 @@ def cost_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
-    prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="New prompt tokens in the step (one chunk)."),
+    prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="New prompt tokens in the step (one chunk; give this "
+                                          "and/or --decode-seqs)."),
     decode_seqs: int = typer.Option(0, "--decode-seqs", help="Decoding sequences in the step."),
-    context: int = typer.Option(0, "--context", help="Context before each sequence's new tokens."),
+    context: int = typer.Option(0, "--context", help="Context before each sequence's new tokens, in "
+                                     "tokens."),
     engine: str = typer.Option("ideal", "--engine", help="Engine profile NAME[@VERSION][:field=value,...]: "
                                "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm, deepspeed-fastgen, or a .json "
                                f"from blendsim calibrate engine; {ENGINE_FIELDS_HELP}."),
@@ -90,6 +92,13 @@ def cost_cmd(
         c.print(f"step {ms['step_time']:.3f} ms: the API server's own work for it (streamed tokens and new requests, "
                 f"beside the engine) outlasts the engine's {cm.mode} step of compute {ms['compute']:.3f}, memory "
                 f"{ms['memory']:.3f}, other {ms['other']:.3f}, comm {ms['comm']:.3f} and engine {ms['overhead']:.3f} ms")
+    elif cm.mode == "overlap":  # compute and memory share the SMs: the longer plus kappa of the shorter
+        hi, lo = ("compute", "memory") if ms["compute"] >= ms["memory"] else ("memory", "compute")
+        cmk = ms[hi] + cm.kappa * ms[lo] + cm.net * ms["comm"]
+        comm = ("" if not ms["comm"] else f" + {cm.net:.3f} x comm {ms['comm']:.3f}" if cmk > ms["comm"] else
+                f", under comm {ms['comm']:.3f} (the collectives, on their own SMs, are longer)")
+        c.print(f"step {ms['step_time']:.3f} ms = {hi} {ms[hi]:.3f} + {cm.kappa:.3f} x {lo} {ms[lo]:.3f} (kappa: they "
+                f"overlap){comm} + other {ms['other']:.3f} + engine {ms['overhead']:.3f} ms (overlap mode)")
     else:
         c.print(f"step {ms['step_time']:.3f} ms = compute {ms['compute']:.3f} + memory {ms['memory']:.3f} "
                 f"+ other {ms['other']:.3f} + comm {ms['comm']:.3f} + engine {ms['overhead']:.3f} ms ({cm.mode} mode)")
@@ -128,8 +137,9 @@ def simulate_cmd(
                                                                   "(default: the policy's)."),
     max_seqs: int = typer.Option(None, "--max-seqs", help="Running sequences per replica, 0 = no cap "
                                                           "(default: the policy's)."),
-    block_size: int = typer.Option(None, "--block-size", help="KV block size in tokens (default 16); "
-                                                              "prefix hits are whole blocks."),
+    block_size: int = typer.Option(None, "--block-size", help="KV block size in tokens (default: the policy's, "
+                                                              "else the engine's, 16 for most); prefix hits are whole "
+                                                              "blocks."),
     round_tokens: int = typer.Option(None, "--round-tokens", help="Trim step sizes to multiples of this "
                                                                   "(NanoFlow: 128)."),
     mix: str = typer.Option(None, "--mix", help="decode-first (chunked prefill) or prefill-first."),

@@ -115,7 +115,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     elif out.meets_any:
         say = (f"cheapest that meets the {_dur(deadline_s)} deadline" + _margin_words(margin)
                + (f" within ${budget:,.2f}" if budget is not None else "")
-               + f": {_label(recd)}, {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}")
+               + f": {_label(recd)}, {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)}")
     else:
         why = (f"the {_dur(deadline_s)} deadline" + _margin_words(margin)
                + (f" within the ${budget:,.2f} budget" if budget is not None else ""))
@@ -126,8 +126,8 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
             ce = mk(c)
             over_budget = {"deployment": ce, "over_budget_usd": c.cost_usd - budget}
             say += (f"; the cheapest simulated one that meets the deadline{_margin_words(margin)} is {_label(ce)}: "
-                    f"{_dur(c.makespan_s)} for ${c.cost_usd:,.2f} (${c.cost_usd - budget:,.2f} over the budget)")
-        say += f"; the fastest is {_label(recd)}: {_dur(rec.makespan_s)} for ${rec.cost_usd:,.2f}"
+                    f"{_dur(c.makespan_s)} for {_usd(c.cost_usd)} ({_usd(c.cost_usd - budget)} over the budget)")
+        say += f"; the fastest is {_label(recd)}: {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)}"
     checks = out.checks
     sampling = None
     if out.sample_requests is not None:
@@ -154,6 +154,12 @@ def _label(e: dict) -> str:
     par = split_label(e["tp"], e["pp"], e["ep"])
     return (f"{e['replicas']} x {par} on {e['gpus']} {e['hardware']} ({e['engine']}, {e['policy']}, "
             f"{e['weights']}/{e['kv_dtype']})")
+
+
+def _usd(x: float) -> str:
+    """Dollars to the cent, or to three significant figures below $10 (a small job's deployments differ by less
+    than a cent, and a table rounded to cents showed the recommended one as dearer than another)."""
+    return f"${x:,.2f}" if x >= 10 else f"${x:.3g}" if x >= 0.001 else f"${x:.2g}"
 
 
 def _dur(s: float) -> str:
@@ -187,7 +193,7 @@ def rows(answer: dict) -> list[dict]:
         out.append({"": "*" if rec else "", "GPUs": f"{e['gpus']} {e['hardware']}",
                     "split": split_label(e["tp"], e["pp"], e["ep"]), "replicas": str(e["replicas"]),
                     "engine": e["engine"], "policy": e["policy"], "precision": f"{e['weights']}/{e['kv_dtype']}",
-                    "makespan": _dur(e["makespan_s"]), "cost": f"${e['cost_usd']:,.2f}",
+                    "makespan": _dur(e["makespan_s"]), "cost": _usd(e['cost_usd']),
                     "tok/$": f"{e['tokens_per_usd']:,.0f}" if e["tokens_per_usd"] else "-",
                     "tok/s/GPU": f"{e['throughput_tok_s_per_gpu']:,.0f}",
                     "deadline": "met" if e["meets_deadline"] else "missed",

@@ -171,6 +171,17 @@ def work_bound(trace, dep, sharing: float) -> float:
     return bounds(trace.input_len, trace.output_len, sharing, peak_rates(dep)).t_opt_s
 
 
+def work_estimate(trace, dep, sharing: float, interference: float) -> float:
+    """The trace's compute and memory work on one replica of ``dep`` at datasheet peaks, combined as the engine's
+    steps combine them: the larger plus ``interference`` times the smaller (1: added, as a sequential engine's
+    steps add their operators' times; an overlapping engine's kappa). Not a bound: what a sampled makespan is
+    scaled by (the whole trace's over the sample's), which must not depend on which of the two binds on a GPU."""
+    from blendsim.sim.density import bounds
+
+    rates = dataclasses.replace(peak_rates(dep), interference=interference)
+    return bounds(trace.input_len, trace.output_len, sharing, rates).t_opt_overlap_s
+
+
 def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> ShapeBounds:
     """The bounds of ``dep`` run by ``engine`` (an engine profile name: its per-step overhead, which the cost
     model adds to every step's kernel time, joins the tail bound)."""
@@ -193,4 +204,5 @@ def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> Shape
     return ShapeBounds(work_bound(trace, dep, sharing), max(d_max - 1, 0) * step)
 
 
-__all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "shape_bounds", "shapes", "work_bound"]
+__all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "shape_bounds", "shapes", "work_bound",
+           "work_estimate"]

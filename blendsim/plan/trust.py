@@ -30,10 +30,13 @@ def fidelity_of(pairs, model: str | None = None) -> dict:
         all_rows = [r for r in rows if modelled[r.id] == mine_prof and r.hardware == hw]
         mine = [r for r in all_rows if r.requests <= MAX_ROW_REQUESTS]
         entry = {"engine": engine, "hardware": hw, "catalogue_rows": len(all_rows), "rows_checked": 0,
-                 "median_abs_error": None, "max_abs_error": None, "same_model_rows": 0}
+                 "median_abs_error": None, "max_abs_error": None, "same_model_rows": 0, "rows_over_cap":
+                 len(all_rows) - len(mine), "rows_not_run": 0, "not_run_reason": ""}
         if mine:
             suite = load_suite(list(SHIPPED_CATALOGUES), params, only=[r.id for r in mine])
             pred = predictions(suite, params)
+            why = [suite.reasons[r.id] for r in mine if r.id not in pred and r.id in suite.reasons]
+            entry.update(rows_not_run=len(why), not_run_reason=why[0] if why else "")
             errs = sorted(abs(pred[r.id] / r.value - 1.0) for r in mine if r.id in pred)
             if errs:
                 n = len(errs)
@@ -46,12 +49,22 @@ def fidelity_of(pairs, model: str | None = None) -> dict:
 
 
 def describe(e: dict) -> str:
+    if not e["catalogue_rows"]:
+        return f"untested: no catalogue row of {e['engine']} on {e['hardware']}"
+    left = []  # the pair's rows not checked here, and why
+    if e.get("rows_over_cap"):
+        left.append(f"{e['rows_over_cap']} over {MAX_ROW_REQUESTS:,} requests (blendsim fidelity runs them)")
+    if e.get("rows_not_run"):
+        why = e["not_run_reason"]
+        why = ("their length file is absent: set BLENDSIM_DATA to the folder holding it" if "does not exist" in why
+               else why if len(why) <= 100 else why[:97] + "...")
+        left.append(f"{e['rows_not_run']} that could not run here ({why})")
     if not e["rows_checked"]:
-        return (f"untested: no catalogue row of {e['engine']} on {e['hardware']}" if not e["catalogue_rows"] else
-                f"not checked here: {e['catalogue_rows']} catalogue row(s) of {e['engine']} on {e['hardware']}, "
-                f"all over {MAX_ROW_REQUESTS:,} requests (blendsim fidelity runs them)")
+        return (f"not checked here: {e['catalogue_rows']} catalogue row(s) of {e['engine']} on {e['hardware']}: "
+                + "; ".join(left))
     return (f"median |error| {100 * e['median_abs_error']:.0f}% (max {100 * e['max_abs_error']:.0f}%) over "
-            f"{e['rows_checked']} in-sample catalogue row(s) of {e['engine']} on {e['hardware']}")
+            f"{e['rows_checked']} in-sample catalogue row(s) of {e['engine']} on {e['hardware']}"
+            + (f"; not checked: {'; '.join(left)}" if left else ""))
 
 
 __all__ = ["MAX_ROW_REQUESTS", "describe", "fidelity_of"]

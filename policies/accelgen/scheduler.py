@@ -105,6 +105,8 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             if self.prm.order == "slack":
                 self._urgent(now, chunks, seqs)
             left = self._select(now, chunks, seqs)
+        if not chunks and not self.n_dec and self.prefilling:
+            self._continue_prefill(now, chunks, seqs)
         self._reserved = False
         for r, s in self._later:
             self._push(r, s)
@@ -137,6 +139,24 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             decode = [(s.req, s.c0 + t - s.tau0) for s in self.dec.values()]
             self.events.extend((self.step_no, "decode", r, x, 0, 0) for r, x in decode)
         return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode)
+
+    def _continue_prefill(self, now: float, chunks: list, seqs: list) -> None:
+        """An empty step while prompts are part-prefilled: every candidate the window and the fill looked at was
+        held back (ERA holds new long prompts while one runs, and a queue of them can fill the window) and the
+        running prompt's entry lay beyond it. Its next chunk is then the only progress (else the stall breaker
+        preempts the only running request, or a run of 200 requests stopped with 'can neither grow nor make
+        room'): give the first running prompt that can take one its chunk."""
+        for s in list(self.prefilling):
+            r = s.req
+            if r in self._in_batch:
+                continue
+            d = self._demand(self._row(r), self.kv.available, True)
+            if d is None:
+                continue
+            self.q.drop(r)  # its queued entry goes stale: _take re-queues it (``_later``) if the prompt goes on
+            if self._take(r, d[0], True, now, chunks, seqs) > 0:
+                return
+            self._push(r, s)
 
     def update(self, batch: Batch, now: float) -> None:
         self.st.step_done(self.step_no, now - self._now, batch.num_decode)

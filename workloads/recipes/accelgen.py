@@ -53,7 +53,9 @@ class AccelGenOptions:
     long_share: float = field(default=0.35, metadata={"help": "Share of BookCorpus (long-prompt) requests (paper: 0.35)."})
     jct_share: float = field(default=0.2, metadata={
         "help": "Share of offline requests carrying a JCT SLO instead of TTFT/TBT (choice: 0.2)."})
-    model: str = field(default="opt-13b", metadata={"help": "Model whose prefill time sets the TTFT SLOs."})
+    model: str = field(default="opt-13b", metadata={
+        "help": "Model whose prefill time sets the TTFT SLOs (only that: opt-13b's 2,048-token context cannot run "
+                "the 100K-token prompts, so simulate the trace on a long-context model, e.g. llama-3.1-8b)."})
     hardware: str = field(default="a100-80gb", metadata={"help": "Hardware whose prefill time sets the TTFT SLOs."})
     tp: int = field(default=1, metadata={"help": "Tensor-parallel degree for the prefill time."})
     seed: int = field(default=0, metadata={"help": "Random seed (same seed, same trace)."})
