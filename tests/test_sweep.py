@@ -370,7 +370,8 @@ def test_sweep_prints_what_each_policy_declares_over_the_engine(tmp_path):
                                        "--policies", "fcfs,sarathi", "--engine", "vllm@0.6", "--jobs", "1",
                                        "-o", str(tmp_path / "s")])
     assert r.exit_code == 0, r.output
-    assert "note: sarathi: token_budget 512 (policy) over vllm@0.6's 8192" in r.output
+    assert "note: sarathi: token_budget 512 (policy) over vllm@0.6's 8192" in r.stderr  # notes on stderr, as simulate's
+    assert "note:" not in r.stdout
 
 
 def test_resuming_with_an_edited_profile_file_is_refused(tmp_path):

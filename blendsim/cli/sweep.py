@@ -98,14 +98,14 @@ def sweep_cmd(
     typer.echo(f"sweep: {len(spec.workloads())} workload(s) x {len(spec.policies)} polic{'y' if len(spec.policies) == 1 else 'ies'}"
                f" = {n} cells, {spec.requests} requests each, {backend} backend, {be.capacity} in parallel")
     for line in policy_notes(spec):  # what each policy declares over the engine, as simulate prints it
-        typer.echo(f"note: {line}")
+        typer.echo(f"note: {line}", err=True)
     if spec.engine:  # a calibrated profile on another GPU than its own, as simulate says it
         from blendsim.runner import calibrated_elsewhere
         from blendsim.sim.engines import get_profile
 
         for hw in spec.hardware:
             for line in calibrated_elsewhere(get_profile(spec.engine), hw):
-                typer.echo(f"note: {line}")
+                typer.echo(f"note: {line}", err=True)
     try:
         with Progress("sweep", unit="cells", quiet=quiet) as bar:
             outcome = run_sweep(spec, out, be, resume=resume, progress=lambda done, total: bar.update(done, total))

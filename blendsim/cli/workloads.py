@@ -91,7 +91,7 @@ def load_cmd(
                             "hash_ids of 512-token blocks) or hashed (JSONL: input_length, hash_ids of "
                             "--block-size blocks; optional output_length, timestamp, request_id) or trace (a "
                             "blendsim Parquet trace, to apply --limit or --max-context to it)."),
-    output: Path = typer.Option(..., "--output", "-o", help=OUTPUT_HELP),
+    output: Path = typer.Option(..., "--output", "--out", "-o", help=OUTPUT_HELP),
     limit: int = typer.Option(None, "--limit", help="Keep only the first N requests.", min=1),
     block_size: int = typer.Option(None, "--block-size", help="mooncake/hashed: tokens per hashed block "
                                    "(mooncake: 512; ServeGen: 16)."),
@@ -144,7 +144,7 @@ def _synth_command(name: str):
         opt = typer.Option(default, "--" + f.name.replace("_", "-"), help=f.metadata.get("help", ""))
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=hints[f.name]))
     params.append(inspect.Parameter("output", inspect.Parameter.KEYWORD_ONLY, annotation=Path,
-                                    default=typer.Option(..., "--output", "-o", help=OUTPUT_HELP)))
+                                    default=typer.Option(..., "--output", "--out", "-o", help=OUTPUT_HELP)))
 
     def command(**kwargs) -> None:
         from blendsim.sim.io import check_output_file
