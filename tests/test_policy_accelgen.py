@@ -482,3 +482,16 @@ def test_a_running_long_prompt_goes_on_when_era_holds_the_whole_window():
     t = blendsim.synthesize("accelgen", requests=200, seed=0)
     r = blendsim.simulate(t, policy="accelgen", model="llama-3-8b", hardware="a100-80gb")
     assert r.summary["n_requests"] == 200 and r.summary["makespan_s"] > 0
+
+
+def test_stalled_decodes_resume_under_accelgen():
+    """kv_full = "stall" (DeepSpeed-MII's way): a decode that finds no free block waits. AccelGen's step resumed
+    the stalled decodes only while another one decoded, so once all 63 had stalled, new prompts took every freed
+    block and were preempted in turn, and the clock ran on for ever (a 250-request run passed 4,000 simulated s
+    without finishing). Stalled decodes now have the first claim, and with nothing else to run all are freed."""
+    import blendsim
+
+    t = blendsim.synthesize("blendserve", requests=250, seed=0)
+    r = blendsim.simulate(t, policy="accelgen", model="llama-3.1-8b", kv_full="stall", gpu_memory_utilization=0.25)
+    fcfs = blendsim.simulate(t, policy="fcfs", model="llama-3.1-8b", kv_full="stall", gpu_memory_utilization=0.25)
+    assert r.summary["n_requests"] == 250 and r.summary["makespan_s"] < 1.5 * fcfs.summary["makespan_s"]

@@ -97,7 +97,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
                 break
             self._preempt(v, now)
             self.counts["preempt_compute"] += 1
-        if self.n_dec:
+        if self.n_dec or self.stalled:  # kv_full = "stall": stalled decodes have the first claim on freed blocks
             self._reserve_decode(now)
         self._reserved = True
         left = False
@@ -122,6 +122,12 @@ class AccelGenScheduler(SelectMixin, Scheduler):
                                        "make room (scheduler bug)")
                 self._preempt(self._stall_victim(), now)
                 self._hold = True
+                return self.schedule(now, running_only=True)
+            if self.stalled:  # kv_full = "stall", every decode waiting for a block: free all, as the engine does
+                if len(self.running) < 2:
+                    raise RuntimeError(f"accelgen: request {self.stalled[0].req} can neither grow nor make room "
+                                       "(scheduler bug)")
+                self._flush(now)
                 return self.schedule(now, running_only=True)
             return None
         self.blocked = False
