@@ -176,6 +176,11 @@ def test_simulate_warns_when_one_request_dominates(tmp_path):
     s = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert s["t_critical_s"] >= 0.5 * s["makespan_s"]
     assert "warning: the makespan is dominated by its critical path" in flat(r.stdout)
+    # with --json stdout is the record alone, and the warning goes to stderr rather than nowhere
+    r = CliRunner().invoke(get_app(), ["simulate", str(f), "--model", "tiny", "--hardware", "cpu", "--json", "-o",
+                                       str(tmp_path / "r"), "--force"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["t_critical_s"] == s["t_critical_s"]
+    assert "warning: the makespan is dominated by its critical path" in flat(r.stderr)
 
 
 def test_sweep_warns_once_for_dominated_cells(tmp_path):

@@ -204,9 +204,14 @@ def simulate_cmd(
         from blendsim.sim.expected import of_summary
         from blendsim.sim.rundir import json_safe
 
+        from blendsim.sim.metrics import critical_path_warning
+
         x = of_summary(result.summary)  # not part of the run's record: the same run is re-judged after a refit
         if x:
             typer.echo(f"note: {x['line']}", err=True)
+        warn = critical_path_warning(result.summary)  # stdout stays pure JSON: the warning goes beside it
+        if warn:
+            typer.echo(f"warning: {warn}", err=True)
         typer.echo(json.dumps(json_safe(result.summary), indent=2, sort_keys=True, allow_nan=False))
     else:
         print_summary(result.summary, out)
