@@ -202,9 +202,8 @@ def simulate_cmd(
         typer.echo(f"note: {note}", err=True)
     if as_json:
         from blendsim.sim.expected import of_summary
-        from blendsim.sim.rundir import json_safe
-
         from blendsim.sim.metrics import critical_path_warning
+        from blendsim.sim.rundir import json_safe
 
         x = of_summary(result.summary)  # not part of the run's record: the same run is re-judged after a refit
         if x:
