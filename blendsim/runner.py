@@ -114,6 +114,16 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
         engine.update(prof.scheduler)  # hardware that is not known yet: refused further on
     notes = []
     ranks = attn_dp_ranks(prof, cfg)
+    if ranks == 1 and "attn_dp" in str(cfg.engine or ""):  # asked for, and nothing to spread
+        from blendsim.sim.engines import parse_key
+
+        try:
+            asked = parse_key(str(cfg.engine)).overrides.get("attn_dp")
+        except UserError:
+            asked = None
+        if asked:
+            notes.append(f"attn_dp=1 changes nothing for {cfg.model} at tp {cfg.tp}: attention data parallelism "
+                         f"spreads a MoE model's attention over a TP group of 2 or more")
     per_rank = {}
     if ranks > 1 and prof.limits_per_rank:  # each rank schedules under the engine's limits: the replica's are
         per_rank = {k: engine[k] for k in ("token_budget", "max_seqs")}  # ranks times them

@@ -92,3 +92,16 @@ def test_a_presets_fields_say_their_units():
     assert _field_text("memory_bytes", 85_899_345_920) == "80.0 GiB (85,899,345,920)"
     assert _field_text("link_latency_s", 8e-6) == "8.0 us (8e-06)"
     assert _field_text("device_names", ("h100",)) == "h100" and _field_text("peak_flops_fp4", 0) == "0"
+
+
+def test_attention_dp_asked_of_a_dense_model_is_said_to_change_nothing():
+    import blendsim
+
+    t = blendsim.synthesize("blendserve", requests=100, seed=0)
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        on = blendsim.simulate(t, policy="fcfs", engine="vllm:attn_dp=1")
+        off = blendsim.simulate(t, policy="fcfs", engine="vllm")
+    assert any("attn_dp=1 changes nothing for llama-3-8b at tp 1" in n for n in on.notes)
+    assert not any("attn_dp" in n for n in off.notes)
+    assert on.summary["makespan_s"] == off.summary["makespan_s"]

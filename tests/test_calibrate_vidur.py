@@ -189,6 +189,18 @@ def test_non_numeric_cell_names_row_and_column(tmp_path):
                    "'lots'")
 
 
+@pytest.mark.parametrize("value", [-0.5, float("inf")])
+def test_a_negative_or_infinite_time_names_row_and_column(tmp_path, value):
+    d = write_mlp(tmp_path / "v")
+    df = pd.read_csv(d / "mlp.csv")
+    col = next(c for c in df.columns if c.startswith("time_stats."))
+    df.loc[1, col] = value
+    df.to_csv(d / "mlp.csv", index=False)
+    one_line_error(run(str(d), "--model", "tiny", "-o", str(tmp_path / "p.json")), f"row 3, column {col}",
+                   "is not a time or size")
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_empty_and_garbage_files(tmp_path):
     d = tmp_path / "v"
     d.mkdir()
