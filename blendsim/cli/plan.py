@@ -24,10 +24,10 @@ def plan_cmd(
                                                        "model's)."),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtypes to try, comma list (default: the "
                                                          "model's)."),
-    tp: int = typer.Option(8, "--tp", help="Largest tensor-parallel degree (powers of two up to it)."),
-    pp: int = typer.Option(1, "--pp", help="Largest pipeline-parallel degree (powers of two up to it; default 1: "
+    tp: int = typer.Option(8, "--max-tp", "--tp", help="Largest tensor-parallel degree (powers of two up to it)."),
+    pp: int = typer.Option(1, "--max-pp", "--pp", help="Largest pipeline-parallel degree (powers of two up to it; default 1: "
                                            "no pipelining)."),
-    ep: int = typer.Option(8, "--ep", help="Largest expert-parallel degree (MoE models; divides TP)."),
+    ep: int = typer.Option(8, "--max-ep", "--ep", help="Largest expert-parallel degree (MoE models; divides TP)."),
     budget: float = typer.Option(None, "--budget", help="Most USD the job may cost (optional)."),
     margin: str = typer.Option(None, "--margin", help="Meet the deadline with this share of the makespan to spare: "
                                                       "20% (or 0.2), or 'expected' for each deployment's expected "
