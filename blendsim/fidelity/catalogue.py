@@ -184,7 +184,10 @@ def _row(path: Path, line: int, r: dict) -> Row:
                host_kv_gb=gb("host_kv_gb"), disk_kv_gb=gb("disk_kv_gb"))
     kind, _, spec = wl.partition(":")
     try:  # a malformed file or synth workload stops here, before any row runs (an absent file is only skipped)
-        (_file_options if kind == "file" else _synth_options if kind == "synth" else lambda *_: None)(row, spec)
+        if kind == "file":
+            _file_options(row, spec)
+        elif kind == "synth":
+            _synth_options(row, spec)
     except UserError as e:
         raise UserError(f"{path}: {e}") from None
     return row
@@ -203,16 +206,19 @@ def _check_names(path: Path, r: dict, where, ep: int) -> None:
         if v and v not in known:
             raise UserError(f"{where(field)}: {v!r} is not one of {', '.join(known)}")
 
-    model = (r.get("model") or "").strip()
-    for field, check in (("model", lambda: get_model(model if model in PRESETS else str(path.resolve().parent / model))),
-                         ("hardware", lambda: get_hardware((r.get("hardware") or "").strip())),
-                         ("policy", lambda: (r.get("policy") or "").strip() and resolve_policy(r["policy"].strip()))):
-        try:
-            spec = check()
-        except UserError as e:
-            raise UserError(f"{where(field)}: {e}") from None
-        if field == "model" and ep > 1 and not spec.is_moe:
-            raise UserError(f"{where('ep')}: ep {ep} on {model}, a dense model (expert parallelism needs experts)")
+    model, hardware, policy = ((r.get(k) or "").strip() for k in ("model", "hardware", "policy"))
+    field = "model"
+    try:
+        spec = get_model(model if model in PRESETS else str(path.resolve().parent / model))
+        field = "hardware"
+        get_hardware(hardware)
+        field = "policy"
+        if policy:
+            resolve_policy(policy)
+    except UserError as e:
+        raise UserError(f"{where(field)}: {e}") from None
+    if ep > 1 and not spec.is_moe:
+        raise UserError(f"{where('ep')}: ep {ep} on {model}, a dense model (expert parallelism needs experts)")
 
 
 # How a row's engine_version text may name each engine, for the version written right after the name
@@ -604,5 +610,5 @@ def _synth_options(row: Row, spec: str):
     return recipe, kw
 
 
-__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "build_workload", "engine_version_key",
+__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "Skip", "build_workload", "engine_version_key",
            "read_catalogue", "row_engine_key", "serves"]

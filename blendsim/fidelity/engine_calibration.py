@@ -269,8 +269,8 @@ def owned(engine: str, hardware: str):
 
 def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=None) -> tuple[dict, list[dict]]:
     """Fitted parameters (``base`` with this engine's and GPU's values refitted) and the per-row errors."""
+    from .catalogue import Skip
     from .fit import at_bound, fit, free_params, get_value, predict
-    from .runner import Skip
     from .suite import prepare_row
 
     pairs, skipped = [], []

@@ -20,7 +20,7 @@ import numpy as np
 from blendsim.sim.batch import FEATURE_FIELDS, prefill_sums
 from blendsim.sim.errors import UserError
 
-from .catalogue import Skip  # noqa: F401  (re-exported: the reason a row is not run)
+from .catalogue import Skip
 
 
 def reads_cost_model(policy: str) -> bool:
@@ -214,4 +214,4 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
                        float(makespan), cfg.policy)
 
 
-__all__ = ["reads_cost_model", "FIELDS", "RowSchedule", "Skip", "apply_precision", "deployment_for", "simulate_row"]
+__all__ = ["reads_cost_model", "FIELDS", "RowSchedule", "apply_precision", "deployment_for", "simulate_row"]

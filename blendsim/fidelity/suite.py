@@ -10,10 +10,10 @@ import numpy as np
 
 from blendsim.sim.errors import UserError
 
-from .catalogue import Row, build_workload, engine_version_key, read_catalogue, row_engine_key
+from .catalogue import Row, Skip, build_workload, engine_version_key, read_catalogue, row_engine_key
 from .fit import cross_validate, fit, predict
 from .price import RowPricer
-from .runner import Skip, reads_cost_model, simulate_row
+from .runner import reads_cost_model, simulate_row
 
 SHIPPED_CATALOGUE = Path(__file__).with_name("catalogue.csv")
 # the published TensorRT-LLM ~v1.0 table and SGLang/vLLM ShareGPT rows the shipped parameters were fitted on

@@ -122,11 +122,9 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
     bounds, scale, cands = {}, {}, []
     for shape, dep in feasible:
         sb = shape_bounds(trace, dep, s_full, shape.engine)
-        if sampled:  # the whole trace's work over the sample's, combined as this engine's steps combine them
-            kappa = _interference(dep, shape.engine)
-            scale[shape] = work_estimate(trace, dep, s_full, kappa) / work_estimate(sub, dep, s_sub, kappa)
-        else:
-            scale[shape] = 1.0
+        # the whole trace's work over the sample's, combined as this engine's steps combine them
+        scale[shape] = (work_estimate(trace, dep, s_full, sb.interference)
+                        / work_estimate(sub, dep, s_sub, sb.interference)) if sampled else 1.0
         for r in range(1, space.max_gpus // shape.gpus_per_replica + 1):
             c = Candidate(shape, r)
             price = prices.price_of(shape.hardware).usd_per_gpu_hour
@@ -280,16 +278,6 @@ def _progress_call(progress, at_most: int):
     takes3 = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
                  for p in params) >= 3
     return (lambda done, key: progress(done, key, at_most)) if takes3 else progress
-
-
-def _interference(dep, engine: str) -> float:
-    """How the engine's steps combine compute- and memory-bound work: added (1) in sequential mode, the cost
-    model's overlap interference (kappa) in overlap mode."""
-    from blendsim.sim.build_cost import build_cost_model
-    from blendsim.sim.engines import get_profile
-
-    mode = get_profile(engine).mode
-    return 1.0 if mode == "sequential" else float(build_cost_model(dep, mode, engine).kappa)
 
 
 def _sample(trace, m: int, seed: int):

@@ -149,6 +149,7 @@ class ShapeBounds:
 
     work_s: float  # T_o of the whole trace on one replica, at datasheet peaks
     tail_s: float  # the longest request's steps, each at least one read of the active weights
+    interference: float = 1.0  # how the engine's steps combine compute and memory work (work_estimate)
 
     def makespan(self, replicas: int) -> float:
         return max(self.work_s / replicas, self.tail_s)
@@ -165,10 +166,9 @@ def peak_rates(dep):
 
 
 def work_bound(trace, dep, sharing: float) -> float:
-    """T_o of ``trace`` (optimal sharing ``sharing``) on one replica of ``dep`` at datasheet peaks."""
-    from blendsim.sim.density import bounds
-
-    return bounds(trace.input_len, trace.output_len, sharing, peak_rates(dep)).t_opt_s
+    """T_o of ``trace`` (optimal sharing ``sharing``) on one replica of ``dep`` at datasheet peaks: the larger of its
+    compute and memory work (:func:`work_estimate` with nothing of the smaller added)."""
+    return work_estimate(trace, dep, sharing, 0.0)
 
 
 def work_estimate(trace, dep, sharing: float, interference: float) -> float:
@@ -193,15 +193,16 @@ def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> Shape
     experts = m.moe_layers * m.experts_per_token * m.expert_params  # one token's routed experts, their precision
     weights = ((m.gemm_params_active - experts) * WEIGHT_BYTES[m.weights] + experts * m.expert_elem_bytes) / (
         dep.tp * dep.hardware.mem_bandwidth)
-    step = weights
+    step, interference = weights, 1.0
     if engine is not None:
         mode = get_profile(engine).mode
         cm = build_cost_model(dep, mode, engine)
         # NOTE: sequential mode adds the operator classes' times, overlap mode takes at least the larger of
         # the compute and memory groups, so at least half of their sum; the engine overhead is added to both
         step = (weights if mode == "sequential" else weights / 2) + float(cm.engine.overhead(1, 1))
+        interference = 1.0 if mode == "sequential" else float(cm.kappa)
     d_max = int(trace.output_len.max())
-    return ShapeBounds(work_bound(trace, dep, sharing), max(d_max - 1, 0) * step)
+    return ShapeBounds(work_bound(trace, dep, sharing), max(d_max - 1, 0) * step, interference)
 
 
 __all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "shape_bounds", "shapes", "work_bound",

@@ -112,22 +112,19 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             self._push(r, s)
         D = self.n_dec
         if not chunks and D == 0:
-            if self.prefilling:
-                # partial prefills hold the KV and none can grow: free the newest, and admit no one until
-                # a prefill or a request ends, so the others grow into its blocks (as vLLM serves running
-                # requests first: else the victim, or another newcomer, retakes them and the prefills
-                # preempt one another in turn, recomputing their prompts many times)
+            if self.prefilling or self.stalled:
                 if len(self.running) < 2:  # preempting the only one frees nothing it would not retake
-                    raise RuntimeError(f"accelgen: request {self.prefilling[0].req} can neither grow nor "
-                                       "make room (scheduler bug)")
-                self._preempt(self._stall_victim(), now)
-                self._hold = True
-                return self.schedule(now, running_only=True)
-            if self.stalled:  # kv_full = "stall", every decode waiting for a block: free all, as the engine does
-                if len(self.running) < 2:
-                    raise RuntimeError(f"accelgen: request {self.stalled[0].req} can neither grow nor make room "
-                                       "(scheduler bug)")
-                self._flush(now)
+                    raise RuntimeError(f"accelgen: request {(self.prefilling or self.stalled)[0].req} can neither "
+                                       "grow nor make room (scheduler bug)")
+                if self.prefilling:
+                    # partial prefills hold the KV and none can grow: free the newest, and admit no one until
+                    # a prefill or a request ends, so the others grow into its blocks (as vLLM serves running
+                    # requests first: else the victim, or another newcomer, retakes them and the prefills
+                    # preempt one another in turn, recomputing their prompts many times)
+                    self._preempt(self._stall_victim(), now)
+                    self._hold = True
+                else:  # kv_full = "stall", every decode waiting for a block: free all, as the engine does
+                    self._flush(now)
                 return self.schedule(now, running_only=True)
             return None
         self.blocked = False
