@@ -880,6 +880,85 @@ def resolve_version(name: str, version: str) -> EngineProfile | None:
     return max(older, key=lambda vp: version_order(vp[0]))[1] if older else None
 
 
+def releases(name: str, version: str) -> str:
+    """The releases ``name@version`` prices: from its version up to the next modelled one of the name (a release
+    between two modelled ones behaves like the older, :func:`resolve_version`); "every release" for an unversioned
+    engine."""
+    if not version:
+        return "every release (no versions modelled)"
+    newer = sorted((v for n, v in VERSIONS if n == name and v and version_order(v) > version_order(version)),
+                   key=version_order)
+    return f"{version} up to {newer[0]} (not included)" if newer else f"{version} and later"
+
+
+def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
+    """Everything a reader needs to know of one engine profile, in the order ``blendsim engines NAME`` prints it:
+    what it models and whence, its scheduler defaults, its per-step CPU loop (fitted values where the parameters
+    file has them, else the cited prior), its server stage, its kernels' regime and its cited mechanics (CUDA
+    graphs, all-reduce, KV reload). Units in the keys' suffixes (``_s`` seconds, ``_bytes`` bytes)."""
+    if prof.params_file:  # a calibrated profile: its own file fitted it
+        params = load_params(prof.params_file)
+    params = load_params() if params is None else params
+    where = prof.params_file or "the shipped parameters file"
+    fitted = {k: v for k, v in prof.fitted_overhead(params).items() if k in prof.fitted or k in prof.server_fitted}
+    base = f"{prof.name}@{prof.version}" if prof.version else prof.name
+    newest = PROFILES.get(prof.name)
+    is_newest = newest is not None and newest.version == prof.version and not prof.params_file
+    d: dict = {"engine": prof.modelled, "releases": releases(prof.name, prof.version),
+               "selected_by": base + (f" or {prof.name}" if is_newest and prof.version else ""),
+               "asked_as": prof.label, "source": prof.source}
+    for k, v in prof.scheduler.items():
+        d[f"scheduler.{k}"] = v
+    for k, v in sorted(prof.by_device.items()):  # "large" is a GPU of 70 GiB or more that is not an A100
+        size, _, entry = k.partition("-")
+        d[f"scheduler.{size}_gpu_{entry}"] = ", ".join(f"{a}={b}" for a, b in v.items())
+    if prof.by_device:
+        d["large_gpu"] = "a GPU of 70 GiB or more that is not an A100 (the engine's own rule); small: any other"
+    if prof.memory_by_tp:
+        d["kv_fraction_by_tp"] = ", ".join(f"TP>={t}: {f}" for t, f in prof.memory_by_tp)
+    if prof.memory_reserve:
+        d["kv_memory_left"] = ", ".join(f"{'under ' + format(g, 'g') + ' GiB' if math.isfinite(g) else 'larger'}: "
+                                        f"{left:g} GiB + {per:g} GiB per GPU" for g, left, per in prof.memory_reserve)
+    if prof.budget_by_memory:
+        d["token_budget_by_memory"] = ", ".join(f">={g:g} GiB: {b}" for g, b in prof.budget_by_memory)
+    d["kv_fraction_of"] = ("free memory after weights and activations" if prof.kv_of_free else
+                           "weights and KV pool (static fraction)" if prof.static_fraction else "device memory")
+    if prof.budget_from_context:
+        d["token_budget_from_context"] = True
+    if prof.tuned_by:
+        d["limits_tuned_by"] = prof.tuned_by
+    d["mode"] = prof.mode
+    d["fixed_s"], d["per_seq_s"], d["per_token_s"] = prof.fixed_s, prof.per_seq_s, prof.per_token_s
+    loop = [k for k in ("fixed_s", "per_seq_s", "per_token_s") if k in fitted]
+    d["loop"] = (f"fitted: {', '.join(loop)} ({where}, key {prof.overhead_key})" if loop else
+                 "opt-in asynchronous scheduler: the residual left on the step" if prof.async_scheduling else
+                 "cited prior (not fitted)" if prof.fitted else "cited (not fitted)")
+    if prof.api_share:
+        d["api_share"] = prof.api_share
+    if prof.server_token_s or prof.server_request_s:
+        d["server_token_s"], d["server_request_s"] = prof.server_token_s, prof.server_request_s
+        d["server"] = ("behind its API server (serve=1) only; " +
+                       (f"fitted ({where}, key {prof.server_key})" if any(k in fitted for k in prof.server_fitted)
+                        else "cited prior"))
+    d["serve"] = prof.serve
+    if prof.async_since:
+        d["async_scheduling"] = f"opt-in from {prof.async_since} (:async_scheduling=1); on: {prof.async_scheduling}"
+    d["cuda_graph_max"] = prof.cuda_graph_max
+    d["kernel_regime"] = prof.regime or "plain roofline at the hardware preset's efficiencies"
+    if prof.attn_dp or prof.attn_dp_since:
+        d["attention_dp"] = (f"on: {prof.attn_dp}" + (f"; modelled from {prof.attn_dp_since}"
+                                                       if prof.attn_dp_since else "")
+                             + ("; limits per rank" if prof.limits_per_rank else ""))
+    d["all_reduce"] = CUSTOM_ALLREDUCE_SOURCES.get(prof.name, "not modelled: every all-reduce at the link price")
+    d["kv_load"] = prof.kv_load
+    cited = KV_LOAD_SOURCES.get(prof.name, "")
+    since = KV_LOAD_SINCE.get(prof.name)
+    if since and prof.kv_load == "stall" and cited.startswith("overlap"):  # a release before the overlapped reload
+        cited = f"stall: a release before {prof.name} {since}, the first with the overlapped reload ({cited})"
+    d["kv_load_source"] = cited
+    return d
+
+
 def profile_names() -> list[str]:
     return list(PROFILES)
 
@@ -989,7 +1068,8 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
                             f"{k.name} ({have})")
         raise UserError(f"unknown engine {k.name!r}; choose one of {', '.join(PROFILES)} (versions: "
                         f"{modelled_versions()}; optionally NAME:field=value,... with fields "
-                        f"{', '.join(OVERRIDABLE)}), or a profile .json from blendsim calibrate engine")
+                        f"{', '.join(OVERRIDABLE)}), or a profile .json from blendsim calibrate engine (each profile: "
+                        f"blendsim engines)")
     params = load_params() if params is None else params
     if "serve" in k.overrides:  # the entry point picks the fitted loop (served_loop)
         prof = replace(prof, serve=bool(k.overrides["serve"]))
@@ -1014,7 +1094,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey",
            "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
-           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "get_profile",
-           "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params", "modelled_versions",
-           "overhead_keys", "parse_key", "profile_names", "register", "resolve_version", "trtllm_bench_settings",
-           "version_order"]
+           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "describe_profile",
+           "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
+           "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "releases",
+           "resolve_version", "trtllm_bench_settings", "version_order"]

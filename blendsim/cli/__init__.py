@@ -134,6 +134,52 @@ def hardware_cmd(
                 "dequantised at the BF16 peak); link: per direction; sources: blendsim hardware NAME")
 
 
+@app.command("engines")
+def engines_cmd(
+    name: str = typer.Argument(None, help="An engine, NAME[@VERSION][:field=value,...] or a calibrated profile "
+                               ".json: every mechanic and constant of the profile that prices it, with its sources "
+                               "(default: list the profiles)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the modelled engine profiles (NAME@VERSION): the releases each prices, its scheduler defaults and its
+    per-step CPU loop as fitted; with NAME, every mechanic of the one it selects and where each comes from."""
+    from blendsim.sim.engines import VERSIONS, describe_profile, get_profile, load_params, version_order
+
+    params = load_params()
+    if name is not None:
+        d = describe_profile(get_profile(name, params), params)
+        if as_json:
+            typer.echo(json.dumps(d, indent=2))
+            return
+        _print_fields(d, d["engine"])
+        return
+    keys = sorted(VERSIONS, key=lambda nv: (nv[0], version_order(nv[1])))
+    profiles = [describe_profile(get_profile(f"{n}@{v}" if v else n, params), params) for n, v in keys]
+    if as_json:
+        typer.echo(json.dumps(profiles, indent=2))
+        return
+
+    def until(d: dict) -> str:
+        if "@" not in d["engine"]:
+            return "-"
+        return d["releases"].partition(" up to ")[2].partition(" ")[0] or "newest"
+
+    def loop(d: dict) -> str:
+        us = d["per_seq_s"] * 1e6
+        return f"{d['fixed_s'] * 1e3:.2f}+{us:.{0 if us >= 10 else 1}f}" + ("*" if d["loop"].startswith("fitted") else "")
+
+    rows = [{"engine": d["engine"], "until": until(d), "loop": loop(d),
+             "budget": str(d.get("scheduler.token_budget", "-")), "seqs": str(d.get("scheduler.max_seqs", "-")),
+             "prefix": "yes" if d.get("scheduler.prefix_caching") else "no",
+             "graphs": str(d["cuda_graph_max"] or "eager")} for d in profiles]
+    _print_rows(rows, "Engine profiles", "until: the next modelled release -- NAME@VERSION prices every release from "
+                "its VERSION until that one, and NAME alone selects the newest; "
+                "loop: the per-step CPU work the GPU waits for, offline, ms fixed + us per running sequence (*: fitted "
+                "to the fidelity catalogue, else its cited prior); budget, seqs: most tokens and sequences a step "
+                "(some engines take more on GPUs of 70 GiB and more); prefix: prefix caching on; graphs: largest "
+                "CUDA-graph decode batch; every field with its source: blendsim engines NAME@VERSION")
+
+
 def _kib(n: float) -> str:
     return f"{n / 1024:,.1f}"
 
@@ -167,6 +213,8 @@ def _field_text(k: str, v) -> str:
     if k.endswith("bytes"):
         return f"{v / 2**30:,.1f} GiB ({raw})"
     if k.endswith("_s"):
+        if v < 1e-6:
+            return f"{v * 1e9:,.1f} ns ({raw})"
         return f"{v * 1e6:,.1f} us ({raw})" if v < 1e-3 else f"{v:,.3f} s"
     return raw
 
