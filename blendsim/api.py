@@ -50,12 +50,33 @@ def _boundary(fn):
     return call
 
 
+def _callback(fn, owner: str):
+    """A user's ``progress`` function, wrapped so that an exception it raises (a wrong number of arguments, a bug in
+    it) ends in one line naming its file and line, as a failing policy method does."""
+    if fn is None:
+        return None
+    import functools
+
+    from blendsim.policies._plugins import user_code_error
+
+    @functools.wraps(fn)
+    def call(*args):
+        try:
+            return fn(*args)
+        except UserError:
+            raise
+        except (Exception, SystemExit) as e:
+            raise user_code_error(owner, "progress()", fn, e) from e
+
+    return call
+
+
 # ---- traces ----------------------------------------------------------------------------------------
 @_boundary
 def load_trace(path, format: str | None = None, limit: int | None = None, **options):  # noqa: A002 (the CLI's --format)
     """Read a trace: blendsim's Parquet trace, or a trace of another format as `blendsim workloads
     load --format` reads it (burstgpt, azure, vidur, jsonl, mooncake, hashed). ``format=None`` goes by the file
-    name (``.parquet``: blendsim's own, ``.jsonl``: jsonl). ``limit`` keeps the first N requests. ``options``:
+    name (``.parquet``: blendsim's own, ``.jsonl``: jsonl), else takes a trace blendsim wrote whatever its name. ``limit`` keeps the first N requests. ``options``:
     the block-hash formats' settings, as the CLI's flags (``block_size``, ``time_unit``, ``output_len``,
     ``output_from``, ``seed``)."""
     from blendsim.workloads.loaders import FORMATS, load
@@ -66,6 +87,10 @@ def load_trace(path, format: str | None = None, limit: int | None = None, **opti
     if p.is_dir():
         raise UserError(f"{p}: is a folder; give a trace file")
     fmt = format or {".parquet": TRACE_FORMAT, ".jsonl": "jsonl"}.get(p.suffix.lower())
+    if fmt is None and p.is_file():
+        from blendsim.workloads.trace import is_trace_file
+
+        fmt = TRACE_FORMAT if is_trace_file(p) else None  # a trace blendsim wrote, under another name
     if fmt is None:
         raise UserError(f"{p}: cannot tell the trace format from the name; give format= one of "
                         f"{', '.join(dict.fromkeys((TRACE_FORMAT, *FORMATS)))}")
@@ -132,7 +157,8 @@ def synthesize(recipe: str, **params):
 class Result:
     """One simulation: ``summary`` (summary.json's dict), ``steps`` and ``requests`` (the tables of
     steps.parquet and requests.parquet as pandas DataFrames), ``schedule`` (with
-    ``record_schedule=True``), ``notes`` (the cost model's remarks) and ``write(run_dir)``."""
+    ``record_schedule=True``), ``notes`` (the cost model's remarks), ``cost_usd()`` (what its GPUs cost for its
+    makespan) and ``write(run_dir)``."""
 
     run: object  # sim.rundir.RunResult
 
@@ -179,6 +205,23 @@ class Result:
         return None if tab is None else tab.to_pandas()
 
     @_boundary
+    def cost_usd(self, usd_per_gpu_hour: float | None = None, *, prices=None, billing_hour: bool = False) -> float:
+        """What the run's GPUs cost for its makespan, in US dollars, as `blendsim plan` prices a deployment: GPUs x
+        hours x the price of one GPU-hour -- ``usd_per_gpu_hour`` where given, else the run's hardware in
+        ``prices`` (a price file as `plan --prices` reads it; None: the shipped on-demand list prices,
+        blendsim/plan/prices.csv, each with its source); ``billing_hour`` bills every started hour in full."""
+        from blendsim.plan.prices import job_cost, read_prices
+
+        C.boolean(billing_hour, "--billing-hour")
+        if usd_per_gpu_hour is not None and prices is not None:
+            raise UserError("Result.cost_usd(): give usd_per_gpu_hour or prices, not both")
+        if usd_per_gpu_hour is None:
+            table = read_prices(None if prices is None else C.path(prices, "--prices"))
+            usd_per_gpu_hour = table.price_of(self.summary["hardware"]).usd_per_gpu_hour
+        price = C.number(usd_per_gpu_hour, "usd_per_gpu_hour", 0.0)
+        return job_cost(int(self.summary["gpus"]), price, float(self.summary["makespan_s"]), billing_hour)
+
+    @_boundary
     def write(self, run_dir, force: bool = False) -> Path:
         """Write the run directory (summary.json, steps.parquet, requests.parquet, schedule.parquet)
         exactly as `blendsim simulate -o RUN_DIR [--force]` does; returns its path. As there, a run
@@ -207,7 +250,8 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     ``--no-prefix-cache``), ``prefix_retain``, ``gpu_memory_utilization``, ``fast_forward``,
     ``admission``, ``reserve_ratio``, ``kv_full`` (``preempt`` or ``stall``), ``offline``, ``seed``, ``record_schedule``, ``host_kv_gb`` and
     ``disk_kv_gb`` (host-memory and disk KV tiers per replica, GB), ``kv_load`` (``stall`` or ``overlap``)
-    and ``options`` (the policy's ``--opt`` settings as a dict). ``progress(finished_requests)`` is called now and then.
+    and ``options`` (the policy's ``--opt`` settings as a dict). ``progress(finished_requests)`` is called now and then,
+    and once more with every request finished.
     Unlike the CLI (``fcfs``), the default policy is ``dfs``. Given a file, summary.json records its
     SHA-256 as ``trace_sha256``, as the command does.
     """
@@ -227,7 +271,7 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     if isinstance(run_options.get("profile"), os.PathLike):
         run_options["profile"] = os.fspath(run_options["profile"])
     cfg = RunConfig(policy=policy, model=model, hardware=hardware, **run_options)  # checks every field
-    run = run_simulation(trace, cfg, progress)
+    run = run_simulation(trace, cfg, _callback(progress, "simulate"))
     if digest is not None:
         run.summary["trace_sha256"] = digest
     _warn_critical(run)
@@ -299,7 +343,7 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     processes, which import them by name, so a policy class of your own is passed as its file
     (``"path/to/file.py:ClassName"``; a class given directly must come from a file). Failed cells
     raise BlendsimError (all of them user mistakes) or RuntimeError, after the finished ones are
-    kept in ``out`` (a rerun resumes). ``progress(done, total)`` is called as cells finish.
+    kept in ``out`` (a rerun resumes); the error's ``result`` is the SweepResult of the cells that ran. ``progress(done, total)`` is called as cells finish.
     ``fixed_trace``: one trace per grid point, synthesised for the first model and hardware, run on
     every one (None: so when several models or hardware are given). ``seeds``: replicates per grid point.
     ``tp``, ``ep``, ``pp``, ``weights``, ``kv_dtype``, ``host_kv_gb``, ``disk_kv_gb``: as the command's
@@ -343,10 +387,13 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
         fixed_trace=fixed_trace, seeds=seeds, precision=precision_settings(weights, kv_dtype, tp, ep, pp),
         tiers=tiers))
     check_sweep_dir(out, spec, resume)
-    outcome = run_sweep(spec, out, make_backend(backend, jobs, ray_address), resume=resume, progress=progress)
-    if outcome.failures:
-        raise (UserError if all(f["user_error"] for f in outcome.failures) else RuntimeError)(failure_line(outcome))
+    outcome = run_sweep(spec, out, make_backend(backend, jobs, ray_address), resume=resume,
+                        progress=_callback(progress, "sweep"))
     result = SweepResult(Path(out), outcome)
+    if outcome.failures:
+        err = (UserError if all(f["user_error"] for f in outcome.failures) else RuntimeError)(failure_line(outcome))
+        err.result = result  # the cells that did run, as a SweepResult
+        raise err
     import warnings
 
     for w in result.notes:
@@ -404,7 +451,7 @@ def _policy_spec(p) -> str:
     except (TypeError, OSError):  # a notebook's class: no source file
         f = None
     if not f or p.__module__ == "__main__" or "<" in p.__qualname__ or not Path(f).is_file():
-        raise UserError(f"policy {p.__qualname__}: a sweep's workers import policies by name; put the class "
+        raise UserError(f"policy {p.__qualname__}: a sweep's and a plan's workers import policies by name; put the class "
                         f"in a file and pass 'path/to/file.py:ClassName'")
     spec = f"{Path(f).resolve()}:{p.__qualname__}"
     resolve_policy(spec)  # the file still defines it
@@ -434,11 +481,11 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     """What `blendsim cost` says beside a step's price (:func:`cost` returns the same): the cost model's and the
     topology's notes, where the engine was calibrated, an inert --expert-skew or server field, and a step no replica
     could hold."""
-    from blendsim.runner import calibrated_elsewhere, inert_server_fields, skew_note
+    from blendsim.runner import calibrated_elsewhere, inert_server_fields, newer_than_modelled, skew_note
 
     m = dep.model
     notes = (list(cm.notes()) + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
-             + inert_server_fields(cm.engine) + skew_note(expert_skew, m))
+             + inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + skew_note(expert_skew, m))
     held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
     if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
         notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "
@@ -472,6 +519,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
         C.integer(v, flag, 0, MAX_TOKENS)
     C.integer(tp, "--tp", 1, C.MAX_GPUS)
     C.integer(ep, "--ep", 1, C.MAX_GPUS)
+    C.integer(pp, "--pp", 1, C.MAX_GPUS)
     C.number(expert_skew, "--expert-skew", 0.0)
     C.optional(C.text, mode, "--mode")
     C.text(engine, "--engine")
@@ -499,7 +547,7 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "server_s": sc.server_s, "layers": m.num_layers,
            "mode": cm.mode,
-           "engine": cm.engine.label, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
+           "engine": cm.engine.label, "engine_profile": cm.engine.modelled, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
            "kv_dtype": m.kv_dtype, "ep": dep.ep, "attn_dp_gpus": dep.dp,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"]}

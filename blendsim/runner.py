@@ -243,7 +243,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
-        inert_server_fields(cm.engine) + inert_options(cfg, dep)
+        inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_options(cfg, dep)
     if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
         notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
                      f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
@@ -300,6 +300,25 @@ def server_note(prof) -> list[str]:
             f"-- sets the pace of any step the engine would run faster{cap}"]
 
 
+def newer_than_modelled(prof) -> list[str]:
+    """A note where the engine key names a major release beyond every modelled one of its engine (``vllm@9``, a typo
+    for ``vllm@0.9`` perhaps, or ``trtllm@2.0``): it is priced by the newest profile, as a release between two
+    modelled ones is by the older, but nothing of that release's own is modelled. A later minor release of the newest
+    one's series (``vllm@0.11`` by ``vllm@0.8``) is what that profile is for, and is not noted (simulate, cost)."""
+    from blendsim.sim.engines import PROFILES, is_profile_file, parse_key, version_order
+
+    key = prof.key or ""
+    if not key or is_profile_file(key):
+        return []
+    k = parse_key(key)
+    newest = PROFILES.get(k.name)
+    if not k.version or newest is None or not newest.version or newest.version != prof.version \
+            or version_order(k.version)[:1] <= version_order(newest.version)[:1]:
+        return []
+    return [f"engine {k.name}@{k.version} is a major release beyond every modelled one of {k.name}: priced as "
+            f"{newest.name}@{newest.version}, the newest (blendsim engines lists them)"]
+
+
 def inert_server_fields(prof) -> list[str]:
     """A note where the engine key sets the API server's work for a run off the server (``serve=0``): it changes
     nothing (simulate, cost)."""
@@ -349,7 +368,7 @@ GC_RUN_REQUESTS = 100_000
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunResult:
-    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then.
+    """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then, and at the end.
 
     ``spill_dir``: a folder where the step logs write their rows as the run goes (a temporary folder inside it,
     removed with the result), so a long run's memory does not grow with its steps; the result's ``steps`` are
@@ -393,6 +412,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     route_order = np.lexsort((policy._rank, trace.arrival_s))
     cluster = Cluster(replicas, router, trace.arrival_s, route_order, units)
     cluster.run()
+    if progress is not None:  # the last report: every request finished
+        progress(rec.n_finished)
     rec = rec.arrays(copy=False)
     if np.isnan(rec.finish_s).any():
         i = int(np.flatnonzero(np.isnan(rec.finish_s))[0])

@@ -31,6 +31,11 @@ def resolve_policy(spec) -> PolicyRef:
             raise UserError(f"policy {spec.__qualname__}: not a subclass of blendsim.Policy")
         _name_after_class(spec)
         check_policy_class(spec)
+        _discover()
+        taken = _base._REGISTRY.get(spec.name)
+        if taken is not None and taken is not spec:  # runs and reports would take it for the built-in
+            raise UserError(f"policy {spec.__qualname__}: its name {spec.name!r} is a registered policy's "
+                            f"({taken.__module__}.{taken.__qualname__}); give your class a name of its own")
         return PolicyRef(spec, spec.name, *_class_source(spec))
     spec = str(spec).strip()
     if _plugins.is_file_spec(spec):

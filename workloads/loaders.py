@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import check_csv_aligned
+from blendsim.sim.io import check_csv_aligned, loads_strict
 from blendsim.workloads.jsonl import jsonl_lines
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
@@ -329,7 +329,7 @@ def load_jsonl(path, limit: int | None = None):
 def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
     where = f"{path}: line {lineno}"
     try:
-        rec = json.loads(line)
+        rec = loads_strict(line)
     except json.JSONDecodeError as e:
         raise UserError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
     except (ValueError, RecursionError) as e:  # an integer of over 4,300 digits; nesting too deep

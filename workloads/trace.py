@@ -326,6 +326,8 @@ def _from_prompts(input_len, output_len, prompts, ids, optional) -> Trace:
         try:
             if len(pr) and isinstance(pr[0], (tuple, list)):
                 for sid, ln in pr:
+                    if not 0 <= _whole(sid) <= MAX_SEGMENT_ID:
+                        raise UserError(f"prompts[{i}]: segment id {sid} is not in 0..{MAX_SEGMENT_ID:,}")
                     syms.append(SEGMENT_BASE + _whole(sid))
                     lens.append(_whole(ln))
             else:
@@ -396,8 +398,17 @@ def _unique_segment_start(prompts) -> int:
 def _opt_array(name: str, v):
     if v is None:
         return None
-    if name == "meta":
-        return v
+    if name == "meta":  # how the trace was made, written into the Parquet file as JSON
+        import json
+
+        if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+            raise UserError(f"meta: expected a dict of name -> JSON value (how the trace was made), got "
+                            f"{type(v).__name__}")
+        try:
+            json.dumps(v, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise UserError(f"meta: every value must be JSON (a string, number, list or dict): {e}") from None
+        return dict(v)
     if isinstance(v, (str, bytes, dict)) or np.ndim(v) != 1:
         raise UserError(f"{name}: expected one value per request (a list or 1-D array), got {type(v).__name__}")
     if name in ("source", "ids"):

@@ -41,6 +41,12 @@ def calibrate_cmd(
 ) -> None:
     """Profile the model's operators on DEVICE, fit them, and write a profile (or run a subcommand)."""
     if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params if p.name != "help"  # given on the command line
+                 and getattr(ctx.get_parameter_source(p.name), "name", "DEFAULT") == "COMMANDLINE"]
+        if given:  # the kernel profiling's options: the subcommand has its own, after its name
+            raise UserError(f"calibrate {ctx.invoked_subcommand}: {', '.join(given)} before the subcommand "
+                            f"{'is' if len(given) == 1 else 'are'} the kernel profiling's; give the subcommand's "
+                            f"options after its name (blendsim calibrate {ctx.invoked_subcommand} --help)")
         return
     if model is None or out is None:
         raise UserError("calibrate: give --model and -o/--out (or a subcommand: show, import-vidur, engine)")

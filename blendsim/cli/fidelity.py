@@ -46,6 +46,11 @@ def fidelity_cmd(
     if params_file and not params_file.exists():
         raise UserError(f"--params-file {params_file}: no such file")
     params = load_params(params_file) if params_file else load_params()
+    fitted = ("engine", "global", "arch", "hardware", "regime")
+    if params_file and not any(params.get(k) for k in fitted):
+        raise UserError(f"--params-file {params_file}: holds no fitted parameters (none under "
+                        f"{', '.join(fitted)}): every row would run on the presets' own constants; give a file "
+                        f"that fidelity --refit --save or calibrate engine wrote")
     if params_only:
         _print_params(params, params_file or PARAMS_FILE, as_json)
         return

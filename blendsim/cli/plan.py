@@ -60,7 +60,7 @@ def plan_cmd(
     tty = sys.stderr.isatty()
     with _Progress(tty) as bar:
         answer = plan(trace, model, deadline, hardware=hardware, max_gpus=max_gpus, engines=engines,
-                      policies=policies, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp, ep=ep, budget=budget,
+                      policies=policies, weights=weights, kv_dtype=kv_dtype, max_tp=tp, max_pp=pp, max_ep=ep, budget=budget,
                       prices=prices, billing_hour=billing_hour, sample=sample, verify=verify, seed=seed, jobs=jobs,
                       backend=backend, ray_address=ray_address, out=out, fidelity=not no_fidelity,
                       progress=bar.update, margin=margin)

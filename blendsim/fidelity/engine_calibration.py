@@ -128,11 +128,15 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
 
 
 def _json(path: Path, text: str, line: int | None):
+    from blendsim.sim.io import DuplicateKey, loads_strict
+
+    where = f"{path}: line {line}" if line else str(path)
     try:
-        return json.loads(text)
+        return loads_strict(text)
     except json.JSONDecodeError as e:
-        where = f"{path}: line {line}" if line else str(path)
         raise UserError(f"{where}: not JSON: {e.msg}") from None
+    except DuplicateKey as e:
+        raise UserError(f"{where}: {e}") from None
 
 
 def _num(path: Path, obj: dict, *keys: str, where: str = "") -> float:

@@ -13,6 +13,7 @@ come from ``prices.csv`` or the user's file (``prices.py``); ``report.py`` build
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import types
@@ -89,22 +90,34 @@ def margin_of(margin):
     return of
 
 
+def _checked(fn):
+    """``plan`` behind the API's call check (``blendsim.api._boundary``: a misspelt argument is one line)."""
+    from blendsim.api import _boundary
+
+    return _boundary(fn)
+
+
+@_checked
 def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max_gpus: int = 64, engines=None,
-         policies=None, weights=None, kv_dtype=None, tp: int = 8, pp: int = 1, ep: int = 8, budget: float | None = None,
+         policies=None, weights=None, kv_dtype=None, max_tp: int | None = None, max_pp: int | None = None,
+         max_ep: int | None = None, budget: float | None = None,
          prices=None, billing_hour: bool = False, sample: int = 20_000, verify: int = 2, seed: int = 0,
          jobs: int | None = None, backend: str = "local", ray_address: str | None = None, out=None,
-         fidelity: bool = True, progress=None, prune: bool = True, margin=None) -> dict:
+         fidelity: bool = True, progress=None, prune: bool = True, margin=None, tp: int | None = None,
+         pp: int | None = None, ep: int | None = None) -> dict:
     """`blendsim plan TRACE`: the answer as `--json` prints it (``pareto``, ``recommended``, ``candidates``,
     ``pruned``, ``sampling``, ...). ``hardware``, ``engines``, ``policies``, ``weights`` and ``kv_dtype`` take a
-    comma list or a list; ``tp``, ``pp`` and ``ep`` are upper limits (powers of two up to each;
-    ``pp`` 1: no pipelining). ``out`` writes the HTML report there and makes the search resumable.
+    comma list or a list (``policies`` also a policy class, as :func:`blendsim.sweep` takes one); ``max_tp``,
+    ``max_pp`` and ``max_ep`` are upper limits (powers of two up to each; default 8, 1 and 8; ``max_pp`` 1: no
+    pipelining), as ``--max-tp/--max-pp/--max-ep`` (``tp``, ``pp`` and ``ep`` are their older names). ``out`` writes the HTML report there and makes the search resumable.
     ``progress(simulated, deployment)`` is called as simulations finish (``progress(simulated, deployment,
     at_most)`` where it takes a third argument: the feasible deployments in the space, before pruning).
     ``margin``: a deployment meets the deadline only with this share of its makespan to spare (``0.2``, ``"20%"``),
     or ``"expected"``: with its expected error to spare (the median |error| of published runs of its engine and
     split, ``blendsim.sim.expected``; every run's median for an engine none is quoted for, such as ``ideal``)."""
-    from blendsim.api import _as_trace
+    from blendsim.api import _as_trace, _callback, _names, _policy_spec
     from blendsim.options import parse_names
+    from blendsim.sim import checks as C
     from blendsim.sim.models import get_model
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.grid import default_policies
@@ -114,22 +127,34 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     from .search import run_search
     from .space import Space
 
-    def names(v, flag):
+    def names(v, flag, each=str):
         if v is None:
             return None
-        return (parse_names(v, flag, engines=flag == "--engines") if isinstance(v, str)
-                else tuple(dict.fromkeys(str(x) for x in v)))
+        return parse_names(v, flag, engines=flag == "--engines") if isinstance(v, str) else _names(v, flag, each)
+
+    def limit(new, old, flag, default):
+        if new is not None and old is not None:
+            raise UserError(f"plan(): give {flag[2:].replace('-', '_')} or its older name {flag[6:]}, not both")
+        return C.integer(new if new is not None else old if old is not None else default, flag, 1, C.MAX_GPUS)
 
     deadline_s = parse_deadline(deadline)
     margin = parse_margin(margin)
-    for flag, v, low in (("--max-gpus", max_gpus, 1), ("--tp", tp, 1), ("--pp", pp, 1), ("--ep", ep, 1),
-                         ("--sample", sample, 100), ("--verify", verify, 0), ("--seed", seed, 0)):
-        if int(v) != v or v < low:
-            raise UserError(f"{flag} must be an integer >= {low}, got {v}")
-    if jobs is not None and jobs < 1:
-        raise UserError(f"--jobs must be >= 1, got {jobs}")
-    if budget is not None and not budget > 0:
-        raise UserError(f"--budget must be a positive number of USD, got {budget}")
+    tp, pp, ep = (limit(max_tp, tp, "--max-tp", 8), limit(max_pp, pp, "--max-pp", 1),
+                  limit(max_ep, ep, "--max-ep", 8))
+    C.integer(max_gpus, "--max-gpus", 1, C.MAX_GPUS)
+    C.integer(sample, "--sample", 100)
+    C.integer(verify, "--verify", 0)
+    C.integer(seed, "--seed", 0, C.MAX_SEED)
+    C.optional(C.integer, jobs, "--jobs", 1)
+    C.optional(C.number, budget, "--budget", 0.0, lo_open=True)
+    for v, flag in ((billing_hour, "--billing-hour"), (fidelity, "--fidelity"), (prune, "--prune")):
+        C.boolean(v, flag)
+    C.text(backend, "--backend")
+    C.optional(C.text, ray_address, "--ray-address")
+    if not isinstance(model, os.PathLike):  # a preset name, or a config.json as a path
+        C.text(model, "--model")
+    if progress is not None and not callable(progress):
+        raise UserError(f"plan: progress must be a function of (simulated, deployment), got {C.describe(progress)}")
     table = read_prices(prices)
     hw = names(hardware, "--hardware") or tuple(h for h in table.prices)
     from blendsim.policies.registry import resolve_policy
@@ -142,7 +167,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     eng = names(engines, "--engines") or DEFAULT_ENGINES
     for e in eng:
         get_profile(e)  # an unknown engine or version is one line
-    pols = names(policies, "--policies") or default_policies()
+    pols = names(policies, "--policies", _policy_spec) or default_policies()
     for p in pols:
         resolve_policy(p)
     get_model(model)
@@ -167,7 +192,8 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     be = make_backend(backend, jobs, ray_address)
     try:
         res = run_search(t, space, deadline_s, table, budget=budget, billing_hour=billing_hour, sample=int(sample),
-                         verify=int(verify), seed=int(seed), backend=be, store=store, prune=prune, progress=progress,
+                         verify=int(verify), seed=int(seed), backend=be, store=store, prune=prune,
+                         progress=_callback(progress, "plan"),
                          trace_path=path, margin=margin_of(margin))
     except BaseException:
         be.close(cancel=True)
