@@ -242,6 +242,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
                                    **deployment_limits(eng, get_profile(cfg.engine or DEFAULT_ENGINE, {})))
     cost_model_of = cost_model or (lambda d: build_cost_model(d, cfg.mode, cfg.engine or DEFAULT_ENGINE, cfg.profile))
     cm = cost_model_of(dep)
+    eng = running_from_pool(eng, cm.engine, dep, cfg, policy_cls)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
         inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_options(cfg, dep)
     if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
@@ -288,6 +289,17 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy.prepare()
     policy._finalize()
     return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers, cost_model_of)
+
+
+def running_from_pool(eng, prof, dep, cfg, policy_cls):
+    """``eng`` with the engine's own cap on requests run at once where it follows from the KV pool
+    (``EngineProfile.running_cap``: SGLang's request pool), unless the options or the policy set one. Under attention
+    data parallelism each rank has its pool and its cap."""
+    if not prof.running_from_pool or cfg.max_seqs is not None or "max_seqs" in policy_cls.engine_defaults:
+        return eng
+    ranks = max(dep.dp, 1)
+    cap = prof.running_cap(dep.kv_capacity_tokens // ranks, dep.model.max_position_embeddings) * ranks
+    return dataclasses.replace(eng, max_seqs=cap) if cap else eng
 
 
 def server_note(prof) -> list[str]:

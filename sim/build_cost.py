@@ -45,7 +45,8 @@ def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | Eng
     else:
         eff = Efficiency.lookup(params, prof.regime, dep.hardware.name)
         timer, kappa = EfficiencyTimer(dep, eff, ar_max), eff.kappa
-    return CostModel(dep, mode, prof, timer=timer, interference=kappa, graph_cap=prof.cuda_graph_max)
+    return CostModel(dep, mode, prof, timer=timer, interference=kappa,
+                     graph_sizes=prof.graph_sizes_for(dep))
 
 
 __all__ = ["build_cost_model"]

@@ -109,12 +109,12 @@ def combine_times(mode: str, kappa: float, c, m, o, comm, net: float):
 
 class CostModel:
     """Prices steps of one deployment: an op timer's operator times, combined under an execution mode,
-    plus an engine profile's overhead (``None``: ``ideal``). ``graph_cap``: pure-decode steps run at
-    CUDA-graph batch sizes up to it (0: eager). ``blendsim.sim.build_cost.build_cost_model`` builds the
+    plus an engine profile's overhead (``None``: ``ideal``). ``graph_sizes``: the CUDA-graph batch sizes a
+    pure-decode step is padded to (ascending; () eager: ``EngineProfile.graph_sizes``). ``blendsim.sim.build_cost.build_cost_model`` builds the
     one an engine name selects (its regime's timer and its CUDA-graph sizes)."""
 
     def __init__(self, dep: Deployment, mode: str = "sequential", engine: EngineProfile | None = None,
-                 timer: OpTimer | None = None, interference: float | None = None, graph_cap: int = 0):
+                 timer: OpTimer | None = None, interference: float | None = None, graph_sizes: tuple = ()):
         if mode not in MODES:
             raise UserError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
         if engine is not None and not isinstance(engine, EngineProfile):
@@ -127,7 +127,8 @@ class CostModel:
         self.kappa = dep.hardware.overlap_interference if interference is None else interference
         self.net = net_share(dep.hardware, self.kappa)  # overlapped collectives' share of the SMs
         self.layers = self.timer.shapes.layers  # a pipeline stage's own layers
-        self.graph_cap = graph_cap
+        self.graph_sizes = tuple(int(x) for x in graph_sizes)
+        self.graph_cap = self.graph_sizes[-1] if self.graph_sizes else 0  # the largest captured batch
         self._shapes = self.timer.shapes
         self._server = self.engine.server_apart  # the per-step floor is tested once here, not per step
         self._mla = dep.model.is_mla
@@ -194,7 +195,7 @@ class CostModel:
         """
         T0, N0 = T, N
         if self.graph_cap and not Np:  # CUDA-graph padding of a decode-only step
-            T = N = graph_size(T, self.graph_cap)
+            T = N = graph_size(T, self.graph_sizes)
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[N]
@@ -217,7 +218,7 @@ class CostModel:
 
     def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
-        T = graph_size(D, self.graph_cap) if self.graph_cap else D
+        T = graph_size(D, self.graph_sizes) if self.graph_cap else D
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[T] + 0 * Cd
@@ -236,7 +237,7 @@ class CostModel:
         if not self.graph_cap:
             return f
         dec = np.asarray(f.num_prefill_seqs) == 0
-        pad = np.where(dec, graph_pad(np.asarray(f.num_decode), self.graph_cap), np.asarray(f.num_tokens))
+        pad = np.where(dec, graph_pad(np.asarray(f.num_decode), self.graph_sizes), np.asarray(f.num_tokens))
         logits = np.where(dec, pad, np.asarray(f.num_logits))
         if np.ndim(pad) == 0:
             return replace(f, num_tokens=int(pad), num_logits=int(logits))

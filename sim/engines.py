@@ -19,6 +19,7 @@ hardware efficiencies) are read from ``sim/engine_params.json``, written by ``bl
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,17 @@ class EngineProfile:
     per_token_s: float = 0.0
     # largest CUDA-graph batch; decode-only steps up to it are padded to the next capture size; 0 = eager
     cuda_graph_max: int = 0
+    # the batch sizes the engine captures, where they are not the default shape (default_graph_sizes: 1, 2, 4,
+    # multiples of 8 up to 256, then of 256), cut at cuda_graph_max; () the default shape
+    cuda_graph_sizes: tuple = ()
+    # its largest CUDA-graph batch by device memory and TP, over cuda_graph_max: ((device memory below this many GiB,
+    # largest batch at TP < 4, at TP >= 4), ...) by ascending memory, the first the device is below applies (SGLang
+    # 0.5.3+); () none
+    graph_max_by_memory: tuple = ()
+    # its captured sizes are cut at the run's largest decode batch, min(max batch size, max tokens), which is captured
+    # too where a listed size was above it (TensorRT-LLM's PyTorch backend: model_engine.py
+    # _filter_cuda_graph_batch_sizes, with padding on)
+    graph_pad_to_limit: bool = False
     mode: str = "sequential"  # sequential | overlap (NanoFlow-style operator overlap)
     # kernel-efficiency regime: the key of its fitted efficiencies (sim.efficiency); None = the plain
     # roofline at the hardware preset's efficiencies
@@ -78,6 +90,13 @@ class EngineProfile:
     # device is below applies: fraction = (memory - left - per GPU x TP x PP) / memory (SGLang 0.5); () none
     memory_reserve: tuple = ()
     attn_dp_reserve_gib: float = 0.0  # GiB more it leaves with attention data parallelism
+    # its KV fraction from the memory it reserves for activations and CUDA graphs as SGLang 0.5.3 computes it
+    # (sglang_053_reserve_gib), over memory_reserve: False none
+    reserve_from_settings: bool = False
+    # the most requests it runs at once, from its KV pool: min(KV tokens // 2, clamp(KV tokens / context length x
+    # 512, low, high)) (SGLang's request-to-token pool, max_num_reqs in model_runner.py, and max_running_requests =
+    # min(max_total_num_tokens // 2, the pool) in its TP worker): (low, high); () none (its max_seqs as given)
+    running_from_pool: tuple = ()
     # its token budget by device memory, over ``scheduler``: ((from this many GiB up, budget), ...) by ascending memory,
     # the last that the device reaches applies (SGLang 0.5's chunked prefill on the largest GPUs); () none
     budget_by_memory: tuple = ()
@@ -127,8 +146,9 @@ class EngineProfile:
     attn_dp_since: str = ""
     # the token budget follows the stated context length: vLLM V0 without chunked prefill takes max(max_model_len,
     # 2048) tokens a step (vllm/config.py SchedulerConfig.__post_init__, v0.5.3 through the 0.7 releases; chunked
-    # prefill turns itself on only above 32,768 tokens of context, and never on ROCm: vllm/engine/arg_utils.py
-    # create_engine_config). The scheduler's 8,192 above is Llama-3's context; a catalogue row that states
+    # prefill turns itself on only above 32,768 tokens of context: vllm/engine/arg_utils.py create_engine_config, with
+    # no platform check through 0.6 -- ROCm is left out from the 0.7 releases, arg_utils.py's is_rocm() test). The
+    # scheduler's 8,192 above is Llama-3's context; a catalogue row that states
     # --max-model-len (up to 32,768) gets its own (blendsim.fidelity.catalogue.engine_settings)
     budget_from_context: bool = False
     # behind its API server, work the server does in processes of its own, beside the engine, for each output token
@@ -174,6 +194,11 @@ class EngineProfile:
         for min_gib, budget in self.budget_by_memory:
             if hardware.memory_bytes >= min_gib * 2**30:
                 out["token_budget"] = budget
+        if self.reserve_from_settings:
+            gib = hardware.memory_bytes / 2**30
+            left = sglang_053_reserve_gib(gib, tp, pp, tp if self.attn_dp else 0, out["token_budget"],
+                                          self.graph_max_for(hardware, tp))
+            out["gpu_memory_utilization"] = round(min(max((gib - left) / gib, 0.05), 1.0), 3)
         if not self.by_device:
             return out
         large = hardware.memory_bytes >= 70 * 2**30 and "a100" not in hardware.name.lower()
@@ -242,9 +267,44 @@ class EngineProfile:
         t = self.fixed_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
         return t * (1.0 + self.api_share) if self.serve else t
 
-    def graph_size(self, n: int) -> int:
+    def running_cap(self, kv_tokens: int, context_len: int) -> int:
+        """The most requests it runs at once with a KV pool of ``kv_tokens`` for a model of ``context_len`` tokens
+        (``running_from_pool``); 0 where the profile sets none."""
+        if not self.running_from_pool or kv_tokens <= 0:
+            return 0
+        lo, hi = self.running_from_pool
+        pool = min(max(int(kv_tokens / max(context_len, 1) * 512), lo), hi)
+        return max(1, min(int(kv_tokens) // 2, pool))
+
+    def graph_max_for(self, hardware=None, tp: int = 1) -> int:
+        """Its largest CUDA-graph batch on ``hardware`` (a HardwareSpec; None: the profile's own) at TP ``tp``."""
+        if hardware is None or not self.graph_max_by_memory or not self.cuda_graph_max:
+            return self.cuda_graph_max
+        gib = hardware.memory_bytes / 2**30
+        _, small, large = next((r for r in self.graph_max_by_memory if gib < r[0]), self.graph_max_by_memory[-1])
+        return small if tp < 4 else large
+
+    def graph_sizes(self, hardware=None, tp: int = 1) -> tuple:
+        """The batch sizes a decode-only step is padded to (ascending; () eager): the engine's own list or the
+        default shape, up to its largest graph batch (which an override may raise: captured too)."""
+        cap = self.graph_max_for(hardware, tp)
+        if cap <= 0:
+            return ()
+        base = [x for x in (self.cuda_graph_sizes or default_graph_sizes(cap)) if x <= cap]
+        return tuple(sorted(set(base) | {cap}))
+
+    def graph_sizes_for(self, dep) -> tuple:
+        """:meth:`graph_sizes` for a Deployment: its GPU and TP degree, and, where the engine cuts its list at the run's
+        largest decode batch (``graph_pad_to_limit``), the deployment's step limits."""
+        sizes = self.graph_sizes(dep.hardware, dep.tp)
+        limit = min(int(dep.max_seqs), int(dep.max_batched_tokens))
+        if not (self.graph_pad_to_limit and sizes and 0 < limit < sizes[-1]):
+            return sizes
+        return tuple(x for x in sizes if x < limit) + (limit,)
+
+    def graph_size(self, n: int, hardware=None, tp: int = 1) -> int:
         """The captured batch size a decode-only step of ``n`` sequences runs at."""
-        return graph_pad(n, self.cuda_graph_max)
+        return graph_size(n, self.graph_sizes(hardware, tp))
 
     def fitted_overhead(self, params: dict) -> dict:
         """Its fitted overhead in a params dict: under its own key, else under its name (an older file or a
@@ -371,26 +431,48 @@ def modelled_versions() -> str:
                                                    key=lambda nv: (nv[0], version_order(nv[1]))))
 
 
-def graph_size(n: int, cap: int) -> int:
-    """One decode batch of ``n`` sequences at its CUDA-graph capture size: 1, 2, 4, 8 and multiples of 8 up
-    to 256, then multiples of 256 (vLLM's and TensorRT-LLM's default lists have this shape); ``n`` above
-    ``cap`` runs eagerly (unpadded). Plain integers: the engine's per-step path calls it."""
-    if n > cap or n <= 0 or cap <= 0:
+def sglang_053_reserve_gib(gib: float, tp: int, pp: int, dp: int, chunk: int, graph_max: int) -> float:
+    """The memory SGLang 0.5.3 leaves outside mem_fraction_static, GiB (sgl-project/sglang v0.5.3
+    python/sglang/srt/server_args.py, the mem_fraction_static default): 512 MiB of constant metadata, 1.5 MiB per
+    token of the chunked-prefill size (at least 2,048) for a large prefill's activations, 2 MiB per request of the
+    largest CUDA-graph batch, 1 GiB per eight GPUs of the replica (TP x PP); with attention data parallelism over
+    ``dp`` ranks (0: none) 3 MiB more per graph request and rank, and 1.5 more where the graph batch is over 300;
+    at least 10 GiB on a device of more than 60 GiB."""
+    mib = 512 + max(chunk, 2048) * 1.5 + graph_max * 2 + tp * pp / 8 * 1024
+    if dp:
+        mib += graph_max * dp * 3 + (graph_max * dp * 1.5 if graph_max > 300 else 0.0)
+    if gib > 60:
+        mib = max(mib, 10 * 1024)
+    return mib / 1024
+
+
+def default_graph_sizes(cap: int) -> tuple:
+    """The default shape of a capture list up to ``cap``: 1, 2, 4, multiples of 8 up to 256, then multiples of 256
+    (vLLM V0's list, vllm@v0.5.3 worker/model_runner.py _BATCH_SIZES_TO_CAPTURE, and SGLang 0.2-0.4's,
+    model_runner.py, up to their caps; the multiples of 256 above are ours, for an override above 256)."""
+    small = [x for x in (1, 2, 4, *range(8, 257, 8)) if x <= cap]
+    return tuple(sorted(set(small) | {x for x in range(512, cap + 1, 256)} | ({cap} if cap > 0 else set())))
+
+
+def graph_size(n: int, sizes) -> int:
+    """One decode batch of ``n`` sequences at its CUDA-graph capture size: the smallest of ``sizes`` (ascending,
+    as :meth:`EngineProfile.graph_sizes` gives them) that holds it; above the largest, or with none, it runs
+    eagerly (unpadded). Plain integers: the engine's per-step path calls it."""
+    if not sizes or n <= 0 or n > sizes[-1]:
         return n
-    if n <= 256:
-        return 1 if n <= 1 else 2 if n <= 2 else 4 if n <= 4 else min(-(-n // 8) * 8, cap)
-    return min(-(-n // 256) * 256, cap)
+    return sizes[bisect.bisect_left(sizes, n)]
 
 
-def graph_pad(n, cap: int):
+def graph_pad(n, sizes):
     """:func:`graph_size` over an array of batch sizes (vectorised pricing), or one size."""
     import numpy as np
 
     a = np.asarray(n)
-    small = np.where(a <= 1, 1, np.where(a <= 2, 2, np.where(a <= 4, 4, -(-a // 8) * 8)))
-    big = -(-a // 256) * 256
-    out = np.where(a <= 256, small, big)
-    out = np.where((a > cap) | (a <= 0) | (cap <= 0), a, np.minimum(out, max(cap, 1)))
+    if not sizes:
+        return int(a) if np.ndim(a) == 0 else a
+    table = np.asarray(sizes, dtype=np.int64)
+    idx = np.minimum(np.searchsorted(table, a), len(table) - 1)
+    out = np.where((a > table[-1]) | (a <= 0), a, table[idx])
     return int(out) if np.ndim(out) == 0 else out
 
 
@@ -487,12 +569,19 @@ _VLLM_06 = EngineProfile(
     source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
            "async output processing); loop fitted by blendsim fidelity")
 
+# TensorRT-LLM's PyTorch backend as trtllm-bench ran it on the perf-overview pages of v0.20 and ~v1.0: CUDA graphs
+# with padding over the batch sizes their llm_options.yml lists (docs/source/performance/perf-overview.md,
+# cuda_graph_config enable_padding true, batch_sizes 1, 2, 4, ..., 128, 256, 384, 512, 1024, 2048, 4096, 8192; the v0.20
+# page's file has the same list under cuda_graph_batch_sizes): a decode batch of 600 runs at 1,024. The sizes above the
+# run's max batch size (what trtllm-bench derives from the dataset) give way to that size (graph_pad_to_limit).
+_TRTLLM_GRAPHS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192)
 # TensorRT-LLM as trtllm-bench runs it (1.0; 0.13 and 0.19 are copies of it): _BUILTIN below cites each value
 _TRTLLM_BENCH = EngineProfile(
     "trtllm", version="1.0",
     scheduler={"token_budget": 8192, "max_seqs": 8192, "block_size": 32, "mix": "decode-first",
                "prefix_caching": False, "gpu_memory_utilization": 0.95, "admission": "reserve", "reserve_ratio": 1.0},
-    fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, regime="trtllm", tuned_by="trtllm-bench",
+    fixed_s=0.5e-3, per_seq_s=2e-6, cuda_graph_max=8192, cuda_graph_sizes=_TRTLLM_GRAPHS, graph_pad_to_limit=True,
+    regime="trtllm", tuned_by="trtllm-bench",
     fitted=("fixed_s", "per_seq_s"), fit_as="trtllm", kv_of_free=True, attn_dp=True, limits_per_rank=True,
     source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (trtllm-bench settings; MoE models with "
            "enable_attention_dp); overhead fitted by blendsim fidelity")
@@ -518,9 +607,11 @@ SGLANG_ATTN_DP_SINCE = "0.4.4"
 # three passes over a 128K-entry float32 logit row, 0.5 MB, at ~1.6 TB/s). They model engines, never
 # policies: they were fixed from the measurements cited here (or fitted to the fidelity catalogue where
 # ``fitted`` says so), not fitted to any scheduling result.
-# SGLang (0.3-0.4): prefill-first steps with a 16384-token prefill budget (--chunked-prefill-size
-# 8192 in 0.3), token-granular radix cache, reserve-style admission (new_token_ratio), CUDA graphs up
-# to 160 (0.3) -- larger decode batches run eagerly. Overhead: SGLang >= 0.4 runs its scheduler one
+# SGLang (0.3-0.4): prefill-first steps with chunked prefill of 8,192 tokens (--chunked-prefill-size; v0.4.0
+# server_args.py sets it on GPUs of 25 GB and more), token-granular radix cache, reserve-style admission
+# (new_token_ratio), CUDA graphs up to 160 -- larger decode batches run eagerly; at most min(KV // 2, the request
+# pool: KV tokens / context length x 512 clamped to 2,048-4,096) requests at once (model_runner.py max_num_reqs,
+# tp_worker.py max_running_requests; 0.3 clamps to 2,048-5,120). Overhead: SGLang >= 0.4 runs its scheduler one
 # batch ahead of the GPU ("zero-overhead" overlapped scheduler, SGLang v0.4 blog 2024-12-04: +10%
 # throughput, i.e. the CPU share it removed was ~9% of a step; its Nsight trace of five decode
 # batches shows no GPU idle time). What stays on the critical path is GPU sampling (~1 us/seq, see
@@ -533,9 +624,15 @@ _SGLANG_04 = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.15e-3, per_seq_s=1e-6, cuda_graph_max=160, regime="cuda-graph",
-    memory_by_tp=((2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79)), static_fraction=True,
+    memory_by_tp=((2, 0.87), (4, 0.85), (8, 0.81), (16, 0.79)), static_fraction=True, running_from_pool=(2048, 4096),
     attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
     source="SGLang v0.4 blog 2024-12-04 (overlapped scheduler); sglang server_args defaults")
+
+# vLLM V1's CUDA-graph batch sizes (0.8-0.10): 1, 2, 4, then every multiple of 8 up to 512 (vllm@v0.8.0 config.py
+# CompilationConfig cudagraph_capture_sizes, [1, 2, 4] + [8 * i for i in range(1, 1025)] cut at the largest;
+# vllm@v0.10.0 config.py caps it at min(2 x max_num_seqs, 512)); a batch between two runs at the next
+# (VllmConfig.pad_for_cudagraph). V0's list stops at 256 and so has the default shape.
+_V1_GRAPHS = (1, 2, 4, *range(8, 513, 8))
 
 _BUILTIN = [
         # No engine: pure kernel time at the hardware preset's efficiencies (the plain roofline), no per-step
@@ -585,6 +682,7 @@ _BUILTIN = [
                                          "mix": "decode-first", "prefix_caching": True,
                                          "gpu_memory_utilization": 0.90, "admission": "greedy"},
                       fixed_s=0.2e-3, per_seq_s=1.2e-6, per_token_s=0.02e-6, cuda_graph_max=512,
+                      cuda_graph_sizes=_V1_GRAPHS,
                       regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True, fit_offline=False, async_since="0.10",
                       server_token_s=100e-6, server_request_s=5e-3,
                       server_fitted=("server_token_s", "server_request_s"),
@@ -635,7 +733,7 @@ _SGLANG_03 = EngineProfile(
     scheduler={"token_budget": 8192, "max_seqs": 4096, "block_size": 1, "mix": "prefill-first", "prefix_caching": True,
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.2e-3, per_seq_s=1.2e-6, cuda_graph_max=160, regime="cuda-graph", fitted=_FIT_LOOP,
-    memory_by_tp=((2, 0.87), (4, 0.85), (8, 0.83), (16, 0.79)), static_fraction=True,
+    memory_by_tp=((2, 0.87), (4, 0.85), (8, 0.83), (16, 0.79)), static_fraction=True, running_from_pool=(2048, 5120),
     attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
     source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; loop fitted by blendsim "
            "fidelity")
@@ -650,9 +748,11 @@ _VERSIONED = [
         # SGLang 0.2.x (the SGLang v0.2 blog of 2024-07-25): a synchronous loop of its own (the detokenizer in its own
         # process), with 0.2's defaults (sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py,
         # model_runner.py): no chunked prefill -- a prefill batch takes whole prompts up to max_prefill_tokens =
-        # 16384 tokens; max_running_requests = half the KV pool's tokens (no practical cap); CUDA graphs for
-        # decode batches 1, 2, 4, 8, ..., 128 (eager above); mem_fraction_static 0.89 at TP1 down to 0.84 at TP8
-        # (TP 2-4's steps were not recorded here and are taken as TP1's: the catalogue has no 0.2 run there); radix
+        # 16384 tokens; max_running_requests = min(half the KV pool's tokens, the request pool: KV tokens / context
+        # length x 512, at least 2,048 and with no upper clamp; tp_worker.py and model_runner.py ReqToTokenPool) --
+        # 27,000 for Llama-3-8B on an A100, 2,047 for a 128K-context model; CUDA graphs for decode batches 1, 2, 4,
+        # 8, ..., 128 (eager above); mem_fraction_static 0.89 at TP1, 0.88 at TP2, 0.86 at TP4, 0.84 at TP8, 0.80 at
+        # TP16 (server_args.py __post_init__; 29 Nov 2026 to 30 Nov TP 2-4 were taken as TP1's); radix
         # cache on (schedule_heuristic lpm, fcfs without it); new_token_ratio 0.7 at start (global_config.py).
         # Decodes run ten steps in a row when no prefill batch can be formed (num_continue_decode_steps), which is
         # what prefill-first does here. Its loop is fitted on its own rows (the SGLang v0.2 blog's 20), from vLLM V0's
@@ -663,7 +763,7 @@ _VERSIONED = [
         # 0.2's own loop"). An earlier split (26 Nov, from 0.3's prior, bound 20 us) had both loops at that bound.
         replace(_SGLANG_03, version="0.2", scheduler={**_SGLANG_03.scheduler, "token_budget": 16384,
                                                      "gpu_memory_utilization": 0.89},
-                memory_by_tp=((8, 0.84),),
+                memory_by_tp=((2, 0.88), (4, 0.86), (8, 0.84), (16, 0.80)), running_from_pool=(2048, math.inf),
                 cuda_graph_max=128, fixed_s=_V0_LOOP[0], per_seq_s=_V0_LOOP[1],
                 source="sglang@v0.2.0 srt/server_args.py, srt/managers/controller/tp_worker.py, "
                        "model_runner.py, global_config.py; loop fitted by blendsim fidelity from vLLM V0's prior"),
@@ -676,18 +776,42 @@ _VERSIONED = [
         # (B200, MI300X), 2.8 + 0.1 under 35 GiB, and 4 GiB more with --enable-dp-attention; chunked prefill 2,048
         # tokens under 35 GiB, 8,192 under 160 GiB, 16,384 above. Its CUDA-graph batches by device are not modelled:
         # 0.4's 160 apply.
+        # 0.5.0-0.5.2's CUDA graphs (sglang v0.5.1 model_executor/cuda_graph_runner.py get_batch_sizes_to_capture):
+        # 1, 2, 4, 8, 16, ..., 160 in steps of 8, up to 256 on a device of more than 90 GiB (H200, H20), then 272 to
+        # 512 in steps of 16 above 160,000 MiB (B200, MI300X); at most min(KV // 2, the request pool clamped to
+        # 2,048-4,096) requests at once (model_runner.py max_num_reqs, as 0.4).
         replace(_SGLANG_04, version="0.5", memory_by_tp=(),
                 memory_reserve=((35, 2.8, 0.1), (90, 9.5, 0.5), (160, 12.0, 0.5), (math.inf, 32.0, 0.0)),
                 attn_dp_reserve_gib=4.0, budget_by_memory=((0, 2048), (35, 8192), (160, 16384)),
-                source="sglang server_args.py of the 0.5 series (mem_fraction_static from reserved memory); otherwise "
-                       "as sglang@0.4"),
+                cuda_graph_max=512, graph_max_by_memory=((90, 160, 160), (156.25, 256, 256), (math.inf, 512, 512)),
+                cuda_graph_sizes=(1, 2, 4, 8, *range(16, 257, 8), *range(272, 513, 16)),
+                source="sglang server_args.py of 0.5.0-0.5.2 (mem_fraction_static from reserved memory), v0.5.1 "
+                       "cuda_graph_runner.py; otherwise as sglang@0.4"),
+        # SGLang 0.5.3 and later (the catalogue's GPUStack runs are 0.5.3 and 0.5.5.post1): the KV fraction from the
+        # memory its own settings need (sgl-project/sglang v0.5.3 python/sglang/srt/server_args.py, the
+        # mem_fraction_static and GPU-memory defaults; sglang_053_reserve_gib): chunked prefill 2,048 tokens under
+        # 35 GiB, 4,096 under 60, 8,192 under 160, 16,384 above; the largest CUDA-graph batch 8 under 20 GiB, 16 /
+        # 80 (TP < 4 / TP >= 4) under 35, 32 / 160 under 60, 256 / 512 under 160 (H100, A100, H200), 512 above;
+        # graphs for 1, 2, 4, 8, 12, 16 to 256 in steps of 8, 272 to 496 in steps of 16, then 512 up in steps of
+        # 32 (_generate_cuda_graph_batch_sizes); the request pool as 0.4 (model_runner.py max_num_reqs).
+        replace(_SGLANG_04, version="0.5.3", memory_by_tp=(), reserve_from_settings=True,
+                budget_by_memory=((0, 2048), (35, 4096), (60, 8192), (160, 16384)),
+                cuda_graph_max=512,
+                graph_max_by_memory=((20, 8, 8), (35, 16, 80), (60, 32, 160), (160, 256, 512), (math.inf, 512, 512)),
+                cuda_graph_sizes=(1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, 8193, 32)),
+                source="sglang v0.5.3 server_args.py (mem_fraction_static from the reserved memory of its chunked "
+                       "prefill, CUDA graphs and parallel size), model_runner.py; otherwise as sglang@0.4"),
         # TensorRT-LLM 0.13 as its perf-overview page ran it (trtllm-bench on a built TRT engine, in-flight
         # batching under max_num_tokens / max_batch_size that trtllm-bench derives from the dataset,
         # GUARANTEED_NO_EVICT): the mechanics of trtllm@1.0 above, whose fitted overhead it shares (the 0.13
         # table's A100/H100/L40S rows are in the catalogue).
-        replace(_TRTLLM_BENCH, version="0.13", attn_dp=False,
-                source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table); "
-                       "overhead fitted by blendsim fidelity"),
+        # No CUDA graphs: that trtllm-bench ran a built engine through the C++ executor with an ExecutorConfig of
+        # scheduler, KV-cache and parallel settings only (tensorrt_llm/bench/run/dataclasses.py RuntimeConfig
+        # get_config, the bench of the 0.12-0.13 releases), so the runtime's CUDA-graph mode
+        # (ExtendedRuntimePerfKnobConfig cuda_graph_mode) stays at its default, off: decode batches run unpadded.
+        replace(_TRTLLM_BENCH, version="0.13", attn_dp=False, cuda_graph_max=0, cuda_graph_sizes=(),
+                source="NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md (v0.13.0 table), "
+                       "tensorrt_llm/bench/run/dataclasses.py (no CUDA graphs); overhead fitted by blendsim fidelity"),
         # TensorRT-LLM 0.19-0.21: trtllm-bench on the PyTorch backend (no engine build), as the perf-overview page of
         # v0.20 ran it ("Starting with v0.19, testing was performed using the PyTorch backend"; its llm_options.yml pads
         # CUDA graphs over batch sizes 1-8192, KV fraction 0.95 where it fit): the mechanics of trtllm@1.0 above,
@@ -829,7 +953,7 @@ CUSTOM_ALLREDUCE_SOURCES = {
               "getMaxRequiredWorkspaceSize, kept in sync)",
     "deepspeed-fastgen": "NCCL for every message: DeepSpeed inference v2 model implementations all-reduce with "
                          "deepspeed.comm dist.all_reduce (torch.distributed, NCCL), e.g. "
-                         "deepspeed/inference/v2/model_implementations/llama_v2/model.py",
+                         "deepspeed/inference/v2/model_implementations/llama_v2/llama_v2_model.py",
     "nanoflow": "not modelled: every all-reduce at the link price",
     "ideal": "not modelled: every all-reduce at the link price",
 }
@@ -921,6 +1045,13 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
                                         f"{left:g} GiB + {per:g} GiB per GPU" for g, left, per in prof.memory_reserve)
     if prof.budget_by_memory:
         d["token_budget_by_memory"] = ", ".join(f">={g:g} GiB: {b}" for g, b in prof.budget_by_memory)
+    if prof.reserve_from_settings:
+        d["kv_memory_left"] = ("as SGLang 0.5.3 reserves it: 0.5 GiB + 1.5 MiB per chunked-prefill token + 2 MiB per "
+                               "CUDA-graph request + 1 GiB per 8 GPUs (+ attention DP's), at least 10 GiB above 60 GiB")
+    if prof.running_from_pool:
+        lo, hi = prof.running_from_pool
+        d["max_running"] = (f"min(KV tokens / 2, KV tokens / context length x 512 clamped to {lo:g}.."
+                            f"{'no limit' if math.isinf(hi) else format(hi, 'g')}), over scheduler.max_seqs")
     d["kv_fraction_of"] = ("free memory after weights and activations" if prof.kv_of_free else
                            "weights and KV pool (static fraction)" if prof.static_fraction else "device memory")
     if prof.budget_from_context:
@@ -944,6 +1075,14 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
     if prof.async_since:
         d["async_scheduling"] = f"opt-in from {prof.async_since} (:async_scheduling=1); on: {prof.async_scheduling}"
     d["cuda_graph_max"] = prof.cuda_graph_max
+    if prof.graph_max_by_memory:
+        d["cuda_graph_max_by_memory"] = ", ".join(
+            f"{'under ' + format(g, 'g') + ' GiB' if math.isfinite(g) else 'larger'}: "
+            f"{a if a == b else f'{a} (TP < 4) / {b}'}" for g, a, b in prof.graph_max_by_memory)
+    if prof.cuda_graph_sizes:
+        sizes = [x for x in prof.cuda_graph_sizes if x <= max(prof.cuda_graph_max, 1)]
+        d["cuda_graph_sizes"] = ", ".join(map(str, sizes)) if len(sizes) <= 20 else \
+            f"{', '.join(map(str, sizes[:8]))}, ... {', '.join(map(str, sizes[-4:]))} ({len(sizes)} sizes)"
     d["kernel_regime"] = prof.regime or "plain roofline at the hardware preset's efficiencies"
     if prof.attn_dp or prof.attn_dp_since:
         d["attention_dp"] = (f"on: {prof.attn_dp}" + (f"; modelled from {prof.attn_dp_since}"
@@ -1094,7 +1233,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey",
            "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
-           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "describe_profile",
-           "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
+           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "describe_profile", "sglang_053_reserve_gib",
+           "default_graph_sizes", "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
            "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "releases",
            "resolve_version", "trtllm_bench_settings", "version_order"]

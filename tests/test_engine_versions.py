@@ -27,11 +27,12 @@ def invoke(*args):
 def test_name_alone_is_the_newest_and_a_version_between_two_takes_the_older():
     # (with no fitted parameters the registered profile itself; with the shipped ones a copy carrying its fitted loop)
     assert get_profile("vllm").version == "0.8" and get_profile("vllm", {}) is PROFILES["vllm"]
-    assert get_profile("sglang").version == "0.5" and get_profile("trtllm").version == "1.0"
+    assert get_profile("sglang").version == "0.5.3" and get_profile("trtllm").version == "1.0"
     assert resolve_version("vllm", "0.5.3") is VERSIONS[("vllm", "0.5")]
     assert resolve_version("vllm", "0.7.3") is VERSIONS[("vllm", "0.6")]
     assert resolve_version("vllm", "0.11.0") is VERSIONS[("vllm", "0.8")]
-    assert resolve_version("sglang", "0.5.5") is VERSIONS[("sglang", "0.5")]
+    assert resolve_version("sglang", "0.5.5") is VERSIONS[("sglang", "0.5.3")]
+    assert resolve_version("sglang", "0.5.2") is VERSIONS[("sglang", "0.5")]
     assert resolve_version("sglang", "0.4.9") is VERSIONS[("sglang", "0.4")]
     assert resolve_version("sglang", "0.2.7") is VERSIONS[("sglang", "0.2")]
     assert resolve_version("trtllm", "0.9") is VERSIONS[("trtllm", "0.8")]
@@ -98,7 +99,7 @@ def test_sglang_02_batches_whole_prompts_and_captures_fewer_graphs():
 
 
 @pytest.mark.parametrize("typed,modelled", [("vllm@v0.6", "vllm@0.6"), ("vllm@0.5.5.post1", "vllm@0.5"),
-                                            ("sglang@0.3rc0", "sglang@0.3"), ("sglang@0.5.5.post1", "sglang@0.5"),
+                                            ("sglang@0.3rc0", "sglang@0.3"), ("sglang@0.5.5.post1", "sglang@0.5.3"), ("sglang@0.5.2", "sglang@0.5"),
                                             ("vllm@0.6.0", "vllm@0.6"), ("trtllm@V1.0", "trtllm@1.0")])
 def test_tags_and_release_suffixes_select_their_release(typed, modelled):
     assert get_profile(typed).modelled == modelled
@@ -229,3 +230,28 @@ def test_plan_engine_lists_keep_each_engines_overrides_together():
         "vllm:fixed_s=0.001,per_seq_s=1e-6", "sglang@0.4")
     assert parse_names("fixed_s=0.001,per_seq_s=1e-6", "--engines", engines=True) == ("fixed_s=0.001,per_seq_s=1e-6",)
     assert parse_names("a,b=1", "--policies") == ("a", "b=1")  # other lists split on every comma
+
+
+def test_a_row_runs_on_the_profile_of_the_full_release_it_states():
+    from blendsim.fidelity.catalogue import engine_release_key, engine_version_key, read_catalogue
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
+
+    rows = [r for r in read_catalogue(SHIPPED_CATALOGUE) if r.engine == "sglang" and "0.5." in r.engine_version]
+    assert rows and {engine_version_key(r) for r in rows} == {"sglang@0.5"}  # tables group by MAJOR.MINOR
+    assert {get_profile(engine_release_key(r)).version for r in rows} == {"0.5.3"}  # 0.5.3 and 0.5.5 run on 0.5.3
+    vllm = [r for r in read_catalogue(SHIPPED_CATALOGUE) if r.engine == "vllm" and "0.7.3" in r.engine_version]
+    assert vllm and {engine_release_key(r) for r in vllm} == {"vllm@0.7"}  # 0.7.3 is priced as 0.7 is: unchanged
+
+
+def test_sglang_053_reserves_what_its_own_settings_need():
+    from blendsim.sim.engines import sglang_053_reserve_gib
+    from blendsim.sim.hardware import get_hardware
+
+    # one H100 (80 GiB): 512 MiB + 8,192 x 1.5 MiB + 256 x 2 MiB + 1/8 GiB = 13.1 GiB
+    assert sglang_053_reserve_gib(80, 1, 1, 0, 8192, 256) == pytest.approx(13440 / 1024)
+    assert sglang_053_reserve_gib(40, 1, 1, 0, 4096, 32) == pytest.approx((512 + 6144 + 64 + 128) / 1024)  # no floor
+    assert sglang_053_reserve_gib(80, 8, 1, 8, 8192, 512) > 30  # attention DP over 8 ranks reserves ~18 GiB more
+    p = get_profile("sglang@0.5.3")
+    assert p.scheduler_for(get_hardware("h100-80gb"), tp=1)["gpu_memory_utilization"] == pytest.approx(0.836, abs=1e-3)
+    assert get_profile("sglang@0.5").scheduler_for(get_hardware("h100-80gb"), tp=1)["gpu_memory_utilization"] == \
+        pytest.approx(0.875, abs=1e-3)  # 0.5.0-0.5.2's rule

@@ -15,16 +15,34 @@ from blendsim.sim.batch import BatchFeatures
 from blendsim.sim.build_cost import build_cost_model
 from blendsim.sim.deployment import make_deployment
 from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
-from blendsim.sim.engines import PROFILES, get_profile, graph_pad, graph_size
+from blendsim.sim.engines import PROFILES, default_graph_sizes, get_profile, graph_pad, graph_size
 from blendsim.sim.errors import UserError
 from blendsim.workloads.trace import from_columns
 
 
 @pytest.mark.parametrize("n, cap, size", [(1, 512, 1), (2, 512, 2), (3, 512, 4), (5, 512, 8), (9, 512, 16),
                                           (250, 512, 256), (257, 512, 512), (513, 512, 513), (700, 8192, 768),
-                                          (40, 0, 40)])
+                                          (40, 0, 40), (99, 100, 100), (150, 160, 152)])
 def test_graph_sizes(n, cap, size):
-    assert graph_pad(n, cap) == size == graph_size(n, cap)
+    sizes = default_graph_sizes(cap) if cap else ()
+    assert graph_pad(n, sizes) == size == graph_size(n, sizes)
+
+
+@pytest.mark.parametrize("engine, hardware, tp, n, size", [
+    ("vllm@0.8", "h100-80gb", 1, 260, 264),  # V1: every multiple of 8 up to 512
+    ("vllm@0.8", "h100-80gb", 1, 513, 513),  # eager above
+    ("vllm@0.5", "h100-80gb", 1, 250, 256), ("vllm@0.5", "h100-80gb", 1, 257, 257),
+    ("trtllm@1.0", "h100-80gb", 1, 40, 64), ("trtllm@1.0", "h200", 1, 600, 1024),  # perf-overview's list
+    ("trtllm@1.0", "h200", 1, 2049, 4096), ("trtllm@0.13", "h100-80gb", 1, 600, 600),  # 0.13's engine: eager
+    ("sglang@0.4", "h100-80gb", 8, 150, 152), ("sglang@0.4", "h100-80gb", 8, 161, 161),
+    ("sglang@0.5.3", "h100-80gb", 1, 260, 260), ("sglang@0.5.3", "h100-80gb", 8, 260, 272),  # 256 / 512 by TP
+    ("sglang@0.5.3", "h100-80gb", 1, 10, 12), ("sglang@0.5.3", "b200", 1, 500, 512), ("sglang@0.5.3", "b200", 1, 530, 530),
+    ("sglang@0.5", "h100-80gb", 1, 170, 170), ("sglang@0.5", "h200", 1, 170, 176),
+])
+def test_each_engine_pads_to_its_own_capture_sizes(engine, hardware, tp, n, size):
+    from blendsim.sim.hardware import get_hardware
+
+    assert get_profile(engine).graph_size(n, get_hardware(hardware), tp) == size
 
 
 def test_decode_steps_are_priced_at_their_cuda_graph_size():
@@ -168,3 +186,27 @@ def test_a_catalogue_row_behind_the_server_runs_the_served_profile():
 
     assert row_engine_key(row("vLLM v0.5.3, defaults; OpenAI server driven by benchmark_serving.py")) == "vllm@0.5:serve=1"
     assert row_engine_key(row("vLLM v0.5.3, benchmark_throughput.py")) == "vllm@0.5"
+
+
+@pytest.mark.parametrize("engine, model, hardware, lo, hi", [
+    ("sglang@0.4", "llama-3.1-8b", "h100-80gb", 2048, 2048),  # a 128K context: the pool's floor
+    ("sglang@0.4", "llama-2-7b", "a100-80gb", 4096, 4096),  # 4K context: the pool's ceiling in 0.4
+    ("sglang@0.3", "llama-2-7b", "a100-80gb", 5120, 5120),  # and in 0.3
+    ("sglang@0.2", "llama-2-7b", "a100-80gb", 8_000, 30_000),  # 0.2: no ceiling
+])
+def test_sglang_runs_as_many_requests_as_its_request_pool_holds(engine, model, hardware, lo, hi):
+    import blendsim
+
+    trace = from_columns(input_len=[64] * 8, output_len=[4] * 8)
+    r = blendsim.simulate(trace, "fcfs", model=model, hardware=hardware, engine=engine)
+    assert lo <= r.summary["max_seqs"] <= hi
+    mine = blendsim.simulate(trace, "fcfs", model=model, hardware=hardware, engine=engine, max_seqs=77)
+    assert mine.summary["max_seqs"] == 77  # an explicit cap wins
+
+
+def test_tensorrt_llm_pads_to_the_runs_max_batch_above_its_last_listed_size():
+    dep = make_deployment("llama-3-8b", "h100-80gb", max_seqs=1536, max_batched_tokens=8192)
+    sizes = get_profile("trtllm@1.0").graph_sizes_for(dep)
+    assert sizes[-3:] == (512, 1024, 1536)  # 2048 and above give way to the executor's 1,536
+    assert graph_size(1100, sizes) == 1536 and graph_size(1000, sizes) == 1024
+    assert get_profile("vllm@0.8").graph_sizes_for(dep)[-1] == 512  # vLLM keeps its own list

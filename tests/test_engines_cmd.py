@@ -20,13 +20,14 @@ def test_the_list_names_every_registered_profile_and_fits_the_terminal():
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
-    cells = [line.split() for line in lines if line.split() and "@" in line.split()[0]]
+    table = lines[:next(i for i, line in enumerate(lines) if line.startswith("until:"))]
+    cells = [line.split() for line in table if line.split() and "@" in line.split()[0]]
     want = sorted((f"{n}@{v}" for n, v in VERSIONS if v), key=lambda k: (k.split("@")[0],
                                                                         version_order(k.split("@")[1])))
     assert [c[0] for c in cells] == want
     until = {c[0]: c[1] for c in cells}
     assert until["vllm@0.5"] == "0.6" and until["trtllm@0.8"] == "0.13"  # priced until the next modelled release
-    assert {k for k, v in until.items() if v == "newest"} >= {"vllm@0.8", "trtllm@1.0", "sglang@0.5"}
+    assert {k for k, v in until.items() if v == "newest"} >= {"vllm@0.8", "trtllm@1.0", "sglang@0.5.3"}
 
 
 def test_json_list_carries_the_priced_loop_of_each_profile():
@@ -46,7 +47,7 @@ def test_json_list_carries_the_priced_loop_of_each_profile():
 
 @pytest.mark.parametrize("key, engine, releases", [("vllm@0.7", "vllm@0.6", "0.6 up to 0.8 (not included)"),
                                                     ("trtllm@0.10", "trtllm@0.8", "0.8 up to 0.13 (not included)"),
-                                                    ("sglang", "sglang@0.5", "0.5 and later"),
+                                                    ("sglang", "sglang@0.5.3", "0.5.3 and later"),
                                                     ("nanoflow", "nanoflow", "every release (no versions modelled)")])
 def test_one_profile_names_what_prices_the_release_asked_for(key, engine, releases):
     res = _run(key, "--json")

@@ -169,15 +169,22 @@ def engines_cmd(
         return f"{d['fixed_s'] * 1e3:.2f}+{us:.{0 if us >= 10 else 1}f}" + ("*" if d["loop"].startswith("fitted") else "")
 
     rows = [{"engine": d["engine"], "until": until(d), "loop": loop(d),
-             "budget": str(d.get("scheduler.token_budget", "-")), "seqs": str(d.get("scheduler.max_seqs", "-")),
+             "budget": "bench" if "limits_tuned_by" in d else "by GPU" if "token_budget_by_memory" in d
+             else str(d.get("scheduler.token_budget", "-")),
+             "seqs": "bench" if "limits_tuned_by" in d else "pool" if "max_running" in d
+             else str(d.get("scheduler.max_seqs", "-")),
              "prefix": "yes" if d.get("scheduler.prefix_caching") else "no",
-             "graphs": str(d["cuda_graph_max"] or "eager")} for d in profiles]
+             "graphs": "by GPU" if "cuda_graph_max_by_memory" in d else str(d["cuda_graph_max"] or "eager")}
+            for d in profiles]
     _print_rows(rows, "Engine profiles", "until: the next modelled release -- NAME@VERSION prices every release from "
                 "its VERSION until that one, and NAME alone selects the newest; "
                 "loop: the per-step CPU work the GPU waits for, offline, ms fixed + us per running sequence (*: fitted "
                 "to the fidelity catalogue, else its cited prior); budget, seqs: most tokens and sequences a step "
-                "(some engines take more on GPUs of 70 GiB and more); prefix: prefix caching on; graphs: largest "
-                "CUDA-graph decode batch; every field with its source: blendsim engines NAME@VERSION")
+                "(some engines take more on GPUs of 70 GiB and more; by GPU: by device memory; bench: trtllm-bench sets both "
+                "from the dataset; pool: as many as the "
+                "engine's request pool holds, from the KV pool and the model's context); prefix: prefix caching on; "
+                "graphs: largest CUDA-graph decode batch (by GPU: by device memory and TP); every field with its "
+                "source: blendsim engines NAME@VERSION")
 
 
 def _kib(n: float) -> str:

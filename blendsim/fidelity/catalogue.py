@@ -294,10 +294,24 @@ def serves(row: Row) -> bool:
     return bool(re.search(r"\bserve\b|server|benchmark_serving|bench serve", row.engine_version or "", re.I))
 
 
-def row_engine_key(row: Row) -> str:
-    """The ``--engine`` key a row runs on: its engine at its version, behind the engine's API server
-    (``:serve=1``) where its command says so (:func:`serves`)."""
+def engine_release_key(row: Row) -> str:
+    """:func:`engine_version_key`, with the full release the row states where that release is priced by another
+    profile than its MAJOR.MINOR (``SGLang v0.5.3`` -> ``sglang@0.5.3``, modelled apart from 0.5.0-0.5.2); the
+    profile a row runs on. Tables and the leave-one-engine-version-out folds group by MAJOR.MINOR."""
+    from blendsim.sim.engines import release, resolve_version
+
     key = engine_version_key(row)
+    name, _, minor = key.partition("@")
+    full = release(_stated_version(row)) if minor else None
+    if not full or full == minor or not full.startswith(minor + "."):
+        return key
+    return f"{name}@{full}" if resolve_version(name, full) is not resolve_version(name, minor) else key
+
+
+def row_engine_key(row: Row) -> str:
+    """The ``--engine`` key a row runs on: its engine at its release (:func:`engine_release_key`), behind the engine's
+    API server (``:serve=1``) where its command says so (:func:`serves`)."""
+    key = engine_release_key(row)
     opts = ((["serve=1"] if serves(row) else []) + (["async_scheduling=1"] if asynchronous(row) else [])
             + (["attn_dp=1"] if attention_dp(row) and _attn_dp_modelled(row, key) else []))
     return f"{key}:{','.join(opts)}" if opts else key
@@ -610,5 +624,5 @@ def _synth_options(row: Row, spec: str):
     return recipe, kw
 
 
-__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "Skip", "build_workload", "engine_version_key",
-           "read_catalogue", "row_engine_key", "serves"]
+__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "Skip", "build_workload",
+           "engine_release_key", "engine_version_key", "read_catalogue", "row_engine_key", "serves"]

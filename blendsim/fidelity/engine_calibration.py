@@ -35,7 +35,7 @@ from blendsim.sim.engines import PROFILE_KIND, modelled_profile  # one name for 
 from blendsim.sim.errors import UserError
 from blendsim.sim.io import atomic_path, check_output_file, check_own_file, json_value
 
-from .catalogue import Row, engine_version_key, read_catalogue
+from .catalogue import Row, engine_release_key, engine_version_key, read_catalogue
 
 OVERHEAD = ("fixed_s", "per_seq_s")
 
@@ -88,7 +88,7 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
             # only the rows of the version being calibrated: another version's loop is another profile
             asked = f"{setup.engine}@{setup.version}" if setup.version else setup.engine
             want = modelled_profile(asked)
-            mine = [r for r in got if modelled_profile(engine_version_key(r)) == want]
+            mine = [r for r in got if modelled_profile(engine_release_key(r)) == want]
             if not mine:
                 have = sorted({engine_version_key(r) for r in got})
                 what = asked if want == asked else f"{asked} (modelled by {want})"

@@ -32,7 +32,7 @@ def build(result: dict, rows, params_sha: str) -> dict:
     priced."""
     from blendsim.sim.engines import load_params, modelled_profile
 
-    from .catalogue import engine_version_key
+    from .catalogue import engine_release_key
     from .suite import deployment_key
 
     cv = (result.get("cv") or {}).get(CV)
@@ -49,7 +49,7 @@ def build(result: dict, rows, params_sha: str) -> dict:
                                                         "all": {}}
     for rid, err in sorted(cv["rows"].items()):
         r = byid[rid]
-        prof = modelled_profile(engine_version_key(r), params) or r.engine
+        prof = modelled_profile(engine_release_key(r), params) or r.engine
         dep = deployment_key(r)
         for kind, key in (("profile", prof), ("deployment", dep), ("profile_deployment", f"{prof} on {dep}"),
                           ("all", "")):

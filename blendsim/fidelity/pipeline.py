@@ -58,7 +58,8 @@ class PipelineRowPricer:
         if getattr(self, "_compressed", None) is None:
             from dataclasses import replace
 
-            reps = [_compress_batches(rep, self.profile.cuda_graph_max) for rep in self.sched.replicas]
+            sizes = self.profile.graph_sizes_for(self.dep)
+            reps = [_compress_batches(rep, sizes) for rep in self.sched.replicas]
             self._compressed = PipelineRowPricer(replace(self.sched, replicas=reps), self.dep, self.profile,
                                                  self.params)
         return self._compressed
@@ -111,7 +112,7 @@ class PipelineRowPricer:
         return tot  # a server stage is on every stage's components: its share is the replica's
 
 
-def _compress_batches(rep: dict, graph_cap: int) -> dict:
+def _compress_batches(rep: dict, graph_sizes: tuple) -> dict:
     """One replica's recorded batches with those in the same bin merged at their weighted mean features. A bin:
     token, sequence and decode counts each within 1% (as ``price._compress``), the same number of active
     virtual engines, the same CUDA-graph batch size for decode-only batches; the first batch is its own bin."""
@@ -123,9 +124,9 @@ def _compress_batches(rep: dict, graph_cap: int) -> dict:
     cols = [(np.arange(n) > 0).astype(float), rep["active"]]
     cols += [np.round(np.log1p(rep[k]) * 100) for k in ("num_tokens", "num_prefill_tokens", "num_prefill_seqs",
                                                           "num_decode", "num_logits")]
-    if graph_cap:
+    if graph_sizes:
         dec = rep["num_prefill_seqs"] == 0
-        cols.append(np.where(dec, graph_pad(rep["num_decode"].astype(np.int64), graph_cap), -1))
+        cols.append(np.where(dec, graph_pad(rep["num_decode"].astype(np.int64), graph_sizes), -1))
     _, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
     inv = inv.ravel()
     w = rep["weight"]

@@ -31,9 +31,10 @@ class RowPricer:
             f = {k: rep[k].copy() for k in FIELDS}
             f["tokens0"] = f["num_tokens"].copy()  # unpadded: the per-token engine overhead
             f["logits0"] = f["num_logits"].copy()  # unpadded: the tokens an API server streams (server_s)
-            if profile.cuda_graph_max:  # decode-only steps run at the captured batch size
+            sizes = profile.graph_sizes_for(dep)
+            if sizes:  # decode-only steps run at the captured batch size
                 dec = f["num_prefill_seqs"] == 0
-                pad = graph_pad(f["num_decode"].astype(np.int64), profile.cuda_graph_max)
+                pad = graph_pad(f["num_decode"].astype(np.int64), sizes)
                 f["num_tokens"] = np.where(dec, pad, f["num_tokens"])
                 f["num_logits"] = np.where(dec, pad, f["num_logits"])
             w = rep["weight"]

@@ -16,14 +16,14 @@ MAX_ROW_REQUESTS = 3000
 
 def fidelity_of(pairs, model: str | None = None) -> dict:
     """``{"engine@hardware": {...}}`` for each ``(engine, hardware)`` in ``pairs``."""
-    from blendsim.fidelity.catalogue import engine_version_key, read_catalogue
+    from blendsim.fidelity.catalogue import engine_release_key, read_catalogue
     from blendsim.fidelity.suite import SHIPPED_CATALOGUES, load_suite, predictions
     from blendsim.sim.engines import load_params, modelled_profile
 
     rows = [r for c in SHIPPED_CATALOGUES for r in read_catalogue(c)]
     params = load_params()
     # each row's modelled profile: a planned engine is vouched for by its own version's rows only
-    modelled = {r.id: modelled_profile(engine_version_key(r), params) for r in rows}
+    modelled = {r.id: modelled_profile(engine_release_key(r), params) for r in rows}
     out = {}
     for engine, hw in sorted(set(pairs)):
         mine_prof = modelled_profile(engine, params) or engine
