@@ -1224,6 +1224,8 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
         raise UserError(f"engine {text!r}: {prof.name}'s attention data parallelism is modelled from "
                         f"{prof.attn_dp_since} ({prof.name}@{k.version} predates it; its runs are priced with "
                         f"attention split: drop attn_dp)")
+    if "cuda_graph_max" in k.overrides:  # the user's own largest graph batch, on every device
+        prof = replace(prof, graph_max_by_memory=())
     if k.overrides or k.version:
         prof = replace(prof, **k.overrides, key=text)
         if k.overrides:

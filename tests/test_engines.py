@@ -210,3 +210,13 @@ def test_tensorrt_llm_pads_to_the_runs_max_batch_above_its_last_listed_size():
     assert sizes[-3:] == (512, 1024, 1536)  # 2048 and above give way to the executor's 1,536
     assert graph_size(1100, sizes) == 1536 and graph_size(1000, sizes) == 1024
     assert get_profile("vllm@0.8").graph_sizes_for(dep)[-1] == 512  # vLLM keeps its own list
+
+
+def test_a_graph_cap_override_holds_on_every_device():
+    from blendsim.sim.hardware import get_hardware
+
+    h100 = get_hardware("h100-80gb")
+    assert get_profile("sglang@0.5.3").graph_sizes(h100, 8)[-1] == 512  # by memory and TP
+    assert get_profile("sglang@0.5.3:cuda_graph_max=128").graph_sizes(h100, 8)[-1] == 128
+    assert get_profile("sglang@0.5.3:cuda_graph_max=0").graph_sizes(h100, 8) == ()
+    assert get_profile("vllm@0.8:cuda_graph_max=1024").graph_sizes(h100, 1)[-2:] == (512, 1024)
