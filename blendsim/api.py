@@ -225,11 +225,23 @@ class Result:
     def write(self, run_dir, force: bool = False) -> Path:
         """Write the run directory (summary.json, steps.parquet, requests.parquet, schedule.parquet)
         exactly as `blendsim simulate -o RUN_DIR [--force]` does; returns its path. As there, a run
-        directory of another trace file is replaced only with ``force``."""
+        directory of another trace file is replaced only with ``force``, and so is a trace file's run directory by a
+        run of a Trace object (whose trace no digest identifies)."""
         from blendsim.sim.rundir import check_run_dir, write_run
 
         run_dir = C.path(run_dir, "Result.write: run_dir")
-        check_run_dir(run_dir, self.summary.get("trace_sha256"), C.boolean(force, "--force"))
+        digest, force = self.summary.get("trace_sha256"), C.boolean(force, "--force")
+        d = check_run_dir(run_dir, digest, force)
+        if digest is None and not force and (d / "summary.json").exists():  # this run's trace is a Trace object
+            from blendsim.sim.io import read_json
+
+            try:
+                old = read_json(d / "summary.json", "run summary").get("trace_sha256")
+            except (UserError, AttributeError):
+                old = None
+            if old:
+                raise UserError(f"{d}: holds a run of a trace file (sha256 {old[:12]}...) and this run's trace is a "
+                                f"Trace object; choose another folder, or force=True to replace it")
         return write_run(self.run, run_dir)
 
     def __repr__(self) -> str:

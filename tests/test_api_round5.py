@@ -145,3 +145,14 @@ def test_a_partly_failed_sweep_hands_back_the_cells_that_ran(tmp_path):
                        policies="dfs", jobs=1)
     res = e.value.result
     assert res.outcome.ran == 1 and len(res.results) == 1
+
+
+def test_a_trace_objects_run_does_not_silently_replace_a_trace_files_run(tmp_path, trace):
+    f = blendsim.write_trace(trace, tmp_path / "t.parquet")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        blendsim.simulate(f, "fcfs", **TINY).write(tmp_path / "run")
+        mine = blendsim.simulate(trace, "fcfs", **TINY)
+    assert "holds a run of a trace file" in _err(lambda: mine.write(tmp_path / "run"))
+    mine.write(tmp_path / "run", force=True)
+    mine.write(tmp_path / "run")  # its own earlier run: replaced as before
