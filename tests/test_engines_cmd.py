@@ -90,3 +90,18 @@ def test_a_calibrated_profile_file_shows_its_own_fit(tmp_path):
     fitted = json.loads(out.read_text())["engine"]["vllm@0.6"]
     assert d["fixed_s"] == pytest.approx(fitted["fixed_s"]) and str(out.resolve()) in d["loop"]
     assert d["engine"].startswith("vllm@0.6 fitted in")
+
+
+def test_one_profile_on_a_deployment_says_what_the_engine_sets_there():
+    d = json.loads(_run("sglang@0.4", "--hardware", "h100-80gb", "--model", "llama-3.1-8b", "--json").stdout)
+    assert d["deployment"] == "h100-80gb TP1, llama-3.1-8b"
+    assert d["here.max_seqs"] == 2048  # a 128K-context model: SGLang's request pool floor
+    assert d["here.gpu_memory_utilization"] == 0.88 and d["here.kv_tokens"] > 100_000
+    assert d["here.cuda_graph_sizes"].endswith("152, 160 (23 sizes)")  # 1, 2, 4, then multiples of 8 to 160
+    v1 = json.loads(_run("vllm", "--hardware", "h100-80gb", "--json").stdout)
+    assert (v1["here.token_budget"], v1["here.max_seqs"]) == (16384, 1024)  # V1's limits on a GPU of >= 70 GiB
+    for args, says in ((["--hardware", "h100-80gb"], "describe one engine"), (["vllm", "-m", "llama-3-8b"],
+                                                                             "--model needs --hardware"),
+                       (["vllm", "--hardware", "h100-80gb", "-m", "llama-3-70b"], "does not fit")):
+        res = _run(*args)
+        assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output

@@ -139,15 +139,31 @@ def engines_cmd(
     name: str = typer.Argument(None, help="An engine, NAME[@VERSION][:field=value,...] or a calibrated profile "
                                ".json: every mechanic and constant of the profile that prices it, with its sources "
                                "(default: list the profiles)."),
+    hardware: str = typer.Option(None, "--hardware", help="With NAME: also what the engine sets on this GPU (its "
+                                 "batch limits, KV fraction, CUDA-graph sizes)."),
+    model: str = typer.Option(None, "--model", "-m", help="With NAME and --hardware: also the KV pool and the "
+                              "requests the engine runs at once for this model."),
+    tp: int = typer.Option(1, "--tp", help="With --hardware: the tensor-parallel degree of one replica."),
+    pp: int = typer.Option(1, "--pp", help="With --hardware: the pipeline-parallel degree of one replica."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List the modelled engine profiles (NAME@VERSION): the releases each prices, its scheduler defaults and its
-    per-step CPU loop as fitted; with NAME, every mechanic of the one it selects and where each comes from."""
+    per-step CPU loop as fitted; with NAME, every mechanic of the one it selects and where each comes from, and with
+    --hardware (and --model) what it sets on that deployment."""
     from blendsim.sim.engines import VERSIONS, describe_profile, get_profile, load_params, version_order
+    from blendsim.sim.errors import UserError
 
     params = load_params()
+    if name is None and (hardware or model):
+        raise UserError("engines: --hardware and --model describe one engine: give NAME (blendsim engines vllm "
+                        "--hardware h100-80gb)")
+    if model and not hardware:
+        raise UserError("engines: --model needs --hardware (the GPU the model's KV pool is sized on)")
     if name is not None:
-        d = describe_profile(get_profile(name, params), params)
+        prof = get_profile(name, params)
+        d = describe_profile(prof, params)
+        if hardware:
+            d.update(_engine_on(prof, name, hardware, model, tp, pp))
         if as_json:
             typer.echo(json.dumps(d, indent=2))
             return
@@ -185,6 +201,38 @@ def engines_cmd(
                 "engine's request pool holds, from the KV pool and the model's context); prefix: prefix caching on; "
                 "graphs: largest CUDA-graph decode batch (by GPU: by device memory and TP); every field with its "
                 "source: blendsim engines NAME@VERSION")
+
+
+def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: int) -> dict:
+    """What the engine sets on one deployment (``blendsim engines NAME --hardware H [--model M]``), as `simulate` would
+    size it under fcfs: its batch limits and KV fraction, its CUDA-graph sizes, and with a model its KV pool and the
+    requests it runs at once."""
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.runner import RunConfig, run_limits, running_from_pool
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.hardware import get_hardware
+
+    hw = get_hardware(hardware)
+    where = f"on {hw.name} TP{tp}" + (f" x PP{pp}" if pp > 1 else "") + (f", {model}" if model else "")
+    out = {"deployment": where.removeprefix("on ")}
+    if not model:
+        sched = prof.scheduler_for(hw, tp=tp, pp=pp)
+        out.update({f"here.{k}": v for k, v in sched.items() if k in ("token_budget", "max_seqs",
+                                                                        "gpu_memory_utilization")})
+        sizes = prof.graph_sizes(hw, tp)
+    else:
+        cfg = RunConfig(policy="fcfs", engine=name, hardware=hardware, model=model, tp=tp, pp=pp)
+        eng, limits = run_limits(cfg)
+        dep = make_deployment(model, hardware, tp, pp=pp, **limits)
+        eng = running_from_pool(eng, prof, dep, cfg, resolve_policy("fcfs").cls)
+        out.update({"here.token_budget": eng.token_budget, "here.max_seqs": eng.max_seqs or "no cap",
+                    "here.gpu_memory_utilization": eng.gpu_memory_utilization,
+                    "here.kv_tokens": dep.kv_capacity_tokens})
+        sizes = prof.graph_sizes_for(dep)
+    out["here.cuda_graph_sizes"] = (", ".join(map(str, sizes)) if len(sizes) <= 12 else
+                                    f"{', '.join(map(str, sizes[:6]))}, ... {', '.join(map(str, sizes[-3:]))} "
+                                    f"({len(sizes)} sizes)") if sizes else "none (eager)"
+    return out
 
 
 def _kib(n: float) -> str:
