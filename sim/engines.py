@@ -1079,6 +1079,8 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
         d["cuda_graph_max_by_memory"] = ", ".join(
             f"{'under ' + format(g, 'g') + ' GiB' if math.isfinite(g) else 'larger'}: "
             f"{a if a == b else f'{a} (TP < 4) / {b}'}" for g, a, b in prof.graph_max_by_memory)
+    if prof.graph_pad_to_limit:
+        d["cuda_graph_limit"] = "sizes above the run's largest decode batch, min(max batch, max tokens), give way to it"
     if prof.cuda_graph_sizes:
         sizes = [x for x in prof.cuda_graph_sizes if x <= max(prof.cuda_graph_max, 1)]
         d["cuda_graph_sizes"] = ", ".join(map(str, sizes)) if len(sizes) <= 20 else \
