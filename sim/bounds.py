@@ -141,7 +141,8 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
     s_pf = np.ceil(work.prefill_tokens / tcap) if work.prefill_tokens > 0 else 0.0
 
     plain = copy.copy(cm)
-    plain.graph_cap, plain.graph_sizes = 0, ()  # the tables at the step's own size; padding only raises T, inside [1, tcap]
+    # the tables at the step's own size; padding only raises T, inside [1, tcap]
+    plain.graph_cap, plain.graph_sizes, plain._padded = 0, (), [0]
     # the tables priced a chunk of step sizes at a time: with no sequence cap tcap is the number of requests, and
     # pricing 10M sizes at once held ~4 GB of temporaries (each size is priced on its own: same values)
     tables = {k: np.empty(tcap + 1) for k in ("compute", "memory", "other", "comm")}

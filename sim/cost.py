@@ -110,8 +110,9 @@ def combine_times(mode: str, kappa: float, c, m, o, comm, net: float):
 class CostModel:
     """Prices steps of one deployment: an op timer's operator times, combined under an execution mode,
     plus an engine profile's overhead (``None``: ``ideal``). ``graph_sizes``: the CUDA-graph batch sizes a
-    pure-decode step is padded to (ascending; () eager: ``EngineProfile.graph_sizes``). ``blendsim.sim.build_cost.build_cost_model`` builds the
-    one an engine name selects (its regime's timer and its CUDA-graph sizes)."""
+    pure-decode step is padded to (ascending; () eager: ``EngineProfile.graph_sizes``).
+    ``blendsim.sim.build_cost.build_cost_model`` builds the one an engine name selects (its regime's timer and its
+    CUDA-graph sizes)."""
 
     def __init__(self, dep: Deployment, mode: str = "sequential", engine: EngineProfile | None = None,
                  timer: OpTimer | None = None, interference: float | None = None, graph_sizes: tuple = ()):
@@ -129,6 +130,8 @@ class CostModel:
         self.layers = self.timer.shapes.layers  # a pipeline stage's own layers
         self.graph_sizes = tuple(int(x) for x in graph_sizes)
         self.graph_cap = self.graph_sizes[-1] if self.graph_sizes else 0  # the largest captured batch
+        # each decode batch size up to the largest at its captured size, looked up per step (the per-step path)
+        self._padded = [graph_size(n, self.graph_sizes) for n in range(self.graph_cap + 1)]
         self._shapes = self.timer.shapes
         self._server = self.engine.server_apart  # the per-step floor is tested once here, not per step
         self._mla = dep.model.is_mla
@@ -194,8 +197,8 @@ class CostModel:
         calibrated model price each sequence's prefill attention call on its own.
         """
         T0, N0 = T, N
-        if self.graph_cap and not Np:  # CUDA-graph padding of a decode-only step
-            T = N = graph_size(T, self.graph_sizes)
+        if not Np and T <= self.graph_cap:  # CUDA-graph padding of a decode-only step
+            T = N = self._padded[T]
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[N]
@@ -218,7 +221,7 @@ class CostModel:
 
     def decode_many(self, D: int, Cd: np.ndarray):
         """Vectorised ``step`` for a run of pure-decode steps with ``D`` sequences (fast-forward)."""
-        T = graph_size(D, self.graph_sizes) if self.graph_cap else D
+        T = self._padded[D] if D <= self.graph_cap else D
         if T >= self._tables_n:
             self._grow(2 * T + 1)
         c = self._tc[T] + self._tl[T] + 0 * Cd

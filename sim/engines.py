@@ -774,9 +774,7 @@ _VERSIONED = [
         # cache pool) / GPU memory capacity", release not pinned here): it leaves 9.5 GiB + 0.5 GiB per GPU of the
         # replica (TP x PP) on a device under 90 GiB (H100, A100), 12 + 0.5 under 160 GiB (H20, H200), 32 GiB above
         # (B200, MI300X), 2.8 + 0.1 under 35 GiB, and 4 GiB more with --enable-dp-attention; chunked prefill 2,048
-        # tokens under 35 GiB, 8,192 under 160 GiB, 16,384 above. Its CUDA-graph batches by device are not modelled:
-        # 0.4's 160 apply.
-        # 0.5.0-0.5.2's CUDA graphs (sglang v0.5.1 model_executor/cuda_graph_runner.py get_batch_sizes_to_capture):
+        # tokens under 35 GiB, 8,192 under 160 GiB, 16,384 above. Its CUDA graphs (sglang v0.5.1 model_executor/cuda_graph_runner.py get_batch_sizes_to_capture):
         # 1, 2, 4, 8, 16, ..., 160 in steps of 8, up to 256 on a device of more than 90 GiB (H200, H20), then 272 to
         # 512 in steps of 16 above 160,000 MiB (B200, MI300X); at most min(KV // 2, the request pool clamped to
         # 2,048-4,096) requests at once (model_runner.py max_num_reqs, as 0.4).
@@ -1004,15 +1002,28 @@ def resolve_version(name: str, version: str) -> EngineProfile | None:
     return max(older, key=lambda vp: version_order(vp[0]))[1] if older else None
 
 
+def next_release(name: str, version: str) -> str:
+    """The next modelled release of ``name`` after ``version`` ("" for the newest or an unversioned engine)."""
+    newer = [v for n, v in VERSIONS if n == name and v and version and version_order(v) > version_order(version)]
+    return min(newer, key=version_order) if newer else ""
+
+
 def releases(name: str, version: str) -> str:
     """The releases ``name@version`` prices: from its version up to the next modelled one of the name (a release
     between two modelled ones behaves like the older, :func:`resolve_version`); "every release" for an unversioned
     engine."""
     if not version:
         return "every release (no versions modelled)"
-    newer = sorted((v for n, v in VERSIONS if n == name and v and version_order(v) > version_order(version)),
-                   key=version_order)
-    return f"{version} up to {newer[0]} (not included)" if newer else f"{version} and later"
+    newer = next_release(name, version)
+    return f"{version} up to {newer} (not included)" if newer else f"{version} and later"
+
+
+def sizes_text(sizes, most: int = 20, head: int = 8, tail: int = 4) -> str:
+    """CUDA-graph batch sizes for a reader: all of them up to ``most``, else the first ``head``, the last ``tail`` and
+    the count."""
+    if len(sizes) <= most:
+        return ", ".join(map(str, sizes))
+    return f"{', '.join(map(str, sizes[:head]))}, ... {', '.join(map(str, sizes[-tail:]))} ({len(sizes)} sizes)"
 
 
 def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
@@ -1082,9 +1093,7 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
     if prof.graph_pad_to_limit:
         d["cuda_graph_limit"] = "sizes above the run's largest decode batch, min(max batch, max tokens), give way to it"
     if prof.cuda_graph_sizes:
-        sizes = [x for x in prof.cuda_graph_sizes if x <= max(prof.cuda_graph_max, 1)]
-        d["cuda_graph_sizes"] = ", ".join(map(str, sizes)) if len(sizes) <= 20 else \
-            f"{', '.join(map(str, sizes[:8]))}, ... {', '.join(map(str, sizes[-4:]))} ({len(sizes)} sizes)"
+        d["cuda_graph_sizes"] = sizes_text([x for x in prof.cuda_graph_sizes if x <= max(prof.cuda_graph_max, 1)])
     d["kernel_regime"] = prof.regime or "plain roofline at the hardware preset's efficiencies"
     if prof.attn_dp or prof.attn_dp_since:
         d["attention_dp"] = (f"on: {prof.attn_dp}" + (f"; modelled from {prof.attn_dp_since}"
@@ -1237,7 +1246,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey",
            "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
-           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "describe_profile", "sglang_053_reserve_gib",
-           "default_graph_sizes", "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
-           "modelled_versions", "overhead_keys", "parse_key", "profile_names", "register", "releases",
-           "resolve_version", "trtllm_bench_settings", "version_order"]
+           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "default_graph_sizes",
+           "describe_profile", "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
+           "modelled_versions", "next_release", "overhead_keys", "parse_key", "profile_names", "register", "releases",
+           "resolve_version", "sglang_053_reserve_gib", "sizes_text", "trtllm_bench_settings", "version_order"]

@@ -150,7 +150,14 @@ def engines_cmd(
     """List the modelled engine profiles (NAME@VERSION): the releases each prices, its scheduler defaults and its
     per-step CPU loop as fitted; with NAME, every mechanic of the one it selects and where each comes from, and with
     --hardware (and --model) what it sets on that deployment."""
-    from blendsim.sim.engines import VERSIONS, describe_profile, get_profile, load_params, version_order
+    from blendsim.sim.engines import (
+        VERSIONS,
+        describe_profile,
+        get_profile,
+        load_params,
+        next_release,
+        version_order,
+    )
     from blendsim.sim.errors import UserError
 
     params = load_params()
@@ -175,23 +182,21 @@ def engines_cmd(
         typer.echo(json.dumps(profiles, indent=2))
         return
 
-    def until(d: dict) -> str:
-        if "@" not in d["engine"]:
-            return "-"
-        return d["releases"].partition(" up to ")[2].partition(" ")[0] or "newest"
+    def until(name: str, version: str) -> str:
+        return next_release(name, version) or "newest" if version else "-"
 
     def loop(d: dict) -> str:
         us = d["per_seq_s"] * 1e6
         return f"{d['fixed_s'] * 1e3:.2f}+{us:.{0 if us >= 10 else 1}f}" + ("*" if d["loop"].startswith("fitted") else "")
 
-    rows = [{"engine": d["engine"], "until": until(d), "loop": loop(d),
+    rows = [{"engine": d["engine"], "until": until(*nv), "loop": loop(d),
              "budget": "bench" if "limits_tuned_by" in d else "by GPU" if "token_budget_by_memory" in d
              else str(d.get("scheduler.token_budget", "-")),
              "seqs": "bench" if "limits_tuned_by" in d else "pool" if "max_running" in d
              else str(d.get("scheduler.max_seqs", "-")),
              "prefix": "yes" if d.get("scheduler.prefix_caching") else "no",
              "graphs": "by GPU" if "cuda_graph_max_by_memory" in d else str(d["cuda_graph_max"] or "eager")}
-            for d in profiles]
+            for nv, d in zip(keys, profiles)]
     _print_rows(rows, "Engine profiles", "until: the next modelled release -- NAME@VERSION prices every release from "
                 "its VERSION until that one, and NAME alone selects the newest; "
                 "loop: the per-step CPU work the GPU waits for, offline, ms fixed + us per running sequence (*: fitted "
@@ -210,6 +215,7 @@ def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: i
     from blendsim.policies.registry import resolve_policy
     from blendsim.runner import RunConfig, run_limits, running_from_pool
     from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.engines import sizes_text
     from blendsim.sim.hardware import get_hardware
 
     hw = get_hardware(hardware)
@@ -229,9 +235,7 @@ def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: i
                     "here.gpu_memory_utilization": eng.gpu_memory_utilization,
                     "here.kv_tokens": dep.kv_capacity_tokens})
         sizes = prof.graph_sizes_for(dep)
-    out["here.cuda_graph_sizes"] = (", ".join(map(str, sizes)) if len(sizes) <= 12 else
-                                    f"{', '.join(map(str, sizes[:6]))}, ... {', '.join(map(str, sizes[-3:]))} "
-                                    f"({len(sizes)} sizes)") if sizes else "none (eager)"
+    out["here.cuda_graph_sizes"] = sizes_text(sizes, 12, 6, 3) if sizes else "none (eager)"
     return out
 
 

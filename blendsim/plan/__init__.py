@@ -19,6 +19,7 @@ import sys
 import types
 from pathlib import Path
 
+from blendsim.api import _boundary
 from blendsim.sim.errors import UserError
 
 DEFAULT_ENGINES = ("vllm", "sglang", "trtllm")
@@ -90,14 +91,7 @@ def margin_of(margin):
     return of
 
 
-def _checked(fn):
-    """``plan`` behind the API's call check (``blendsim.api._boundary``: a misspelt argument is one line)."""
-    from blendsim.api import _boundary
-
-    return _boundary(fn)
-
-
-@_checked
+@_boundary  # the API's call check: a misspelt argument is one line
 def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max_gpus: int = 64, engines=None,
          policies=None, weights=None, kv_dtype=None, max_tp: int | None = None, max_pp: int | None = None,
          max_ep: int | None = None, budget: float | None = None,
