@@ -446,7 +446,8 @@ def _names(v, flag: str, each=str) -> tuple[str, ...]:
 
 def _policy_spec(p) -> str:
     """A policy as a name a worker process can look up: a class becomes its registered name or its
-    ``file.py:QualName``."""
+    ``file.py:QualName`` (the file relative to the working folder where it lies under it, so the class and the
+    ``"file.py:QualName"`` a user writes are one policy, run once and labelled as written)."""
     if not isinstance(p, type):
         return str(p)
     import inspect
@@ -465,7 +466,12 @@ def _policy_spec(p) -> str:
     if not f or p.__module__ == "__main__" or "<" in p.__qualname__ or not Path(f).is_file():
         raise UserError(f"policy {p.__qualname__}: a sweep's and a plan's workers import policies by name; put the class "
                         f"in a file and pass 'path/to/file.py:ClassName'")
-    spec = f"{Path(f).resolve()}:{p.__qualname__}"
+    path = Path(f).resolve()
+    try:  # as the user would write it: relative to the working folder the workers share, where it is under it
+        path = path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
+    spec = f"{path.as_posix()}:{p.__qualname__}"
     resolve_policy(spec)  # the file still defines it
     return spec
 
