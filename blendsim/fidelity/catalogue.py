@@ -20,8 +20,16 @@ Workloads:
   scale found to give it) and given uniform outputs with ``output=LO-HI`` (sglang's July 2024 random dataset).
   A relative PATH not found next to the catalogue is looked up in each folder of ``$BLENDSIM_DATA``
   (``:``-separated): third-party length files that may not be copied into the package stay outside it;
+* ``random:ISL/OSL[?range_ratio=R]`` -- ``requests`` requests whose prompt and output lengths are drawn uniformly
+  from [ISL (1 - R), ISL (1 + R)] and [OSL (1 - R), OSL (1 + R)] (whole numbers, ends included), 0 <= R < 1, as
+  ``vllm bench serve --dataset-name random --random-range-ratio R`` draws them (vllm/benchmarks/datasets.py,
+  ``RandomDataset.sample``); seeded, so a row gives the same lengths every run; R = 0 is ``const:ISL/OSL``;
 * ``synth:RECIPE?key=value&...`` -- ``blendsim workloads synth RECIPE`` with those options (seeded),
   ``requests`` is passed as the recipe's ``requests`` unless given.
+
+A row's command (``engine_version``) may state a client's cap on requests in flight, ``--max-concurrency N``
+(``vllm bench serve``, sglang ``bench_serving``): the engine then never holds more than N sequences, so N caps its
+``max_seqs`` (below the engine's own limit only).
 """
 
 from __future__ import annotations
@@ -161,8 +169,9 @@ def _row(path: Path, line: int, r: dict) -> Row:
     if gpus % (tp * pp):
         raise UserError(f"{where('gpus')}: {gpus} GPUs is not a multiple of tp x pp = {tp * pp}")
     wl = text("workload")
-    if not wl.startswith(("const:", "file:", "synth:")):
-        raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL, file:PATH or synth:RECIPE?...")
+    if not wl.startswith(("const:", "random:", "file:", "synth:")):
+        raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL, random:ISL/OSL?range_ratio=R, file:PATH "
+                        f"or synth:RECIPE?...")
     if wl.startswith("const:") and not re.fullmatch(r"const:\d+/\d+", wl):
         raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL (two whole numbers)")
     ep = integer("ep", 1, maximum=MAX_GPUS)
@@ -186,6 +195,8 @@ def _row(path: Path, line: int, r: dict) -> Row:
     try:  # a malformed file or synth workload stops here, before any row runs (an absent file is only skipped)
         if kind == "file":
             _file_options(row, spec)
+        elif kind == "random":
+            _random_options(row, spec)
         elif kind == "synth":
             _synth_options(row, spec)
     except UserError as e:
@@ -379,7 +390,18 @@ def engine_settings(row: Row, profile, hardware) -> dict:
     m = re.search(r"--max[-_]model[-_]len[ =]+(\d+)\b", row.engine_version or "")
     if profile.budget_from_context and m and int(m.group(1)) <= 32768 and "token_budget" not in flags:
         flags["token_budget"] = max(int(m.group(1)), 2048)
-    return {**profile.scheduler_for(hardware, serves(row), tp=row.tp, pp=row.pp), **flags}
+    out = {**profile.scheduler_for(hardware, serves(row), tp=row.tp, pp=row.pp), **flags}
+    cap = client_concurrency(row)
+    if cap is not None:  # the client never has more in flight; the engine's own cap may be lower
+        out["max_seqs"] = min(out.get("max_seqs") or cap, cap)
+    return out
+
+
+def client_concurrency(row: Row) -> int | None:
+    """The benchmark client's cap on requests in flight the row's command states (``--max-concurrency N``, vLLM's
+    ``bench serve`` and sglang's ``bench_serving``; ``--concurrency N``, ``trtllm-bench throughput``), else None."""
+    m = re.search(r"--(?:max[-_])?concurrency[ =]+(\d+)\b", row.engine_version or "")
+    return max(1, int(m.group(1))) if m else None
 
 
 # ---- workloads ----------------------------------------------------------------------------
@@ -388,6 +410,8 @@ def build_workload(row: Row):
     kind, _, spec = row.workload.partition(":")
     if kind == "const":
         return _const(row, spec)
+    if kind == "random":
+        return _random(row, spec)
     if kind == "file":
         return _file(row, spec)
     return _synth(row, spec)
@@ -408,6 +432,40 @@ def _const(row: Row, spec: str):
         raise _bad(row, f"ISL and OSL must be in 1..{MAX_TOKENS:,} (MAX_TOKENS), got const:{spec}")
     n = row.requests
     return unique_prompts(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64))
+
+
+def _random_options(row: Row, spec: str) -> tuple[int, int, float]:
+    """``(ISL, OSL, R)`` of a ``random:ISL/OSL[?range_ratio=R]`` workload (UserError for a malformed one)."""
+    head, opts = _query(row, spec)
+    if not re.fullmatch(r"\d+/\d+", head):
+        raise _bad(row, f"random:{spec!r} is not random:ISL/OSL[?range_ratio=R] (two whole numbers)")
+    isl, osl = (int(x) for x in head.split("/"))
+    unknown = set(opts) - {"range_ratio"}
+    if unknown:
+        raise _bad(row, f"unknown random option(s) {', '.join(sorted(unknown))}; use range_ratio")
+    try:
+        r = float(opts.get("range_ratio", "0"))
+    except ValueError:
+        r = -1.0
+    if not 0 <= r < 1:  # also rejects nan
+        raise _bad(row, f"option range_ratio={opts.get('range_ratio')!r} must be a number in [0, 1)")
+    lo_i, lo_o = int(isl * (1 - r)), int(osl * (1 - r))
+    if lo_i < 1 or lo_o < 1 or int(isl * (1 + r)) > MAX_TOKENS or int(osl * (1 + r)) > MAX_TOKENS:
+        raise _bad(row, f"random:{spec}: every length must be in 1..{MAX_TOKENS:,} (MAX_TOKENS), "
+                        f"got [{lo_i}, {int(isl * (1 + r))}] / [{lo_o}, {int(osl * (1 + r))}]")
+    return isl, osl, r
+
+
+def _random(row: Row, spec: str):
+    """Uniform lengths as vLLM's random dataset draws them (``_random_options``), from a fixed seed."""
+    from blendsim.workloads.trace import unique_prompts
+
+    isl, osl, r = _random_options(row, spec)
+    rng = np.random.default_rng(0)  # fixed: the same row gives the same lengths
+    n = row.requests
+    p = rng.integers(int(isl * (1 - r)), int(isl * (1 + r)) + 1, size=n)
+    d = rng.integers(int(osl * (1 - r)), int(osl * (1 + r)) + 1, size=n)
+    return unique_prompts(p.astype(np.int64), d.astype(np.int64))
 
 
 def _query(row: Row, spec: str) -> tuple[str, dict]:
@@ -624,5 +682,5 @@ def _synth_options(row: Row, spec: str):
     return recipe, kw
 
 
-__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "Skip", "build_workload",
+__all__ = ["COLUMNS", "MAX_GPUS", "MAX_REQUESTS", "METRICS", "Row", "SCOPES", "Skip", "build_workload", "client_concurrency",
            "engine_release_key", "engine_version_key", "read_catalogue", "row_engine_key", "serves"]

@@ -151,7 +151,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.seq import RequestRecords
 
-    from .catalogue import build_dataset, engine_settings, row_engine_key
+    from .catalogue import build_dataset, client_concurrency, engine_settings, row_engine_key
 
     key = row_engine_key(row)  # the row's engine at its version (NAME alone: the newest modelled), at its entry point
     prof = get_profile(key, params)
@@ -169,6 +169,9 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
         bs, tok = trtllm_bench_settings(dep, isl, osl, row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
         # each attention-DP rank runs its own executor under these limits (the tool sizes them without attention DP)
         limits = {"max_seqs": bs * dep.dp, "token_budget": tok * dep.dp}
+        cap = client_concurrency(row)  # a client's cap on requests in flight (--max-concurrency / --concurrency)
+        if cap is not None:
+            limits["max_seqs"] = min(limits["max_seqs"], cap)
     else:  # the engine's limits on this device and entry point, and the flags the row's command sets
         limits = {k: v for k, v in engine_settings(row, prof, dep.hardware).items()
                   if k in ("token_budget", "max_seqs", "gpu_memory_utilization", "prefix_caching")}
