@@ -499,11 +499,18 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     """What `blendsim cost` says beside a step's price (:func:`cost` returns the same): the cost model's and the
     topology's notes, where the engine was calibrated, an inert --expert-skew or server field, and a step no replica
     could hold."""
-    from blendsim.runner import calibrated_elsewhere, inert_server_fields, newer_than_modelled, skew_note
+    from blendsim.runner import (
+        calibrated_elsewhere,
+        inert_attn_dp,
+        inert_server_fields,
+        newer_than_modelled,
+        skew_note,
+    )
 
     m = dep.model
     notes = (list(cm.notes()) + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
-             + inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + skew_note(expert_skew, m))
+             + inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_attn_dp(cm.engine, dep)
+             + skew_note(expert_skew, m))
     held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
     if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
         notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "

@@ -244,7 +244,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     cm = cost_model_of(dep)
     eng = running_from_pool(eng, cm.engine, dep, cfg, policy_cls)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
-        inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_options(cfg, dep)
+        inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_attn_dp(cm.engine, dep) + \
+        inert_options(cfg, dep)
     if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
         notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
                      f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
@@ -352,6 +353,18 @@ def skew_note(expert_skew: float, model) -> list[str]:
     if expert_skew and not model.is_moe:
         return [f"--expert-skew {expert_skew:g}: {model.name} has no routed experts; it changes nothing"]
     return []
+
+
+def inert_attn_dp(prof, dep) -> list[str]:
+    """A note where the engine runs attention data-parallel (``attn_dp``) but the deployment has nothing to split
+    that way: a dense model (its attention and MLP split alike over TP; replicas are plain data parallelism) or
+    one GPU per replica (simulate, cost, sweep)."""
+    if not getattr(prof, "attn_dp", False) or dep.dp > 1:
+        return []
+    why = ("the model is dense (attention data parallelism pairs data-parallel attention with tensor- or "
+           "expert-parallel experts; a dense model's TP replicas split attention and MLP alike)"
+           if not dep.model.is_moe else "a replica is one GPU (TP 1)")
+    return [f"engine {prof.label}: attention data parallelism (attn_dp) changes nothing here: {why}"]
 
 
 def inert_options(cfg: RunConfig, dep) -> list[str]:

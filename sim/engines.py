@@ -502,7 +502,8 @@ def trtllm_bench_settings(dep, isl: float, osl: float, pp: int = 1, fraction: fl
 
 
 _CITED_VLLM = ("vLLM V1 blog 2025-01-27 (1.7x over V0) applied to V0's loop as derived from the vLLM blog of "
-               "2024-09-05 (_V0_LOOP); loop fitted by blendsim fidelity")
+               "2024-09-05 (_V0_LOOP); the loop behind its API server and the server stage fitted by blendsim fidelity "
+               "(vllm@0.8:serve, vllm@0.8:server), the offline loop kept at that prior")
 
 # vLLM V0's synchronous per-step loop (schedule, prepare inputs, sample, process outputs), the prior every Python
 # engine loop below is derived from. The vLLM blog of 2024-09-05 ("Performance Diagnosis") profiled v0.5.3 with
@@ -548,10 +549,14 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 # step's outputs for the zeromq hop, a cost no source gives. A vllm@0.5.4 profile without the share (api_share 0)
 # was tried on 29 Nov 2026 against the 20 vLLM 0.5.4 runs of validation.csv, out of the fit: median |error| 19.7%
 # -> 21.7%, p90 36.7% -> 86.7% (the runs on 2-8 A100s +70% to +100% too fast); not kept.
+# vLLM V0 (0.5-0.7) has no data-parallel attention: it came with V1's data-parallel deployment (a DP rank per
+# attention, experts split over all of them; vLLM docs "Data Parallel Deployment"), and is modelled from the first
+# V1 profile's release. A V0 release asked for it (``vllm@0.6:attn_dp=1``) is refused in one line.
+VLLM_ATTN_DP_SINCE = "0.8"
 _VLLM_05 = EngineProfile(
     "vllm", version="0.5", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0], per_seq_s=_V0_LOOP[1], per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
-    api_share=33 / 29, fitted=_FIT_LOOP, budget_from_context=True,
+    api_share=33 / 29, fitted=_FIT_LOOP, budget_from_context=True, attn_dp_since=VLLM_ATTN_DP_SINCE,
     source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; vLLM blog 2024-09-05; loop "
            "fitted by blendsim fidelity")
 # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
@@ -565,7 +570,7 @@ _VLLM_05 = EngineProfile(
 _VLLM_06 = EngineProfile(
     "vllm", version="0.6", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0] / 10 + 0.15e-3, per_seq_s=_V0_LOOP[1] / 10, per_token_s=0.1e-6, cuda_graph_max=256,
-    regime="cuda-graph", fitted=_FIT_LOOP, budget_from_context=True,
+    regime="cuda-graph", fitted=_FIT_LOOP, budget_from_context=True, attn_dp_since=VLLM_ATTN_DP_SINCE,
     source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
            "async output processing); loop fitted by blendsim fidelity")
 
@@ -1231,9 +1236,10 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
         prof = replace(prof, kv_load="stall")  # a release before the engine's own overlapped reload
     if k.overrides.get("async_scheduling"):
         prof = _async(prof, k, text)
-    if k.overrides.get("attn_dp") and not attn_dp_modelled(prof, k.version):
+    asked = k.version or prof.version  # NAME alone: the release its profile prices
+    if k.overrides.get("attn_dp") and not attn_dp_modelled(prof, asked):
         raise UserError(f"engine {text!r}: {prof.name}'s attention data parallelism is modelled from "
-                        f"{prof.attn_dp_since} ({prof.name}@{k.version} predates it; its runs are priced with "
+                        f"{prof.attn_dp_since} ({prof.name}@{asked} predates it; its runs are priced with "
                         f"attention split: drop attn_dp)")
     if "cuda_graph_max" in k.overrides:  # the user's own largest graph batch, on every device
         prof = replace(prof, graph_max_by_memory=())

@@ -166,9 +166,19 @@ def engines_cmd(
                         "--hardware h100-80gb)")
     if model and not hardware:
         raise UserError("engines: --model needs --hardware (the GPU the model's KV pool is sized on)")
+    if (tp != 1 or pp != 1) and not hardware:
+        raise UserError("engines: --tp and --pp size a replica on a GPU: give --hardware too (blendsim engines vllm "
+                        "--hardware h100-80gb --tp 4)")
     if name is not None:
+        from blendsim.runner import newer_than_modelled
+
         prof = get_profile(name, params)
         d = describe_profile(prof, params)
+        for line in newer_than_modelled(prof):  # a release beyond every modelled one: said, as simulate says it
+            if as_json:
+                d["note"] = line
+            else:
+                typer.echo(f"note: {line}", err=True)
         if hardware:
             d.update(_engine_on(prof, name, hardware, model, tp, pp))
         if as_json:

@@ -169,7 +169,10 @@ def engine_cmd(
         raise UserError(f"-o {out}: is a folder")
     check_profile_out(out)  # before the fit: a place it can write, never a file of the user's
     setup = Setup(name, version, hardware, model, tp, weights, kv_dtype, workload)
-    rows = read_results(list(results), setup)
+    notes: list = []
+    rows = read_results(list(results), setup, notes)
+    for line in notes:
+        typer.echo(f"note: {line}", err=True)
     base = load_params(params_file) if params_file else load_params()
     tty = sys.stderr.isatty()
 

@@ -167,7 +167,10 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
                                                               for n, v, b, a in rows],
                                "at_bound": [n for n, _v, _b, a in rows if a]}, indent=1))
         return
-    typer.echo(f"fitted parameters ({path}; {params.get('fitted_on', {}).get('rows', '?')} rows):")
+    fitted_on = params.get("fitted_on")
+    n_rows = (fitted_on.get("rows") if isinstance(fitted_on, dict) else None) \
+        or len((params.get("profile") or {}).get("fitted_on") or []) or "?"  # a calibrated engine profile's runs
+    typer.echo(f"fitted parameters ({path}; {n_rows} rows):")
 
     def ceiling(n: str, a) -> bool:  # an upper bound that is a physical ceiling (sim.efficiency.CEILINGS)
         return a == "upper" and n.rsplit(".", 1)[-1] in CEILINGS

@@ -56,6 +56,8 @@ def plan_cmd(
     from blendsim.plan import plan
     from blendsim.plan.report import print_answer
 
+    for line in _engine_notes(engines):
+        typer.echo(f"note: {line}", err=True)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty()
     with _Progress(tty) as bar:
@@ -76,6 +78,28 @@ def plan_cmd(
     rec = answer.get("recommended") or {}
     if not (rec.get("meets_deadline") and rec.get("within_budget")):  # no deployment meets the job: exit 1, for scripts
         raise typer.Exit(1)
+
+
+def _engine_notes(engines: str | None) -> list[str]:
+    """What simulate notes of each engine asked for (a release beyond every modelled one), once each."""
+    if not engines:
+        return []
+    from blendsim.options import parse_names
+    from blendsim.runner import newer_than_modelled
+    from blendsim.sim.engines import get_profile
+    from blendsim.sim.errors import UserError
+
+    out: list[str] = []
+    try:
+        names = parse_names(engines, "--engines", engines=True)
+    except UserError:
+        return []  # plan says what is wrong with them
+    for e in names:
+        try:
+            out += [n for n in newer_than_modelled(get_profile(e, {})) if n not in out]
+        except UserError:
+            continue
+    return out
 
 
 class _Progress:

@@ -41,7 +41,7 @@ def cost_cmd(
     engine: str = typer.Option("ideal", "--engine", help="Engine profile NAME[@VERSION][:field=value,...]: "
                                "ideal, vllm, vllm-v0, sglang, nanoflow, trtllm, deepspeed-fastgen, or a .json "
                                f"from blendsim calibrate engine; {ENGINE_FIELDS_HELP}."),
-    dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32)."),
+    dtype: str = typer.Option(None, "--dtype", help="Override the model's dtype (bf16, fp16, fp32 or fp8)."),
     weights: str = typer.Option(None, "--weights", help=WEIGHTS_HELP),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help=KV_DTYPE_HELP),
     ep: int = typer.Option(1, "--ep", help=EP_HELP),

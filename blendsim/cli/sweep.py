@@ -21,7 +21,7 @@ def sweep_cmd(
                                  help=f"Comma list of policies (default: those of {','.join(DEFAULT_POLICIES)} "
                                       "that are registered; see `blendsim policies`); your own as "
                                       "path/to/file.py:ClassName."),
-    models: str = typer.Option("llama-3-8b", "--models", help="Comma list of model presets or config.json paths."),
+    models: str = typer.Option("llama-3-8b", "--models", "-m", help="Comma list of model presets or config.json paths."),
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
     weights: str = typer.Option(None, "--weights", help="GEMM weight precision of every model: bf16, fp16, fp8, "
                                                         "fp4 or int4 (default: each model's)."),
@@ -148,10 +148,15 @@ def policy_notes(spec) -> list[str]:
     """The scheduler settings each policy of ``spec`` changes over its engine (on the first model and GPU),
     each once: ``simulate``'s notes, before the cells run."""
     from blendsim.policies.registry import resolve_policy
-    from blendsim.runner import RunConfig, scheduler_settings
+    from blendsim.runner import RunConfig, newer_than_modelled, scheduler_settings
+    from blendsim.sim.engines import DEFAULT_ENGINE, get_profile
     from blendsim.sim.errors import UserError
 
     out: list[str] = []
+    try:  # an engine release beyond every modelled one: said once, as simulate says it
+        out += newer_than_modelled(get_profile(spec.engine or DEFAULT_ENGINE, {}))
+    except UserError:
+        pass  # check_spec has said it
     for p in spec.policies:
         try:
             cfg = RunConfig(policy=p, model=spec.models[0], hardware=spec.hardware[0], **spec.run_settings())

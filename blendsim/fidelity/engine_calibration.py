@@ -73,8 +73,9 @@ def split_engine(spec: str) -> tuple[str, str]:
     return k.name, k.version
 
 
-def read_results(paths: list[Path], setup: Setup) -> list[Row]:
-    """Every measurement in ``paths`` as a catalogue Row (UserError naming the file for anything unreadable)."""
+def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> list[Row]:
+    """Every measurement in ``paths`` as a catalogue Row (UserError naming the file for anything unreadable); a
+    catalogue's rows of the engine left out (another GPU, another modelled version) are counted in ``notes``."""
     rows: list[Row] = []
     for path in paths:
         path = Path(path)
@@ -95,6 +96,15 @@ def read_results(paths: list[Path], setup: Setup) -> list[Row]:
                 raise UserError(f"{path}: no catalogue row of {what} on {setup.hardware!r} (its rows of "
                                 f"{setup.engine} are of {', '.join(have)}); give --engine NAME@VERSION of one of them")
             rows += mine
+            other_hw = sum(r.engine == setup.engine and setup.hardware and r.hardware != setup.hardware
+                           for r in read_catalogue(path))
+            other_ver = len(got) - len(mine)
+            if notes is not None and (other_hw or other_ver):
+                left = ([f"{other_hw} on other GPUs (a calibration fits one GPU: run it again with their "
+                         f"--hardware)"] if other_hw else []) + \
+                       ([f"{other_ver} of other {setup.engine} versions"] if other_ver else [])
+                notes.append(f"{path}: {len(mine)} row(s) of {asked} on {setup.hardware} taken; left out: "
+                             + "; ".join(left))
             continue
         try:
             text = path.read_text()

@@ -47,6 +47,18 @@ def expected_errors():
     return of
 
 
+def _nothing_simulated(out) -> str:
+    """Why no deployment has a makespan: the search space's deployments all pruned (most often: the model does not
+    fit on the GPUs allowed), or every simulation failed."""
+    if out.failures:
+        return f"no deployment could be simulated: {len(out.failures)} simulation(s) failed (see failures)"
+    why = ", ".join(f"{v} {k}" for k, v in sorted(out.pruned.items())) or "none tried"
+    hint = ("; the model does not fit on any deployment the search allows: raise --max-gpus, --max-tp or --max-pp, "
+            "add a GPU with more memory (--hardware), or store the weights in fewer bits (--weights fp8)"
+            if set(out.pruned) == {"does not fit"} else "")
+    return f"no deployment could be simulated: every one of the {out.candidates} in the space was pruned ({why}){hint}"
+
+
 def _margin_words(margin) -> str:
     """How ``plan --margin`` reads in the recommendation."""
     if margin is None:
@@ -111,7 +123,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     recd = mk(rec) if rec is not None else None
     over_budget = None  # when only the budget fails: the cheapest deployment that meets the deadline
     if rec is None:
-        say = "no deployment could be simulated (see failures)"
+        say = _nothing_simulated(out)
     elif out.meets_any:
         say = (f"cheapest that meets the {_dur(deadline_s)} deadline" + _margin_words(margin)
                + (f" within ${budget:,.2f}" if budget is not None else "")
@@ -141,6 +153,8 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
                    "used": {h: prices.prices[h].__dict__ for h in sorted({p.cand.shape.hardware for p in f})}},
         "candidates": out.candidates, "simulated": len(out.points), "pruned": dict(sorted(out.pruned.items())),
         "failures": out.failures, "pareto": [mk(p) for p in f], "recommended": recd, "recommendation": say,
+        # the front is taken over the deployments that meet the deadline (and budget) where any does, else over all
+        "pareto_of": "meeting" if out.meets_any else "all",
         "cheapest_meeting_deadline": over_budget,
         "sampling": sampling, "fidelity": fid,
     }
@@ -218,8 +232,8 @@ def notes(answer: dict) -> list[str]:
         if s.get("tail_dominated"):
             lines.append(f"simulated whole: {s['tail_dominated']} deployment(s) whose sample's makespan was mostly its "
                          f"longest request's (T_critical), which no scaling of the sample predicts")
-    for k, f in sorted(answer["fidelity"].items()):
-        lines.append(f"fidelity {k}: {f['summary']}")
+    for _key, f in sorted(answer["fidelity"].items()):
+        lines.append(f"fidelity of {f['engine']} on {f['hardware']}: {f['summary']}")
     if answer.get("expected_error_note"):
         lines.append(answer["expected_error_note"])
     for f in answer["failures"][:3]:
@@ -239,7 +253,10 @@ def print_answer(answer: dict) -> None:
     if r:  # each deployment named whole, its figures beside it or, on a narrow terminal, under it: nothing cut
         figures = [("makespan", "right"), ("cost", "right"), ("tok/$", "right"), ("tok/s/GPU", "right"),
                    ("deadline", "left"), ("from", "left")]
-        c.print("Pareto front (makespan vs cost); * recommended", soft_wrap=True)
+        of = ("of the deployments that meet the deadline" + (" and budget" if answer.get("budget_usd") is not None
+                                                              else "")
+              if answer.get("pareto_of") == "meeting" else "of every simulated deployment (none meets the job)")
+        c.print(f"Pareto front (makespan vs cost) {of}; * recommended", soft_wrap=True)
         for line in records(c.width, figures, [
                 (f"{x['']:1} {x['replicas']} x {x['split']} on {x['GPUs']} {x['engine']} {x['policy']} "
                  f"{x['precision']}", [x[h] for h, _ in figures], "") for x in r], name_head="  deployment"):

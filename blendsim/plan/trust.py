@@ -29,7 +29,7 @@ def fidelity_of(pairs, model: str | None = None) -> dict:
         mine_prof = modelled_profile(engine, params) or engine
         all_rows = [r for r in rows if modelled[r.id] == mine_prof and r.hardware == hw]
         mine = [r for r in all_rows if r.requests <= MAX_ROW_REQUESTS]
-        entry = {"engine": engine, "hardware": hw, "catalogue_rows": len(all_rows), "rows_checked": 0,
+        entry = {"engine": engine, "profile": mine_prof, "hardware": hw, "catalogue_rows": len(all_rows), "rows_checked": 0,
                  "median_abs_error": None, "max_abs_error": None, "same_model_rows": 0, "rows_over_cap":
                  len(all_rows) - len(mine), "rows_not_run": 0, "not_run_reason": ""}
         if mine:
@@ -49,8 +49,10 @@ def fidelity_of(pairs, model: str | None = None) -> dict:
 
 
 def describe(e: dict) -> str:
+    from blendsim.sim.engines import describe_engine
+
     if not e["catalogue_rows"]:
-        return f"untested: no catalogue row of {e['engine']} on {e['hardware']}"
+        return f"untested: no catalogue row of {describe_engine(e['engine'], e.get('profile'))} on {e['hardware']}"
     left = []  # the pair's rows not checked here, and why
     if e.get("rows_over_cap"):
         left.append(f"{e['rows_over_cap']} over {MAX_ROW_REQUESTS:,} requests (blendsim fidelity runs them)")
@@ -60,10 +62,12 @@ def describe(e: dict) -> str:
                else why if len(why) <= 100 else why[:97] + "...")
         left.append(f"{e['rows_not_run']} that could not run here ({why})")
     if not e["rows_checked"]:
-        return (f"not checked here: {e['catalogue_rows']} catalogue row(s) of {e['engine']} on {e['hardware']}: "
+        return (f"not checked here: {e['catalogue_rows']} catalogue row(s) of the releases "
+                f"{e.get('profile') or e['engine']} prices, on {e['hardware']}: "
                 + "; ".join(left))
     return (f"median |error| {100 * e['median_abs_error']:.0f}% (max {100 * e['max_abs_error']:.0f}%) over "
-            f"{e['rows_checked']} in-sample catalogue row(s) of {e['engine']} on {e['hardware']}"
+            f"{e['rows_checked']} in-sample catalogue row(s) of the releases {e.get('profile') or e['engine']} prices, "
+            f"on {e['hardware']}"
             + (f"; not checked: {'; '.join(left)}" if left else ""))
 
 
