@@ -70,6 +70,14 @@ def one_pricing(runs: pd.DataFrame, mixed: bool) -> pd.DataFrame:
         over = engine.str.partition(":")[2]
         engine = prof + over.where(over == "", ":" + over)
     runs["pricing"] = "engine " + engine + ", " + runs["cost_model"].astype(str) + " cost model"
+    # said as the runs asked for it where they all did one way (engine vllm@0.10:fixed_s=0.001, modelled by vllm@0.8)
+    asked = runs["engine"].astype(str)
+    for key, idx in runs.groupby("pricing").groups.items():
+        keys = sorted(set(asked[idx]))
+        prof = engine[idx[0]]
+        if len(keys) == 1 and keys[0] != prof:
+            runs.loc[idx, "pricing"] = key.replace(f"engine {prof},", f"engine {keys[0]} (modelled by "
+                                                                        f"{prof.partition(':')[0]}),", 1)
     kinds = sorted(set(runs["pricing"]))
     if len(kinds) > 1:
         if not mixed:

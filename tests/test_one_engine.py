@@ -49,7 +49,8 @@ def test_six_policies_from_simulate_and_report_are_priced_on_one_engine(tmp_path
     assert {json.loads((tmp_path / "on-vllm" / p / "summary.json").read_text())["engine"] for p in SIX} == {"vllm"}
     r = cli("report", str(tmp_path / "on-vllm"), "-o", str(tmp_path / "rep-vllm"))
     assert r.exit_code == 0, r.output
-    assert "priced on one engine: engine vllm@0.8, roofline+fitted cost model" in (tmp_path / "rep-vllm" / "report.md").read_text()
+    assert ("priced on one engine: engine vllm (modelled by vllm@0.8), roofline+fitted cost model"
+            in (tmp_path / "rep-vllm" / "report.md").read_text())
 
 
 def test_report_refuses_runs_of_two_engines_without_mixed(tmp_path):
