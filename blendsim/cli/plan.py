@@ -60,7 +60,8 @@ def plan_cmd(
         typer.echo(f"note: {line}", err=True)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty()
-    with _Progress(tty) as bar:
+    narrowed = bool(hardware and engines and policies)
+    with _Progress(tty, hint=not narrowed) as bar:
         answer = plan(trace, model, deadline, hardware=hardware, max_gpus=max_gpus, engines=engines,
                       policies=policies, weights=weights, kv_dtype=kv_dtype, max_tp=tp, max_pp=pp, max_ep=ep, budget=budget,
                       prices=prices, billing_hour=billing_hour, sample=sample, verify=verify, seed=seed, jobs=jobs,
@@ -102,12 +103,16 @@ def _engine_notes(engines: str | None) -> list[str]:
     return out
 
 
+HINT_SPACE = 2000  # a search space this large, unnarrowed, gets a line saying how to narrow it
+
+
 class _Progress:
     """A spinner with a count on a terminal; a line every 10 simulations when piped."""
 
-    def __init__(self, tty: bool):
+    def __init__(self, tty: bool, hint: bool = False):
         self.tty = tty
         self._bar = None
+        self._hint = hint  # say once, on a large space, which options narrow it
 
     def __enter__(self):
         if self.tty:
@@ -123,6 +128,10 @@ class _Progress:
     def update(self, done: int, key: str, at_most: int) -> None:  # required: the search then passes its size
         # the space's size: the search prunes most of it, and a sampled trace adds full-trace checks
         of = f" ({at_most:,} deployments in the space)" if at_most else ""
+        if self._hint and at_most > HINT_SPACE:
+            self._hint = False
+            typer.echo(f"plan: {at_most:,} deployments in the space; --hardware, --engines and --policies narrow it "
+                       f"(each not given searches all)", err=True)
         if self._bar is not None:
             self._bar.update(self._task, completed=done, description=key, of=of)
         elif done % 10 == 0:
