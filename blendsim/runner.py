@@ -356,10 +356,14 @@ def skew_note(expert_skew: float, model) -> list[str]:
 
 
 def inert_attn_dp(prof, dep) -> list[str]:
-    """A note where the engine runs attention data-parallel (``attn_dp``) but the deployment has nothing to split
-    that way: a dense model (its attention and MLP split alike over TP; replicas are plain data parallelism) or
+    """A note where the engine key asks for attention data parallelism (``attn_dp=1``) but the deployment has nothing
+    to split that way: a dense model (its attention and MLP split alike over TP; replicas are plain data parallelism) or
     one GPU per replica (simulate, cost, sweep)."""
-    if not getattr(prof, "attn_dp", False) or dep.dp > 1:
+    from blendsim.sim.engines import is_profile_file, parse_key
+
+    key = getattr(prof, "key", "") or ""
+    asked = bool(key) and not is_profile_file(key) and parse_key(key).overrides.get("attn_dp")
+    if not asked or dep.dp > 1:  # a profile's own default (trtllm's) is not something the user asked for
         return []
     why = ("the model is dense (attention data parallelism pairs data-parallel attention with tensor- or "
            "expert-parallel experts; a dense model's TP replicas split attention and MLP alike)"

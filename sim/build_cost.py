@@ -44,9 +44,21 @@ def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | Eng
         timer, kappa = RooflineTimer(dep, ar_max), None
     else:
         eff = Efficiency.lookup(params, prof.regime, dep.hardware.name)
-        timer, kappa = EfficiencyTimer(dep, eff, ar_max), eff.kappa
+        timer, kappa = engine_timer(dep, eff, prof), eff.kappa
     return CostModel(dep, mode, prof, timer=timer, interference=kappa,
                      graph_sizes=prof.graph_sizes_for(dep))
 
 
-__all__ = ["build_cost_model"]
+def engine_timer(dep: Deployment, eff: Efficiency, prof) -> EfficiencyTimer:
+    """The roofline at an engine regime's fitted efficiencies, with the engine's own kernels where they reach less:
+    its all-reduce kernel's message limit (``EngineProfile.custom_allreduce_max``) and its prompt attention kernel's
+    ceiling on this GPU (``EngineProfile.prefill_attn_cap``: FlashAttention-2 on Hopper). The one timer of an
+    engine, for a run and for fidelity's re-pricing alike."""
+    timer = EfficiencyTimer(dep, eff, prof.custom_allreduce_max(dep.tp))
+    cap = prof.prefill_attn_cap(dep.hardware.arch)
+    if cap is not None:
+        timer.attn_rate = min(timer.attn_rate, cap * dep.hardware.flops_for(dep.model.dtype))
+    return timer
+
+
+__all__ = ["build_cost_model", "engine_timer"]

@@ -167,6 +167,14 @@ class EngineProfile:
     # measured NCCL curve where it has one); () always NCCL; None not modelled (every all-reduce at the link).
     # Set per engine name from CUSTOM_ALLREDUCE below, where each is cited
     custom_allreduce: tuple | None = None
+    # the kernel family of its prompt (prefill) attention where that family caps what the fitted attention efficiency
+    # may reach on some GPUs (PREFILL_ATTN_CAPS, cited there): "fa2" for FlashAttention-2-style kernels; "" none
+    prefill_attention: str = ""
+
+    def prefill_attn_cap(self, arch: str) -> float | None:
+        """The largest share of the 16-bit tensor-core peak its prefill attention kernel reaches on GPUs of ``arch``
+        (:data:`PREFILL_ATTN_CAPS`), or None where nothing caps the fitted efficiency."""
+        return PREFILL_ATTN_CAPS.get((self.prefill_attention, arch)) if self.prefill_attention else None
 
     def custom_allreduce_max(self, tp: int) -> float:
         """The largest all-reduce message (bytes per GPU) the engine runs in its own kernel at TP degree ``tp``: 0 where
@@ -549,6 +557,21 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 # step's outputs for the zeromq hop, a cost no source gives. A vllm@0.5.4 profile without the share (api_share 0)
 # was tried on 29 Nov 2026 against the 20 vLLM 0.5.4 runs of validation.csv, out of the fit: median |error| 19.7%
 # -> 21.7%, p90 36.7% -> 86.7% (the runs on 2-8 A100s +70% to +100% too fast); not kept.
+# Prefill attention kernels that reach less of a GPU than the fitted attention efficiency (``attn_eff``, fitted with
+# TensorRT-LLM's context FMHA and FlashAttention-3-class kernels on Hopper and Blackwell): FlashAttention-2 has no
+# Hopper path (no wgmma, TMA or warp specialisation) and "achieves only 35% utilization on the H100 GPU", where
+# FlashAttention-3 reaches up to 740 TFLOP/s, 75% (Shah et al., FlashAttention-3, arXiv 2407.08608, abstract). The
+# engines that ran FlashAttention-2-style prefill on Hopper: vLLM 0.5-0.6 (the vllm-flash-attn 2.x package, 2.6.1 in
+# the 0.5.4-0.5.5 releases; vLLM's FlashAttention-3 build came in 2025, after these profiles' releases) and SGLang
+# 0.2-0.3 (FlashInfer 0.1, whose prefill kernels are FlashAttention-2-style; FlashInfer 0.2 brought its SM90 template
+# in December 2024, with SGLang 0.4). On Ampere FlashAttention-2 is the kernel the fitted efficiency already
+# describes (up to 73% of an A100: Dao, FlashAttention-2, 2023), so nothing caps it there. Not modelled: the 0.4.0
+# releases still on FlashInfer 0.1, a 0.7 release built with FlashAttention-3. The cap is on prompt attention only;
+# decode attention is bound by KV reads (``attn_mem_eff``).
+PREFILL_ATTN_CAPS: dict[tuple[str, str], float] = {("fa2", "hopper"): 0.35}
+PREFILL_ATTN_SOURCE = ("FlashAttention-2 on Hopper at 35% of the 16-bit peak: Shah et al., FlashAttention-3, arXiv "
+                       "2407.08608, abstract")
+
 # vLLM V0 (0.5-0.7) has no data-parallel attention: it came with V1's data-parallel deployment (a DP rank per
 # attention, experts split over all of them; vLLM docs "Data Parallel Deployment"), and is modelled from the first
 # V1 profile's release. A V0 release asked for it (``vllm@0.6:attn_dp=1``) is refused in one line.
@@ -557,6 +580,7 @@ _VLLM_05 = EngineProfile(
     "vllm", version="0.5", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0], per_seq_s=_V0_LOOP[1], per_token_s=0.1e-6, cuda_graph_max=256, regime="cuda-graph",
     api_share=33 / 29, fitted=_FIT_LOOP, budget_from_context=True, attn_dp_since=VLLM_ATTN_DP_SINCE,
+    prefill_attention="fa2",
     source="vllm@v0.5.3 arg_utils.py, core/scheduler.py, worker/model_runner.py; vLLM blog 2024-09-05; loop "
            "fitted by blendsim fidelity")
 # vLLM 0.6.x as its release blog and the published 0.6 benchmarks ran it: async output processing on
@@ -571,6 +595,7 @@ _VLLM_06 = EngineProfile(
     "vllm", version="0.6", scheduler=dict(_V0_SCHED),
     fixed_s=_V0_LOOP[0] / 10 + 0.15e-3, per_seq_s=_V0_LOOP[1] / 10, per_token_s=0.1e-6, cuda_graph_max=256,
     regime="cuda-graph", fitted=_FIT_LOOP, budget_from_context=True, attn_dp_since=VLLM_ATTN_DP_SINCE,
+    prefill_attention="fa2",
     source="vllm@v0.6.0 config.py, engine/arg_utils.py; vLLM blog 2024-09-05 (multi-step, "
            "async output processing); loop fitted by blendsim fidelity")
 
@@ -739,7 +764,7 @@ _SGLANG_03 = EngineProfile(
                "gpu_memory_utilization": 0.88, "admission": "reserve", "reserve_ratio": 0.7},
     fixed_s=0.2e-3, per_seq_s=1.2e-6, cuda_graph_max=160, regime="cuda-graph", fitted=_FIT_LOOP,
     memory_by_tp=((2, 0.87), (4, 0.85), (8, 0.83), (16, 0.79)), static_fraction=True, running_from_pool=(2048, 5120),
-    attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3,
+    attn_dp_since=SGLANG_ATTN_DP_SINCE, attn_dp_reserve_scale=0.3, prefill_attention="fa2",
     source="sglang@v0.3.0 server_args.py, srt/managers/tp_worker.py, global_config.py; loop fitted by blendsim "
            "fidelity")
 
@@ -1105,6 +1130,11 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
                                                        if prof.attn_dp_since else "")
                              + ("; limits per rank" if prof.limits_per_rank else ""))
     d["all_reduce"] = CUSTOM_ALLREDUCE_SOURCES.get(prof.name, "not modelled: every all-reduce at the link price")
+    if prof.prefill_attention:
+        caps = ", ".join(f"{arch} {100 * cap:.0f}% of the 16-bit peak"
+                         for (kernel, arch), cap in sorted(PREFILL_ATTN_CAPS.items()) if kernel == prof.prefill_attention)
+        d["prefill_attention"] = (f"{prof.prefill_attention}: prompt attention at most {caps or 'the fitted efficiency'}"
+                                  f" ({PREFILL_ATTN_SOURCE})")
     d["kv_load"] = prof.kv_load
     cited = KV_LOAD_SOURCES.get(prof.name, "")
     since = KV_LOAD_SINCE.get(prof.name)

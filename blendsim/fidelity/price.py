@@ -11,8 +11,9 @@ import numpy as np
 
 from blendsim.sim.batch import FEATURE_FIELDS as FIELDS
 from blendsim.sim.batch import BatchFeatures
+from blendsim.sim.build_cost import engine_timer
 from blendsim.sim.cost import PARTS, combine_times, net_share, price_parts
-from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
+from blendsim.sim.efficiency import Efficiency
 from blendsim.sim.engines import graph_pad
 from blendsim.sim.ops import Shapes, op_counts
 
@@ -55,7 +56,7 @@ class RowPricer:
         """Per replica: weights and per-step compute, memory, other, comm and overhead seconds."""
         prof = self.profile.with_params(self.profile.fitted_overhead(params))
         eff = Efficiency.lookup(params, prof.regime, self.dep.hardware.name)
-        timer = EfficiencyTimer(self.dep, eff, prof.custom_allreduce_max(self.dep.tp))
+        timer = engine_timer(self.dep, eff, prof)
         out = []
         for w, f, counts, tok0, logits0 in self.parts:
             acc = price_parts(timer, self.shapes, f, counts)
