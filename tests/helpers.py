@@ -56,3 +56,18 @@ def load_benchmark(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def write_catalogue(tmp_path, rows, name: str = "cat.csv") -> Path:
+    """A fidelity catalogue CSV of ``rows`` (dicts of its columns) in ``tmp_path``."""
+    import csv
+
+    from blendsim.fidelity.catalogue import COLUMNS
+
+    p = tmp_path / name
+    with p.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return p

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from blendsim.fidelity.catalogue import (
-    COLUMNS,
     build_workload,
     client_concurrency,
     engine_settings,
@@ -20,6 +19,7 @@ from blendsim.fidelity.suite import SHIPPED_CATALOGUES, SHIPPED_VALIDATION, load
 from blendsim.sim.engines import get_profile, load_params
 from blendsim.sim.errors import UserError
 from blendsim.sim.hardware import get_hardware
+from tests.helpers import write_catalogue
 
 
 def _row(**kw) -> dict:
@@ -31,14 +31,7 @@ def _row(**kw) -> dict:
     return base
 
 
-def _write(tmp_path, rows):
-    p = tmp_path / "cat.csv"
-    with p.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
-    return p
+_write = write_catalogue
 
 
 def test_random_lengths_span_the_ratio_as_vllm_draws_them_and_repeat(tmp_path):

@@ -10,13 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from blendsim.cli import get_app
-from blendsim.fidelity.catalogue import COLUMNS, build_workload, read_catalogue
+from blendsim.fidelity.catalogue import build_workload, read_catalogue
 from blendsim.fidelity.fit import fit, predict
 from blendsim.fidelity.price import RowPricer
 from blendsim.fidelity.runner import simulate_row
 from blendsim.fidelity.suite import load_suite, predictions, prepare_row
 from blendsim.sim.engines import load_params
 from blendsim.sim.errors import UserError
+from tests.helpers import write_catalogue
 
 
 def _row(**kw) -> dict:
@@ -28,16 +29,7 @@ def _row(**kw) -> dict:
     return base
 
 
-def _write(tmp_path, rows, name="cat.csv"):
-    import csv
-
-    p = tmp_path / name
-    with p.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow(r)
-    return p
+_write = write_catalogue
 
 
 def test_fidelity_json_on_a_small_catalogue(tmp_path):
