@@ -103,3 +103,15 @@ def test_calibrate_engine_says_which_catalogue_rows_it_left_out(tmp_path):
     assert "2 row(s) of vllm@0.6 on a100-80gb taken; left out: 2 on other GPUs" in res.output
     shown = _run("fidelity", "--params", "--params-file", str(out))
     assert f"fitted parameters ({out}; 2 rows)" in shown.output
+
+
+def test_stats_cost_and_simulate_say_the_same_of_a_model_that_does_not_fit(tmp_path, trace):
+    import re
+
+    said = []
+    for args in (("workloads", "stats", str(trace)), ("cost", "--decode-seqs", "1"),
+                 ("simulate", str(trace), "-o", str(tmp_path / "run"))):
+        res = _run(*args, "-m", "llama-3.1-405b", "--hardware", "a100-80gb")
+        assert res.exit_code == 2, res.output
+        said.append(re.search(r"need ([\d.]+) GiB per GPU", res.output).group(1))
+    assert len(set(said)) == 1, said

@@ -55,13 +55,17 @@ def stats_cmd(
     """
     import numpy as np
 
+    from blendsim.runner import RunConfig, run_limits
     from blendsim.sim.density import trace_bounds
     from blendsim.sim.deployment import make_deployment
     from blendsim.sim.prefix_tree import PrefixTree
     from blendsim.workloads.trace import read_trace
 
     t = read_trace(trace, allow_empty=True)
-    dep = make_deployment(model, hardware, tp)
+    # sized as `simulate` sizes a run with its defaults (the default engine's limits), so a model that does not fit
+    # says the same figure here, in `simulate` and in `cost`
+    dep = make_deployment(model, hardware, tp,
+                          **run_limits(RunConfig(policy="fcfs", model=model, hardware=hardware, tp=tp))[1])
     tree = PrefixTree(t)
     b = trace_bounds(t, dep, tree)
     out = t.summary()
