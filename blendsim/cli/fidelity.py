@@ -233,6 +233,13 @@ FIT_LABELS = {"refit": "parameters refitted on these rows (in-sample)", "shipped
 CV_HEADS = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), ("LOHO", "hardware"))
 
 
+def _closed(name: str) -> str:
+    """A source's name as its group key gives it (the text before its first comma), with the brackets that cut
+    left open closed after an ellipsis, for reading: ``... (2024-09-05, ...)``."""
+    opened = name.count("(") - name.count(")")
+    return name + ", ..." + ")" * opened if opened > 0 else name
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -369,7 +376,7 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
                 cells += [_pct(cv[0].get("median_abs_error")), _pct(cv[0].get("p90_abs_error"))]
             cells += [_pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
                       *(_pct(c.get("median_abs_error")) for c in cv[1:])]
-            grows.append((str(name), cells, ""))
+            grows.append((_closed(str(name)) if key == "source" else str(name), cells, ""))
         out += ["", f"|error| by {key.replace('_', ' ')}", *records(width, gcols, grows, key)]
     if heads:
         out.append("; ".join(f"{h}: |error| when the row's {k.replace('_', ' ')} was left out of the fit"
