@@ -105,6 +105,10 @@ def cost_cmd(
         if ms["server"]:  # behind its server: that work runs beside the engine and sets the pace only above it
             c.print(f"the API server's own work for it (streamed tokens and new requests, beside the engine): "
                     f"{ms['server']:.3f} ms, shorter than the step, so it adds nothing")
+    c.print("(operator classes, not what bounds them: compute = GEMMs and prompt attention, memory = decode "
+            "attention and KV writes, other = norms, activations, rotary, embedding, comm = collectives; each "
+            "operator is priced at the larger of its FLOP and byte times, so a decode step's weight-streaming GEMMs "
+            "count as compute)", style="dim")
     if dep.pp > 1:
         for st in out["stages"]:
             c.print(f"stage {st['stage']} (layers {st['layers'][0]}-{st['layers'][1]}): "
