@@ -115,3 +115,10 @@ def test_stats_cost_and_simulate_say_the_same_of_a_model_that_does_not_fit(tmp_p
         assert res.exit_code == 2, res.output
         said.append(re.search(r"need ([\d.]+) GiB per GPU", res.output).group(1))
     assert len(set(said)) == 1, said
+
+
+def test_cost_says_its_split_is_by_operator_class():
+    res = _run("cost", "--decode-seqs", "4")
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())
+    assert "operator classes, not what bounds them" in text and "weight-streaming GEMMs count as compute" in text
