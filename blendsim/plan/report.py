@@ -47,6 +47,14 @@ def expected_errors():
     return of
 
 
+def _front_of(answer: dict) -> str:
+    """What the answer's Pareto front is taken over, in words (``pareto_of``)."""
+    if answer.get("pareto_of") == "meeting":
+        return "of the deployments that meet the deadline" + (" and budget" if answer.get("budget_usd") is not None
+                                                              else "")
+    return "of every simulated deployment (none meets the job)"
+
+
 def _nothing_simulated(out) -> str:
     """Why no deployment has a makespan: the search space's deployments all pruned (most often: the model does not
     fit on the GPUs allowed), or every simulation failed."""
@@ -253,10 +261,7 @@ def print_answer(answer: dict) -> None:
     if r:  # each deployment named whole, its figures beside it or, on a narrow terminal, under it: nothing cut
         figures = [("makespan", "right"), ("cost", "right"), ("tok/$", "right"), ("tok/s/GPU", "right"),
                    ("deadline", "left"), ("from", "left")]
-        of = ("of the deployments that meet the deadline" + (" and budget" if answer.get("budget_usd") is not None
-                                                              else "")
-              if answer.get("pareto_of") == "meeting" else "of every simulated deployment (none meets the job)")
-        c.print(f"Pareto front (makespan vs cost) {of}; * recommended", soft_wrap=True)
+        c.print(f"Pareto front (makespan vs cost) {_front_of(answer)}; * recommended", soft_wrap=True)
         for line in records(c.width, figures, [
                 (f"{x['']:1} {x['replicas']} x {x['split']} on {x['GPUs']} {x['engine']} {x['policy']} "
                  f"{x['precision']}", [x[h] for h, _ in figures], "") for x in r], name_head="  deployment"):
@@ -333,7 +338,7 @@ table{{border-collapse:collapse}}tr:nth-child(even){{background:#f3f3f3}}</style
 <h1>blendsim plan: {html.escape(answer['model'])}, {answer['n_requests']:,} requests, deadline {_dur(answer['deadline_s'])}{html.escape(_margin_words(answer.get('deadline_margin')))}</h1>
 <p><b>{html.escape(answer['recommendation'])}</b></p>{rerun}
 <img src="pareto.png" alt="makespan vs cost of every simulated deployment">
-<h2>Pareto front</h2><table><tr>{head}</tr>{body}</table>
+<h2>Pareto front {html.escape(_front_of(answer))}</h2><table><tr>{head}</tr>{body}</table>
 <ul>{notes_html}</ul>
 <p>Cost = GPUs x makespan x price per GPU-hour ({html.escape(answer['prices']['file'])}); prices used:
 {html.escape('; '.join(f"{h} ${p['usd_per_gpu_hour']}/GPU-h ({p['kind'] or 'user price'}, {p['source'] or 'no source'}, {p['date'] or 'no date'})" for h, p in answer['prices']['used'].items()))}.</p>
