@@ -230,18 +230,8 @@ class Result:
         from blendsim.sim.rundir import check_run_dir, write_run
 
         run_dir = C.path(run_dir, "Result.write: run_dir")
-        digest, force = self.summary.get("trace_sha256"), C.boolean(force, "--force")
-        d = check_run_dir(run_dir, digest, force)
-        if digest is None and not force and (d / "summary.json").exists():  # this run's trace is a Trace object
-            from blendsim.sim.io import read_json
-
-            try:
-                old = read_json(d / "summary.json", "run summary").get("trace_sha256")
-            except (UserError, AttributeError):
-                old = None
-            if old:
-                raise UserError(f"{d}: holds a run of a trace file (sha256 {old[:12]}...) and this run's trace is a "
-                                f"Trace object; choose another folder, or force=True to replace it")
+        digest = self.summary.get("trace_sha256")
+        check_run_dir(run_dir, digest, C.boolean(force, "--force"), trace_object=digest is None)
         return write_run(self.run, run_dir)
 
     def __repr__(self) -> str:
@@ -466,11 +456,9 @@ def _policy_spec(p) -> str:
     if not f or p.__module__ == "__main__" or "<" in p.__qualname__ or not Path(f).is_file():
         raise UserError(f"policy {p.__qualname__}: a sweep's and a plan's workers import policies by name; put the class "
                         f"in a file and pass 'path/to/file.py:ClassName'")
-    path = Path(f).resolve()
-    try:  # as the user would write it: relative to the working folder the workers share, where it is under it
-        path = path.relative_to(Path.cwd().resolve())
-    except ValueError:
-        pass
+    path, cwd = Path(f).resolve(), Path.cwd().resolve()
+    if path.is_relative_to(cwd):  # as the user would write it: relative to the working folder the workers share
+        path = path.relative_to(cwd)
     spec = f"{path.as_posix()}:{p.__qualname__}"
     resolve_policy(spec)  # the file still defines it
     return spec

@@ -26,7 +26,6 @@ bad fit), and then callers call the figure a reference, never a bound.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,9 +139,7 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
     s_all = max(np.ceil(work.tokens / tcap), s_dec, 1.0 if work.tokens > 0 else 0.0)
     s_pf = np.ceil(work.prefill_tokens / tcap) if work.prefill_tokens > 0 else 0.0
 
-    plain = copy.copy(cm)
-    # the tables at the step's own size; padding only raises T, inside [1, tcap]
-    plain.graph_cap, plain.graph_sizes, plain._padded = 0, (), [0]
+    plain = cm.unpadded()  # the tables at the step's own size; padding only raises T, inside [1, tcap]
     # the tables priced a chunk of step sizes at a time: with no sequence cap tcap is the number of requests, and
     # pricing 10M sizes at once held ~4 GB of temporaries (each size is priced on its own: same values)
     tables = {k: np.empty(tcap + 1) for k in ("compute", "memory", "other", "comm")}

@@ -234,6 +234,15 @@ class CostModel:
             t = np.maximum(t, self.engine.server_s(D, D))
         return t, c, m
 
+    def unpadded(self) -> CostModel:
+        """A shallow copy that prices every step at its own size, with no CUDA-graph padding (the bounds' tables:
+        padding only raises a step's size)."""
+        import copy
+
+        plain = copy.copy(self)
+        plain.graph_sizes, plain.graph_cap, plain._padded = (), 0, [0]
+        return plain
+
     # ---- internals ------------------------------------------------------------------------
     def _graph_padded(self, f: BatchFeatures) -> BatchFeatures:
         """A decode-only step's rows at its CUDA-graph size, as :meth:`step` prices it."""

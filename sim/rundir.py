@@ -75,20 +75,26 @@ def check_distinct_run_dirs(policies, flag: str = "--policies") -> None:
                             f"(a file, or a class in it)")
 
 
-def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: bool = False, inputs=()) -> Path:
+def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: bool = False, inputs=(),
+                  trace_object: bool = False) -> Path:
     """Refuse to overwrite a folder that holds something other than an earlier run (or the current folder,
     one above it, or one holding an ``inputs`` file: sim.io.check_output_dir); with ``trace_sha256`` (the new
     run's trace file digest, recorded in summary.json), also an earlier run of another trace — or of an
-    unrecorded one — unless ``force``."""
+    unrecorded one — unless ``force``; with ``trace_object`` (the new run's trace is a Python Trace, which no digest
+    identifies), an earlier run of a trace file unless ``force``."""
     d = check_output_dir(run_dir, RUN_DIR_KIND, RUN_DIR_MARKER, inputs)
-    if trace_sha256 is not None and not force and (d / "summary.json").exists():
+    if (trace_sha256 is not None or trace_object) and not force and (d / "summary.json").exists():
         import json
 
         try:
             old = json.loads((d / "summary.json").read_text()).get("trace_sha256")
         except (OSError, ValueError, AttributeError):
             old = None
-        if old != trace_sha256:
+        if trace_object:
+            if old:
+                raise UserError(f"{d}: holds a run of a trace file (sha256 {old[:12]}...) and this run's trace is a "
+                                f"Trace object; choose another folder, or force=True to replace it")
+        elif old != trace_sha256:
             which = "another trace" if old else "a trace it does not record"
             raise UserError(f"{d}: holds a run of {which}; choose another -o, or --force to replace it")
     return d

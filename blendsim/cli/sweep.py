@@ -152,11 +152,8 @@ def policy_notes(spec) -> list[str]:
     from blendsim.sim.engines import DEFAULT_ENGINE, get_profile
     from blendsim.sim.errors import UserError
 
-    out: list[str] = []
-    try:  # an engine release beyond every modelled one: said once, as simulate says it
-        out += newer_than_modelled(get_profile(spec.engine or DEFAULT_ENGINE, {}))
-    except UserError:
-        pass  # check_spec has said it
+    # an engine release beyond every modelled one: said once, as simulate says it (check_spec has checked the engine)
+    out: list[str] = newer_than_modelled(get_profile(spec.engine or DEFAULT_ENGINE, {}))
     for p in spec.policies:
         try:
             cfg = RunConfig(policy=p, model=spec.models[0], hardware=spec.hardware[0], **spec.run_settings())

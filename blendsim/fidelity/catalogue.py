@@ -434,8 +434,9 @@ def _const(row: Row, spec: str):
     return unique_prompts(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64))
 
 
-def _random_options(row: Row, spec: str) -> tuple[int, int, float]:
-    """``(ISL, OSL, R)`` of a ``random:ISL/OSL[?range_ratio=R]`` workload (UserError for a malformed one)."""
+def _random_options(row: Row, spec: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The prompt and output length ranges ``((lo, hi), (lo, hi))``, ends included, of a
+    ``random:ISL/OSL[?range_ratio=R]`` workload (UserError for a malformed one)."""
     head, opts = _query(row, spec)
     if not re.fullmatch(r"\d+/\d+", head):
         raise _bad(row, f"random:{spec!r} is not random:ISL/OSL[?range_ratio=R] (two whole numbers)")
@@ -449,23 +450,21 @@ def _random_options(row: Row, spec: str) -> tuple[int, int, float]:
         r = -1.0
     if not 0 <= r < 1:  # also rejects nan
         raise _bad(row, f"option range_ratio={opts.get('range_ratio')!r} must be a number in [0, 1)")
-    lo_i, lo_o = int(isl * (1 - r)), int(osl * (1 - r))
-    if lo_i < 1 or lo_o < 1 or int(isl * (1 + r)) > MAX_TOKENS or int(osl * (1 + r)) > MAX_TOKENS:
+    ranges = tuple((int(x * (1 - r)), int(x * (1 + r))) for x in (isl, osl))
+    if min(lo for lo, _ in ranges) < 1 or max(hi for _, hi in ranges) > MAX_TOKENS:
+        (pl, ph), (ol, oh) = ranges
         raise _bad(row, f"random:{spec}: every length must be in 1..{MAX_TOKENS:,} (MAX_TOKENS), "
-                        f"got [{lo_i}, {int(isl * (1 + r))}] / [{lo_o}, {int(osl * (1 + r))}]")
-    return isl, osl, r
+                        f"got [{pl}, {ph}] / [{ol}, {oh}]")
+    return ranges
 
 
 def _random(row: Row, spec: str):
     """Uniform lengths as vLLM's random dataset draws them (``_random_options``), from a fixed seed."""
     from blendsim.workloads.trace import unique_prompts
 
-    isl, osl, r = _random_options(row, spec)
     rng = np.random.default_rng(0)  # fixed: the same row gives the same lengths
-    n = row.requests
-    p = rng.integers(int(isl * (1 - r)), int(isl * (1 + r)) + 1, size=n)
-    d = rng.integers(int(osl * (1 - r)), int(osl * (1 + r)) + 1, size=n)
-    return unique_prompts(p.astype(np.int64), d.astype(np.int64))
+    p, d = (rng.integers(lo, hi + 1, size=row.requests).astype(np.int64) for lo, hi in _random_options(row, spec))
+    return unique_prompts(p, d)
 
 
 def _query(row: Row, spec: str) -> tuple[str, dict]:

@@ -82,8 +82,8 @@ def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> 
         if not path.exists():
             raise UserError(f"{path}: no such results file")
         if path.suffix == ".csv":
-            got = [r for r in read_catalogue(path) if r.engine == setup.engine
-                   and (not setup.hardware or r.hardware == setup.hardware)]
+            every = [r for r in read_catalogue(path) if r.engine == setup.engine]
+            got = [r for r in every if not setup.hardware or r.hardware == setup.hardware]
             if not got:
                 raise UserError(f"{path}: no catalogue row of engine {setup.engine!r} on {setup.hardware!r}")
             # only the rows of the version being calibrated: another version's loop is another profile
@@ -96,9 +96,7 @@ def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> 
                 raise UserError(f"{path}: no catalogue row of {what} on {setup.hardware!r} (its rows of "
                                 f"{setup.engine} are of {', '.join(have)}); give --engine NAME@VERSION of one of them")
             rows += mine
-            other_hw = sum(r.engine == setup.engine and setup.hardware and r.hardware != setup.hardware
-                           for r in read_catalogue(path))
-            other_ver = len(got) - len(mine)
+            other_hw, other_ver = len(every) - len(got), len(got) - len(mine)
             if notes is not None and (other_hw or other_ver):
                 left = ([f"{other_hw} on other GPUs (a calibration fits one GPU: run it again with their "
                          f"--hardware)"] if other_hw else []) + \
