@@ -569,8 +569,7 @@ _V0_SCHED = {"token_budget": 8192, "max_seqs": 256, "block_size": 16, "mix": "pr
 # releases still on FlashInfer 0.1, a 0.7 release built with FlashAttention-3. The cap is on prompt attention only;
 # decode attention is bound by KV reads (``attn_mem_eff``).
 PREFILL_ATTN_CAPS: dict[tuple[str, str], float] = {("fa2", "hopper"): 0.35}
-PREFILL_ATTN_SOURCE = ("FlashAttention-2 on Hopper at 35% of the 16-bit peak: Shah et al., FlashAttention-3, arXiv "
-                       "2407.08608, abstract")
+PREFILL_ATTN_SOURCE = "Shah et al., FlashAttention-3, arXiv 2407.08608, abstract"
 
 # vLLM V0 (0.5-0.7) has no data-parallel attention: it came with V1's data-parallel deployment (a DP rank per
 # attention, experts split over all of them; vLLM docs "Data Parallel Deployment"), and is modelled from the first
@@ -1131,7 +1130,7 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
                              + ("; limits per rank" if prof.limits_per_rank else ""))
     d["all_reduce"] = CUSTOM_ALLREDUCE_SOURCES.get(prof.name, "not modelled: every all-reduce at the link price")
     if prof.prefill_attention:
-        caps = ", ".join(f"{arch} {100 * cap:.0f}% of the 16-bit peak"
+        caps = ", ".join(f"{100 * cap:.0f}% of the 16-bit peak on {arch}"
                          for (kernel, arch), cap in sorted(PREFILL_ATTN_CAPS.items()) if kernel == prof.prefill_attention)
         d["prefill_attention"] = (f"{prof.prefill_attention}: prompt attention at most {caps or 'the fitted efficiency'}"
                                   f" ({PREFILL_ATTN_SOURCE})")
