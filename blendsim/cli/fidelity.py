@@ -235,9 +235,8 @@ CV_HEADS = (("LOSO", "source"), ("LOEVO", "engine_version"), ("LOMO", "model"), 
 
 def _closed(name: str) -> str:
     """A source's name as its group key gives it (the text before its first comma), with the brackets that cut
-    left open closed after an ellipsis, for reading: ``... (2024-09-05, ...)``."""
-    opened = name.count("(") - name.count(")")
-    return name + ", ..." + ")" * opened if opened > 0 else name
+    left open closed, for reading: ``... (2024-09-05)``."""
+    return name + ")" * max(name.count("(") - name.count(")"), 0)
 
 
 def _pct(x) -> str:
