@@ -396,3 +396,39 @@ def test_progress_gets_the_spaces_size_where_it_takes_it(trace):
     kept = []  # a third parameter with a default is not the space's size
     plan(trace, "llama-3-8b", "1h", progress=lambda done, key, out=kept: out.append(key), **kw)
     assert kept and all(isinstance(k, str) for k in kept)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_an_interrupted_plan_says_what_a_rerun_reuses(tmp_path, trace, monkeypatch, keep):
+    """Ctrl-C (or SIGTERM) after two simulations: one line saying how many finished and whether they are
+    kept (exit 130); with -o the rerun reuses them and gives the uninterrupted answer."""
+    import blendsim.plan.tasks as tasks
+    from blendsim.workloads.trace import write_trace
+
+    path = write_trace(trace, tmp_path / "t.parquet")
+    out = tmp_path / "plan"
+    args = ["plan", str(path), "--deadline", "30m", "--hardware", "a100-80gb", "--max-gpus", "2",
+            "--engines", "vllm", "--policies", "dfs", "--jobs", "1", "--no-fidelity", "--json"]
+    args += ["-o", str(out)] if keep else []
+    real, calls = tasks.simulate_task, []
+
+    def flaky(*a):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a)
+
+    monkeypatch.setattr(tasks, "simulate_task", flaky)
+    r = CliRunner().invoke(get_app(), args)
+    assert r.exit_code == 130 and r.stdout == "", r.output
+    want = (f"plan: interrupted; 2 simulation(s) finished, kept in {out}/cells/ -- run the same command again to "
+            "resume" if keep else "plan: interrupted; 2 simulation(s) finished, none kept (without -o a plan keeps "
+            "nothing: give -o DIR to make it resumable)")
+    assert r.stderr.strip().splitlines() == [want]
+    if keep:
+        assert len(list((out / "cells").glob("*.json"))) == 2
+        monkeypatch.setattr(tasks, "simulate_task", real)
+        r2 = CliRunner().invoke(get_app(), args)
+        full = CliRunner().invoke(get_app(), args[:-2] + ["-o", str(tmp_path / "fresh")])
+        a, b = json.loads(r2.stdout), json.loads(full.stdout)
+        assert r2.exit_code == 0 and a.pop("report") != b.pop("report") and a == b

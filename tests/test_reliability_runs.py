@@ -216,12 +216,13 @@ def slow_random_cell(spec, cell, trace, sweep_dir):
     return cell_task(spec, cell, trace, sweep_dir)
 
 
-@pytest.mark.parametrize("target", ["main", "group"])
+@pytest.mark.parametrize("target", ["main", "group", "term"])
 def test_an_interrupted_sweep_exits_promptly_and_quietly(tmp_path, target):
-    """SIGINT to the driver alone (e.g. `kill -INT`) or to the whole process group (Ctrl-C) while a cell
-    runs: the command ends within seconds, without a traceback, keeps the finished cell, and leaves no
-    worker behind. (Before: the driver waited for the running cells at exit - over ten minutes for
-    large ones - and Ctrl-C printed the workers' tracebacks.)"""
+    """SIGINT to the driver alone (e.g. `kill -INT`) or to the whole process group (Ctrl-C), or SIGTERM to
+    the driver (`kill PID`, a scheduler's stop), while a cell runs: the command ends within seconds,
+    without a traceback, keeps the finished cell, and leaves no worker behind. (Before: the driver waited
+    for the running cells at exit - over ten minutes for large ones - and Ctrl-C printed the workers'
+    tracebacks; SIGTERM killed the driver alone, leaving its workers running and semaphores leaked.)"""
     import os
     import signal
     import subprocess
@@ -250,17 +251,49 @@ def test_an_interrupted_sweep_exits_promptly_and_quietly(tmp_path, target):
             raise AssertionError(f"the dfs cell never finished (exit {proc.returncode}): {early}")
         time.sleep(0.5)  # the random cell is sleeping in its worker
         t0 = time.monotonic()
-        (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGINT)
+        (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGTERM if target == "term" else signal.SIGINT)
         out, err = proc.communicate(timeout=30)
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130 and took < 10, (took, err)
+    assert proc.returncode == (143 if target == "term" else 130) and took < 10, (took, err)
     assert err.strip().splitlines() == [f"blendsim: interrupted; finished cells are kept in {d}/runs/ -- run the "
                                         "same command again to resume"]
     assert list(kept.glob("*/dfs/summary.json")) and not list(kept.glob("*/random/summary.json"))
     time.sleep(1.0)
     ps = subprocess.run(["ps", "-o", "pid=,stat=", "-g", str(proc.pid)], capture_output=True, text=True).stdout
     assert not [ln for ln in ps.splitlines() if "Z" not in ln.split()[1]], ps  # no live worker left
+
+
+def test_workers_leave_when_their_driver_dies_unreaped():
+    """A driver killed outright (SIGKILL) whose parent has not reaped it yet -- a parent reading the
+    command's pipes before waiting, as subprocess.communicate does -- is a zombie: it still has a pid, so
+    its workers must see that it is gone and exit, or they hold the pipes open and the parent waits forever."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from blendsim.sweep.tasks import _zombie
+
+    if not os.path.exists(f"/proc/{os.getpid()}/stat"):
+        pytest.skip("no /proc: a zombie driver is not detected here")
+    driver = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while not _zombie(driver.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _zombie(driver.pid) and not _zombie(os.getpid())  # exited and not waited for; alive
+        worker = subprocess.Popen([sys.executable, "-c", "import sys; from blendsim.sweep.tasks import _watch; "
+                                   "_watch(int(sys.argv[1]))", str(driver.pid)])
+        try:
+            assert worker.wait(timeout=30) == 1  # within a second or two of starting to watch
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+    finally:
+        driver.wait()
+    assert not _zombie(driver.pid)  # reaped: gone

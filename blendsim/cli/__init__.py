@@ -317,8 +317,13 @@ def main(argv: list[str] | None = None) -> None:
     option or command — which click would print as usage, hint and message on three lines (exit 2)."""
     import sys
 
+    from blendsim.signals import interrupt_exit_code, terminate_as_interrupt, terminated
+
     try:
-        rc = get_app()(args=argv, prog_name="blendsim", standalone_mode=False)
+        with terminate_as_interrupt():  # SIGTERM ends a command as Ctrl-C does: workers stopped, work kept
+            rc = get_app()(args=argv, prog_name="blendsim", standalone_mode=False)
+        if rc == 130 and terminated():  # typer's exit code for an interrupt, whichever signal it was
+            rc = interrupt_exit_code()
     except typer.Abort:
         typer.echo("blendsim: aborted", err=True)
         sys.exit(1)

@@ -61,12 +61,19 @@ def plan_cmd(
     t0 = time.perf_counter()
     tty = sys.stderr.isatty()
     narrowed = bool(hardware and engines and policies)
-    with _Progress(tty, hint=not narrowed) as bar:
-        answer = plan(trace, model, deadline, hardware=hardware, max_gpus=max_gpus, engines=engines,
-                      policies=policies, weights=weights, kv_dtype=kv_dtype, max_tp=tp, max_pp=pp, max_ep=ep, budget=budget,
-                      prices=prices, billing_hour=billing_hour, sample=sample, verify=verify, seed=seed, jobs=jobs,
-                      backend=backend, ray_address=ray_address, out=out, fidelity=not no_fidelity,
-                      progress=bar.update, margin=margin)
+    bar = _Progress(tty, hint=not narrowed)
+    try:
+        with bar:
+            answer = plan(trace, model, deadline, hardware=hardware, max_gpus=max_gpus, engines=engines,
+                          policies=policies, weights=weights, kv_dtype=kv_dtype, max_tp=tp, max_pp=pp, max_ep=ep,
+                          budget=budget, prices=prices, billing_hour=billing_hour, sample=sample, verify=verify,
+                          seed=seed, jobs=jobs, backend=backend, ray_address=ray_address, out=out,
+                          fidelity=not no_fidelity, progress=bar.update, margin=margin)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the workers are stopped; say what a rerun reuses
+        from blendsim.signals import interrupt_exit_code
+
+        typer.echo(_interrupted_line(out, bar.done), err=True)
+        raise typer.Exit(interrupt_exit_code()) from None
     # a deployment may be simulated twice (its sample, then the whole trace): the progress counts simulations
     typer.echo(f"plan: {answer['simulated']} deployment(s) simulated in {time.perf_counter() - t0:.0f} s"
                + (f"; report: {answer['report']}" if answer.get("report") else ""), err=True)
@@ -79,6 +86,14 @@ def plan_cmd(
     rec = answer.get("recommended") or {}
     if not (rec.get("meets_deadline") and rec.get("within_budget")):  # no deployment meets the job: exit 1, for scripts
         raise typer.Exit(1)
+
+
+def _interrupted_line(out: Path | None, done: int) -> str:
+    """What an interrupted plan says: how many simulations finished, and whether a rerun reuses them."""
+    ran = f"{done} simulation(s) finished"
+    if out is None:
+        return f"plan: interrupted; {ran}, none kept (without -o a plan keeps nothing: give -o DIR to make it resumable)"
+    return f"plan: interrupted; {ran}, kept in {out}/cells/ -- run the same command again to resume"
 
 
 def _engine_notes(engines: str | None) -> list[str]:
@@ -113,6 +128,7 @@ class _Progress:
         self.tty = tty
         self._bar = None
         self._hint = hint  # say once, on a large space, which options narrow it
+        self.done = 0  # simulations finished so far (an interrupted plan says how many)
 
     def __enter__(self):
         if self.tty:
@@ -127,6 +143,7 @@ class _Progress:
 
     def update(self, done: int, key: str, at_most: int) -> None:  # required: the search then passes its size
         # the space's size: the search prunes most of it, and a sampled trace adds full-trace checks
+        self.done = done
         of = f" ({at_most:,} deployments in the space)" if at_most else ""
         if self._hint and at_most > HINT_SPACE:
             self._hint = False

@@ -112,7 +112,9 @@ def sweep_cmd(
     except KeyboardInterrupt:
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
-        raise typer.Exit(130) from None
+        from blendsim.signals import interrupt_exit_code
+
+        raise typer.Exit(interrupt_exit_code()) from None
     if outcome.write_error:
         raise UserError(f"{outcome.write_error}; the {outcome.ran + outcome.skipped} finished cell(s) are kept in "
                         f"{out}/runs/ -- make {out} writable and run the same command again")

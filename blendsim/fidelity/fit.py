@@ -457,7 +457,11 @@ def _map_folds(fn, tasks: list, jobs: int) -> list:
         return [fn(t) for t in tasks]
     _TASKS[:] = [(fn, t) for t in tasks]
     try:
-        with mp.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
+        from blendsim.signals import worker_defaults
+
+        # the driver alone answers Ctrl-C (it leaves the block, whose exit terminates the pool): a forked
+        # worker would otherwise print its own KeyboardInterrupt traceback
+        with mp.get_context("fork").Pool(min(jobs, len(tasks)), initializer=worker_defaults) as pool:
             return pool.map(_run_task, range(len(tasks)), chunksize=1)
     finally:
         _TASKS.clear()

@@ -28,9 +28,9 @@ def warm_up(driver_pid: int | None = None) -> None:
 
     Workers ignore SIGINT: a Ctrl-C reaches the whole process group, and the driver alone decides
     (it terminates its workers); a worker interrupted mid-task would print its own traceback."""
-    import signal
+    from blendsim.signals import worker_defaults
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_defaults()
     if driver_pid is not None:
         threading.Thread(target=_watch, args=(driver_pid,), daemon=True, name="driver-watch").start()
     import blendsim.policies.base  # noqa: F401
@@ -51,6 +51,17 @@ def _watch(pid: int) -> None:
             os._exit(1)
         except PermissionError:  # alive, someone else's: cannot happen for our own driver, keep waiting
             pass
+        if _zombie(pid):  # dead but not yet reaped: its parent may be waiting for our inherited pipes to close
+            os._exit(1)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits for its parent to reap it (Linux's /proc; False elsewhere)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]  # the state follows the parenthesised command name
 
 
 def synth_task(spec, workload, sweep_dir: str | None) -> dict:

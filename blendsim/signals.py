@@ -1,0 +1,59 @@
+"""SIGTERM ends a command the way Ctrl-C does.
+
+By default SIGTERM (``kill PID``, a job scheduler's or container's stop) kills Python at once: no
+``finally`` runs, so a sweep's or plan's worker pool is never shut down (its workers keep simulating
+until they notice the driver gone) and the resource tracker warns of leaked semaphores.
+:func:`terminate_as_interrupt` makes SIGTERM raise ``KeyboardInterrupt`` in the main thread instead, so
+the one interrupt path every command already has (cancel the workers, keep what is finished, say how to
+resume) serves both; :func:`interrupt_exit_code` then says 143 (128 + SIGTERM) rather than Ctrl-C's 130.
+
+Worker processes forked from the driver inherit its Python handlers; :func:`worker_defaults` restores
+what a worker wants (SIGINT ignored: the driver decides; SIGTERM fatal: a pool's ``terminate``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+_received: list[int] = []  # the signals turned into an interrupt since the last terminate_as_interrupt
+
+
+def _raise(signum, frame):  # noqa: ARG001 - the signal handler's signature
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """For the block, SIGTERM raises ``KeyboardInterrupt`` (main thread only; elsewhere a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _received.clear()
+    old = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def terminated() -> bool:
+    """Whether a SIGTERM interrupted the current command."""
+    return signal.SIGTERM in _received
+
+
+def interrupt_exit_code() -> int:
+    """The exit code of an interrupted command: 143 after SIGTERM, else 130 (Ctrl-C)."""
+    return 128 + signal.SIGTERM if terminated() else 130
+
+
+def worker_defaults() -> None:
+    """A worker process's signal handling (a pool initialiser): Ctrl-C reaches the whole process group
+    and the driver alone decides, so SIGINT is ignored; SIGTERM ends the worker at once."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+__all__ = ["interrupt_exit_code", "terminate_as_interrupt", "terminated", "worker_defaults"]
