@@ -26,17 +26,30 @@ def _raise(signum, frame):  # noqa: ARG001 - the signal handler's signature
 
 
 @contextlib.contextmanager
-def terminate_as_interrupt():
-    """For the block, SIGTERM raises ``KeyboardInterrupt`` (main thread only; elsewhere a no-op)."""
+def _handling(signum: int, handler):
+    """For the block, ``handler`` answers ``signum`` (main thread only: elsewhere a no-op, as Python
+    lets only the main thread set handlers)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _received.clear()
-    old = signal.signal(signal.SIGTERM, _raise)
+    old = signal.signal(signum, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        signal.signal(signum, old)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """For the block, SIGTERM raises ``KeyboardInterrupt``."""
+    _received.clear()
+    with _handling(signal.SIGTERM, _raise):
+        yield
+
+
+def uninterrupted():
+    """For the block, SIGINT is ignored (a second Ctrl-C must not break a clean-up into a traceback)."""
+    return _handling(signal.SIGINT, signal.SIG_IGN)
 
 
 def terminated() -> bool:
@@ -56,4 +69,4 @@ def worker_defaults() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-__all__ = ["interrupt_exit_code", "terminate_as_interrupt", "terminated", "worker_defaults"]
+__all__ = ["interrupt_exit_code", "terminate_as_interrupt", "terminated", "uninterrupted", "worker_defaults"]

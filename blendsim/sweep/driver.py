@@ -9,13 +9,13 @@ workers neither idle nor run far ahead on traces.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from blendsim.reports.sweep_results import assemble_results
+from blendsim.signals import uninterrupted
 from blendsim.sim.errors import UserError
 from blendsim.sweep import store
 from blendsim.sweep.grid import Cell, SweepSpec
@@ -101,7 +101,7 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, backend, resume: bool = Tr
                     progress(out.skipped + out.ran, out.total)
             fill()
     except BaseException:
-        with _uninterrupted():  # a second Ctrl-C must not break the clean-up into a traceback
+        with uninterrupted():  # a second Ctrl-C must not break the clean-up into a traceback
             backend.close(cancel=True)
         raise
     backend.close()
@@ -118,22 +118,6 @@ def run_sweep(spec: SweepSpec, sweep_dir: str | Path, backend, resume: bool = Tr
         out.write_error = out.write_error or f"{d / 'failures.json'}: cannot write it ({why})"
     out.wall_s = time.perf_counter() - t0
     return out
-
-
-@contextlib.contextmanager
-def _uninterrupted():
-    """Ignore SIGINT for the block (main thread only; elsewhere a no-op)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
 
 
 def _synth_done(d: Path, backend, handle, w, res: dict, cells: list[Cell], ready: deque, out: SweepOutcome) -> None:
