@@ -292,7 +292,15 @@ def _no_json(o):
 
 
 # a user's methods the runner calls, and what their results must be (rank(): checked in _finalize)
-_USER_METHODS = {"__init__": None, "prepare": None, "rank": None, "make_router": _check_router,
+def _check_init(policy, out) -> str | None:
+    """A user's ``__init__`` must leave what the base class sets: without ``super().__init__(ctx)`` the policy
+    has no context (an AttributeError deep in the run) and its options go unchecked."""
+    if not (hasattr(policy, "ctx") and hasattr(policy, "opt")):
+        return "did not call super().__init__(ctx)"
+    return None
+
+
+_USER_METHODS = {"__init__": _check_init, "prepare": None, "rank": None, "make_router": _check_router,
                  "make_scheduler": _check_scheduler, "summary_extra": _check_extra}
 
 
@@ -330,15 +338,47 @@ def check_policy_class(cls: type) -> None:
     guard_scheduler(cls.scheduler_cls)
 
 
+def _is_index(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_candidate(sched, out) -> str | None:
+    n = len(sched.P)  # the trace's requests (the scheduler's prompt lengths)
+    if out is None or (_is_index(out) and 0 <= out < n):
+        return None
+    return f"returned {_plugins.describe(out)}: expected a waiting request's index (0..{n - 1}) or None"
+
+
+def _check_victim(sched, out) -> str | None:
+    if out is None or sched.running.get(getattr(out, "req", None)) is out:
+        return None
+    return f"returned {_plugins.describe(out)}: expected one of the running sequences (self.running's values) or None"
+
+
+def _check_flag(sched, out) -> str | None:
+    return None if isinstance(out, (bool, np.bool_)) else f"returned {_plugins.describe(out)}: expected True or False"
+
+
+def _check_blocks(sched, out) -> str | None:
+    return None if _is_index(out) and out >= 0 else f"returned {_plugins.describe(out)}: expected a block count >= 0"
+
+
+# what the engine reads from a scheduler's hooks: an unusable result is one line, not a TypeError deep in simpy
+_SCHEDULER_RESULTS = {"next_candidate": _check_candidate, "pick_victim": _check_victim, "free_held": _check_flag,
+                      "max_hit_blocks": _check_blocks, "max_insert_blocks": _check_blocks}
+
+
 def guard_scheduler(sched: type) -> None:
     """A user's Scheduler subclass: every method it defines (its hooks) ends in one line naming the user's file
-    and line when it raises, as a policy's methods do (the built-in Scheduler's own methods stay as they are)."""
+    and line when it raises or when a hook the engine reads returns something unusable, as a policy's methods do
+    (the built-in Scheduler's own methods stay as they are)."""
     for klass in sched.__mro__:
         if klass is Scheduler or not _plugins.is_users(klass):
             continue
         for name, fn in list(vars(klass).items()):
             if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
-                setattr(klass, name, _plugins.guard(lambda obj: f"scheduler {type(obj).__qualname__}", name, fn))
+                setattr(klass, name, _plugins.guard(lambda obj: f"scheduler {type(obj).__qualname__}", name, fn,
+                                                    _SCHEDULER_RESULTS.get(name)))
 
 
 def option_records(policy) -> dict[str, Option]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from blendsim.sim.errors import UserError
 
 OURS = "ours (the paper leaves it open)"
@@ -55,8 +57,13 @@ def _coerce(key: str, value, default):
             if value.lower() in ("0", "false", "no", "off"):
                 return False
             raise UserError(f"option {key}: expected true/false, got {value!r}")
-        return bool(value)
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        # 1.5, None or NaN is no switch: bool() would quietly make them True or False
+        raise UserError(f"option {key}: expected true/false, got {value!r}")
     if isinstance(default, (int, float)) and not isinstance(default, bool):
+        if isinstance(value, (bool, np.bool_)) or value is None:  # True is no number, whatever int(True) says
+            raise UserError(f"option {key}: expected a number, got {value!r}")
         try:
             v = type(default)(value) if isinstance(default, float) or str(value).lstrip("-").isdigit() \
                 else float(value)

@@ -357,3 +357,32 @@ def test_policies_shows_a_users_own_policy_file(tmp_path):
     assert r.exit_code == 0 and "k = 3" in r.output, r.output
     r = invoke("policies", "nope")
     assert r.exit_code == 2 and "path/to/file.py:ClassName" in r.output
+
+
+@pytest.mark.parametrize("opt, value, msg", [
+    ("heavier_first", 1.5, "option heavier_first: expected true/false, got 1.5"),
+    ("heavier_first", None, "option heavier_first: expected true/false, got None"),
+    ("heavier_first", float("nan"), "option heavier_first: expected true/false, got nan"),
+    ("heavier_first", 2, "option heavier_first: expected true/false, got 2"),
+    ("sample", True, "option sample: expected a number, got True"),
+    ("sample", None, "option sample: expected a number, got None"),
+])
+def test_options_from_python_are_checked_as_the_command_line_checks_them(trace_file, opt, value, msg):
+    """A switch takes True or False (or the command line's words), a number no bool: bool(1.5) and int(True)
+    would quietly run another configuration than the one asked for."""
+    from blendsim.sim.errors import UserError
+
+    policy = "dfs" if opt == "heavier_first" else "blendserve"
+    with pytest.raises(UserError, match=re.escape(msg)):
+        blendsim.simulate(trace_file, policy=policy, options={opt: value}, **TINY)
+    ok = {"heavier_first": np.bool_(False)} if opt == "heavier_first" else {"sample": 0.5}
+    assert blendsim.simulate(trace_file, policy=policy, options=ok, **TINY).summary["makespan_s"] > 0
+
+
+def test_blendsim_sweep_shows_the_functions_signature():
+    import inspect
+
+    from blendsim.api import sweep
+
+    assert inspect.signature(blendsim.sweep) == inspect.signature(sweep)
+    assert "densities" in str(inspect.signature(blendsim.sweep))

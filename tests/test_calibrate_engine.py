@@ -303,3 +303,48 @@ def test_a_version_with_no_rows_is_named_as_given(tmp_path):
     res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "only06.csv"), "--engine", "vllm@0.10",
                                          "--hardware", "a100-80gb", "-o", str(tmp_path / "x.json")])
     assert res.exit_code == 2 and "no catalogue row of vllm@0.10 (modelled by vllm@0.8)" in res.output, res.output
+
+
+@pytest.mark.parametrize("elapsed", [1e-9, 1e9])
+def test_a_measurement_far_from_any_engine_is_refused_and_nothing_written(tmp_path, elapsed):
+    """A run 20x faster or slower than the shipped model predicts is a wrong unit, count or file: one line
+    naming it, nothing written (was: a profile fitted toward it, the GPU's efficiencies at their bounds)."""
+    for name, e in (("a", 10.0), ("b", 12.0), ("bad", elapsed)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"elapsed_time": e, "num_requests": 100, "total_num_tokens": 50000}))
+    out = tmp_path / "mine.json"
+    r = CliRunner().invoke(get_app(), ["calibrate", "engine", *(str(tmp_path / f"{n}.json") for n in ("a", "b", "bad")),
+                                       "--engine", "vllm@0.10", "--hardware", "h100-80gb", "--model", "llama-3-8b",
+                                       "--workload", "const:400/100", "-o", str(out)])
+    assert r.exit_code == 2 and not out.exists(), r.output
+    line = r.output.strip().splitlines()[-1]
+    assert line.startswith("blendsim: error: bad: measured") and "more than 20x off" in line, line
+
+
+def test_a_release_beyond_every_modelled_one_is_noted(tmp_path):
+    for name, e in (("a", 10.0), ("b", 12.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"elapsed_time": e, "num_requests": 100, "total_num_tokens": 50000}))
+    r = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                                       "--engine", "vllm@9.9", "--hardware", "h100-80gb", "--model", "llama-3-8b",
+                                       "--workload", "const:400/100", "-o", str(tmp_path / "mine.json")])
+    assert r.exit_code == 0, r.output
+    assert "note: engine vllm@9.9 is a major release beyond every modelled one of vllm: priced as vllm@0.8" in r.stderr
+
+
+def test_a_repeated_catalogue_row_is_named_without_its_citation(tmp_path):
+    import csv
+
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
+
+    rows = [r for r in csv.DictReader(open(SHIPPED_CATALOGUE)) if r["id"].startswith("vllm-0.6.0-blog-") and
+            r["hardware"] == "a100-80gb"]
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    r = CliRunner().invoke(get_app(), ["calibrate", "engine", str(path), str(path), "--engine", "vllm@0.6",
+                                       "--hardware", "a100-80gb", "-o", str(tmp_path / "mine.json")])
+    line = r.output.strip().splitlines()[-1]
+    assert r.exit_code == 2 and "appear twice" in line and rows[0]["source"] not in line and len(line) < 400, line

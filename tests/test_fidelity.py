@@ -186,7 +186,7 @@ def test_unrunnable_rows_are_skipped_with_their_reason(tmp_path):
 
 
 @pytest.mark.parametrize("field,bad,says", [
-    ("model", "no-such-model", "field 'model': unknown model"),
+    ("model", "no-such-model", "field 'model': unknown model 'no-such-model': not a preset"),
     ("hardware", "a100-80", "field 'hardware': unknown hardware"),
     ("policy", "blendserv", "field 'policy': unknown policy 'blendserv'"),
     ("workload", "const:abc/12", "field 'workload': 'const:abc/12' is not const:ISL/OSL"),

@@ -166,6 +166,51 @@ def test_a_scheduler_hook_raising_is_one_line(tmp_path, trace_file):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(("hook", "value", "needle"), [
+    ("next_candidate(self)", "'zzz'", "next_candidate() returned str"),
+    ("next_candidate(self)", "10 ** 6", "expected a waiting request's index (0..11) or None"),
+    ("next_candidate(self)", "True", "next_candidate() returned bool"),
+    ("max_hit_blocks(self, req)", "-1", "expected a block count >= 0"),
+    ("max_insert_blocks(self, s)", "2.5", "max_insert_blocks() returned float"),
+])
+def test_a_scheduler_hook_returning_something_unusable_is_one_line(tmp_path, trace_file, hook, value, needle):
+    """The engine reads these hooks' results: a wrong type or an index out of range is one line naming the
+    scheduler and its file (was: a TypeError from inside simpy)."""
+    src = policy_file(tmp_path, f"""\
+        class S(Scheduler):
+            def {hook}:
+                return {value}
+
+
+        class P(blendsim.Policy):
+            scheduler_cls = S
+        """)
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY)
+    assert "scheduler S" in one_line_error(r, needle, str(src))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_victim_must_be_one_of_the_running_sequences():
+    from types import SimpleNamespace
+
+    from blendsim.policies.base import _check_victim
+
+    seq = SimpleNamespace(req=4)
+    sched = SimpleNamespace(running={4: seq})
+    assert _check_victim(sched, seq) is None and _check_victim(sched, None) is None
+    assert "expected one of the running sequences" in _check_victim(sched, SimpleNamespace(req=4))
+    assert "returned str" in _check_victim(sched, "old")
+
+
+def test_a_policy_init_without_super_is_one_line(tmp_path, trace_file):
+    src = policy_file(tmp_path, "class P(blendsim.Policy):\n    def __init__(self, ctx):\n        self.x = 1\n")
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY)
+    assert "policy P" in one_line_error(r, "__init__() did not call super().__init__(ctx)", str(src))
+    with pytest.raises(blendsim.BlendsimError, match=r"did not call super\(\).__init__\(ctx\)"):
+        blendsim.simulate(random_trace(np.random.default_rng(3), n=12), policy=f"{src}:P", model="tiny",
+                          hardware="cpu")
+
+
 # ---- any rank() result -------------------------------------------------------------------------------------
 N = 12
 RANKS = st.one_of(

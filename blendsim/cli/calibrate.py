@@ -170,6 +170,11 @@ def engine_cmd(
     check_profile_out(out)  # before the fit: a place it can write, never a file of the user's
     setup = Setup(name, version, hardware, model, tp, weights, kv_dtype, workload)
     notes: list = []
+    from blendsim.runner import newer_than_modelled
+    from blendsim.sim.engines import get_profile
+
+    # a release beyond every modelled one fits that newest profile's loop: said, as simulate says it
+    notes += newer_than_modelled(get_profile(engine, {}))
     rows = read_results(list(results), setup, notes)
     for line in notes:
         typer.echo(f"note: {line}", err=True)

@@ -220,6 +220,10 @@ def _check_names(path: Path, r: dict, where, ep: int) -> None:
     model, hardware, policy = ((r.get(k) or "").strip() for k in ("model", "hardware", "policy"))
     field = "model"
     try:
+        if model not in PRESETS and not (path.resolve().parent / model).exists():  # the value as the row gives it
+            beside = path.resolve().parent / model
+            raise UserError(f"unknown model {model!r}: not a preset ({', '.join(PRESETS)}) nor a config.json "
+                            f"at {beside}")
         spec = get_model(model if model in PRESETS else str(path.resolve().parent / model))
         field = "hardware"
         get_hardware(hardware)

@@ -129,9 +129,11 @@ def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> 
     rows = _distinct_ids(rows)
     dup = sorted(_repeated(rows))
     if dup:
-        where = sorted({r.source for r in rows if r.id in dup})
-        raise UserError(f"measurement id(s) {', '.join(dup[:5])} appear twice ({', '.join(where[:4])}): a file "
-                        f"given twice, or a catalogue row repeating one")
+        more = f" and {len(dup) - 5} more" if len(dup) > 5 else ""
+        files = sorted({r.source for r in rows if r.id in dup and _is_file(r.source)})  # not a row's citation
+        where = f" (in {', '.join(files[:3])})" if files else ""
+        raise UserError(f"measurement id(s) {', '.join(dup[:5])}{more} appear twice{where}: a results file given "
+                        f"twice, or a catalogue row repeating one")
     return rows
 
 
@@ -173,26 +175,28 @@ def _repeated(rows: list) -> set:
     return {i for i, n in Counter(r.id for r in rows).items() if n > 1}
 
 
+def _is_file(text: str) -> bool:
+    """Whether a row's source is a file (a results file's row names its path; a catalogue row, a citation)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a citation too long or odd for a path
+        return False
+
+
 def _distinct_ids(rows: list) -> list:
     """Rows whose ids (a result file's name) repeat across folders -- r1/result.json, r2/result.json, the usual
     layout of benchmark outputs -- take their path under the files' common folder instead."""
     import os
 
-    def is_file(text: str) -> bool:  # a results file's row names its path; a catalogue row, a citation
-        try:
-            return Path(text).is_file()
-        except (OSError, ValueError):  # a citation too long or odd for a path
-            return False
-
     twice = _repeated(rows)
-    files = [Path(r.source) for r in rows if r.id in twice and is_file(r.source)]
+    files = [Path(r.source) for r in rows if r.id in twice and _is_file(r.source)]
     if not files:
         return rows
     base = Path(os.path.commonpath([str(f.resolve().parent) for f in files]))
 
     def qualified(r):
         f = Path(r.source)
-        if r.id not in twice or not is_file(r.source) or not r.id.startswith(f.stem):
+        if r.id not in twice or not _is_file(r.source) or not r.id.startswith(f.stem):
             return r
         return dataclasses.replace(r, id=f.resolve().with_suffix("").relative_to(base).as_posix() + r.id[len(f.stem):])
 
@@ -303,6 +307,7 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
         pairs.append((r, pr))
     if not pairs:
         raise UserError("no measurement could be simulated: " + "; ".join(skipped[:3]))
+    _check_plausible(pairs, base, predict)
     select = owned(engine, hardware)
     free = [p for p in free_params(pairs) if select(p)]
     notes = []
@@ -329,6 +334,25 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
                "error": predict(r, pr, fitted) / r.value - 1} for r, pr in pairs]
     report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
     return fitted, report
+
+
+# A measurement this many times faster or slower than the shipped model's prediction is refused: the worst
+# published run the model has seen is ~6x off (SGLang 0.5.4's gpt-oss-20b on one H100, validation.csv), so
+# 20x is a wrong unit, count or file rather than an engine -- and one such run would drag every fitted
+# parameter toward it (a value 1e300 takes A100's mem_eff to its bound).
+IMPLAUSIBLE = 20.0
+
+
+def _check_plausible(pairs: list, base: dict, predict) -> None:
+    """UserError naming the first run whose measurement is IMPLAUSIBLE times off the shipped prediction."""
+    for r, pr in pairs:
+        p = predict(r, pr, base)
+        ratio = r.value / p if p > 0 else float("inf")
+        if not (1 / IMPLAUSIBLE <= ratio <= IMPLAUSIBLE):
+            raise UserError(f"{r.id}: measured {r.value:.6g} {r.metric} is {ratio:.3g}x what the shipped model "
+                            f"predicts for this setup ({p:.6g}), more than {IMPLAUSIBLE:g}x off in either "
+                            f"direction: check the run's units, request count, lengths and elapsed time; nothing "
+                            f"was fitted or written")
 
 
 def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) -> None:

@@ -34,5 +34,13 @@ class _CallableSweep(types.ModuleType):
 
         return sweep(*args, **kwargs)
 
+    @property
+    def __signature__(self):  # inspect.signature(blendsim.sweep), an IDE's or notebook's hint: the function's
+        import inspect
+
+        from blendsim.api import sweep
+
+        return inspect.signature(sweep)
+
 
 sys.modules[__name__].__class__ = _CallableSweep

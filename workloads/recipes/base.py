@@ -43,9 +43,10 @@ class Recipe:
             by_type(v, hints[k], flag_of(k))
             if hints[k] is int and k != "seed":  # token counts, request counts, degrees: bounded (10**30 would
                 integer(v, flag_of(k), None, MAX_TOKENS)  # overflow numpy, 10**12 allocate terabytes)
+        opts = self.options(**options)  # the recipe's own checks first: its minimum is the one to name
         if "requests" in options:
             integer(options["requests"], "--requests", 0, MAX_REQUESTS)  # a recipe refuses 0 if 0 is no default
-        trace = self.build(self.options(**options))
+        trace = self.build(opts)
         # what its options make must be a trace blendsim reads back (each length and time within MAX_TOKENS /
         # MAX_TIME_S, a prompt's segments summed too): refused here rather than written and refused on reading
         trace.validate(f"recipe {self.name} (these options make a trace beyond blendsim's limits)")
