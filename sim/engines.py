@@ -1055,6 +1055,22 @@ def sizes_text(sizes, most: int = 20, head: int = 8, tail: int = 4) -> str:
     return f"{', '.join(map(str, sizes[:head]))}, ... {', '.join(map(str, sizes[-tail:]))} ({len(sizes)} sizes)"
 
 
+# the scheduler fields a profile's table column and `blendsim engines NAME` show, and the profile rules that set them
+_SHOWN_OPEN = {"token_budget": ("budget_by_memory", "tuned_by", "budget_from_context"),
+               "max_seqs": ("running_from_pool", "tuned_by"), "block_size": (), "prefix_caching": ()}
+
+
+def scheduler_left_open(prof: EngineProfile) -> dict:
+    """The scheduler fields this profile leaves to blendsim's own defaults (``EngineConfig``): neither its
+    ``scheduler`` nor a per-GPU or per-memory rule sets them (``ideal`` sets none)."""
+    from blendsim.sim.seq import EngineConfig
+
+    by_device = {k for v in prof.by_device.values() for k in v}
+    cfg = EngineConfig()
+    return {k: getattr(cfg, k) for k, rules in _SHOWN_OPEN.items()
+            if k not in prof.scheduler and k not in by_device and not any(getattr(prof, r) for r in rules)}
+
+
 def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
     """Everything a reader needs to know of one engine profile, in the order ``blendsim engines NAME`` prints it:
     what it models and whence, its scheduler defaults, its per-step CPU loop (fitted values where the parameters
@@ -1098,6 +1114,10 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
         d["token_budget_from_context"] = True
     if prof.tuned_by:
         d["limits_tuned_by"] = prof.tuned_by
+    open_ = scheduler_left_open(prof)
+    if open_:
+        d["scheduler_left_open"] = (", ".join(f"{k}={v}" for k, v in open_.items())
+                                    + " (blendsim's defaults, where neither the profile nor a policy or option sets them)")
     d["mode"] = prof.mode
     d["fixed_s"], d["per_seq_s"], d["per_token_s"] = prof.fixed_s, prof.per_seq_s, prof.per_token_s
     loop = [k for k in ("fixed_s", "per_seq_s", "per_token_s") if k in fitted]

@@ -220,3 +220,20 @@ def test_a_graph_cap_override_holds_on_every_device():
     assert get_profile("sglang@0.5.3:cuda_graph_max=128").graph_sizes(h100, 8)[-1] == 128
     assert get_profile("sglang@0.5.3:cuda_graph_max=0").graph_sizes(h100, 8) == ()
     assert get_profile("vllm@0.8:cuda_graph_max=1024").graph_sizes(h100, 1)[-2:] == (512, 1024)
+
+
+def test_the_engines_table_shows_what_a_profile_leaves_to_blendsims_defaults():
+    """`ideal` sets no scheduler field: its runs take blendsim's defaults (a 2,048-token budget, prefix caching
+    on), and the table and `engines ideal` say so rather than "-" and "no"."""
+    from blendsim.cli import get_app
+    from blendsim.sim.engines import get_profile, scheduler_left_open
+    from blendsim.sim.seq import EngineConfig
+
+    assert scheduler_left_open(get_profile("ideal")) == {"token_budget": EngineConfig().token_budget, "max_seqs": 0,
+                                                         "block_size": 16, "prefix_caching": True}
+    assert scheduler_left_open(get_profile("vllm@0.5")) == {}  # it sets all four
+    rows = json.loads(CliRunner().invoke(get_app(), ["engines", "ideal", "--json"]).stdout)
+    assert "token_budget=2048" in rows["scheduler_left_open"] and "prefix_caching=True" in rows["scheduler_left_open"]
+    table = CliRunner().invoke(get_app(), ["engines"], env={"COLUMNS": "200"}).stdout
+    ideal = next(ln for ln in table.splitlines() if ln.split()[:1] == ["ideal"]).split()
+    assert ideal[3:6] == ["2048", "-", "yes"], ideal

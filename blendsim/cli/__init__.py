@@ -199,12 +199,18 @@ def engines_cmd(
         us = d["per_seq_s"] * 1e6
         return f"{d['fixed_s'] * 1e3:.2f}+{us:.{0 if us >= 10 else 1}f}" + ("*" if d["loop"].startswith("fitted") else "")
 
+    from blendsim.sim.engines import scheduler_left_open
+
+    def field(d: dict, nv, k: str):  # the profile's value, else blendsim's default it leaves open
+        return d.get(f"scheduler.{k}", scheduler_left_open(get_profile(f"{nv[0]}@{nv[1]}" if nv[1] else nv[0],
+                                                                       params)).get(k))
+
     rows = [{"engine": d["engine"], "until": until(*nv), "loop": loop(d),
              "budget": "bench" if "limits_tuned_by" in d else "by GPU" if "token_budget_by_memory" in d
-             else str(d.get("scheduler.token_budget", "-")),
+             else str(field(d, nv, "token_budget") or "-"),
              "seqs": "bench" if "limits_tuned_by" in d else "pool" if "max_running" in d
-             else str(d.get("scheduler.max_seqs", "-")),
-             "prefix": "yes" if d.get("scheduler.prefix_caching") else "no",
+             else str(field(d, nv, "max_seqs") or "-"),
+             "prefix": "yes" if field(d, nv, "prefix_caching") else "no",
              "graphs": "by GPU" if "cuda_graph_max_by_memory" in d else str(d["cuda_graph_max"] or "eager")}
             for nv, d in zip(keys, profiles)]
     _print_rows(rows, "Engine profiles", "until: the next modelled release -- NAME@VERSION prices every release from "
@@ -213,7 +219,8 @@ def engines_cmd(
                 "to the fidelity catalogue, else its cited prior); budget, seqs: most tokens and sequences a step "
                 "(some engines take more on GPUs of 70 GiB and more; by GPU: by device memory; bench: trtllm-bench sets both "
                 "from the dataset; pool: as many as the "
-                "engine's request pool holds, from the KV pool and the model's context); prefix: prefix caching on; "
+                "engine's request pool holds, from the KV pool and the model's context; -: no cap but the KV pool; "
+                "what a profile leaves open shows blendsim's default); prefix: prefix caching on; "
                 "graphs: largest CUDA-graph decode batch (by GPU: by device memory and TP); every field with its "
                 "source: blendsim engines NAME@VERSION")
 
