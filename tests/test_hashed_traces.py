@@ -303,3 +303,19 @@ def test_the_simulators_context_refusal_names_the_load_options():
         run_simulation(t, RunConfig(model="tiny", hardware="cpu"))
     fit = limit_context(t, 4096, "truncate")
     assert run_simulation(fit, RunConfig(model="tiny", hardware="cpu")).summary["n_requests"] == 2
+
+
+def test_a_trace_cut_from_a_hashed_file_labels_the_files_block_counts(small16, tmp_path):
+    """--long skip (or --limit of a trace file) keeps fewer requests than the file's block counts describe: the
+    summary says they are the whole file's rather than print them as the kept requests'."""
+    from blendsim.workloads.hashed import summary_rows
+    from blendsim.workloads.loaders import load_blendsim
+    from blendsim.workloads.trace import write_trace
+
+    t = load_hashed(small16, block_size=16, output_len=11)
+    assert "blocks (unique)" in summary_rows(t.meta)
+    s = limit_context(t, 44, "skip")
+    rows = summary_rows(s.meta)
+    assert "blocks (unique)" not in rows and rows["blocks (unique), whole file"] == summary_rows(t.meta)["blocks (unique)"]
+    head = load_blendsim(write_trace(t, tmp_path / "t.parquet"), limit=2)
+    assert "blocks (unique), whole file" in summary_rows(head.meta) and "hashed" not in head.meta

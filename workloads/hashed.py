@@ -436,11 +436,12 @@ def context_option(trace, max_context: str | None, long: str | None, where: str)
 def summary_rows(meta: dict) -> dict:
     """Rows for ``workloads load``'s summary table: what the hashed loader and the context limit did."""
     out = {}
-    h = meta.get("hashed")
-    if h:
-        out["blocks (unique)"] = f"{h['blocks']:,} ({h['unique_blocks']:,})"
+    h, whole = meta.get("hashed") or meta.get("hashed_file"), "hashed" not in meta
+    if h:  # a trace cut from the file (--limit of a trace, --max-context) keeps the file's counts, said so
+        of = ", whole file" if whole else ""
+        out[f"blocks (unique){of}"] = f"{h['blocks']:,} ({h['unique_blocks']:,})"
         if h["unhashed_tails"]:
-            out["unhashed tails"] = f"{h['unhashed_tails']:,}"
+            out[f"unhashed tails{of}"] = f"{h['unhashed_tails']:,}"
     o = meta.get("output_len", {})
     if o.get("filled"):
         how = f"= {o['fixed']}" if "fixed" in o else f"sampled from {o['sampled_from']} (seed {o['seed']})"

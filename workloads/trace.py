@@ -149,8 +149,12 @@ class Trace:
 
     def part_meta(self) -> dict:
         """The meta for a trace cut from this one (fewer requests, shorter ones): a recipe's ``measured`` density
-        and sharing were of these requests as they are, so they go."""
-        return {k: v for k, v in self.meta.items() if k != "measured"}
+        and sharing were of these requests as they are, so they go; a hashed file's block counts stay, as the
+        whole file's (``hashed_file``), not this trace's."""
+        out = {k: v for k, v in self.meta.items() if k not in ("measured", "hashed")}
+        if "hashed" in self.meta:
+            out["hashed_file"] = self.meta["hashed"]
+        return out
 
     def offline(self) -> Trace:
         """The same requests, all released at t=0."""
