@@ -490,3 +490,12 @@ def test_a_policy_failing_in_a_cell_keeps_its_traceback_for_debug(tmp_path):
     assert "ValueError: boom in my code" in failure["traceback"] and str(pol) in failure["traceback"]
     r = CliRunner().invoke(get_app(), [*args, "-o", str(tmp_path / "d")], env={"BLENDSIM_DEBUG": "1"})
     assert r.exit_code == 2 and "Traceback (most recent call last)" in r.stderr and str(pol) in r.stderr
+
+
+def test_a_bad_recipe_option_value_is_refused_before_any_cell_naming_recipe_opt(tmp_path):
+    d = tmp_path / "s"
+    r = sweep("--recipe", "blendserve", "--densities", "1.1", "--sharing", "0.25", "--policies", "dfs",
+              "--requests", "400", "--recipe-opt", "source=azure", "-o", str(d))
+    assert r.exit_code == 2 and not d.exists(), r.output
+    assert r.stderr.strip() == ("blendsim: error: --recipe-opt source must be one of burstgpt, azure-conv, azure-code, "
+                                "sharegpt, wildchat, got 'azure'")

@@ -42,7 +42,7 @@ def sweep_cmd(
                                                             "settings (token budget, block size, rounding), so only "
                                                             "the scheduling differs (default: each its own)."),
     recipe_opt: list[str] = typer.Option(None, "--recipe-opt", help="Further recipe option key=value "
-                                                                    "(e.g. source=azure; repeatable)."),
+                                                                    "(e.g. source=azure-conv; repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the workloads and the policies."),
     host_kv_gb: float = typer.Option(0.0, "--host-kv-gb", help="Host-memory KV tier per replica, GB (0: none)."),
     disk_kv_gb: float = typer.Option(0.0, "--disk-kv-gb", help="Local-NVMe KV tier per replica, GB (0: none)."),

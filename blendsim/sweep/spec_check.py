@@ -39,6 +39,14 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
             raise UserError(f"--recipe-opt {k}: recipe {spec.recipe} has no such option; "
                             f"options are {', '.join(sorted(set(fields) - set(SWEEP_SET)))}")
         opts[k] = _coerce(fields[k], v)
+    if opts:  # the recipe's own checks of these values now (the rest at its defaults), not in every cell's worker
+        try:
+            recipe.options(**opts)
+        except UserError as e:
+            msg = str(e)
+            for k in opts:
+                msg = msg.replace(f"--{k.replace('_', '-')} ", f"--recipe-opt {k} ", 1)
+            raise UserError(msg) from None
     for p in spec.policies + ((spec.engine_of,) if spec.engine_of else ()):
         get_policy(p)
     from blendsim.sim.rundir import check_distinct_run_dirs
