@@ -314,6 +314,12 @@ def _unique_keys(pairs: list) -> dict:
     return out
 
 
+def json_column(e, line: str) -> int:
+    """The 1-based column of JSON error ``e`` on the one-record ``line`` it parsed: a record cut off mid-write
+    ends at its line's end, where the parser (past the newline) would say column 1 of the next line."""
+    return min(e.pos, len(line.rstrip("\r\n"))) + 1
+
+
 def loads_strict(text: str):
     """``json.loads``, refusing an object that names a key twice (:class:`DuplicateKey`, a ValueError): a file
     where one field is given twice is a mistake, not a choice of the last value. About twice the parse time of

@@ -319,3 +319,18 @@ def test_a_trace_cut_from_a_hashed_file_labels_the_files_block_counts(small16, t
     assert "blocks (unique)" not in rows and rows["blocks (unique), whole file"] == summary_rows(t.meta)["blocks (unique)"]
     head = load_blendsim(write_trace(t, tmp_path / "t.parquet"), limit=2)
     assert "blocks (unique), whole file" in summary_rows(head.meta) and "hashed" not in head.meta
+
+
+@pytest.mark.parametrize("fmt, line, column", [
+    ("jsonl", '{"prompt_token_ids":[1,2', 25),
+    ("hashed", '{"input_length": 20, "hash_ids": [1', 36),
+])
+def test_a_record_cut_off_mid_write_is_placed_at_its_lines_end(tmp_path, fmt, line, column):
+    """The parser, past the line's newline, would say column 1 of the next line."""
+    from blendsim.workloads.loaders import load
+
+    f = tmp_path / "cut.jsonl"
+    f.write_text(line + "\n")
+    opts = {"block_size": 16, "output_len": 5} if fmt == "hashed" else {}
+    with pytest.raises(UserError, match=rf"line 1: not valid JSON \(Expecting ',' delimiter at column {column}\)"):
+        load(f, fmt, None, **opts)

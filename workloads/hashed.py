@@ -156,7 +156,9 @@ def _parse(path: Path, block_size: int, limit: int | None):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise UserError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            from blendsim.sim.io import json_column
+
+            raise UserError(f"{where}: not valid JSON ({e.msg} at column {json_column(e, line)})") from None
         if not isinstance(rec, dict):
             raise UserError(f"{where}: expected a JSON object, found {type(rec).__name__}")
         plen = _whole(where, rec, "input_length", required=True)

@@ -331,7 +331,9 @@ def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
     try:
         rec = loads_strict(line)
     except json.JSONDecodeError as e:
-        raise UserError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        from blendsim.sim.io import json_column
+
+        raise UserError(f"{where}: not valid JSON ({e.msg} at column {json_column(e, line)})") from None
     except (ValueError, RecursionError) as e:  # an integer of over 4,300 digits; nesting too deep
         raise UserError(f"{where}: not usable JSON ({str(e).splitlines()[0][:80]})") from None
     if not isinstance(rec, dict):
