@@ -198,3 +198,17 @@ def test_a_held_out_sources_loop_is_its_prior_not_the_shipped_fit(suite, tmp_pat
     # in-sample, the loaded parameters do price those rows (so the check above can fail)
     r, p = next((r, p) for r, p in other.ok if r.id == held[0])
     assert F.predict(r, p, shipped) < 0.8 * F.predict(r, p, {})
+
+
+def test_a_cross_validation_over_one_group_says_why_it_predicts_nothing(tmp_path):
+    """--cv-by source over one source's rows: every fold would fit on nothing; the line says so."""
+    from blendsim.fidelity.suite import cv_summary
+
+    cat = _write(tmp_path, ROWS[:3])  # doc A's rows alone
+    one = load_suite(cat, {})
+    c = cv_summary(one, "source")
+    assert c["n"] == 0 and c["note"] == ("needs rows of at least two sources to leave one out; these 3 predicted "
+                                         "row(s) are of 1")
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--cv-by", "source"],
+                             env={"COLUMNS": "300"})
+    assert res.exit_code == 0 and "(0 rows): needs rows of at least two sources" in res.stdout, res.output

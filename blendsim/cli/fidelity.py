@@ -389,7 +389,7 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
         if k in cvs:
             c = cvs[k]
             out.append(f"{label}: median |error| {_pct(c['median_abs_error'])}, p90 {_pct(c['p90_abs_error'])} "
-                       f"({c['n']} rows)")
+                       f"({c['n']} rows)" + (f": {c['note']}" if c.get("note") else ""))
     import textwrap
 
     for line in out:  # prose lines wrap on words; table lines already fit

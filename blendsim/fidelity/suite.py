@@ -189,8 +189,13 @@ def cv_summary(suite: Suite, key: str, jobs: int = 1) -> dict:
     and reads only the other groups' rows (``fit.cross_validate``)."""
     pred = cross_validate(suite.ok, CV_KEYS[key], base={}, jobs=jobs)
     s = summarise(Suite(suite.rows, suite.pricers, suite.reasons), pred)
-    return {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"], "n": s["n_ok"],
-            "by": s["by"], "rows": {x["id"]: x["error"] for x in s["rows"] if x["status"] == "ok"}}
+    out = {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"], "n": s["n_ok"],
+           "by": s["by"], "rows": {x["id"]: x["error"] for x in s["rows"] if x["status"] == "ok"}}
+    groups = {CV_KEYS[key](r) for r, _ in suite.ok}
+    # every fold would fit on nothing with one group: no row is predicted, and the output says why (None: fine)
+    out["note"] = (f"needs rows of at least two {key.replace('_', ' ')}s to leave one out; these {len(suite.ok)} "
+                   f"predicted row(s) are of {len(groups)}") if len(groups) < 2 else None
+    return out
 
 
 def refit(suite: Suite) -> dict:
