@@ -122,13 +122,19 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     df.loc[online, "speedup"] = float("nan")  # online runs are compared by latency, not throughput
     order = list(dict.fromkeys(sorted(df["label"], key=lambda x: (x != base, x))))
     csvs["policies.csv"] = T.side_by_side(df)
+    below = _reference_below_bound(df)
+    if below.any():  # the tables leave "of ref." blank there (the CSV keeps it): no estimate above a bound
+        df.loc[below, "frac_of_reference"] = float("nan")
     policies = ", ".join(sorted(set(df["policy"].astype(str))))
     why = T.baseline_reason(runs, baseline, base)
     pricing = sorted(set(df["pricing"]))
     priced = (f"All runs are priced on one engine: {pricing[0]}. " if len(pricing) == 1 else
               f"Runs are priced by {len(pricing)} engines/cost models ({'; '.join(pricing)}; --mixed): each row "
               "names its engine, and a speedup across engines mixes pricing with scheduling. ")
-    expect = _expected_note(df)
+    ref_note = (f"\"of ref.\" is left blank for {int(below.sum())} run(s) whose blended reference falls below their "
+                "T_o: it prices the work as full blended steps and leaves out the longest request's own chain, so "
+                "there it is no estimate of the makespan (policies.csv keeps the figure).") if below.any() else ""
+    expect = " ".join(x for x in (settings_note(df), ref_note, _expected_note(df)) if x)
     intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
              f"the baseline's on the same workload and deployment.")
@@ -188,6 +194,41 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     sections.append(("Run directories", "", [_run_dirs(df)]))
     md_tables["Run directories"] = (df, [("group", "workload", "s"), ("label", "policy", "s"),
                                          *T.present(df, T.PROVENANCE)], "")
+
+
+def _reference_below_bound(df: pd.DataFrame) -> pd.Series:
+    """Runs whose blended reference is shorter than their T_o (a lower bound): the reference left out the longest
+    request's own chain (simulate says so), so it estimates nothing there."""
+    if not {"t_reference_s", "t_opt_s"} <= set(df):
+        return pd.Series(False, index=df.index)
+    return (df["t_reference_s"] < df["t_opt_s"]).fillna(False)
+
+
+def settings_note(df: pd.DataFrame) -> str:
+    """A sentence where the runs compared on one workload ran on different scheduler settings (each policy's
+    declared settings over the engine's, or options): a speedup then mixes them with the order. Empty otherwise."""
+    cols = [(c, h) for c, h, _ in T.SETTINGS if c in df and df[c].notna().any()]
+    if not cols or "group" not in df:
+        return ""
+    key = [c for c, _ in cols]
+    if all(len(g[key].astype(str).drop_duplicates()) == 1 for _, g in df.groupby("group")):
+        return ""
+
+    def value(v) -> str:
+        return "on" if v is True else "off" if v is False else f"{int(v):,}" if isinstance(v, (int, float)) and \
+            float(v).is_integer() else str(v)
+
+    per = {}  # a settings tuple -> the policies that ran on it (over every workload)
+    for label, g in df.groupby("label", sort=True):
+        for row in g[key].drop_duplicates().itertuples(index=False):
+            per.setdefault(tuple(row), []).append(str(label))
+    differ = [i for i in range(len(key)) if len({t[i] for t in per}) > 1]
+    parts = ["; ".join(", ".join(sorted(set(labels))) + ": " + ", ".join(f"{cols[i][1]} {value(t[i])}" for i in differ)
+                       for t, labels in per.items())]
+    return (f"The policies ran on different scheduler settings ({parts[0]}): each policy's declared settings over "
+            "the engine's, so a speedup here mixes those settings with the order. For the order alone, give every "
+            "policy one set (sweep --engine-of POLICY, or the same --token-budget / --block-size / --round-tokens "
+            "options to each simulate).")
 
 
 def _expected_note(df: pd.DataFrame) -> str:

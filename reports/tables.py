@@ -39,6 +39,11 @@ LATENCY = [
 ]
 PROVENANCE = [("cost_model", "cost model", "s"), ("mode", "mode", "s"), ("engine", "engine", "s"),
               ("run_path", "run directory", "s")]
+# the scheduler settings a run took (its policy's declared ones over the engine's, or the options'): the CSV keeps
+# them, and a report says where a comparison's policies ran on different ones (reports.render.settings_note)
+SETTINGS = [("token_budget", "token budget", "d"), ("max_seqs", "max seqs", "d"), ("block_size", "block size", "d"),
+            ("round_tokens", "rounding", "d"), ("mix", "mix", "s"), ("prefix_caching", "prefix caching", "s"),
+            ("prefix_retain", "prefix kept", "s")]
 LEGEND = {
     "tok/s": "throughput, (input + output tokens) / makespan",
     "speedup": "throughput over the baseline's on the same workload",
@@ -114,7 +119,8 @@ def is_online(df: pd.DataFrame) -> pd.Series:
 
 def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
     """Every column a table or the CSV shows, of ``with_speedup``'s rows (absent ones left out)."""
-    cols = list(dict.fromkeys(c for c, _, _ in SIDE_BY_SIDE + LATENCY + PROVENANCE if c in df and df[c].notna().any()))
+    cols = list(dict.fromkeys(c for c, _, _ in SIDE_BY_SIDE + LATENCY + PROVENANCE + SETTINGS
+                              if c in df and df[c].notna().any()))
     return df[cols].reset_index(drop=True)
 
 

@@ -92,3 +92,27 @@ def test_overlap_mode_on_an_engine_that_does_not_overlap_is_said(tmp_path):
     assert "--mode overlap: vllm" in " ".join(r.output.split()) and "what-if" in r.output
     r = simulate(trace, "fcfs", tmp_path / "n", "--engine", "nanoflow", "--mode", "overlap")
     assert "--mode overlap:" not in r.output
+
+
+def test_a_report_says_where_its_policies_ran_on_different_scheduler_settings(tmp_path):
+    """One engine prices every run, but a policy's declared settings (blendserve: budget 1,024, block 1, rounding
+    128) sit over the engine's: the report says which ran on which and the CSV keeps every setting; with one set
+    (the same options to each) it says nothing. A blended reference below T_o is no estimate: left blank."""
+    trace = tmp_path / "t.parquet"
+    write_trace(random_trace(np.random.default_rng(11), n=60), trace)
+    for p in ("dfs", "blendserve"):
+        simulate(trace, p, tmp_path / "runs" / p, "--engine", "vllm")
+    assert cli("report", str(tmp_path / "runs"), "-o", str(tmp_path / "rep")).exit_code == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert ("The policies ran on different scheduler settings (blendserve: token budget 1,024, block size 1, "
+            "rounding 128; dfs: token budget 8,192, block size 16, rounding 0)") in md
+    side = pd.read_csv(tmp_path / "rep" / "policies.csv").set_index("label")
+    assert side.loc["blendserve", "token_budget"] == 1024 and side.loc["dfs", "block_size"] == 16
+    summaries = {p: json.loads((tmp_path / "runs" / p / "summary.json").read_text()) for p in ("dfs", "blendserve")}
+    below = [p for p, s in summaries.items() if s["t_reference_s"] < s["t_opt_s"]]
+    assert (f"\"of ref.\" is left blank for {len(below)} run(s)" in md) == bool(below)
+    for p in ("dfs", "blendserve"):
+        simulate(trace, p, tmp_path / "same" / p, "--engine", "vllm", "--token-budget", "1024", "--block-size", "1",
+                 "--round-tokens", "128")
+    assert cli("report", str(tmp_path / "same"), "-o", str(tmp_path / "rep2")).exit_code == 0
+    assert "different scheduler settings" not in (tmp_path / "rep2" / "report.md").read_text()

@@ -230,6 +230,21 @@ def test_sampled_search_reports_its_check(trace):
     assert a["recommended"]["makespan_from"] == "full simulation"
 
 
+def test_a_sample_whose_every_deployment_ran_whole_says_nothing_is_extrapolated():
+    """Every sample's makespan its longest request's: every deployment is simulated whole, and the notes say no
+    figure is extrapolated (not that no full run checked the extrapolation)."""
+    from blendsim.plan.report import notes
+
+    sampling = {"sample_requests": 5000, "full_requests": 20000, "seed": 0, "checks": [], "tail_dominated": 56,
+                "extrapolated": 0, "max_abs_error": None}
+    answer = {"candidates": 56, "simulated": 56, "pruned": {}, "sampling": sampling, "fidelity": {}, "failures": []}
+    lines = notes(answer)
+    assert "sampled: 5,000 of 20,000 requests; no figure is extrapolated: every deployment was simulated on the " \
+           "whole trace" in lines and not any("no full run checked" in x for x in lines)
+    lines = notes({**answer, "sampling": {**sampling, "tail_dominated": 50, "extrapolated": 6}})
+    assert "sampled: 5,000 of 20,000 requests; no full run checked the extrapolation" in lines
+
+
 def test_a_sample_that_shares_less_than_the_trace_is_scaled_by_the_engines_work():
     """A sample of a prefix-sharing microbenchmark breaks its groups (optimal sharing 0.69 against the trace's 0.85),
     so its prefill work shrinks less than its decode work when scaled up. Scaled by the ratio of T_o (the larger of

@@ -75,7 +75,8 @@ def plan_cmd(
         typer.echo(_interrupted_line(out, bar.done), err=True)
         raise typer.Exit(interrupt_exit_code()) from None
     # a deployment may be simulated twice (its sample, then the whole trace): the progress counts simulations
-    typer.echo(f"plan: {answer['simulated']} deployment(s) simulated in {time.perf_counter() - t0:.0f} s"
+    ran = f"{bar.done} simulation(s) run" if bar.done else "every simulation reused from the folder"
+    typer.echo(f"plan: {answer['simulated']} deployment(s) priced, {ran}, in {time.perf_counter() - t0:.0f} s"
                + (f"; report: {answer['report']}" if answer.get("report") else ""), err=True)
     if as_json:
         from blendsim.plan.report import _finite

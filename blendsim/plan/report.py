@@ -153,6 +153,8 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     if out.sample_requests is not None:
         sampling = {"sample_requests": out.sample_requests, "full_requests": n_requests, "seed": seed,
                     "checks": checks, "tail_dominated": out.tail_dominated,
+                    # deployments whose figures are the sample's, scaled (every other was simulated whole)
+                    "extrapolated": sum(not p.full for p in out.points.values()),
                     "max_abs_error": max((abs(c["error"]) for c in checks), default=None)}
     answer = {
         "trace": str(trace_path) if trace_path is not None else None, "n_requests": n_requests, "model": model,
@@ -234,9 +236,12 @@ def notes(answer: dict) -> list[str]:
             errs = ", ".join(f"{c['deployment']}: {100 * c['error']:+.1f}%" for c in s["checks"])
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests (seed {s['seed']}); "
                          f"sampled-vs-full makespan error on {len(s['checks'])} full run(s): {errs}")
-        else:
+        elif s.get("extrapolated", 1):
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests; no full run checked "
                          f"the extrapolation")
+        else:
+            lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests; no figure is "
+                         f"extrapolated: every deployment was simulated on the whole trace")
         if s.get("tail_dominated"):
             lines.append(f"simulated whole: {s['tail_dominated']} deployment(s) whose sample's makespan was mostly its "
                          f"longest request's (T_critical), which no scaling of the sample predicts")
@@ -274,24 +279,26 @@ def print_answer(answer: dict) -> None:
 
 
 def plot(answer: dict, points: list, path: Path) -> Path:
-    """makespan vs cost of every simulated deployment: colour by GPU, marker by policy, the deadline as a
-    line, the front joined, the recommended ringed."""
+    """makespan vs cost of every simulated deployment: colour by GPU, marker by engine and policy, the deadline
+    as a line, the front joined, the recommended ringed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     hws = sorted({p.cand.shape.hardware for p in points})
-    pols = sorted({p.cand.shape.policy for p in points})
-    marks = "os^Dv<>Px*"
+    kinds = sorted({(p.cand.shape.engine, p.cand.shape.policy) for p in points})  # what a marker tells apart
+    marks = "os^Dv<>Px*hH8pd"
     colours = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for i, hw in enumerate(hws):
-        for j, pol in enumerate(pols):
-            pts = [p for p in points if p.cand.shape.hardware == hw and p.cand.shape.policy == pol]
+        for j, (eng, pol) in enumerate(kinds):
+            pts = [p for p in points if p.cand.shape.hardware == hw and (p.cand.shape.engine, p.cand.shape.policy)
+                   == (eng, pol)]
             if pts:
                 ax.scatter([p.makespan_s / 3600 for p in pts], [p.cost_usd for p in pts], s=22, alpha=0.75,
-                           color=colours(i % 10), marker=marks[j % len(marks)], label=f"{hw}, {pol}")
+                           color=colours(i % 10), marker=marks[j % len(marks)],
+                           label=f"{hw}, {eng}, {pol}" if len({e for e, _ in kinds}) > 1 else f"{hw}, {pol}")
     f = answer["pareto"]
     if f:
         ax.plot([e["makespan_s"] / 3600 for e in f], [e["cost_usd"] for e in f], color="black", lw=1,
@@ -308,6 +315,15 @@ def plot(answer: dict, points: list, path: Path) -> Path:
     ax.set_ylabel("cost (USD)")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    # plain numbers on the log axes (matplotlib writes 2.4x10^0 on a range under a decade)
+    hours, usd = FuncFormatter(lambda v, _: f"{v:g}"), FuncFormatter(lambda v, _: f"${v:,.2f}" if v < 100 else
+                                                                     f"${v:,.0f}")
+    for axis, fmt, (lo, hi) in ((ax.xaxis, hours, ax.get_xlim()), (ax.yaxis, usd, ax.get_ylim())):
+        axis.set_major_formatter(fmt)
+        if lo > 0 and hi / lo < 10:  # under a decade the minor ticks are the only labels; over it they crowd
+            axis.set_minor_formatter(fmt)
     ax.set_title(f"{answer['model']}, {answer['n_requests']:,} requests: every simulated deployment", fontsize=10)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
