@@ -41,15 +41,21 @@ def _handling(signum: int, handler):
 
 @contextlib.contextmanager
 def terminate_as_interrupt():
-    """For the block, SIGTERM raises ``KeyboardInterrupt``."""
+    """For the block, SIGTERM raises ``KeyboardInterrupt`` (unless the parent had it ignored: that stays)."""
     _received.clear()
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield
+        return
     with _handling(signal.SIGTERM, _raise):
         yield
 
 
+@contextlib.contextmanager
 def uninterrupted():
-    """For the block, SIGINT is ignored (a second Ctrl-C must not break a clean-up into a traceback)."""
-    return _handling(signal.SIGINT, signal.SIG_IGN)
+    """For the block, SIGINT and SIGTERM are ignored: a second Ctrl-C or kill must not break a clean-up (the
+    workers' termination) into a traceback, or leave workers running."""
+    with _handling(signal.SIGINT, signal.SIG_IGN), _handling(signal.SIGTERM, signal.SIG_IGN):
+        yield
 
 
 def terminated() -> bool:

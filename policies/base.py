@@ -355,16 +355,13 @@ def _check_victim(sched, out) -> str | None:
     return f"returned {_plugins.describe(out)}: expected one of the running sequences (self.running's values) or None"
 
 
-def _check_flag(sched, out) -> str | None:
-    return None if isinstance(out, (bool, np.bool_)) else f"returned {_plugins.describe(out)}: expected True or False"
-
-
 def _check_blocks(sched, out) -> str | None:
     return None if _is_index(out) and out >= 0 else f"returned {_plugins.describe(out)}: expected a block count >= 0"
 
 
 # what the engine reads from a scheduler's hooks: an unusable result is one line, not a TypeError deep in simpy
-_SCHEDULER_RESULTS = {"next_candidate": _check_candidate, "pick_victim": _check_victim, "free_held": _check_flag,
+# (free_held is read for its truth alone: any value serves)
+_SCHEDULER_RESULTS = {"next_candidate": _check_candidate, "pick_victim": _check_victim,
                       "max_hit_blocks": _check_blocks, "max_insert_blocks": _check_blocks}
 
 

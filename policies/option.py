@@ -57,9 +57,9 @@ def _coerce(key: str, value, default):
             if value.lower() in ("0", "false", "no", "off"):
                 return False
             raise UserError(f"option {key}: expected true/false, got {value!r}")
-        if isinstance(value, (bool, np.bool_)):
-            return bool(value)
-        # 1.5, None or NaN is no switch: bool() would quietly make them True or False
+        if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+            return bool(value)  # 0 and 1 as the command line's "0" and "1"
+        # 2, 1.5, None or NaN is no switch: bool() would quietly make them True or False
         raise UserError(f"option {key}: expected true/false, got {value!r}")
     if isinstance(default, (int, float)) and not isinstance(default, bool):
         if isinstance(value, (bool, np.bool_)) or value is None:  # True is no number, whatever int(True) says

@@ -364,6 +364,7 @@ def test_policies_shows_a_users_own_policy_file(tmp_path):
     ("heavier_first", None, "option heavier_first: expected true/false, got None"),
     ("heavier_first", float("nan"), "option heavier_first: expected true/false, got nan"),
     ("heavier_first", 2, "option heavier_first: expected true/false, got 2"),
+    ("heavier_first", -1, "option heavier_first: expected true/false, got -1"),
     ("sample", True, "option sample: expected a number, got True"),
     ("sample", None, "option sample: expected a number, got None"),
 ])
@@ -375,8 +376,9 @@ def test_options_from_python_are_checked_as_the_command_line_checks_them(trace_f
     policy = "dfs" if opt == "heavier_first" else "blendserve"
     with pytest.raises(UserError, match=re.escape(msg)):
         blendsim.simulate(trace_file, policy=policy, options={opt: value}, **TINY)
-    ok = {"heavier_first": np.bool_(False)} if opt == "heavier_first" else {"sample": 0.5}
-    assert blendsim.simulate(trace_file, policy=policy, options=ok, **TINY).summary["makespan_s"] > 0
+    for ok in ([{"heavier_first": np.bool_(False)}, {"heavier_first": 1}, {"heavier_first": np.int64(0)}]
+               if opt == "heavier_first" else [{"sample": 0.5}]):  # 0 and 1 as the command line's "0" and "1"
+        assert blendsim.simulate(trace_file, policy=policy, options=ok, **TINY).summary["makespan_s"] > 0
 
 
 def test_blendsim_sweep_shows_the_functions_signature():

@@ -207,8 +207,8 @@ def test_a_cross_validation_over_one_group_says_why_it_predicts_nothing(tmp_path
     cat = _write(tmp_path, ROWS[:3])  # doc A's rows alone
     one = load_suite(cat, {})
     c = cv_summary(one, "source")
-    assert c["n"] == 0 and c["note"] == ("needs rows of at least two sources to leave one out; these 3 predicted "
-                                         "row(s) are of 1")
+    assert c["n"] == 0 and c["note"] == ("needs rows of at least two sources to leave one out; the 3 row(s) it "
+                                         "could price are all of one source")
     res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--cv-by", "source"],
                              env={"COLUMNS": "300"})
     assert res.exit_code == 0 and "(0 rows): needs rows of at least two sources" in res.stdout, res.output

@@ -436,8 +436,8 @@ def test_an_interrupted_plan_says_what_a_rerun_reuses(tmp_path, trace, monkeypat
     monkeypatch.setattr(tasks, "simulate_task", flaky)
     r = CliRunner().invoke(get_app(), args)
     assert r.exit_code == 130 and r.stdout == "", r.output
-    want = (f"plan: interrupted; 2 simulation(s) finished, kept in {out}/cells/ -- run the same command again to "
-            "resume" if keep else "plan: interrupted; 2 simulation(s) finished, none kept (without -o a plan keeps "
+    want = (f"plan: interrupted; 2 simulation(s) finished, those that succeeded kept in {out}/cells/ -- run the same "
+            "command again to resume" if keep else "plan: interrupted; 2 simulation(s) finished, none kept (without -o a plan keeps "
             "nothing: give -o DIR to make it resumable)")
     assert r.stderr.strip().splitlines() == [want]
     if keep:

@@ -297,3 +297,25 @@ def test_workers_leave_when_their_driver_dies_unreaped():
     finally:
         driver.wait()
     assert not _zombie(driver.pid)  # reaped: gone
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.35, 0.6])
+def test_sigterm_at_any_moment_of_a_short_command_ends_it_quietly(delay):
+    """SIGTERM while the command starts (its commands mounted, typer building them) or runs: exit 143 (or the
+    signal itself, before Python has a handler), never a traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", "from blendsim.cli import main; main()", "engines"], cwd=root,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 143, -signal.SIGTERM), (proc.returncode, err)
+    assert "Traceback" not in err, err

@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
             rc = get_app()(args=argv, prog_name="blendsim", standalone_mode=False)
         if rc == 130 and terminated():  # typer's exit code for an interrupt, whichever signal it was
             rc = interrupt_exit_code()
+    except KeyboardInterrupt:  # one outside typer's own handling (start-up, command building): as quiet
+        sys.exit(interrupt_exit_code())
     except typer.Abort:
         typer.echo("blendsim: aborted", err=True)
         sys.exit(1)

@@ -75,8 +75,9 @@ def plan_cmd(
         typer.echo(_interrupted_line(out, bar.done), err=True)
         raise typer.Exit(interrupt_exit_code()) from None
     # a deployment may be simulated twice (its sample, then the whole trace): the progress counts simulations
-    ran = f"{bar.done} simulation(s) run" if bar.done else "every simulation reused from the folder"
-    typer.echo(f"plan: {answer['simulated']} deployment(s) priced, {ran}, in {time.perf_counter() - t0:.0f} s"
+    ran = (f"{bar.done} simulation(s) run" if bar.done else
+           f"every simulation reused from {out}" if out is not None and answer["simulated"] else "no simulation run")
+    typer.echo(f"plan: {answer['simulated']} deployment(s) simulated in {time.perf_counter() - t0:.0f} s ({ran})"
                + (f"; report: {answer['report']}" if answer.get("report") else ""), err=True)
     if as_json:
         from blendsim.plan.report import _finite
@@ -94,7 +95,7 @@ def _interrupted_line(out: Path | None, done: int) -> str:
     ran = f"{done} simulation(s) finished"
     if out is None:
         return f"plan: interrupted; {ran}, none kept (without -o a plan keeps nothing: give -o DIR to make it resumable)"
-    return f"plan: interrupted; {ran}, kept in {out}/cells/ -- run the same command again to resume"
+    return f"plan: interrupted; {ran}, those that succeeded kept in {out}/cells/ -- run the same command again to resume"
 
 
 def _engine_notes(engines: str | None) -> list[str]:

@@ -193,8 +193,10 @@ def cv_summary(suite: Suite, key: str, jobs: int = 1) -> dict:
            "by": s["by"], "rows": {x["id"]: x["error"] for x in s["rows"] if x["status"] == "ok"}}
     groups = {CV_KEYS[key](r) for r, _ in suite.ok}
     # every fold would fit on nothing with one group: no row is predicted, and the output says why (None: fine)
-    out["note"] = (f"needs rows of at least two {key.replace('_', ' ')}s to leave one out; these {len(suite.ok)} "
-                   f"predicted row(s) are of {len(groups)}") if len(groups) < 2 else None
+    what = key.replace("_", " ")
+    out["note"] = (None if len(groups) >= 2 else "no row could be priced" if not suite.ok else
+                   f"needs rows of at least two {what}s to leave one out; the {len(suite.ok)} row(s) it could price "
+                   f"are all of one {what}")
     return out
 
 

@@ -190,7 +190,10 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
                          progress=_callback(progress, "plan"),
                          trace_path=path, margin=margin_of(margin))
     except BaseException:
-        be.close(cancel=True)
+        from blendsim.signals import uninterrupted
+
+        with uninterrupted():  # a second Ctrl-C or SIGTERM must not leave workers running
+            be.close(cancel=True)
         raise
     be.close()
     answer = build_answer(res, trace_path=path, n_requests=t.n, model=str(model), deadline_s=deadline_s,
