@@ -179,7 +179,8 @@ def _get(d: dict, *path):
 def table_row(s: dict) -> dict:
     """The figures of one validation summary (``blendsim validate``'s summary.json) the day's table shows."""
     rows = {}
-    for name, pol in (s.get("policies") or {}).items():
+    base = s.get("speedup_base")  # the policy the speedups are over first, the rest in their order
+    for name, pol in sorted((s.get("policies") or {}).items(), key=lambda kv: kv[0] != base):
         e2e, step = pol.get("end_to_end") or {}, pol.get("step_error") or {}
         rows[name] = {"steps": step.get("steps"), "median_abs_step_error": step.get("median_abs_err"),
                       "p90_abs_step_error": step.get("p90_abs_err"), "throughput_error": e2e.get("throughput_err"),

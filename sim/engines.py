@@ -1127,10 +1127,12 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
     if prof.api_share:
         d["api_share"] = prof.api_share
     if prof.server_token_s or prof.server_request_s:
-        d["server_token_s"], d["server_request_s"] = prof.server_token_s, prof.server_request_s
+        # the server stage's fitted values whether or not this key serves (they price its serve=1 runs)
+        served = {k: v for k, v in replace(prof, serve=True).fitted_overhead(params).items() if k in prof.server_fitted}
+        d["server_token_s"] = served.get("server_token_s", prof.server_token_s)
+        d["server_request_s"] = served.get("server_request_s", prof.server_request_s)
         d["server"] = ("behind its API server (serve=1) only; " +
-                       (f"fitted ({where}, key {prof.server_key})" if any(k in fitted for k in prof.server_fitted)
-                        else "cited prior"))
+                       (f"fitted ({where}, key {prof.server_key})" if served else "cited prior"))
     d["serve"] = prof.serve
     if prof.async_since:
         d["async_scheduling"] = f"opt-in from {prof.async_since} (:async_scheduling=1); on: {prof.async_scheduling}"

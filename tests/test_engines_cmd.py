@@ -105,3 +105,17 @@ def test_one_profile_on_a_deployment_says_what_the_engine_sets_there():
                        (["vllm", "--hardware", "h100-80gb", "-m", "llama-3-70b"], "does not fit")):
         res = _run(*args)
         assert res.exit_code == 2 and says in res.output and "Traceback" not in res.output
+
+
+def test_an_engine_shows_its_fitted_server_stage_and_milliseconds_as_such():
+    """`engines trtllm@0.8` prices served runs by its fitted server stage: the view shows those values (not the
+    cited prior) and a fitted 10.4 ms as milliseconds (was: "0.010 s", a 10 ms prior by its look)."""
+    from blendsim.cli import get_app
+    from blendsim.sim.engines import load_params
+
+    fitted = load_params()["engine"]["trtllm@0.8:server"]
+    d = json.loads(CliRunner().invoke(get_app(), ["engines", "trtllm@0.8", "--json"]).stdout)
+    assert d["server_request_s"] == fitted["request_s"] and d["server_token_s"] == fitted["token_s"]
+    assert d["server"].startswith("behind its API server (serve=1) only; fitted")
+    text = CliRunner().invoke(get_app(), ["engines", "sglang@0.2"], env={"COLUMNS": "120"}).stdout
+    assert " ms (0.00135" in text

@@ -284,3 +284,18 @@ def test_a_params_file_without_a_rows_engine_loop_says_so(tmp_path):
     res = CliRunner().invoke(get_app(), ["fidelity", "--only", "trtllm-0.13-llama-3-8b-a100-80gb-tp1-fp16-128x*",
                                          "--no-cv", "--params-file", str(PARAMS_FILE)])
     assert "has no fitted loop" not in res.output
+
+
+@pytest.mark.parametrize("workload,says", [
+    ("const:0/64", "ISL and OSL must be in 1..10,000,000 (MAX_TOKENS), got const:0/64"),
+    ("synth:batchllm?prefix_len=10", "recipe batchllm needs option(s) distinct_len, share_degree"),
+    ("synth:blendserve?density=-1&sharing=0.3", "recipe option density must be a positive number, got -1.0"),
+])
+def test_a_workload_that_cannot_be_built_stops_the_run_naming_row_and_field(tmp_path, workload, says):
+    """Out-of-range lengths, a recipe's missing or bad option: refused when the catalogue is read (were: the row
+    skipped, exit 0, the recipe's message in its command-line flags)."""
+    cat = _write(tmp_path, [_row(id="ok", requests=20), _row(id="bad", workload=workload)])
+    res = CliRunner().invoke(get_app(), ["fidelity", str(cat), "--json", "--no-cv"])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert line.startswith(f"blendsim: error: {cat}: row 3 (id bad), field 'workload': ") and says in line, line

@@ -291,7 +291,9 @@ def _field_text(k: str, v) -> str:
     if k.endswith("_s"):
         if v < 1e-6:
             return f"{v * 1e9:,.1f} ns ({raw})"
-        return f"{v * 1e6:,.1f} us ({raw})" if v < 1e-3 else f"{v:,.3f} s"
+        if v < 1e-3:
+            return f"{v * 1e6:,.1f} us ({raw})"
+        return f"{v * 1e3:,.2f} ms ({raw})" if v < 1 else f"{v:,.3f} s"
     return raw
 
 

@@ -1,7 +1,8 @@
 """The fidelity catalogue: one published throughput measurement per CSV row, and its workload.
 
 Columns: ``id, source, model, hardware, gpus, tp, pp, ep, weights, kv_dtype, engine, engine_version,
-policy, workload, requests, metric, scope, value, note``. A malformed catalogue (a missing column, a
+policy, workload, requests, metric, scope, value, note``, and optionally ``host_kv_gb`` / ``disk_kv_gb`` (the run's
+KV tiers, GB per replica). A malformed catalogue (a missing column, a
 number that is not one, an unknown metric) stops with one line naming the file, row and field; a
 well-formed row the simulator cannot run is *skipped* later, with its reason.
 
@@ -9,7 +10,8 @@ Workloads:
 
 * ``const:ISL/OSL`` -- ``requests`` requests of ISL prompt and OSL output tokens, unique prompts;
 * ``file:PATH[?key=value&...]`` -- PATH relative to the catalogue's folder: a blendsim trace (Parquet),
-  a file ``workloads load`` reads (format by its columns), or a plain CSV of prompt/output lengths
+  a CSV ``workloads load`` reads (format by its columns; a ``.jsonl`` is read as the ``jsonl`` format, token ids,
+  so a block-hash JSONL is first converted with ``workloads load --format mooncake``), or a plain CSV of prompt/output lengths
   (columns like prompt_tokens/output_tokens, num_prefill_tokens/num_decode_tokens,
   ContextTokens/GeneratedTokens, input_len/output_len); the first ``requests`` rows after the optional
   filter ``min_len`` (both lengths at least this), ``max_prompt``, ``max_total`` (prompt + output); with
@@ -199,6 +201,8 @@ def _row(path: Path, line: int, r: dict) -> Row:
             _random_options(row, spec)
         elif kind == "synth":
             _synth_options(row, spec)
+        elif kind == "const":
+            _const_lengths(row, spec)
     except UserError as e:
         raise UserError(f"{path}: {e}") from None
     return row
@@ -425,15 +429,21 @@ def _bad(row: Row, what: str) -> UserError:
     return UserError(f"row {row.line} (id {row.id}), field 'workload': {what}")
 
 
-def _const(row: Row, spec: str):
-    from blendsim.workloads.trace import unique_prompts
-
+def _const_lengths(row: Row, spec: str) -> tuple[int, int]:
+    """``const:ISL/OSL``'s lengths (UserError naming the row for a malformed or out-of-range one)."""
     try:
         isl, osl = (int(x) for x in spec.split("/"))
     except ValueError:
         raise _bad(row, f"const:{spec!r} is not const:ISL/OSL") from None
     if not (1 <= isl <= MAX_TOKENS and 1 <= osl <= MAX_TOKENS):
         raise _bad(row, f"ISL and OSL must be in 1..{MAX_TOKENS:,} (MAX_TOKENS), got const:{spec}")
+    return isl, osl
+
+
+def _const(row: Row, spec: str):
+    from blendsim.workloads.trace import unique_prompts
+
+    isl, osl = _const_lengths(row, spec)
     n = row.requests
     return unique_prompts(np.full(n, isl, dtype=np.int64), np.full(n, osl, dtype=np.int64))
 
@@ -682,6 +692,17 @@ def _synth_options(row: Row, spec: str):
             raise _bad(row, f"recipe option {k}={v!r} is not a {getattr(typ, '__name__', typ)}") from None
     if "requests" in fields and "requests" not in kw:
         kw["requests"] = row.requests
+    missing = sorted(f.name for f in dataclasses.fields(recipe.options)
+                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in kw)
+    if missing:
+        raise _bad(row, f"recipe {name} needs option(s) {', '.join(missing)} (synth:{name}?{missing[0]}=...)")
+    try:  # the recipe's own checks of the values, named as the row gives them (density, not --density)
+        recipe.options(**kw)
+    except UserError as e:
+        msg = str(e)
+        for k in kw:
+            msg = msg.replace(f"--{k.replace('_', '-')} ", f"recipe option {k} ", 1)
+        raise _bad(row, msg) from None
     return recipe, kw
 
 
