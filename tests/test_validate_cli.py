@@ -78,8 +78,12 @@ def test_validate_two_policies_end_to_end(small_trace, tmp_path):
            for p in ("sarathi", "vllm")}
     assert pre["sarathi"] > pre["vllm"]
     sp = s["speedup"]["vllm"]
-    assert s["speedup_base"] == "sarathi" and sp["speedup_pred"] > 1.0
+    assert s["speedup_base"] == "sarathi" and sp["speedup_pred"] > 1.0 and sp["over"] == "the whole trace"
     assert sp["speedup_err"] == pytest.approx(sp["speedup_pred"] / sp["speedup_meas"] - 1)
+    # complete replays: the predicted speedup is the simulator's own, whole-trace one
+    sims = {p: json.loads((out / "sim" / p / "summary.json").read_text()) for p in ("sarathi", "vllm")}
+    assert sp["speedup_pred"] == pytest.approx(sims["vllm"]["throughput_tok_s"] / sims["sarathi"]["throughput_tok_s"],
+                                               rel=1e-9)
     ops = pq.read_table(out / "ops.parquet").to_pydict()
     assert {"qkv_proj", "attn_prefill", "lm_head", "norm"} <= set(ops["op"])
     assert pq.read_table(out / "steps.parquet").num_rows == len(steps["step"])
@@ -303,3 +307,18 @@ def test_a_long_policy_name_folds_and_no_figure_is_cut(small_trace, tmp_path):
     rows = [x for x in r.output.splitlines() if x.startswith("fcfs ")]
     assert rows and rows[0].rstrip().endswith("%") and "…" not in r.output  # the last figure whole
     assert sum(x.count("%") for x in r.output.splitlines()[:12]) >= 14  # both rows' seven percentages
+
+
+def test_a_speedup_between_a_complete_and_a_cut_replay_counts_tokens_one_way(small_trace, tmp_path):
+    """One replay complete, the other cut at --max-steps: both throughputs count the computed tokens of the
+    replayed steps (not the whole trace's tokens for one and the computed ones for the other), and say so."""
+    r = _invoke(small_trace, "--policies", "vllm,sarathi", "--token-budget", "128", "--max-steps", "4", "--repeats", "1", "-o",
+                tmp_path / "v", "--json")
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    done = {p: s["policies"][p]["complete"] for p in ("vllm", "sarathi")}
+    sp = s["speedup"]["sarathi"]
+    if all(done.values()):
+        pytest.skip("both replays fit in 3 steps here")
+    assert sp["over"].startswith("computed tokens a second over each replay's steps")
+    assert sp["speedup_err"] == pytest.approx(sp["speedup_pred"] / sp["speedup_meas"] - 1)

@@ -116,7 +116,8 @@ def print_summary(s: dict, out: Path | None = None) -> None:
     c.print(t)
     for p, sp in s.get("speedup", {}).items():
         c.print(f"  speedup of {p} over {s['speedup_base']}: predicted {sp['speedup_pred']:.3f}x, measured "
-                f"{sp['speedup_meas']:.3f}x, error {_pct(sp['speedup_err'])}")
+                f"{sp['speedup_meas']:.3f}x, error {_pct(sp['speedup_err'])}"
+                + (f" ({sp['over']})" if sp.get("over", "the whole trace") != "the whole trace" else ""))
     for p, r in s["policies"].items():
         if r.get("steps"):
             x = r["end_to_end"]
