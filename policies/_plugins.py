@@ -83,7 +83,7 @@ def _import_file(spec: str, path: Path, modname: str) -> types.ModuleType:
         raise UserError(f"policy {spec}: importing {path} called sys.exit({e.code!r}){_where(e, path)}") from e
     except KeyboardInterrupt as e:
         del sys.modules[modname]
-        from blendsim.signals import terminated
+        from blendsim.sim.signals import terminated
 
         if terminated():  # a SIGTERM arrived while importing: the command ends as interrupted, not a user error
             raise

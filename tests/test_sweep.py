@@ -282,7 +282,7 @@ def _not_a_sweep(tmp_path) -> str:
     (["--mode", "fast"], "--mode 'fast'"),
     (["--engine", "turbo"], "unknown engine 'turbo'"),
     (["--sharing", "0.5,1.5"], "--sharing must be in (0, 1)"),
-    (["--recipe-opt", "source=nope"], "--source must be one of"),
+    (["--recipe-opt", "source=nope"], "--recipe-opt source must be one of"),
     (["--recipe-opt", "colour=red"], "no such option"),
     (["--recipe-opt", "requests=5"], "set it with --requests"),
     (["--recipe-opt", "novalue"], "--recipe-opt 'novalue': expected key=value"),

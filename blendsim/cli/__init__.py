@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     option or command — which click would print as usage, hint and message on three lines (exit 2)."""
     import sys
 
-    from blendsim.signals import interrupt_exit_code, terminate_as_interrupt, terminated
+    from blendsim.sim.signals import interrupt_exit_code, terminate_as_interrupt, terminated
 
     try:
         with terminate_as_interrupt():  # SIGTERM ends a command as Ctrl-C does: workers stopped, work kept

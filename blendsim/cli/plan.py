@@ -70,7 +70,7 @@ def plan_cmd(
                           seed=seed, jobs=jobs, backend=backend, ray_address=ray_address, out=out,
                           fidelity=not no_fidelity, progress=bar.update, margin=margin)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the workers are stopped; say what a rerun reuses
-        from blendsim.signals import interrupt_exit_code
+        from blendsim.sim.signals import interrupt_exit_code
 
         typer.echo(_interrupted_line(out, bar.done), err=True)
         raise typer.Exit(interrupt_exit_code()) from None

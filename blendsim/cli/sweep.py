@@ -112,7 +112,7 @@ def sweep_cmd(
     except KeyboardInterrupt:
         typer.echo(f"blendsim: interrupted; finished cells are kept in {out}/runs/ -- run the same command "
                    f"again to resume", err=True)
-        from blendsim.signals import interrupt_exit_code
+        from blendsim.sim.signals import interrupt_exit_code
 
         raise typer.Exit(interrupt_exit_code()) from None
     if outcome.write_error:

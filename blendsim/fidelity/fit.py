@@ -457,7 +457,7 @@ def _map_folds(fn, tasks: list, jobs: int) -> list:
         return [fn(t) for t in tasks]
     _TASKS[:] = [(fn, t) for t in tasks]
     try:
-        from blendsim.signals import worker_defaults
+        from blendsim.sim.signals import worker_defaults
 
         # the driver alone answers Ctrl-C (it leaves the block, whose exit terminates the pool): a forked
         # worker would otherwise print its own KeyboardInterrupt traceback

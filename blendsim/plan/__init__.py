@@ -190,7 +190,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
                          progress=_callback(progress, "plan"),
                          trace_path=path, margin=margin_of(margin))
     except BaseException:
-        from blendsim.signals import uninterrupted
+        from blendsim.sim.signals import uninterrupted
 
         with uninterrupted():  # a second Ctrl-C or SIGTERM must not leave workers running
             be.close(cancel=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from blendsim.reports.sweep_results import assemble_results
-from blendsim.signals import uninterrupted
 from blendsim.sim.errors import UserError
+from blendsim.sim.signals import uninterrupted
 from blendsim.sweep import store
 from blendsim.sweep.grid import Cell, SweepSpec
 from blendsim.sweep.tasks import cell_task, synth_task

@@ -28,7 +28,7 @@ def warm_up(driver_pid: int | None = None) -> None:
 
     Workers ignore SIGINT: a Ctrl-C reaches the whole process group, and the driver alone decides
     (it terminates its workers); a worker interrupted mid-task would print its own traceback."""
-    from blendsim.signals import worker_defaults
+    from blendsim.sim.signals import worker_defaults
 
     worker_defaults()
     if driver_pid is not None:

@@ -1,4 +1,5 @@
-"""SIGTERM ends a command the way Ctrl-C does.
+"""SIGTERM ends a command the way Ctrl-C does (every layer may read it: the CLI, the sweep and plan drivers, the
+policy loader).
 
 By default SIGTERM (``kill PID``, a job scheduler's or container's stop) kills Python at once: no
 ``finally`` runs, so a sweep's or plan's worker pool is never shut down (its workers keep simulating
