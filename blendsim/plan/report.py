@@ -315,15 +315,9 @@ def plot(answer: dict, points: list, path: Path) -> Path:
     ax.set_ylabel("cost (USD)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-
-    # plain numbers on the log axes (matplotlib writes 2.4x10^0 on a range under a decade)
-    hours, usd = FuncFormatter(lambda v, _: f"{v:g}"), FuncFormatter(lambda v, _: f"${v:,.2f}" if v < 100 else
-                                                                     f"${v:,.0f}")
-    for axis, fmt, (lo, hi) in ((ax.xaxis, hours, ax.get_xlim()), (ax.yaxis, usd, ax.get_ylim())):
-        axis.set_major_formatter(fmt)
-        if lo > 0 and hi / lo < 10:  # under a decade the minor ticks are the only labels; over it they crowd
-            axis.set_minor_formatter(fmt)
+    _plain_log_ticks(ax.xaxis, ax.get_xlim(), lambda v: f"{v:g}")
+    whole = ax.get_ylim()[1] >= 50  # dollars alone on an axis that reaches $50, cents below it
+    _plain_log_ticks(ax.yaxis, ax.get_ylim(), lambda v: f"${v:,.0f}" if whole else f"${v:,.2f}")
     ax.set_title(f"{answer['model']}, {answer['n_requests']:,} requests: every simulated deployment", fontsize=10)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
@@ -332,6 +326,31 @@ def plot(answer: dict, points: list, path: Path) -> Path:
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
     return path
+
+
+def _plain_log_ticks(axis, lims, text) -> None:
+    """Plain numbers on a log axis (matplotlib writes 2x10^0): on a range under a decade, evenly spaced round
+    values (a log axis has at most one decade tick there); on a wider one, the decades and 2, 3 and 5 of each."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
+
+    lo, hi = lims
+    label = FuncFormatter(lambda v, _: text(v))
+    if lo > 0 and hi / lo < 10:
+        axis.set_major_locator(MaxNLocator(nbins=6))
+        axis.set_major_formatter(label)
+        axis.set_minor_locator(NullLocator())
+        return
+    subs = (2, 3, 5)
+    axis.set_major_formatter(label)
+    axis.set_minor_locator(LogLocator(subs=subs))
+
+    def minor(v, _):
+        mantissa = v / 10 ** math.floor(math.log10(v) + 1e-9) if v > 0 else 0
+        return text(v) if any(abs(mantissa - m) < 1e-6 for m in subs) else ""
+
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 def write_report(answer: dict, points: list, folder: Path) -> Path:
