@@ -138,6 +138,18 @@ def test_demo_table_keeps_names_and_numbers_whole(summaries, width):
     assert "tok/s: throughput" in flat(out)  # the legend
 
 
+def test_a_demo_reference_below_the_bound_is_no_estimate(summaries):
+    """A blended reference shorter than the run's T_o left out the longest request's chain: "of ref" shows "–"
+    and the legend says why, as the reports do; one above T_o shows its percentage."""
+    s = summaries["offline"]
+    below = {**s, "t_reference_s": 0.5 * s["t_opt_s"]}
+    above = {**s, "t_reference_s": min(1.5 * s["t_opt_s"], s["makespan_s"])}
+    out = flat(render(TT.print_demo_table, 200, {"dfs": above, "fcfs": below}, "dfs"))
+    assert "–: below the run's T_o, so no estimate" in out
+    assert f"{100 * above['t_reference_s'] / s['makespan_s']:.1f}%" in out
+    assert "no estimate" not in flat(render(TT.print_demo_table, 200, {"dfs": above}, "dfs"))
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_trace_stats_are_labelled(width):
     stats = {"requests": 12345, "input_tokens": 9876543, "output_tokens": 123456, "mean_input_len": 800.1,
