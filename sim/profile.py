@@ -153,8 +153,11 @@ class Profile:
         if int(self.tp) != dep.tp:
             raise UserError(f"{where}: fitted for tp={self.tp}, but the run uses tp={dep.tp}")
         made_on = self.hardware_preset()
-        if made_on and made_on != dep.hardware.name:
-            raise UserError(f"{where}: timed on {self.device.get('name')} (the {made_on} preset), but the run is on "
+        from blendsim.sim.hardware import PRESETS
+
+        # against a preset only: calibration's own deployment (calibrate/run.py) is of no GPU
+        if made_on and dep.hardware.name in PRESETS and made_on != dep.hardware.name:
+            raise UserError(f"{where}: timed on {self.device.get('name') or made_on} (the {made_on} preset), but the run is on "
                             f"{dep.hardware.name}: kernel times do not carry to another GPU (use --hardware {made_on}, "
                             f"or calibrate on that GPU)")
 
@@ -162,6 +165,8 @@ class Profile:
         """The hardware preset of the device the kernels were timed on (None: not recorded or no preset)."""
         from blendsim.sim.hardware import preset_for_device
 
+        if self.device.get("kind") == "cpu":  # a CPU's own name (an EPYC, a Xeon) names no GPU preset
+            return "cpu"
         name = self.device.get("name") or self.device.get("nvml_name")
         if not isinstance(name, str) or not name:
             return None

@@ -123,6 +123,13 @@ def test_measured_peaks_fill_a_hardware_spec(quick):
     assert hw.flops_for("fp32") == p.hardware["peak_flops"] and hw.memory_bytes == p.device["memory_bytes"] > 0
 
 
+def test_a_profile_timed_on_the_cpu_is_refused_on_a_gpu(quick):
+    """A CPU's own name (an EPYC) maps to no GPU preset: the profile is the cpu preset's, refused elsewhere (was:
+    CPU kernel times priced an A100's step, 32x too slow)."""
+    r = run("cost", "--model", "tiny", "--hardware", "a100-80gb", "--profile", str(quick[0]), "--decode-seqs", "4")
+    assert r.exit_code == 2 and "(the cpu preset), but the run is on a100-80gb" in r.output, r.output
+
+
 def test_cost_command_uses_the_profile(quick):
     out = quick[0]
     r = run("cost", "--model", "tiny", "--hardware", "cpu", "--profile", str(out), "--prefill-tokens", "64", "--json")
