@@ -303,3 +303,11 @@ def test_accelgen_mix_and_slos():
 def test_options_that_make_a_trace_beyond_the_limits_are_refused_before_writing(name, options, field):
     with pytest.raises(UserError, match=f"recipe {name} .*field {field}: .* exceeds"):
         get_recipe(name).make(**options)
+
+
+def test_blendserve_refuses_a_model_whose_context_its_mix_exceeds():
+    """opt-13b's 2,048-token context cannot hold BurstGPT's and OpenVid's long requests: one line (was: a trace
+    written, its rho reported for opt-13b, and simulate then refusing it)."""
+    with pytest.raises(UserError, match=r"recipe blendserve: [\d,]+ of 5,000 requests need more context than "
+                                        r"opt-13b's 2,048 tokens"):
+        synthesize("blendserve", requests=5000, model="opt-13b", density=0.8)

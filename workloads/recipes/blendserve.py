@@ -213,6 +213,12 @@ def build(opts: BlendServeOptions):
     tun = [j1, j2]
     p = np.concatenate([c.p[:nc], v.p[:nv], t.p[tun], m.p[:nm]])
     d = np.concatenate([c.d[:nc], v.d[:nv], t.d[tun], m.d[:nm]])
+    ctx = dep.model.max_position_embeddings
+    over = np.flatnonzero(p + d > ctx)
+    if len(over):  # the model rho is measured for could not run them (simulate refuses such a trace)
+        raise UserError(f"recipe blendserve: {len(over):,} of {n:,} requests need more context than {dep.model.name}'s "
+                        f"{ctx:,} tokens (prompt + output, up to {int((p + d).max()):,}): the mix of {src.name}, "
+                        f"openvid and mmlu is for long-context models; choose another --model")
     own = np.concatenate([c.own[:nc], v.own[:nv], t.own[tun], m.own[:nm]])
     label = np.repeat(np.array([src.name, "openvid", "mmlu"], dtype=object), [nc, nv + 2, nm])
     sys_id = np.repeat(np.array([0, 1, 2]), [nc, nv + 2, nm])
