@@ -235,3 +235,13 @@ def test_the_printed_step_adds_up(args):
     terms = re.findall(r"(?:\+ |= )(?:([\d.]+) x )?[a-z]+ ([\d.]+)", line)
     total = sum(float(k or 1) * float(v) for k, v in terms)
     assert total == pytest.approx(step, abs=0.01 * len(terms)), line
+
+
+def test_a_context_beyond_the_models_is_noted():
+    """As simulate refuses such a request: priced, with a note (llama-3-8b: 131,072 tokens)."""
+    from blendsim.cli import get_app
+
+    r = CliRunner().invoke(get_app(), ["cost", "--decode-seqs", "1", "--context", "200000"])
+    assert r.exit_code == 0 and "note: a context of 200,001 tokens is beyond llama-3-8b's 131,072" in r.stderr
+    r = CliRunner().invoke(get_app(), ["cost", "--decode-seqs", "1", "--context", "2000"])
+    assert r.exit_code == 0 and "beyond" not in r.stderr
