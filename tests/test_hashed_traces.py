@@ -334,3 +334,10 @@ def test_a_record_cut_off_mid_write_is_placed_at_its_lines_end(tmp_path, fmt, li
     opts = {"block_size": 16, "output_len": 5} if fmt == "hashed" else {}
     with pytest.raises(UserError, match=rf"line 1: not valid JSON \(Expecting ',' delimiter at column {column}\)"):
         load(f, fmt, None, **opts)
+
+
+def test_a_missing_output_from_file_is_refused_even_when_no_row_needs_it(tmp_path):
+    f = tmp_path / "h.jsonl"
+    f.write_text('{"input_length": 20, "hash_ids": [1], "output_length": 5}\n')
+    with pytest.raises(UserError, match="--output-from nofile.csv: no such file"):
+        load_hashed(f, block_size=16, output_from="nofile.csv")

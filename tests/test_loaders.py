@@ -261,3 +261,14 @@ def test_a_parquet_trace_with_some_arrival_times_missing_is_one_line(tmp_path):
         read_trace(tmp_path / "some.parquet")
     assert str(e.value).startswith(f"{tmp_path / 'some.parquet'}: row 2, field arrival_s: is missing (null)")
     assert list(read_trace(tmp_path / "none.parquet").arrival_s) == [0.0] * 3  # no times at all: offline
+
+
+def test_vidur_arrivals_start_at_the_earliest_as_every_loaders_do(tmp_path):
+    """arrived_at 5, 1: arrivals 4, 0 (as azure's and mooncake's rebase), the file's row order kept."""
+    from blendsim.workloads.loaders import load
+
+    f = tmp_path / "v.csv"
+    f.write_text("num_prefill_tokens,num_decode_tokens,arrived_at\n10,5,5\n20,6,1\n")
+    t = load(f, "vidur")
+    np.testing.assert_array_equal(t.arrival_s, [4.0, 0.0])
+    np.testing.assert_array_equal(t.input_len, [10, 20])

@@ -242,6 +242,8 @@ def _outputs(path: Path, out: np.ndarray, lines: np.ndarray, fixed: int | None, 
     k = int(missing.sum())
     meta: dict = {"from_file": int(len(out) - k)}
     if not k:
+        if sample_from is not None:  # unused here, but a file that is not there is a mistake all the same
+            output_lengths(sample_from)
         return out, meta
     if fixed is None and sample_from is None:
         raise UserError(f"{path}: line {int(lines[np.argmax(missing)])} has no output_length ({k:,} of "

@@ -127,7 +127,8 @@ def load_azure(path, limit: int | None = None):
 def load_vidur(path, limit: int | None = None):
     """Vidur / Splitwise processed CSV: ``num_prefill_tokens``, ``num_decode_tokens`` and ``arrived_at`` (s).
 
-    Vidur's length-only traces (no ``arrived_at``) load as offline requests (all at t = 0).
+    Vidur's length-only traces (no ``arrived_at``) load as offline requests (all at t = 0). Arrival times start at
+    the earliest one (t = 0), as every loader's do: rows out of time order keep their order in the file.
     """
     path = Path(path)
     df = _read_csv(path, ("num_prefill_tokens", "num_decode_tokens"), limit)
@@ -136,6 +137,7 @@ def load_vidur(path, limit: int | None = None):
     t = np.zeros(len(df))
     if "arrived_at" in df:
         t = _times(path, df, "arrived_at")
+        t = t - t.min() if len(t) else t
     return _trace(p, d, t, np.arange(len(df)), np.full(len(df), "vidur", dtype=object),
                   {"loader": "vidur", "file": str(path), "limit": limit, "has_arrivals": "arrived_at" in df})
 
