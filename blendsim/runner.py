@@ -282,7 +282,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
 
     tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
                       kv_load_mode(cfg.kv_load, cfg.engine or DEFAULT_ENGINE),
-                      cfg.host_link_gbps, cfg.disk_read_gbps, cfg.disk_write_gbps)
+                      cfg.host_link_gbps, cfg.disk_read_gbps, cfg.disk_write_gbps, replicas=cfg.replicas)
     ctx = PolicyContext(trace=trace.readonly(), tree=tree, deployment=dep, cost_model=cm, engine=eng,
                         replicas=cfg.replicas * dep.pp,
                         seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks, tiers=tiers)

@@ -163,8 +163,27 @@ def _gbps(value, flag: str, default: float) -> float:
     return v * GB
 
 
+def tier_sizes(dep, host_kv_gb, disk_kv_gb, replicas: int = 1) -> tuple[float, float]:
+    """The host and disk tier sizes in GB (each checked: finite, >= 0, and within what the replica's nodes have).
+
+    A replica may use its nodes' host memory and NVMe: one node's whole, the nodes' for the share of the KV the
+    busiest holds when its pipeline spans several, and a node's share when ``replicas`` smaller than a node share
+    it (8 TP1 replicas on an 8-GPU node: an eighth each)."""
+    hw = dep.hardware
+    gpus, per_node = dep.tp * dep.pp, hw.gpus_per_node
+    node_share = _node_share(dep) if dep.pp > 1 else 1.0
+    sharing = max(1, min(int(replicas), per_node // gpus)) if gpus < per_node else 1
+    share = node_share * sharing
+    where = ("per node" if share == 1.0 else f"per node shared by {sharing} replicas" if node_share == 1.0 else
+             f"for the {node_share:.0%} of the KV its busiest node holds"
+             + (f", shared by {sharing} replicas" if sharing > 1 else ""))
+    host = check_tier_gb(host_kv_gb, "--host-kv-gb", hw.host_memory_bytes / share, f"{hw.name}'s host memory {where}")
+    disk = check_tier_gb(disk_kv_gb, "--disk-kv-gb", hw.disk_bytes / share, f"{hw.name}'s local NVMe {where}")
+    return host, disk
+
+
 def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "stall", host_link_gbps=None,
-              disk_read_gbps=None, disk_write_gbps=None) -> TierSpec | None:
+              disk_read_gbps=None, disk_write_gbps=None, replicas: int = 1) -> TierSpec | None:
     """The replica's tiers for a deployment, or None when both are 0 (the GPU-only cache runs).
 
     Sizes are per replica; the preset's host memory and local NVMe (per node, when it gives them) bound
@@ -173,18 +192,14 @@ def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "st
 
     With ``dep.pp`` > 1 (see the module docstring): the capacities are each virtual engine's share
     (the replica's tokens // pp), the bandwidths one stage's (``tp`` GPUs), ``stage_bytes`` each stage's
-    share of a block, and the size bound is the nodes' memory for the share of the KV each node holds."""
+    share of a block, and the size bound is the nodes' memory for the share of the KV each node holds
+    (:func:`tier_sizes`; ``replicas`` smaller than a node split its memory)."""
     hw = dep.hardware
     link = _gbps(host_link_gbps, "--host-link-gbps", hw.host_link_bandwidth)
     dread = _gbps(disk_read_gbps, "--disk-read-gbps", hw.disk_read_bandwidth)
     dwrite = _gbps(disk_write_gbps, "--disk-write-gbps", hw.disk_write_bandwidth)
     pp = dep.pp
-    node_share = _node_share(dep) if pp > 1 else 1.0
-    where = "per node" if node_share == 1.0 else f"for the {node_share:.0%} of the KV its busiest node holds"
-    host = check_tier_gb(host_kv_gb, "--host-kv-gb", hw.host_memory_bytes / node_share,
-                         f"{hw.name}'s host memory {where}")
-    disk = check_tier_gb(disk_kv_gb, "--disk-kv-gb", hw.disk_bytes / node_share,
-                         f"{hw.name}'s local NVMe {where}")
+    host, disk = tier_sizes(dep, host_kv_gb, disk_kv_gb, replicas)
     if load_mode not in LOAD_MODES:
         raise UserError(f"kv_load must be one of {', '.join(LOAD_MODES)}, got {load_mode!r}")
     bb = int(dep.kv_bytes_per_token) * int(block_size)

@@ -350,3 +350,36 @@ def test_tier_settings_without_a_tier_and_skew_on_a_dense_model_are_said_to_chan
     host = run_simulation(trace, _cfg(host_kv_gb=gb(16), disk_read_gbps=1.0))
     assert "--disk-read-gbps: no disk tier (--disk-kv-gb 0); it changes nothing" in host.notes
     assert not [n for n in plain.notes + host.notes if "changes nothing" in n and "--disk" not in n]
+
+
+def test_replicas_on_one_node_share_its_host_memory_and_nvme():
+    """8 TP1 replicas on an 8-GPU H100 node: each may have an eighth of the node's DRAM (was: each the whole 2.2 TB,
+    16 TB modelled on one DGX); one replica keeps the whole; a replica of a node or more is not divided."""
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.errors import UserError
+    from blendsim.sim.kv_tiers import tier_sizes
+
+    dep = make_deployment("llama-3-8b", "h100-80gb", 1)
+    node = dep.hardware.host_memory_bytes / 1e9
+    assert tier_sizes(dep, 2000, 0, replicas=1) == (2000.0, 0.0)
+    assert tier_sizes(dep, node / 8, 0, replicas=8)[0] == pytest.approx(node / 8)
+    with pytest.raises(UserError, match="host memory per node shared by 8 replicas"):
+        tier_sizes(dep, 2000, 0, replicas=8)
+    with pytest.raises(UserError, match="local NVMe per node shared by 4 replicas"):
+        tier_sizes(make_deployment("llama-3-8b", "h100-80gb", 2), 0, 20000, replicas=4)
+    big = make_deployment("llama-3-70b", "h100-80gb", 8)
+    assert tier_sizes(big, 2000, 0, replicas=4) == (2000.0, 0.0)
+
+
+def test_a_sweep_bounds_a_pipelines_tiers_as_its_runs_do(tmp_path):
+    """TP8 x PP2 spans two nodes: 3,000 GB of host tier fits their memory (simulate accepts it); the sweep's
+    check before any cell now agrees (was: refused against one node's 2,199 GB)."""
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.kv_tiers import tier_sizes
+
+    assert tier_sizes(make_deployment("llama-3-70b", "h100-80gb", 8, pp=2), 3000, 0)[0] == 3000.0
+    r = CliRunner().invoke(get_app(), ["sweep", "-o", str(tmp_path / "s"), "--policies", "fcfs", "--models",
+                                       "llama-3-70b", "--hardware", "h100-80gb", "--tp", "8", "--pp", "2",
+                                       "--host-kv-gb", "3000", "--requests", "200", "--densities", "1.2",
+                                       "--sharing", "0.3", "--jobs", "1"])
+    assert r.exit_code == 0, r.output

@@ -22,7 +22,6 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
     from blendsim.policies.registry import get_policy
     from blendsim.sim.cost import MODES
     from blendsim.sim.engines import get_profile
-    from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
     from blendsim.workloads.recipes import get_recipe
 
@@ -63,6 +62,7 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
     from blendsim.runner import ENGINE_FIELDS, RunConfig, run_limits
     from blendsim.sim.deployment import make_deployment
     from blendsim.sim.engines import DEFAULT_ENGINE
+    from blendsim.sim.kv_tiers import tier_sizes
 
     # --tp / --ep / --pp must fit every model on every GPU: one line now, not per cell. Each policy's cells size
     # their replica from the scheduler limits they will run under (runner.run_limits: the engine's, per
@@ -75,15 +75,10 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
             limits = dict.fromkeys(tuple(sorted(run_limits(RunConfig(policy=p, model=m, hardware=h, **run))[1].items()))
                                    for p in spec.policies)  # in policy order; the same limits checked once
             for lim in limits:
-                make_deployment(m, h, pr.get("tp", 1), None, pr.get("weights"), pr.get("kv_dtype"),
-                                ep=pr.get("ep", 1), pp=pr.get("pp", 1), **dict(lim))
-    from blendsim.sim.kv_tiers import check_tier_gb
-
-    for h in spec.hardware:
-        hw = get_hardware(h)
-        check_tier_gb(spec.tiers.get("host_kv_gb"), "--host-kv-gb", hw.host_memory_bytes,
-                      f"{hw.name}'s host memory per node")
-        check_tier_gb(spec.tiers.get("disk_kv_gb"), "--disk-kv-gb", hw.disk_bytes, f"{hw.name}'s local NVMe per node")
+                dep = make_deployment(m, h, pr.get("tp", 1), None, pr.get("weights"), pr.get("kv_dtype"),
+                                      ep=pr.get("ep", 1), pp=pr.get("pp", 1), **dict(lim))
+                # the tier sizes against what this deployment's nodes hold, as each cell's run checks them
+                tier_sizes(dep, spec.tiers.get("host_kv_gb"), spec.tiers.get("disk_kv_gb"))
     if spec.mode is not None and spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
     if spec.seed < 0:
