@@ -200,9 +200,9 @@ class Session:
             # one token count for every policy: the whole trace's where every replay is complete, else each
             # replay's computed tokens over its replayed steps (a complete and a cut replay would mix the two)
             e2e = {p: per[p]["end_to_end"] if whole else
-                   compare.end_to_end(s["replica"][s["policy"] == p], s["predicted_s"][s["policy"] == p],
-                                      s["measured_s"][s["policy"] == p], float(s["num_tokens"][s["policy"] == p].sum()))
-                   for p in done}
+                   compare.end_to_end(*(s[k][m] for k in ("replica", "predicted_s", "measured_s")),
+                                      float(s["num_tokens"][m].sum()))
+                   for p in done for m in [s["policy"] == p]}
             out["speedup"] = {p: {**compare.speedup(e2e[done[0]], e2e[p]),
                                   "over": "the whole trace" if whole else
                                   "computed tokens a second over each replay's steps, a replay being cut at "

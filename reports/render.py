@@ -197,8 +197,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
 
 
 def _reference_below_bound(df: pd.DataFrame) -> pd.Series:
-    """Runs whose blended reference is shorter than their T_o (a lower bound): the reference left out the longest
-    request's own chain (simulate says so), so it estimates nothing there."""
+    """:func:`reports.terminal.reference_below_bound` over a table's runs."""
     if not {"t_reference_s", "t_opt_s"} <= set(df):
         return pd.Series(False, index=df.index)
     return (df["t_reference_s"] < df["t_opt_s"]).fillna(False)
@@ -223,9 +222,9 @@ def settings_note(df: pd.DataFrame) -> str:
         for row in g[key].drop_duplicates().itertuples(index=False):
             per.setdefault(tuple(row), []).append(str(label))
     differ = [i for i in range(len(key)) if len({t[i] for t in per}) > 1]
-    parts = ["; ".join(", ".join(sorted(set(labels))) + ": " + ", ".join(f"{cols[i][1]} {value(t[i])}" for i in differ)
-                       for t, labels in per.items())]
-    return (f"The policies ran on different scheduler settings ({parts[0]}): each policy's declared settings over "
+    which = "; ".join(", ".join(sorted(set(labels))) + ": " + ", ".join(f"{cols[i][1]} {value(t[i])}" for i in differ)
+                      for t, labels in per.items())
+    return (f"The policies ran on different scheduler settings ({which}): each policy's declared settings over "
             "the engine's, so a speedup here mixes those settings with the order. For the order alone, give every "
             "policy one set (sweep --engine-of POLICY, or the same --token-budget / --block-size / --round-tokens "
             "options to each simulate).")

@@ -173,7 +173,7 @@ def run_summary_lines(s: dict) -> list[str]:
                      f"{s['t_opt_s']:,.2f} s, blended reference {_ref(s):,.2f} s")
     else:
         ref = _ref(s)
-        if ref < (s.get("t_opt_s") or 0.0):  # the trace's longest request sets T_o; the reference leaves it out
+        if reference_below_bound(s):
             said = (f"the blended reference, {ref:,.2f} s, is below it here: it prices the work as full blended "
                     f"steps and leaves out the longest request's own chain")
         else:
@@ -218,6 +218,12 @@ def _per_gpu(s: dict) -> str:
 def _ref(s: dict) -> float:
     """The blended reference of a run (``t_opt_practical_s`` in summaries written before issue 28)."""
     return float(s.get("t_reference_s", s.get("t_opt_practical_s", 0.0)))
+
+
+def reference_below_bound(s: dict) -> bool:
+    """Whether a run's blended reference is shorter than its T_o, a lower bound: the trace's longest request sets
+    T_o and the reference leaves its chain out, so there the reference estimates nothing."""
+    return _ref(s) < float(s.get("t_opt_s") or 0.0)
 
 
 def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None) -> None:
@@ -341,8 +347,7 @@ def print_demo_table(summaries: dict, baseline: str = "dfs", c: Console | None =
     rows, blank = [], 0
     for p, s in summaries.items():
         sp = s["throughput_tok_s"] / base["throughput_tok_s"] if base else math.nan
-        # a blended reference below T_o (a bound) left out the longest request's chain: no estimate, as reports say
-        below = _ref(s) < float(s.get("t_opt_s") or 0.0)
+        below = reference_below_bound(s)  # no estimate there, as the reports say
         blank += below
         ref = "–" if below else pct(_ref(s) / s["makespan_s"] if s.get("makespan_s") else 0.0)
         rows.append([p, num(s["throughput_tok_s"]), num(sp, ".3f") + "×", num(s["makespan_s"], ",.1f"),

@@ -174,9 +174,9 @@ def tier_sizes(dep, host_kv_gb, disk_kv_gb, replicas: int = 1) -> tuple[float, f
     node_share = _node_share(dep) if dep.pp > 1 else 1.0
     sharing = max(1, min(int(replicas), per_node // gpus)) if gpus < per_node else 1
     share = node_share * sharing
-    where = ("per node" if share == 1.0 else f"per node shared by {sharing} replicas" if node_share == 1.0 else
-             f"for the {node_share:.0%} of the KV its busiest node holds"
-             + (f", shared by {sharing} replicas" if sharing > 1 else ""))
+    where = "per node" if node_share == 1.0 else f"for the {node_share:.0%} of the KV its busiest node holds"
+    if sharing > 1:
+        where += f"{'' if node_share == 1.0 else ','} shared by {sharing} replicas"
     host = check_tier_gb(host_kv_gb, "--host-kv-gb", hw.host_memory_bytes / share, f"{hw.name}'s host memory {where}")
     disk = check_tier_gb(disk_kv_gb, "--disk-kv-gb", hw.disk_bytes / share, f"{hw.name}'s local NVMe {where}")
     return host, disk

@@ -156,6 +156,7 @@ def engines_cmd(
         get_profile,
         load_params,
         next_release,
+        scheduler_left_open,
         version_order,
     )
     from blendsim.sim.errors import UserError
@@ -187,7 +188,8 @@ def engines_cmd(
         _print_fields(d, d["engine"])
         return
     keys = sorted(VERSIONS, key=lambda nv: (nv[0], version_order(nv[1])))
-    profiles = [describe_profile(get_profile(f"{n}@{v}" if v else n, params), params) for n, v in keys]
+    profs = [get_profile(f"{n}@{v}" if v else n, params) for n, v in keys]
+    profiles = [describe_profile(prof, params) for prof in profs]
     if as_json:
         typer.echo(json.dumps(profiles, indent=2))
         return
@@ -199,20 +201,17 @@ def engines_cmd(
         us = d["per_seq_s"] * 1e6
         return f"{d['fixed_s'] * 1e3:.2f}+{us:.{0 if us >= 10 else 1}f}" + ("*" if d["loop"].startswith("fitted") else "")
 
-    from blendsim.sim.engines import scheduler_left_open
+    def row(nv, prof, d: dict) -> dict:
+        sched = {**scheduler_left_open(prof), **prof.scheduler}  # the profile's, else blendsim's default it leaves open
+        return {"engine": d["engine"], "until": until(*nv), "loop": loop(d),
+                "budget": "bench" if "limits_tuned_by" in d else "by GPU" if "token_budget_by_memory" in d
+                else str(sched.get("token_budget") or "-"),
+                "seqs": "bench" if "limits_tuned_by" in d else "pool" if "max_running" in d
+                else str(sched.get("max_seqs") or "-"),
+                "prefix": "yes" if sched.get("prefix_caching") else "no",
+                "graphs": "by GPU" if "cuda_graph_max_by_memory" in d else str(d["cuda_graph_max"] or "eager")}
 
-    def field(d: dict, nv, k: str):  # the profile's value, else blendsim's default it leaves open
-        return d.get(f"scheduler.{k}", scheduler_left_open(get_profile(f"{nv[0]}@{nv[1]}" if nv[1] else nv[0],
-                                                                       params)).get(k))
-
-    rows = [{"engine": d["engine"], "until": until(*nv), "loop": loop(d),
-             "budget": "bench" if "limits_tuned_by" in d else "by GPU" if "token_budget_by_memory" in d
-             else str(field(d, nv, "token_budget") or "-"),
-             "seqs": "bench" if "limits_tuned_by" in d else "pool" if "max_running" in d
-             else str(field(d, nv, "max_seqs") or "-"),
-             "prefix": "yes" if field(d, nv, "prefix_caching") else "no",
-             "graphs": "by GPU" if "cuda_graph_max_by_memory" in d else str(d["cuda_graph_max"] or "eager")}
-            for nv, d in zip(keys, profiles)]
+    rows = [row(nv, prof, d) for nv, prof, d in zip(keys, profs, profiles)]
     _print_rows(rows, "Engine profiles", "until: the next modelled release -- NAME@VERSION prices every release from "
                 "its VERSION until that one, and NAME alone selects the newest; "
                 "loop: the per-step CPU work the GPU waits for, offline, ms fixed + us per running sequence (*: fitted "
@@ -326,12 +325,12 @@ def main(argv: list[str] | None = None) -> None:
     option or command — which click would print as usage, hint and message on three lines (exit 2)."""
     import sys
 
-    from blendsim.sim.signals import interrupt_exit_code, terminate_as_interrupt, terminated
+    from blendsim.sim.signals import interrupt_exit_code, terminate_as_interrupt
 
     try:
         with terminate_as_interrupt():  # SIGTERM ends a command as Ctrl-C does: workers stopped, work kept
             rc = get_app()(args=argv, prog_name="blendsim", standalone_mode=False)
-        if rc == 130 and terminated():  # typer's exit code for an interrupt, whichever signal it was
+        if rc == 130:  # typer's exit code for an interrupt: 143 where a SIGTERM raised it
             rc = interrupt_exit_code()
     except KeyboardInterrupt:  # one outside typer's own handling (start-up, command building): as quiet
         sys.exit(interrupt_exit_code())
