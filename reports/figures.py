@@ -117,7 +117,7 @@ def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
         fig, ax = plt.subplots(figsize=_size(g), layout="constrained")
         groups, width = _bars(ax, g, order, col, "throughput_tok_s")
         labels = [p for p in order if p in set(g["label"])]
-        has_ref = "t_reference_s" in g
+        has_ref, ref_shown = "t_reference_s" in g, False
         for j, p in enumerate(labels):
             rows = g[g["label"] == p].set_index("group")
             tokens = rows["input_tokens"] + rows["output_tokens"]
@@ -129,8 +129,10 @@ def throughput_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
             if has_ref:  # not where the reference is below T_o: it left out the longest request's chain
                 t_ref = rows["t_reference_s"].where(rows["t_reference_s"] >= rows["t_opt_s"])
                 ref = [(tokens / t_ref).get(w, np.nan) for w in groups]
-                ax.plot(xs, ref, linestyle="none", marker="D", markersize=4, color="dimgray",
-                        label="its blended reference (not a bound)" if first else None)
+                if not np.isnan(ref).all():  # a legend entry only for diamonds drawn
+                    ax.plot(xs, ref, linestyle="none", marker="D", markersize=4, color="dimgray",
+                            label="its blended reference (not a bound)" if not ref_shown else None)
+                    ref_shown = True
         out.append(_bar_figure(fig, ax, "throughput", "Throughput", dep, part, "throughput (tokens/s)",
                                _axis_note(g), f"Throughput per workload — {dep}",
                                "Bars: (input + output tokens) / makespan. Black line over each bar: the same "
