@@ -995,6 +995,83 @@ for _p in (*_BUILTIN, *_VERSIONED):
                      custom_allreduce=CUSTOM_ALLREDUCE.get(_p.name, _p.custom_allreduce)))
 
 
+# Pipeline parallelism (``--pp`` > 1) as each engine's releases run it, and why a profile cannot price it where it
+# cannot (``pipeline_unmodelled``). TensorRT-LLM has split a model into pipeline stages since its first public
+# release (v0.5.0, October 2023: its README's feature list, "Tensor Parallelism" and "Pipeline Parallelism"; every
+# modelled version carries it). vLLM: the V0 engine from 0.5.1 (vllm/config.py at v0.5.0 raises "Pipeline parallelism
+# is not supported yet"), and only behind its API server -- the offline engine's step raises "Pipeline parallelism is
+# only supported through AsyncLLMEngine" (vllm/engine/llm_engine.py, v0.5.1 to v0.6.x) -- each stage's batch under a
+# scheduler of its own (virtual engines, as blendsim runs a pipe); 0.6 turns its asynchronous output processing off
+# under pipeline parallelism (vllm/config.py at v0.6.0, ModelConfig), and the vllm@0.6 loop is fitted with it on. The V1
+# engine took pipeline stages from 0.8.4 (vllm/engine/arg_utils.py at v0.8.4, _is_v1_supported_oracle: with the Ray
+# executor; 0.8.0-0.8.3 fall back to the V0 engine for them, arg_utils.py at v0.8.2; read in ROCm/vllm's
+# v0.8.2+rocm and v0.8.4+rocm tags). SGLang runs pipeline stages (--pp-size, sgl-project/sglang PR #5724, 2025) with
+# its overlapped scheduler off and micro-batches through an event loop of its own (python/sglang/srt/server_args.py:
+# pp_size > 1 sets disable_overlap_schedule), which no sglang profile models. DeepSpeed-FastGen splits a model by
+# tensor parallelism only (microsoft/DeepSpeed-MII mii/config.py, v0.1.1 to v0.3.1: ModelConfig has tensor_parallel
+# and no pipeline degree), and so does NanoFlow (efeslab/Nanoflow pipeline/config_all: every GPU of gpu_num runs all
+# run_layer layers; its "pipeline" is the nano-batch overlap within a device).
+PIPELINE_V0_SINCE = "0.5.1"
+PIPELINE_V1_SINCE = "0.8.4"
+_NO_PIPELINE = {
+    "deepspeed-fastgen": "DeepSpeed-FastGen splits a model by tensor parallelism only (DeepSpeed-MII's ModelConfig has "
+                         "tensor_parallel and no pipeline degree)",
+    "nanoflow": "NanoFlow splits a model over its GPUs by tensor parallelism only (every GPU runs every layer; its "
+                "pipeline is the nano-batch overlap within a device)",
+    "sglang": "SGLang runs pipeline stages with its overlapped scheduler off and micro-batches through an event loop "
+              "of its own (server_args.py: pp_size > 1 sets disable_overlap_schedule), which no sglang profile models",
+}
+
+
+def _asked_version(prof: EngineProfile) -> str:
+    """The release a profile was asked for (``vllm@0.8.2`` -> 0.8.2), else the release its profile prices."""
+    key = prof.key or ""
+    if key and not is_profile_file(key):
+        v = parse_key(key).version
+        if v:
+            return v
+    return prof.version
+
+
+def _before(version: str, since: str) -> bool:
+    """Whether ``version`` is older than ``since``; a version written to fewer places is compared on those (``0.8``
+    may be 0.8.4 or later and is not older than 0.8.4)."""
+    have, first = version_order(version), version_order(since)
+    return bool(have) and have < first[:len(have)]
+
+
+def pipeline_unmodelled(prof: EngineProfile) -> str:
+    """Why ``prof`` cannot price a replica split into pipeline stages ("" where it can): the engine, or the release
+    it was asked at, runs none, or runs them in a way its profile does not model (see PIPELINE_V0_SINCE)."""
+    name = prof.name.removesuffix("-v0")
+    if name in _NO_PIPELINE:
+        return _NO_PIPELINE[name]
+    if name != "vllm" or not prof.version:
+        return ""
+    asked = _asked_version(prof)
+    if version_order(prof.version) >= (0, 8):  # the V1 engine
+        if _before(asked, PIPELINE_V1_SINCE):
+            return (f"vLLM {asked} runs pipeline stages on its V0 engine (V1 takes them from {PIPELINE_V1_SINCE}); "
+                    f"price them with vllm@{PIPELINE_V1_SINCE} or later, or vllm@0.5:serve=1 (V0)")
+        return ""
+    if _before(asked, PIPELINE_V0_SINCE):
+        return f"pipeline parallelism arrived in vLLM {PIPELINE_V0_SINCE}"
+    if version_order(prof.version) >= (0, 6):
+        return ("vLLM 0.6 turns its asynchronous output processing off under pipeline parallelism and the "
+                f"{prof.modelled} loop is fitted with it on; price such a run with vllm@0.5:serve=1 (V0's "
+                f"synchronous loop) or vllm@{PIPELINE_V1_SINCE} or later (V1)")
+    if not prof.serve:
+        return ("vLLM V0 runs pipeline stages only behind its API server (its offline engine refuses them); "
+                f"add serve=1 ({prof.label}:serve=1)")
+    return ""
+
+
+def require_pipeline(prof: EngineProfile, pp: int) -> None:
+    """One line where a deployment of ``pp`` pipeline stages meets an engine that cannot run or price them."""
+    if pp > 1:
+        why = pipeline_unmodelled(prof)
+        if why:
+            raise UserError(f"engine {prof.label} with --pp {pp}: {why}")
 
 
 def attn_dp_modelled(prof: EngineProfile, version: str) -> bool:
@@ -1151,6 +1228,10 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
                                                        if prof.attn_dp_since else "")
                              + ("; limits per rank" if prof.limits_per_rank else ""))
     d["all_reduce"] = CUSTOM_ALLREDUCE_SOURCES.get(prof.name, "not modelled: every all-reduce at the link price")
+    why = pipeline_unmodelled(prof)
+    d["pipeline_stages"] = (f"refused (--pp > 1): {why}" if why else
+                            f"modelled from {PIPELINE_V1_SINCE}" if prof.name == "vllm" and version_order(prof.version) >= (0, 8) else
+                            "modelled (--pp)")
     if prof.prefill_attention:
         caps = ", ".join(f"{100 * cap:.0f}% of the 16-bit peak on {arch}"
                          for (kernel, arch), cap in sorted(PREFILL_ATTN_CAPS.items()) if kernel == prof.prefill_attention)
@@ -1303,7 +1384,8 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey",
            "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
-           "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS", "attn_dp_modelled", "default_graph_sizes",
-           "describe_profile", "get_profile", "graph_pad", "graph_size", "is_profile", "is_profile_file", "load_params",
-           "modelled_versions", "next_release", "overhead_keys", "parse_key", "profile_names", "register", "releases",
+           "PIPELINE_V0_SINCE", "PIPELINE_V1_SINCE", "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS",
+           "attn_dp_modelled", "default_graph_sizes", "describe_profile", "get_profile", "graph_pad", "graph_size",
+           "is_profile", "is_profile_file", "load_params", "modelled_versions", "next_release", "overhead_keys",
+           "parse_key", "pipeline_unmodelled", "profile_names", "register", "releases", "require_pipeline",
            "resolve_version", "sglang_053_reserve_gib", "sizes_text", "trtllm_bench_settings", "version_order"]

@@ -41,6 +41,12 @@ seconds before that stage's compute for the step, ``overlap`` makes the stage's 
 (as without PP); under ``stall`` its wait is added when the batch reaches the stage (the worker loads before
 its forward pass), not hidden behind the earlier stages' compute.
 
+Attention data parallelism (``Deployment.dp`` > 1: SGLang's --enable-dp-attention, TensorRT-LLM's
+enable_attention_dp on MoE models): a sequence's KV is whole on one GPU of the group rather than split over its
+``tp`` GPUs, so the load of its prefix crosses that GPU's host link (and NVMe share) alone, at one GPU's rate, while
+loads of sequences on other ranks run beside it; each rank has its own busy-until clocks (:class:`RankChannels`; a
+load takes the rank whose link frees first). Offload writes come from every rank's cache and are spread evenly.
+
 With no tier (0 GB) the plain :class:`~blendsim.sim.kv.KVCache` runs unchanged.
 """
 
@@ -77,6 +83,54 @@ class Channel:
         self.busy_s += seconds
         return e
 
+    def pick(self) -> int:
+        """The lane one sequence's load takes (a plain link has one; see :class:`RankChannels`)."""
+        return 0
+
+    def load(self, lane: int, start: float, seconds: float) -> float:
+        """One sequence's transfer, ``seconds`` at the whole channel's rate."""
+        return self.transfer(start, seconds)
+
+
+class RankChannels:
+    """A stage's host links (or NVMe shares) under attention data parallelism: one :class:`Channel` per
+    attention-DP rank, each with its GPU's share of the stage's bandwidth. A sequence's KV is whole on one rank
+    (``Deployment.attn_dp``), so the load of its prefix crosses that rank's link alone -- the rank whose link frees
+    first, a balanced placement -- while the writes of evicted blocks, from every rank's cache, spread evenly
+    over all of them. ``busy_s`` is the busiest rank's."""
+
+    __slots__ = ("name", "lanes")
+
+    def __init__(self, name: str, ranks: int):
+        self.name = name
+        self.lanes = [Channel(f"{name} (rank {r})") for r in range(ranks)]
+
+    @property
+    def busy_s(self) -> float:
+        return max(ch.busy_s for ch in self.lanes)
+
+    @property
+    def free_at(self) -> float:
+        return min(ch.free_at for ch in self.lanes)
+
+    def pick(self) -> int:
+        lanes = self.lanes
+        return min(range(len(lanes)), key=lambda r: lanes[r].free_at)
+
+    def load(self, lane: int, start: float, seconds: float) -> float:
+        """One sequence's transfer on rank ``lane``'s link: ``seconds`` at the stage's rate is ``ranks`` times
+        that on one rank's."""
+        return self.lanes[lane].transfer(start, seconds * len(self.lanes))
+
+    def transfer(self, start: float, seconds: float) -> float:
+        """Writes spread evenly: each rank's link carries its share of them at its share of the rate."""
+        end = start
+        for ch in self.lanes:
+            e = ch.transfer(start, seconds)
+            if e > end:
+                end = e
+        return end
+
 
 @dataclass(frozen=True)
 class TierSpec:
@@ -91,6 +145,7 @@ class TierSpec:
     disk_write_bw: float
     load_mode: str = "stall"
     stage_bytes: tuple = ()  # pp > 1: KV bytes of one block each stage holds (its layers); (): one stage
+    ranks: int = 1  # attention-DP ranks per stage (Deployment.dp): each its own link and NVMe share (RankChannels)
 
     @property
     def enabled(self) -> bool:
@@ -112,8 +167,13 @@ class StageLinks:
     def __init__(self, spec: TierSpec):
         parts = spec.stage_bytes or (spec.block_bytes,)
         n = len(parts)
-        self.host = [Channel("host link" if n == 1 else f"host link (stage {i})") for i in range(n)]
-        self.disk = [Channel("disk" if n == 1 else f"disk (stage {i})") for i in range(n)]
+        names = [("host link", "disk") if n == 1 else (f"host link (stage {i})", f"disk (stage {i})") for i in range(n)]
+        if spec.ranks > 1:  # attention data parallelism: a link per rank
+            self.host = [RankChannels(h, spec.ranks) for h, _ in names]
+            self.disk = [RankChannels(d, spec.ranks) for _, d in names]
+        else:
+            self.host = [Channel(h) for h, _ in names]
+            self.disk = [Channel(d) for _, d in names]
         self.t_link = [bb / spec.link_bw for bb in parts]
         self.t_dread = [bb / spec.disk_read_bw if spec.disk_read_bw > 0 else 0.0 for bb in parts]
         self.t_dwrite = [bb / spec.disk_write_bw if spec.disk_write_bw > 0 else 0.0 for bb in parts]
@@ -208,7 +268,7 @@ def tier_spec(dep, block_size: int, host_kv_gb, disk_kv_gb, load_mode: str = "st
     stage_bytes = (tuple(per_layer * dep.stage_full_attention_layers(i) * int(block_size) for i in range(pp))
                    if pp > 1 else ())
     spec = TierSpec(int(host * GB // bb) // pp, int(disk * GB // bb) // pp, bb, link * dep.tp, dread * dep.tp,
-                    dwrite * dep.tp, load_mode, stage_bytes)
+                    dwrite * dep.tp, load_mode, stage_bytes, dep.dp)
     if not spec.enabled:
         return None
     if spec.link_bw <= 0:
@@ -358,9 +418,10 @@ class TieredKVCache(KVCache):
                 ready[i] = now
         last = now
         for i, ch in enumerate(L.host):
-            end = ch.transfer(now, n * L.t_link[i])
+            lane = ch.pick()  # under attention DP, the rank that holds the sequence: its own link and drive share
+            end = ch.load(lane, now, n * L.t_link[i])
             if dl_tot:
-                d_end = L.disk[i].transfer(now, dl_tot * L.t_dread[i])
+                d_end = L.disk[i].load(lane, now, dl_tot * L.t_dread[i])
                 if d_end > end:
                     end = d_end
             if end > ready[i]:
@@ -540,5 +601,5 @@ def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: f
     }
 
 
-__all__ = ["Channel", "LOAD_MODES", "StageLinks", "TIER_OPTIONS", "TierSpec", "TieredKVCache", "check_tier_gb", "make_kv",
+__all__ = ["Channel", "LOAD_MODES", "RankChannels", "StageLinks", "TIER_OPTIONS", "TierSpec", "TieredKVCache", "check_tier_gb", "make_kv",
            "tier_spec", "tier_summary"]

@@ -50,7 +50,7 @@ def plan_cmd(
                                                                   "and the error to expect of each deployment."),
     as_json: bool = typer.Option(False, "--json", help="Print the answer as JSON."),
 ) -> None:
-    """The cheapest deployment (GPU kind, TP/EP, replicas, engine, policy, precision) that finishes TRACE by
+    """The cheapest deployment (GPU kind, TP/PP/EP, replicas, engine, policy, precision) that finishes TRACE by
     the deadline, with the Pareto front of makespan vs cost. Exits 1 (after the answer) when no deployment in
     the search space meets the deadline and budget."""
     from blendsim.plan import plan

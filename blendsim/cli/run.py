@@ -30,7 +30,7 @@ PP_HELP = ("Pipeline-parallel stages per replica (each --tp GPUs; a replica is -
 def cost_cmd(
     model: str = typer.Option("llama-3-8b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: GPUs per pipeline stage (a replica is --tp x --pp GPUs)."),
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
     prefill_tokens: int = typer.Option(0, "--prefill-tokens", help="New prompt tokens in the step (one chunk; give this "
@@ -127,7 +127,7 @@ def simulate_cmd(
     model: str = typer.Option("llama-3-8b", "--model", "-m", help=MODEL_HELP),
     hardware: str = typer.Option("a100-80gb", "--hardware", help=HW_HELP),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (GPUs per replica)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: GPUs per pipeline stage (a replica is --tp x --pp GPUs)."),
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     profile: Path = typer.Option(None, "--profile", help="Calibration profile JSON (default: roofline)."),
     engine: str = typer.Option(None, "--engine", help="Engine profile NAME[@VERSION][:field=value,...] that "

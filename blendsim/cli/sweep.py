@@ -27,7 +27,7 @@ def sweep_cmd(
                                                         "fp4 or int4 (default: each model's)."),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtype: bf16, fp16 or fp8 (default: each "
                                                           "model's)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: GPUs per replica (default 1)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: GPUs per pipeline stage (a replica is --tp x --pp GPUs; default 1)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),

@@ -48,10 +48,11 @@ def stats_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Requests, tokens, optimal sharing ratio s_o and compute density rho of a trace.
+    """Requests, tokens, optimal sharing ratio s_o, compute density rho and the work bounds T_comp, T_mem and T_o
+    of a trace on a model and GPU.
 
-    With ``--json``, a density that is unbounded (no decode memory traffic) is null, explained by
-    ``compute_density_note``.
+    With --json, a density that is unbounded (no decode memory traffic) is null, explained by
+    compute_density_note.
     """
     import numpy as np
 
@@ -91,7 +92,8 @@ def load_cmd(
     fmt: str = typer.Option(..., "--format", "-f", help="Its format: burstgpt (CSV: Timestamp, Request tokens, "
                             "Response tokens), azure (CSV: TIMESTAMP, ContextTokens, GeneratedTokens), vidur (CSV: "
                             "arrived_at, num_prefill_tokens, num_decode_tokens), jsonl (prompt_token_ids, "
-                            "output_len per line), mooncake (JSONL: timestamp in ms, input_length, output_length, "
+                            "output_len per line; optional id, arrival_s, output_len_hint, ttft_slo_s, tbt_slo_s, "
+                            "jct_slo_s, source), mooncake (JSONL: timestamp in ms, input_length, output_length, "
                             "hash_ids of 512-token blocks) or hashed (JSONL: input_length, hash_ids of "
                             "--block-size blocks; optional output_length, timestamp, request_id) or trace (a "
                             "blendsim Parquet trace, to apply --limit or --max-context to it)."),

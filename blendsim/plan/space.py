@@ -106,6 +106,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     (tp x pp) stay within ``max_gpus``."""
     from blendsim.runner import RunConfig, run_limits
     from blendsim.sim.deployment import Deployment
+    from blendsim.sim.engines import get_profile, pipeline_unmodelled
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
@@ -123,6 +124,11 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                     eps = [e for e in _powers_of_two(min(space.max_ep, tp)) if tp % e == 0] if model.is_moe else [1]
                     for ep in eps:
                         for engine in space.engines:
+                            if pp > 1 and pipeline_unmodelled(get_profile(engine, {})):  # see sim.engines
+                                key = "on an engine without modelled pipeline stages"
+                                pruned[key] = pruned.get(key, 0) + len(space.policies) * (
+                                    space.max_gpus // (tp * pp))
+                                continue
                             for policy in space.policies:
                                 shape = Shape(hw_name, tp, pp, ep, engine, policy, model.weights, model.kv_dtype)
                                 n = space.max_gpus // shape.gpus_per_replica

@@ -61,15 +61,16 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
     names = {m: s.name if taken.count(s.name) == 1 else f"{s.name}-{s.fingerprint()[:6]}" for m, s in specs.items()}
     from blendsim.runner import ENGINE_FIELDS, RunConfig, run_limits
     from blendsim.sim.deployment import make_deployment
-    from blendsim.sim.engines import DEFAULT_ENGINE
+    from blendsim.sim.engines import DEFAULT_ENGINE, require_pipeline
     from blendsim.sim.kv_tiers import tier_sizes
 
     # --tp / --ep / --pp must fit every model on every GPU: one line now, not per cell. Each policy's cells size
     # their replica from the scheduler limits they will run under (runner.run_limits: the engine's, per
     # attention-DP rank where it schedules each rank on its own, or the policy's), so the fit is checked with those
-    get_profile(spec.engine or DEFAULT_ENGINE)  # an unknown engine is one clear line here
+    prof = get_profile(spec.engine or DEFAULT_ENGINE)  # an unknown engine is one clear line here
     run = {k: v for k, v in spec.run_settings().items()
            if k in {"engine", "tp", "ep", "pp", "weights", "kv_dtype", *ENGINE_FIELDS}}
+    require_pipeline(prof, pr.get("pp", 1))  # pipeline stages on an engine that runs none, before any cell
     for m in spec.models:
         for h in spec.hardware:
             limits = dict.fromkeys(tuple(sorted(run_limits(RunConfig(policy=p, model=m, hardware=h, **run))[1].items()))

@@ -1,0 +1,110 @@
+"""Pipeline stages only on engines (and releases) that run them as their profiles price them (sim.engines
+``pipeline_unmodelled``): one line everywhere a deployment meets an engine -- simulate, cost, sweep, the API, fidelity
+rows -- and plan leaves such deployments out of its space."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import blendsim
+from blendsim.cli import get_app
+from blendsim.sim.engines import PROFILES, VERSIONS, get_profile, pipeline_unmodelled
+from blendsim.sim.errors import UserError
+from blendsim.workloads.trace import from_columns, write_trace
+from tests.helpers import one_line_error
+
+REFUSED = {
+    "deepspeed-fastgen": "tensor parallelism only",
+    "nanoflow": "tensor parallelism only",
+    "sglang@0.2": "overlapped scheduler off",
+    "sglang@0.3": "overlapped scheduler off",
+    "sglang@0.4": "overlapped scheduler off",
+    "sglang": "overlapped scheduler off",
+    "vllm@0.5.0": "arrived in vLLM 0.5.1",
+    "vllm@0.5.3": "add serve=1",
+    "vllm-v0@0.5": "add serve=1",
+    "vllm@0.6": "asynchronous output processing off",
+    "vllm@0.6:serve=1": "asynchronous output processing off",
+    "vllm@0.7": "asynchronous output processing off",
+    "vllm@0.8.0": "on its V0 engine",
+    "vllm@0.8.3": "on its V0 engine",
+}
+PRICED = ["ideal", "trtllm", "trtllm@0.8", "trtllm@0.13", "trtllm@1.0", "vllm@0.5.1:serve=1", "vllm@0.5:serve=1",
+          "vllm@0.8", "vllm@0.8.4", "vllm@0.10", "vllm", "vllm@0.10:async_scheduling=1"]
+
+
+@pytest.mark.parametrize("key", sorted(REFUSED))
+def test_an_engine_that_runs_no_pipeline_stages_says_why(key):
+    assert REFUSED[key] in pipeline_unmodelled(get_profile(key, {}))
+
+
+@pytest.mark.parametrize("key", PRICED)
+def test_an_engine_whose_pipeline_stages_are_modelled_passes(key):
+    assert pipeline_unmodelled(get_profile(key, {})) == ""
+
+
+def test_every_engine_and_release_is_either_priced_or_refused_with_a_reason():
+    for key in [*PROFILES, *(f"{n}@{v}" for n, v in VERSIONS if v)]:
+        why = pipeline_unmodelled(get_profile(key, {}))
+        assert why == "" or (len(why) > 40 and "\n" not in why), key
+
+
+def _trace(tmp_path):
+    path = tmp_path / "t.parquet"
+    rng = np.random.default_rng(0)
+    write_trace(from_columns(input_len=rng.integers(50, 400, 40), output_len=rng.integers(5, 60, 40)), path)
+    return path
+
+
+def _cli(*args):
+    return CliRunner().invoke(get_app(), [str(a) for a in args])
+
+
+@pytest.mark.parametrize("engine, needle", [("deepspeed-fastgen", "DeepSpeed-MII"), ("vllm@0.5", "serve=1"),
+                                            ("sglang@0.4", "disable_overlap_schedule")])
+def test_simulate_cost_and_sweep_refuse_pipeline_stages_in_one_line(tmp_path, engine, needle):
+    t = _trace(tmp_path)
+    common = ["--model", "llama-3-8b", "--hardware", "a100-80gb", "--tp", 2, "--pp", 2, "--engine", engine]
+    one_line_error(_cli("simulate", t, *common, "--policy", "fcfs", "-o", tmp_path / "run"), "--pp 2", needle)
+    assert not (tmp_path / "run").exists()
+    one_line_error(_cli("cost", *common, "--decode-seqs", 8, "--context", 500), needle)
+    sweep = ["sweep", "--models", "llama-3-8b", "--hardware", "a100-80gb", "--tp", 2, "--pp", 2, "--engine", engine,
+             "--requests", 50, "-o", tmp_path / "sweep"]
+    one_line_error(_cli(*sweep), needle)
+    assert not (tmp_path / "sweep").exists()
+    # one stage: every engine runs it
+    r = _cli("simulate", t, *common[:6], "--engine", engine, "--policy", "fcfs", "-o", tmp_path / "one")
+    assert r.exit_code == 0, r.output
+
+
+def test_the_python_api_refuses_as_the_cli_does():
+    trace = from_columns(input_len=[100, 200] * 20, output_len=[10, 20] * 20)
+    with pytest.raises(UserError, match="with --pp 2: NanoFlow"):
+        blendsim.simulate(trace, model="llama-3-8b", hardware="a100-80gb", tp=1, pp=2, engine="nanoflow")
+    with pytest.raises(UserError, match="vllm@0.8.2 with --pp 2"):
+        blendsim.cost(model="llama-3-8b", hardware="a100-80gb", pp=2, engine="vllm@0.8.2", decode_seqs=4)
+    r = blendsim.simulate(trace, model="llama-3-8b", hardware="a100-80gb", tp=1, pp=2, engine="vllm@0.5:serve=1")
+    assert r.summary["makespan_s"] > 0
+
+
+def test_plan_leaves_pipeline_stages_of_such_an_engine_out_and_says_so(tmp_path):
+    t = _trace(tmp_path)
+    r = _cli("plan", t, "--model", "llama-3-8b", "--hardware", "a100-80gb", "--deadline", "1h",
+             "--engines", "nanoflow,trtllm", "--policies", "fcfs", "--max-pp", 2, "--max-gpus", 2, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    # TP1 x PP2 (one replica of two GPUs) for nanoflow: left out; trtllm's is simulated
+    assert out["pruned"] == {"on an engine without modelled pipeline stages": 1}
+    assert out["candidates"] == 8 and out["simulated"] == 7  # TP1 x1/x2, TP2 x1, TP1xPP2 x1, for each engine
+    assert not any(p["pp"] == 2 and p["engine"] == "nanoflow" for p in out["pareto"])
+
+
+def test_engines_says_whether_pipeline_stages_are_modelled():
+    r = _cli("engines", "nanoflow")
+    assert r.exit_code == 0 and "pipeline_stages" in r.output and "refused" in r.output
+    r = _cli("engines", "trtllm")
+    assert r.exit_code == 0 and "modelled (--pp)" in r.output
