@@ -32,15 +32,19 @@ def _run(trace, ff: bool, **cfg):
     return r.summary, r.steps
 
 
+# with pipeline stages (which sglang's profiles refuse: sim.engines.pipeline_unmodelled), sglang's reserve rule
+# (new_token_ratio 0.7) on an engine that runs them
 CASES = [(p, e, pp) for p in ("fcfs", "dfs", "blendserve") for e in ("ideal", "trtllm", "sglang") for pp in (1,)] + [
-    ("fcfs", "sglang", 2), ("dfs", "sglang", 2), ("dfs", "trtllm", 2)]
+    ("fcfs", "trtllm+0.7", 2), ("dfs", "trtllm+0.7", 2), ("dfs", "trtllm", 2)]
 
 
 @pytest.mark.parametrize("online", [True, False])
 @pytest.mark.parametrize("policy,engine,pp", CASES)
 def test_fast_forward_takes_the_same_steps_to_the_last_bit(policy, engine, pp, online):
     trace = _trace(300, online)
-    (a, sa), (b, sb) = (_run(trace, ff, policy=policy, engine=engine, pp=pp) for ff in (True, False))
+    engine, _, ratio = engine.partition("+")
+    extra = {"admission": "reserve", "reserve_ratio": float(ratio)} if ratio else {}
+    (a, sa), (b, sb) = (_run(trace, ff, policy=policy, engine=engine, pp=pp, **extra) for ff in (True, False))
     assert a["steps"] == b["steps"] and len(sa) == len(sb)
     for ra, rb in zip(sa, sb):  # every replica's (virtual engine's) step log, column by column
         assert set(ra) == set(rb)
