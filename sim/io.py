@@ -281,20 +281,105 @@ def read_parquet(path: Path, what: str, missing: str | None = None):
         raise UserError(f"{path}: not a readable {what} ({str(e).splitlines()[0]})") from None
 
 
-def check_csv_aligned(path: Path, df, what: str = "") -> None:
+# Compressed inputs: the stdlib decompresses these by the name's last suffix, and every reader and every check of
+# a file reads what it gives (pandas and pyarrow would guess by the name on their own, and read more kinds than
+# the checks could follow).
+_DECOMPRESS = {".gz": ("gzip", "gzip"), ".bz2": ("bz2", "bzip2"), ".xz": ("lzma", "xz")}
+_NOT_READ = (".zip", ".zst", ".zstd", ".tar", ".tgz", ".tbz", ".tbz2", ".txz", ".7z", ".rar", ".lz4", ".lzma", ".lz",
+             ".br", ".z", ".sz", ".snappy")
+
+
+def compressed_suffix(path: Path, what: str = "") -> str | None:
+    """The suffix of a compressed ``path`` that blendsim reads (.gz, .bz2, .xz), None for a plain file; one line for a
+    name that says another compression or an archive (.zip, .zst, .tar.gz, ...)."""
+    suffixes = [s.lower() for s in Path(path).suffixes]
+    last = suffixes[-1] if suffixes else ""
+    if last in _NOT_READ or (last in _DECOMPRESS and len(suffixes) > 1 and suffixes[-2] == ".tar"):
+        kind = ".tar" + last if last in _DECOMPRESS else last
+        raise UserError(f"{what}{path}: a {kind} file is not read (blendsim decompresses .gz, .bz2 and .xz files "
+                        "only); decompress it first")
+    return last if last in _DECOMPRESS else None
+
+
+def plain_suffix(path: str | Path) -> str:
+    """``path``'s suffix (lower case) once a compression suffix (.gz, .bz2, .xz) is taken off: ``.csv`` for
+    ``x.csv.gz``."""
+    path = Path(path)
+    last = path.suffix.lower()
+    return Path(path.stem).suffix.lower() if last in _DECOMPRESS else last
+
+
+def decompress_errors() -> tuple:
+    """What reading a compressed file that is not what its name says raises (gzip, bz2, lzma, zlib)."""
+    import lzma
+    import zlib
+
+    return (OSError, EOFError, lzma.LZMAError, zlib.error)
+
+
+def not_compressed(path: Path, e: BaseException, what: str = "") -> UserError:
+    """The one line for a file that its compression suffix misnames (or that was cut off)."""
+    suffix = Path(path).suffix.lower()
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return UserError(f"{what}{path}: not readable as {_DECOMPRESS[suffix][1]} data, as its {suffix} name says "
+                     f"({reason}); decompress or rename it")
+
+
+def open_input(path: str | Path, what: str = ""):
+    """``path`` opened for reading bytes, decompressed when its name ends in .gz, .bz2 or .xz (one line for another
+    compression suffix). Opening errors (no file, a folder) raise as OSError; a misnamed file's raise as it is read
+    (:func:`decompress_errors`, :func:`not_compressed`)."""
+    import importlib
+
+    path = Path(path)
+    suffix = compressed_suffix(path, what)
+    if suffix is None:
+        return path.open("rb")
+    return importlib.import_module(_DECOMPRESS[suffix][0]).open(path, "rb")
+
+
+def read_input(path: str | Path, what: str = ""):
+    """What a CSV reader and every check of the file read: ``path`` itself for a plain file, the decompressed bytes
+    of a .gz, .bz2 or .xz file (one line when it is not what its name says; another compression suffix is refused).
+    Opening errors (no file, a folder) raise as OSError."""
+    path = Path(path)
+    if compressed_suffix(path, what) is None:
+        return path
+    with open_input(path, what) as fh:
+        try:
+            return fh.read()
+        except decompress_errors() as e:
+            raise not_compressed(path, e, what) from None
+
+
+def input_stream(source):
+    """A binary stream over :func:`read_input`'s result (a path, or the decompressed bytes)."""
+    import io
+
+    return io.BytesIO(source) if isinstance(source, bytes) else Path(source).open("rb")
+
+
+def check_csv_aligned(path: Path, df, what: str = "", source=None) -> None:
     """UserError when pandas read ``path``'s data rows with more fields than its header: it then takes the first
     column as an index and shifts every column by one, silently. Names the first such row (a trailing comma on
-    every row does it too)."""
+    every row does it too). ``source``: what the reader read (:func:`read_input`), else ``path`` read again, through
+    its decompressor when its name says it is compressed: the text pandas read, not its compressed bytes."""
     import csv
+    import io
 
     import pandas as pd
 
     if isinstance(df.index, pd.RangeIndex):
         return
-    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+    source = read_input(path, what) if source is None else source
+    with io.TextIOWrapper(input_stream(source), encoding="utf-8", errors="replace", newline="") as fh:
         rows = csv.reader(fh)
         n = len(next(rows, []))
-        for i, r in enumerate(rows, start=1):
+        i = 0
+        for r in rows:
+            if not r or (len(r) == 1 and not r[0].strip()):
+                continue  # a blank line: pandas skips it, and data rows are counted without them
+            i += 1
             if len(r) > n:
                 trailing = " (a trailing comma?)" if len(r) == n + 1 and not r[-1].strip() else ""
                 raise UserError(f"{what}{path}: data row {i} has {len(r)} fields{trailing}, the header {n}")
@@ -323,7 +408,9 @@ def json_column(e, line: str) -> int:
 def loads_strict(text: str):
     """``json.loads``, refusing an object that names a key twice (:class:`DuplicateKey`, a ValueError): a file
     where one field is given twice is a mistake, not a choice of the last value. About twice the parse time of
-    plain ``json.loads``; the block-hash trace loaders, which read millions of small lines, keep the plain one."""
+    plain ``json.loads``; the block-hash trace loaders, which read millions of small lines, run it only on a line
+    whose count of ``:`` exceeds its object's keys (a key given twice, or a colon inside a string, a nested
+    object)."""
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 

@@ -118,14 +118,15 @@ def test_jsonl_keeps_tokens_fields_and_real_sharing(tmp_path):
         {"id": "a", "prompt_token_ids": [1, 2, 3, 4], "output_len": 5, "arrival_s": 0.5, "ttft_slo_s": 1.0,
          "source": "chat"},
         "",
-        {"id": "b", "prompt_token_ids": [1, 2, 3, 9, 9], "output_len": 7, "output_len_hint": 6, "tbt_slo_s": 0.2},
-        {"prompt_token_ids": [7], "output_len": 1, "jct_slo_s": 30},
+        {"id": "b", "prompt_token_ids": [1, 2, 3, 9, 9], "output_len": 7, "output_len_hint": 6, "tbt_slo_s": 0.2,
+         "arrival_s": 1.0},
+        {"prompt_token_ids": [7], "output_len": 1, "jct_slo_s": 30, "arrival_s": 2.0},
     ])
     t = load(path, "jsonl")
     assert t.ids.tolist() == ["a", "b", "2"] and t.input_len.tolist() == [4, 5, 1]
     assert t.prompt_repr(1) == [1, 2, 3, 9, 9]
     assert t.output_len_hint.tolist() == [-1, 6, -1] and t.source.tolist() == ["chat", "", ""]
-    assert t.arrival_s.tolist() == [0.5, 0.0, 0.0] and t.ttft_slo_s[0] == 1.0 and t.jct_slo_s[2] == 30
+    assert t.arrival_s.tolist() == [0.5, 1.0, 2.0] and t.ttft_slo_s[0] == 1.0 and t.jct_slo_s[2] == 30  # as given
     assert PrefixTree(t).optimal_sharing_ratio() == pytest.approx(1 - 7 / 10)  # "1 2 3" computed once
     back = read_trace(write_trace(t, tmp_path / "t.parquet"))
     assert back.prompt_repr(0) == [1, 2, 3, 4] and back.tbt_slo_s[1] == 0.2

@@ -2,12 +2,12 @@
 
 One JSON object per line. Fields read (others are ignored):
 
-* ``input_length`` (required): prompt tokens, a whole number >= 1;
+* ``input_length`` (required): prompt tokens, a whole number in 1..MAX_TOKENS;
 * ``hash_ids`` (required): integer ids of the prompt's blocks of ``block_size`` tokens, in order. The
   last block holds the remainder ``input_length - (n - 1) * block_size`` (``n = ceil(input_length /
   block_size)`` ids, Mooncake's files). ``n = floor(...)`` ids are accepted too (a hasher that skips the
   partial last block): the unhashed tail becomes a segment of its own, shared with nobody;
-* ``output_length`` (optional): tokens generated; rows without it are filled from ``--output-len`` or
+* ``output_length`` (optional): tokens generated (1..MAX_TOKENS); rows without it are filled from ``--output-len`` or
   sampled from ``--output-from`` and the trace's metadata says which and how many;
 * ``timestamp`` (optional, in every row or none): arrival, in ``--time-unit`` s or ms (Mooncake: ms),
   shifted so the first arrival is 0;
@@ -25,19 +25,30 @@ its id's segment; a partial last block is the segment of its (id, length) pair, 
 a partial block only when both the id and the length agree (``meta["hashed"]["id_length_clashes"]``
 counts ids seen with more than one length: a hasher that does not hash content).
 
-Bad input stops with one :class:`UserError` line naming the file's line number and the field.
+``meta["hashed"]`` counts ``blocks`` (every hash id of every row), ``unique_blocks`` (distinct blocks as the
+prefix tree holds them: an id *after its whole prefix*, and a partial block with its length; for Mooncake's
+chained ids this is the number of distinct ids, while an id seen after two different prefixes counts twice)
+and ``unique_block_tokens`` (their tokens, with the unhashed tails): so ``1 - unique_block_tokens / prompt
+tokens`` is the file's block-level sharing, what the tree's s_o counts.
+
+Bad input stops with one :class:`UserError` line naming the file's line number and the field: a key given twice
+in one object included, as ``--format jsonl`` refuses it (the strict parse runs only on a line whose count of
+``:`` exceeds its object's keys, so the common line pays one count). A ``.gz``, ``.bz2`` or ``.xz`` file is
+decompressed (:func:`blendsim.workloads.jsonl.jsonl_lines`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.workloads.jsonl import jsonl_lines
-from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS
+from blendsim.sim.io import loads_strict
+from blendsim.workloads.jsonl import check_text, json_object, jsonl_lines, short_repr
+from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LONG
 
 FORMATS = ("mooncake", "hashed")
 MOONCAKE_BLOCK = 512
@@ -113,8 +124,10 @@ def load_hashed(path, fmt: str = "hashed", *, block_size: int | None = None, tim
     tails = np.flatnonzero(has_tail)
     seg_ids[offsets[tails + 1] - 1] = len(uniq) + len(puniq) + np.arange(len(tails))
     seg_lens[offsets[tails + 1] - 1] = tail[tails]
-    unique_blocks = int(full_used.sum()) + len(puniq)
+    unique_blocks = int(full_used.sum()) + len(puniq)  # distinct segments (ids; a partial block with its length)
     unique_tokens = int(full_used.sum()) * block_size + int((puniq % (block_size + 1)).sum())
+    # per prefix path, as the tree counts them (the same for chained ids: one cheap round finds no difference)
+    unique_blocks, unique_tokens = _distinct_paths(seg, blen, k_in_row, unique_blocks, unique_tokens)
 
     arrival = None
     if ts is not None:
@@ -145,6 +158,57 @@ def load_hashed(path, fmt: str = "hashed", *, block_size: int | None = None, tim
     return trace
 
 
+def _distinct_paths(seg: np.ndarray, blen: np.ndarray, k_in_row: np.ndarray, blocks: int, tokens: int
+                    ) -> tuple[int, int]:
+    """Distinct blocks as the prefix tree holds them (a block's segment after its whole prefix) and their tokens;
+    ``blocks`` and ``tokens`` are the counts per distinct segment, returned as they are when the two agree.
+
+    Chained ids (Mooncake's: an id fixes its prefix) are found by one cheap test: every segment follows one
+    segment only (or always starts a row), so by induction its whole prefix is fixed. Otherwise labels by prefix
+    doubling: a block's label names the window of ``2**j`` blocks ending at it (a mark for "before the row's
+    start"), refined until no label splits; then equal labels are equal whole prefixes."""
+    import pandas as pd
+
+    if not len(seg):
+        return blocks, tokens
+    anc = np.where(k_in_row >= 1, np.arange(len(seg)) - 1, -1)  # the block 2**j before, -1 before the row's start
+    up = np.where(anc >= 0, seg[np.maximum(anc, 0)], -1)
+    parent = np.full(int(seg.max()) + 1, -2, dtype=np.int64)
+    parent[seg] = up  # one of each segment's predecessors: when it is every one's, the ids are chained
+    if (parent[seg] == up).all():
+        return blocks, tokens
+    label, count, m = seg, blocks, int(seg.max()) + 2  # label * m + (up + 1): distinct pairs, distinct codes
+    while True:
+        up = np.where(anc >= 0, label[np.maximum(anc, 0)], -1)
+        new, uniq = pd.factorize(label * m + (up + 1))
+        if len(uniq) == count:  # no label split: equal labels are equal prefixes
+            break
+        label, count, m = new.astype(np.int64), len(uniq), len(uniq) + 1
+        anc = np.where(anc >= 0, anc[np.maximum(anc, 0)], -1)
+    if label is seg:
+        return blocks, tokens
+    cm = np.maximum.accumulate(label)  # factorize's codes are in order of first appearance
+    first = np.flatnonzero(np.r_[True, cm[1:] > cm[:-1]])
+    return int(len(first)), int(blen[first].sum())
+
+
+def _loads(line: str):
+    """``json.loads``; the strict parse (a key given twice) only where the line holds more ``:`` than the object
+    has keys: every key of an object is followed by one colon, so a key given twice leaves a colon over (as does a
+    colon inside a string, or a nested object: those lines are parsed twice, correctly)."""
+    rec = json.loads(line)
+    if isinstance(rec, dict) and line.count(":") != len(rec):
+        rec = loads_strict(line)
+    return rec
+
+
+def _finite(t) -> bool:
+    try:
+        return math.isfinite(t)
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
 def _parse(path: Path, block_size: int, limit: int | None):
     """The file's rows as columns: p, id counts, all ids (flat), outputs (-1 = none), timestamps, ids."""
     p, n_ids, flat, out, ts, rid, lines = [], [], [], [], [], [], []
@@ -153,14 +217,14 @@ def _parse(path: Path, block_size: int, limit: int | None):
         if limit is not None and len(p) >= limit:
             break
         where = f"{path}: line {lineno}"
-        try:
+        try:  # _loads, inline (the loop's cost is per line)
             rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            from blendsim.sim.io import json_column
-
-            raise UserError(f"{where}: not valid JSON ({e.msg} at column {json_column(e, line)})") from None
-        if not isinstance(rec, dict):
-            raise UserError(f"{where}: expected a JSON object, found {type(rec).__name__}")
+            if type(rec) is dict and line.count(":") != len(rec):
+                rec = loads_strict(line)
+        except (ValueError, RecursionError):
+            rec = None
+        if type(rec) is not dict:
+            rec = json_object(where, line, _loads)  # the one line saying what is wrong with it
         plen = _whole(where, rec, "input_length", required=True)
         hs = rec.get("hash_ids")
         if hs is None:
@@ -184,11 +248,14 @@ def _parse(path: Path, block_size: int, limit: int | None):
             has, lacks = (lineno, first_ts[0]) if t is not None else (first_ts[0], lineno)
             raise UserError(f"{where}, field timestamp: line {has} has a timestamp but line {lacks} "
                             "has none (give it in every row or in none)")
-        if t is not None and not (type(t) in (int, float) and np.isfinite(t)):
-            raise UserError(f"{where}, field timestamp: {t!r} is not a number")
+        if t is not None and not (type(t) in (int, float) and _finite(t)):
+            what = "is not a finite number" if type(t) in (int, float) else "is not a number"
+            raise UserError(f"{where}, field timestamp: {short_repr(t)} {what}")
         r = rec.get("request_id")
         if r is not None and (type(r) not in (int, str) or r == ""):
-            raise UserError(f"{where}, field request_id: {r!r} must be a non-empty string or an integer")
+            raise UserError(f"{where}, field request_id: {short_repr(r)} must be a non-empty string or an integer")
+        if type(r) is str:
+            check_text(where, "request_id", r)
         p.append(plen)
         n_ids.append(len(hs))
         flat.append(arr)
@@ -231,7 +298,9 @@ def _whole(where: str, rec: dict, key: str, required: bool) -> int | None:
             raise UserError(f"{where}, field {key}: missing")
         return None
     if type(v) is not int or v < 1:
-        raise UserError(f"{where}, field {key}: {v!r} must be a whole number >= 1")
+        raise UserError(f"{where}, field {key}: {short_repr(v)} must be a whole number >= 1")
+    if v > MAX_TOKENS:
+        raise UserError(f"{where}, field {key}: {short_repr(v)} {TOO_LONG}")
     return v
 
 
@@ -263,15 +332,17 @@ def output_lengths(spec: str) -> tuple[np.ndarray, str]:
     """Output lengths (>= 1) from ``FILE`` or ``FILE:COLUMN``: a blendsim Parquet trace, a JSONL trace
     (``output_length`` or ``output_len``) or a CSV (COLUMN, else the first of :data:`OUTPUT_COLUMNS`).
 
-    Zero lengths (BurstGPT's failed requests) are left out of the pool.
+    Zero lengths (BurstGPT's failed requests) are left out of the pool. A ``.gz``, ``.bz2`` or ``.xz`` file is
+    decompressed (``lengths.csv.gz`` is read as a CSV).
     """
-    path, col = Path(spec), None
-    if not path.exists() and ":" in spec:
-        head, col = spec.rsplit(":", 1)
-        path = Path(head)
+    from blendsim.sim.io import plain_suffix
+
+    path, col = output_from_path(spec)
+    if path.is_dir():
+        raise UserError(f"--output-from {spec}: is a folder; give a trace or a length file")
     if not path.is_file():
         raise UserError(f"--output-from {spec}: no such file")
-    suffix = path.suffix.lower()
+    suffix = plain_suffix(path)
     if suffix == ".parquet":
         from blendsim.workloads.trace import read_trace
 
@@ -295,26 +366,30 @@ def output_lengths(spec: str) -> tuple[np.ndarray, str]:
     return pool, f"{path}:{col}"
 
 
+def output_from_path(spec: str) -> tuple[Path, str | None]:
+    """``--output-from FILE[:COLUMN]`` as (FILE, COLUMN or None): a name that exists as given is the file."""
+    path, col = Path(spec), None
+    if not path.exists() and ":" in spec:
+        head, col = spec.rsplit(":", 1)
+        path = Path(head)
+    return path, col
+
+
 def _jsonl_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
-    """The lengths of the rows that have one (a trace may lack some)."""
+    """The lengths of the rows that have one (a trace may lack some); read as the trace loaders read a JSONL
+    file (UTF-8, a byte-order mark allowed, decompressed by its suffix; JSON Python cannot hold is one line)."""
     vals, keys = [], (col,) if col else ("output_length", "output_len")
-    with path.open("r", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"--output-from {path}: line {lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise UserError(f"--output-from {path}: line {lineno}: expected a JSON object")
-            key = next((k for k in keys if rec.get(k) is not None), None)
-            if key is None:
-                continue
-            col, v = key, rec[key]
-            if type(v) not in (int, float):
-                raise UserError(f"--output-from {path}: line {lineno}, field {key}: {v!r} is not a number")
-            vals.append(v)
+    for lineno, line in jsonl_lines(path, "--output-from "):
+        where = f"--output-from {path}: line {lineno}"
+        rec = json_object(where, line, _loads)
+        key = next((k for k in keys if rec.get(k) is not None), None)
+        if key is None:
+            continue
+        col, v = key, rec[key]
+        if type(v) not in (int, float) or not _finite(v):
+            what = "is not a finite number" if type(v) in (int, float) else "is not a number"
+            raise UserError(f"{where}, field {key}: {short_repr(v)} {what}")
+        vals.append(v)
     if not vals:
         raise UserError(f"--output-from {path}: no row has {' or '.join(keys)}")
     return np.array(vals, dtype=np.float64), col
@@ -323,13 +398,17 @@ def _jsonl_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
 def _csv_lengths(path: Path, col: str | None) -> tuple[np.ndarray, str]:
     import pandas as pd
 
+    from blendsim.sim.io import check_csv_aligned, input_stream, read_input
+
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+        src = read_input(path, "--output-from ")  # the path, or a compressed file's decompressed bytes
+        df = pd.read_csv(input_stream(src) if isinstance(src, bytes) else src, dtype=str, keep_default_na=False,
+                         compression=None)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise UserError(f"--output-from {path}: not a readable CSV ({type(e).__name__})") from None
-    from blendsim.sim.io import check_csv_aligned
-
-    check_csv_aligned(path, df, "--output-from ")
+    except OSError as e:
+        raise UserError(f"--output-from {path}: cannot read ({e.strerror or e})") from None
+    check_csv_aligned(path, df, "--output-from ", source=src)
     if col is None:
         col = next((c for c in OUTPUT_COLUMNS if c in df.columns), None)
         if col is None:
@@ -480,4 +559,4 @@ def direct_sharing(trace_file, block_size: int) -> float:
 
 
 __all__ = ["FORMATS", "LONG_MODES", "MOONCAKE_BLOCK", "context_option", "direct_sharing", "limit_context",
-           "load_hashed", "output_lengths", "parse_max_context", "summary_rows"]
+           "load_hashed", "output_from_path", "output_lengths", "parse_max_context", "summary_rows"]

@@ -3,7 +3,9 @@
 Each returns a :class:`~workloads.trace.Trace`. Traces without prompt content get one unique prompt
 per request (no false sharing). Any bad input stops with one :class:`UserError` line naming the file,
 the row and the field. CSV rows are counted as *data rows*: 1-based, the header excluded, blank lines
-skipped; JSONL lines are *line numbers* of the file, 1-based.
+skipped; JSONL lines are *line numbers* of the file, 1-based. A file named ``.gz``, ``.bz2`` or ``.xz`` is
+decompressed (the standard library's gzip, bz2, lzma), and the readers and every check read the same
+decompressed text; another compression suffix (``.zip``, ``.zst``, ``.tar.gz``, ...) is refused with one line.
 
 BurstGPT marks failed requests with 0 response tokens (its README); they are skipped and counted in
 ``trace.meta["skipped_failed"]`` (the CLI prints the count). ``limit`` keeps the first N requests
@@ -12,14 +14,13 @@ that are loaded.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import check_csv_aligned, loads_strict
-from blendsim.workloads.jsonl import jsonl_lines
+from blendsim.sim.io import check_csv_aligned, input_stream, loads_strict, read_input
+from blendsim.workloads.jsonl import check_text, json_object, jsonl_lines, short_repr
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
 FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed", "trace")
@@ -66,11 +67,14 @@ _ZONE = r"\d:\d{2}(?::\d{2}(?:\.\d*)?)?\s*(?:Z|UTC|[+-]\d{2}(?::?\d{2})?)$"  # a
 
 # ---- CSV formats --------------------------------------------------------------------------
 def load_burstgpt(path, limit: int | None = None):
-    """BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens`` (optional ``Model``)."""
+    """BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens`` (optional ``Model``).
+
+    ``Model`` is read as text, by either reader (so ``--limit`` does not change a label): each request's
+    source is ``burstgpt/<Model>``, or ``burstgpt`` where the cell is empty."""
     path = Path(path)
     nrows = None if limit is None else 2 * limit + 1000
     while True:  # with a limit, read only as many rows as the first `limit` successes need
-        df = _read_csv(path, ("Timestamp", "Request tokens", "Response tokens"), nrows)
+        df = _read_csv(path, ("Timestamp", "Request tokens", "Response tokens"), nrows, text_columns=("Model",))
         resp = _ints(path, df, "Response tokens", minimum=0)
         ok = resp > 0  # failures have 0 response tokens
         rows = np.flatnonzero(ok)
@@ -88,8 +92,9 @@ def load_burstgpt(path, limit: int | None = None):
     if "Model" in sub:
         import pandas as pd
 
-        which, names = pd.factorize(sub["Model"], use_na_sentinel=False)
-        source = np.array([f"burstgpt/{m}" if str(m) else "burstgpt" for m in names], dtype=object)[which]
+        # text in both readers (pyarrow told so; pandas reads every column as text), an empty cell ""
+        which, names = pd.factorize(sub["Model"].fillna(""), use_na_sentinel=False)
+        source = np.array([f"burstgpt/{m}" if m != "" else "burstgpt" for m in names], dtype=object)[which]
     skipped = int(np.count_nonzero(~ok[: rows[-1] + 1]))
     return _trace(p, resp[rows], t - t.min(), rows, source,
                   {"loader": "burstgpt", "file": str(path), "skipped_failed": skipped, "limit": limit})
@@ -128,7 +133,8 @@ def load_vidur(path, limit: int | None = None):
     """Vidur / Splitwise processed CSV: ``num_prefill_tokens``, ``num_decode_tokens`` and ``arrived_at`` (s).
 
     Vidur's length-only traces (no ``arrived_at``) load as offline requests (all at t = 0). Arrival times start at
-    the earliest one (t = 0), as every loader's do: rows out of time order keep their order in the file.
+    the earliest one (t = 0), as the other CSV loaders' and the block-hash loaders' do (a JSONL trace's
+    ``arrival_s`` and a blendsim trace's are kept as given): rows out of time order keep their order in the file.
     """
     path = Path(path)
     df = _read_csv(path, ("num_prefill_tokens", "num_decode_tokens"), limit)
@@ -142,12 +148,14 @@ def load_vidur(path, limit: int | None = None):
                   {"loader": "vidur", "file": str(path), "limit": limit, "has_arrivals": "arrived_at" in df})
 
 
-def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None):
+def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None, text_columns: tuple[str, ...] = ()):
     """The CSV as a DataFrame; pyarrow's multi-threaded reader first, pandas (all text) to diagnose.
+    ``text_columns``: read as text by pyarrow too (the pandas path reads every column as text).
 
     NOTE: pyarrow reads a 1.4M-row BurstGPT file in ~2 s but reports bad rows without their numbers;
     whenever it cannot parse a file cleanly (or a limit asks for the first rows only) the slower
-    text path runs, and the checks below then name the data row and field.
+    text path runs, and the checks below then name the data row and field. A compressed file is
+    decompressed once (:func:`blendsim.sim.io.read_input`), and both readers and every check read those bytes.
     """
     import pandas as pd
 
@@ -158,18 +166,23 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None):
         raise UserError(f"{path}: no such file") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
-    _check_header(path)
-    df = _read_arrow(path) if limit is None else None
+    try:
+        src = read_input(path)  # the path, or a compressed file's decompressed bytes
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
+    _check_header(path, src)
+    df = _read_arrow(src, text_columns) if limit is None else None
     if df is None:
         try:
-            df = pd.read_csv(path, nrows=limit, dtype=str, keep_default_na=False)
+            df = pd.read_csv(input_stream(src) if isinstance(src, bytes) else src, nrows=limit, dtype=str,
+                             keep_default_na=False, compression=None)
         except pd.errors.EmptyDataError:
             raise UserError(f"{path}: the file is empty") from None
         except pd.errors.ParserError as e:
             raise UserError(f"{path}: malformed CSV ({_first_line(e)})") from None
         except UnicodeDecodeError:
-            raise UserError(f"{path}: {_undecodable(path)}") from None
-        check_csv_aligned(path, df)
+            raise UserError(f"{path}: {_undecodable(src)}") from None
+        check_csv_aligned(path, df, source=src)
     missing = [c for c in required if c not in df.columns]
     if missing:
         found = ", ".join(map(str, df.columns[:8]))
@@ -179,36 +192,45 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None):
     return df
 
 
-def _check_header(path: Path) -> None:
-    """One line for a column named twice (which of the two a loader would read is a guess)."""
+def _check_header(path: Path, src) -> None:
+    """One line for a column named twice (which of the two a loader would read is a guess). ``src``: what the
+    readers read (the path, or the decompressed bytes)."""
     import csv
+    import io
     from collections import Counter
 
-    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
-        header = next(csv.reader(fh), [])
+    with io.TextIOWrapper(input_stream(src), newline="", encoding="utf-8", errors="replace") as fh:
+        header = next((r for r in csv.reader(fh) if r), [])  # pandas skips blank lines before the header too
     twice = [c for c, n in Counter(h.strip() for h in header).items() if n > 1 and c]
     if twice:
         raise UserError(f"{path}: column {twice[0]!r} appears twice in the header")
 
 
-def _undecodable(path: Path) -> str:
-    """Where the first bytes that are not UTF-8 text are (``data row N``, or the header)."""
-    with path.open("rb") as fh:
-        for i, line in enumerate(fh):
+def _undecodable(src) -> str:
+    """Where the first bytes that are not UTF-8 text are (``data row N`` counted as the other errors count, blank
+    lines skipped; or the header) in ``src`` (the path, or the decompressed bytes)."""
+    row = -1  # -1: the header is still to come
+    with input_stream(src) as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            row += 1
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as e:
-                where = "the header" if i == 0 else f"data row {i}"
+                where = "the header" if row == 0 else f"data row {row}"
                 return f"{where}: not UTF-8 text (byte {line[e.start]:#04x} at column {e.start + 1})"
     return "not UTF-8 text"
 
 
-def _read_arrow(path: Path):
+def _read_arrow(src, text_columns: tuple[str, ...] = ()):
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
     try:
-        table = pcsv.read_csv(path)
+        table = pcsv.read_csv(pa.BufferReader(src) if isinstance(src, bytes) else src,
+                              convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(text_columns,
+                                                                                             pa.string())))
     except (pa.ArrowInvalid, UnicodeDecodeError, OSError):
         return None
     types = table.schema.types
@@ -289,36 +311,46 @@ _OPTIONAL_FLOATS = ("arrival_s", "ttft_slo_s", "tbt_slo_s", "jct_slo_s")
 def load_jsonl(path, limit: int | None = None):
     """JSON Lines, one request per line: ``prompt_token_ids`` (list of ints) and ``output_len``.
 
-    Optional per line: ``id`` (a string or an integer, unique), ``arrival_s``, ``output_len_hint``,
-    ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s``, ``source``. Blank lines are skipped and a UTF-8 byte-order
-    mark is allowed (as for CSVs); errors name the file's line number.
+    Optional per line: ``id`` (a string or an integer, unique; a line without one gets its request number,
+    from 0), ``arrival_s``, ``output_len_hint``, ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s``, ``source``.
+    ``arrival_s`` is kept as given (seconds on the trace's own clock, as a blendsim trace's are: not shifted
+    to start at 0), and is on every line or on none (none: offline, all at t = 0). Blank lines are skipped,
+    a UTF-8 byte-order mark is allowed and a ``.gz``, ``.bz2`` or ``.xz`` file is decompressed (as for CSVs);
+    errors name the file's line number.
     """
     from blendsim.workloads.trace import MAX_TOKEN_ID, Trace
 
     path = Path(path)
     tokens, cols, ids = [], {k: [] for k in ("output_len", "output_len_hint", *_OPTIONAL_FLOATS, "source")}, []
-    seen: dict[str, int] = {}
+    seen: dict[str, tuple[int, bool]] = {}  # id -> (line, whether the line gave it)
+    lines, timed = [], []
     for lineno, line in jsonl_lines(path):
         if limit is not None and len(tokens) >= limit:
             break
         rec = _record(path, lineno, line, MAX_TOKEN_ID)
-        rid = str(rec.get("id", len(ids)))
+        given = "id" in rec
+        rid = str(rec["id"] if given else len(ids))
         if rid in seen:
-            raise UserError(f"{path}: line {lineno}, field id: {rid!r} repeats line {seen[rid]} "
-                            "(request ids must be unique)")
-        seen[rid] = lineno
+            _repeated_id(path, lineno, rid, given, *seen[rid])
+        seen[rid] = (lineno, given)
+        lines.append(lineno)
+        timed.append(rec.get("arrival_s") is not None)
         tokens.append(rec["prompt_token_ids"])
         ids.append(rid)
         for k in cols:
             cols[k].append(rec.get(k))
     if not tokens:
         raise UserError(f"{path}: the file has no requests")
+    if any(timed) and not all(timed):  # a line without one would arrive at t = 0, among timed lines
+        first = lines[timed.index(True)]
+        raise UserError(f"{path}: line {lines[timed.index(False)]}, field arrival_s: missing (or null) where line "
+                        f"{first} has one; give every line one (0 for offline), or none")
     lens = np.array([len(t) for t in tokens], dtype=np.int64)
     offsets = np.zeros(len(tokens) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
     sym = np.concatenate([np.asarray(t, dtype=np.int64) for t in tokens])
     opt = {k: np.array([np.nan if v is None else v for v in cols[k]], dtype=np.float64) for k in _OPTIONAL_FLOATS}
-    opt["arrival_s"] = np.nan_to_num(opt["arrival_s"], nan=0.0)
+    opt["arrival_s"] = np.nan_to_num(opt["arrival_s"], nan=0.0)  # none given: offline, all at t = 0
     hint = np.array([-1 if v is None else v for v in cols["output_len_hint"]], dtype=np.int64)
     source = np.array(["" if v is None else str(v) for v in cols["source"]], dtype=object)
     trace = Trace(ids=np.array(ids, dtype=object), input_len=lens, output_len=np.array(cols["output_len"], dtype=np.int64),
@@ -328,18 +360,22 @@ def load_jsonl(path, limit: int | None = None):
     return trace
 
 
+def _repeated_id(path: Path, lineno: int, rid: str, given: bool, first: int, first_given: bool):
+    """One line for a request id seen before: given on both lines, or a line's default (its request number)."""
+    fix = "give every line an id, or none"
+    if given and first_given:
+        raise UserError(f"{path}: line {lineno}, field id: {rid!r} repeats line {first} (request ids must be unique)")
+    if given:
+        raise UserError(f"{path}: line {lineno}, field id: {rid!r} is the id line {first} gets by default (it has "
+                        f"none: its request number, from 0); {fix}")
+    # (two lines without one cannot clash: their defaults differ)
+    raise UserError(f"{path}: line {lineno}: has no id field, and the id it gets by default ({rid!r}: its request "
+                    f"number, from 0) is line {first}'s; {fix}")
+
+
 def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
     where = f"{path}: line {lineno}"
-    try:
-        rec = loads_strict(line)
-    except json.JSONDecodeError as e:
-        from blendsim.sim.io import json_column
-
-        raise UserError(f"{where}: not valid JSON ({e.msg} at column {json_column(e, line)})") from None
-    except (ValueError, RecursionError) as e:  # an integer of over 4,300 digits; nesting too deep
-        raise UserError(f"{where}: not usable JSON ({str(e).splitlines()[0][:80]})") from None
-    if not isinstance(rec, dict):
-        raise UserError(f"{where}: expected a JSON object, found {type(rec).__name__}")
+    rec = json_object(where, line, loads_strict)
     for key in ("prompt_token_ids", "output_len"):
         if key not in rec:
             raise UserError(f"{where}, field {key}: missing")
@@ -366,13 +402,13 @@ def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
         raise UserError(f"{where}, field source: must be a string")
     if "id" in rec and not (isinstance(rec["id"], str) or _is_int(rec["id"])):
         raise UserError(f"{where}, field id: {_short(rec['id'])} must be a string or an integer")
+    for key in ("id", "source"):  # strings the trace writes out as UTF-8
+        if isinstance(rec.get(key), str):
+            check_text(where, key, rec[key])
     return rec
 
 
-def _short(v) -> str:
-    """``repr(v)``, cut to 60 characters (a 4,000-digit number or a long list stays one short line)."""
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."
+_short = short_repr
 
 
 def _is_int(v) -> bool:

@@ -88,13 +88,14 @@ def stats_cmd(
 
 @app.command("load")
 def load_cmd(
-    file: Path = typer.Argument(..., help="The trace file to convert."),
+    file: Path = typer.Argument(..., help="The trace file to convert (a .gz, .bz2 or .xz file is decompressed)."),
     fmt: str = typer.Option(..., "--format", "-f", help="Its format: burstgpt (CSV: Timestamp, Request tokens, "
                             "Response tokens), azure (CSV: TIMESTAMP, ContextTokens, GeneratedTokens), vidur (CSV: "
                             "arrived_at, num_prefill_tokens, num_decode_tokens), jsonl (prompt_token_ids, "
-                            "output_len per line; optional id, arrival_s, output_len_hint, ttft_slo_s, tbt_slo_s, "
-                            "jct_slo_s, source), mooncake (JSONL: timestamp in ms, input_length, output_length, "
-                            "hash_ids of 512-token blocks) or hashed (JSONL: input_length, hash_ids of "
+                            "output_len per line; optional id, arrival_s (kept as given; on every line or none), "
+                            "output_len_hint, ttft_slo_s, tbt_slo_s, jct_slo_s, source), mooncake (JSONL: "
+                            "timestamp in ms, input_length, output_length, hash_ids of 512-token blocks) or hashed "
+                            "(JSONL: input_length, hash_ids of "
                             "--block-size blocks; optional output_length, timestamp, request_id) or trace (a "
                             "blendsim Parquet trace, to apply --limit or --max-context to it)."),
     output: Path = typer.Option(..., "--output", "--out", "-o", help=OUTPUT_HELP),
@@ -123,11 +124,12 @@ def load_cmd(
     and counted. The trace keeps the file's stem as its name.
     """
     from blendsim.sim.io import check_output_file
-    from blendsim.workloads.hashed import context_option, summary_rows
+    from blendsim.workloads.hashed import context_option, output_from_path, summary_rows
     from blendsim.workloads.loaders import load
     from blendsim.workloads.trace import write_trace
 
-    check_output_file(output, inputs=[file])
+    # the files read: -o replaces neither (--output-from's FILE without its :COLUMN)
+    check_output_file(output, inputs=[file, output_from_path(output_from)[0] if output_from is not None else None])
     opts = {"block_size": block_size, "time_unit": time_unit, "output_len": output_len,
             "output_from": output_from, "seed": seed}
     trace = context_option(load(file, fmt, limit, **{k: v for k, v in opts.items() if v is not None}),
