@@ -1271,7 +1271,8 @@ def load_params(path: str | Path | None = None) -> dict:
     p = Path(path) if path else PARAMS_FILE
     if not p.exists():
         return {}
-    return check_params(read_json(p, "fitted engine parameters file"), str(p), overhead_keys())
+    regimes = sorted({v.regime for v in VERSIONS.values() if v.regime} | {"default"})
+    return check_params(read_json(p, "fitted engine parameters file"), str(p), overhead_keys(), regimes)
 
 
 def overhead_keys() -> list[str]:
@@ -1312,6 +1313,17 @@ def _from_file(path: str) -> EngineProfile:
         field = "profile.version" if head.get("version") and head["engine"].strip().lower() in PROFILES else \
             "profile.engine"
         raise UserError(f"{path}: field {field}: {e}") from None
+    hw = head.get("hardware")
+    if hw is not None:
+        from blendsim.sim.hardware import PRESETS
+
+        if not isinstance(hw, str) or hw not in PRESETS:
+            raise UserError(f"{path}: field profile.hardware: {hw!r} is not a hardware preset ({', '.join(PRESETS)})")
+    loops = [k for k in params.get("engine", {}) if k.partition(":")[0].partition("@")[0] == prof.name]
+    if loops and prof.overhead_key not in params.get("engine", {}) and prof.fitted:
+        # a loop of this engine under another release's key: the profile's own would silently be the prior
+        raise UserError(f"{path}: field engine: holds the loop of {', '.join(loops)} but not of {prof.overhead_key}, "
+                        f"the release its profile header names ({base}); put the fitted loop under that key")
     return replace(prof, key=str(path), params_file=str(p.resolve()),
                    source=f"{prof.source}; fitted by blendsim calibrate engine ({path})")
 

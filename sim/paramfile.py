@@ -38,15 +38,27 @@ def _short(v) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def check_params(obj, where: str = "parameters", profiles=()) -> dict:
+def check_params(obj, where: str = "parameters", profiles=(), regimes=()) -> dict:
     """``obj`` (a parsed parameters file) if every field is well-formed; else UserError naming ``where`` and
     the field. ``profiles``: the keys an engine's fitted overhead may have (profile names and NAME@VERSION,
-    ``blendsim.sim.engines.overhead_keys``, whose loader calls this)."""
+    ``blendsim.sim.engines.overhead_keys``, whose loader calls this); ``regimes``: the kernel regimes the engine
+    profiles select (empty: any name). A GPU architecture or hardware name that no preset has, or an efficiency
+    outside its bounds (the file's own ``bounds`` entry for it, else ``blendsim.sim.efficiency.BOUNDS``' floor and
+    ceiling), is refused: a hand-edited file's ``Ampere`` for ``ampere`` would otherwise be read as no value at all
+    and price that GPU at its preset."""
     from blendsim.sim.efficiency import BOUNDS
+    from blendsim.sim.hardware import PRESETS
 
     PROFILES = tuple(profiles)
+    ARCHS = sorted({h.arch for h in PRESETS.values()})
+    REGIMES = tuple(regimes)
+
     def fail(field: str, what: str):
         raise UserError(f"{where}: field {field}: {what}")
+
+    def known(name: str, field: str, names, what: str) -> None:
+        if name not in names:
+            fail(f"{field}.{name}", f"unknown {what}; {what}s are {', '.join(names)}")
 
     def table(v, field: str) -> dict:
         if not isinstance(v, dict):
@@ -56,16 +68,20 @@ def check_params(obj, where: str = "parameters", profiles=()) -> dict:
                 fail(field, f"names must be non-empty strings, got {_short(k)}")
         return v
 
+    bounds = obj.get("bounds", {}) if isinstance(obj, dict) else {}
+
     def effs(v, field: str) -> None:
         for k, x in table(v, field).items():
             f = f"{field}.{k}"
             if k not in BOUNDS:
                 fail(f, f"unknown parameter; parameters are {', '.join(BOUNDS)}")
-            lo_ok = (lambda y: y >= 0) if k == "kappa" else (lambda y: y > 0)
-            hi = max(1.0, BOUNDS[k][1])
-            if not (_number(x) and lo_ok(x) and x <= hi):
-                rng = f"0..{hi:g}" if k == "kappa" else f"a number > 0 and <= {hi:g}"
-                fail(f, f"must be {rng}, got {_short(x)}")
+            own = bounds.get(f) if isinstance(bounds, dict) else None
+            if isinstance(own, list) and len(own) == 2 and all(_number(y) for y in own) and own[0] <= own[1]:
+                lo, hi, whose = own[0], own[1], "the file's bounds"
+            else:
+                lo, hi, whose = BOUNDS[k][0], max(1.0, BOUNDS[k][1]), "blendsim's bounds"
+            if not (_number(x) and lo <= x <= hi):
+                fail(f, f"must be a number from {lo:g} to {hi:g} ({whose}), got {_short(x)}")
 
     if not isinstance(obj, dict):
         raise UserError(f"{where}: expected a JSON object of fitted parameters, got {type(obj).__name__}")
@@ -88,11 +104,16 @@ def check_params(obj, where: str = "parameters", profiles=()) -> dict:
                 fail(f"engine.{eng}.{k}", f"must be a number of seconds >= 0 and < {MAX_OVERHEAD_S:g}, got {_short(x)}")
     effs(obj.get("global", {}), "global")
     for arch, vals in table(obj.get("arch", {}), "arch").items():
+        known(arch, "arch", ARCHS, "GPU architecture")
         effs(vals, f"arch.{arch}")
     for hw, vals in table(obj.get("hardware", {}), "hardware").items():
+        known(hw, "hardware", list(PRESETS), "hardware preset")
         effs(vals, f"hardware.{hw}")
     for reg, per in table(obj.get("regime", {}), "regime").items():
+        if REGIMES:
+            known(reg, "regime", REGIMES, "kernel regime")
         for hw, vals in table(per, f"regime.{reg}").items():
+            known(hw, f"regime.{reg}", ["*", *ARCHS, *PRESETS], "key (*, a GPU architecture or a hardware preset)")
             effs(vals, f"regime.{reg}.{hw}")
     for k, b in table(obj.get("bounds", {}), "bounds").items():
         if not (isinstance(b, list) and len(b) == 2 and all(_number(x) for x in b) and b[0] <= b[1]):

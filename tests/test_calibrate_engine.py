@@ -92,9 +92,9 @@ def test_reads_each_engines_benchmark_output(tmp_path):
     s = Setup("vllm", "0.10", "h100-80gb", "llama-3.1-8b", 1, "bf16", "", "const:1024/128")
     v = read_results([tmp_path / "vllm.json"], s)[0]
     assert (v.workload, v.requests, v.metric, v.value) == ("const:1024/128", 100, "total_tok_s", 11520.0)
-    g = read_results([tmp_path / "sgl.jsonl"], dataclasses.replace(s, workload=None))
+    g = read_results([tmp_path / "sgl.jsonl"], dataclasses.replace(s, engine="sglang", version="0.4", workload=None))
     assert [x.workload for x in g] == ["const:300/90"] * 2 and g[0].value == pytest.approx(900.0)
-    t = read_results([tmp_path / "trt.json"], dataclasses.replace(s, workload=None))[0]
+    t = read_results([tmp_path / "trt.json"], dataclasses.replace(s, engine="trtllm", version="", workload=None, tp=None))[0]
     assert (t.workload, t.tp, t.gpus, t.metric, t.value) == ("const:128/2048", 2, 2, "output_tok_s", 5000.0)
 
 

@@ -134,11 +134,15 @@ def engine_cmd(
     out: Path = typer.Option(..., "-o", "--out", help="Profile JSON to write (a parameters file with a "
                                                      "'profile' header)."),
     model: str = typer.Option(None, "--model", "-m", help="Model preset or config.json (result files)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree of the runs (a trtllm-bench report says)."),
-    weights: str = typer.Option("bf16", "--weights", help="Weight precision of the runs."),
-    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV-cache precision (default: the weights')."),
-    workload: str = typer.Option(None, "--workload", help="const:ISL/OSL, file:PATH or synth:RECIPE?... of the "
-                                                          "runs (required for vLLM JSON)."),
+    tp: int = typer.Option(None, "--tp", help="Tensor-parallel degree of the runs (default: what a trtllm-bench "
+                                             "report states, else 1; a report that states another is refused)."),
+    weights: str = typer.Option(None, "--weights", help="Weight precision of the runs (default: what a "
+                                                        "trtllm-bench report's quantization states, else bf16)."),
+    kv_dtype: str = typer.Option("", "--kv-dtype", help="KV-cache precision of the runs (default: what a "
+                                                         "trtllm-bench report states, else the model's 16-bit)."),
+    workload: str = typer.Option(None, "--workload", help="const:ISL/OSL, random:..., file:PATH or synth:RECIPE?... "
+                                                          "of the runs (required for vLLM JSON; for a result that "
+                                                          "records its lengths, checked against them)."),
     params_file: Path = typer.Option(None, "--params-file", help="Parameters to start from (default: shipped)."),
 ) -> None:
     """Fit ENGINE's step overhead and the GPU's efficiencies to your own benchmark runs; write a profile."""
@@ -161,14 +165,14 @@ def engine_cmd(
     if not str(out).lower().endswith(".json"):
         raise UserError(f"-o {out}: an engine profile is a .json file (--engine takes it by that suffix)")
     get_hardware(hardware)
-    if tp < 1:
+    if tp is not None and tp < 1:
         raise UserError(f"--tp must be >= 1, got {tp}")
     if params_file and not Path(params_file).exists():
         raise UserError(f"--params-file {params_file}: no such file")
     if Path(out).exists() and Path(out).is_dir():
         raise UserError(f"-o {out}: is a folder")
     check_profile_out(out)  # before the fit: a place it can write, never a file of the user's
-    setup = Setup(name, version, hardware, model, tp, weights, kv_dtype, workload)
+    setup = Setup(name, version, hardware, model, tp, weights or "bf16", kv_dtype, workload, weights_given=weights or "")
     notes: list = []
     from blendsim.runner import newer_than_modelled
     from blendsim.sim.engines import get_profile
@@ -204,6 +208,9 @@ def engine_cmd(
     errs = [abs(x["error"]) for x in fitted]
     say(c, f"fitted {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample median "
            f"|error| {100 * float(np.median(errs)):.1f}%", indent=0)
+    prec = sorted({(r.weights or "bf16", r.kv_dtype or "the model's 16-bit", r.tp, r.pp) for r in rows})
+    say(c, "priced as " + "; ".join(f"{w} weights, {kv} KV, TP {t}" + (f" x PP {p}" if p > 1 else "")
+                                    for w, kv, t, p in prec), indent=0)
     for note in params.get("_notes", []):
         say(c, f"note: {note}", indent=0)
     typer.echo(f"wrote {out}")

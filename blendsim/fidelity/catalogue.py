@@ -123,6 +123,10 @@ def read_catalogue(path: str | Path) -> list[Row]:
     rows, seen = [], set()
     for i, r in enumerate(raw):
         line = i + 2
+        extra = r.get(None)  # csv.DictReader's cells past the header's columns
+        if extra:
+            raise UserError(f"{path}: row {line} (id {r.get('id') or '?'}): {len(header) + len(extra)} cells for the "
+                            f"header's {len(header)} columns (an unquoted comma, in the note perhaps?); quote the cell")
         rows.append(_row(path, line, r))
         if rows[-1].id in seen:
             raise UserError(f"{path}: row {line}: id {rows[-1].id!r} appears twice")
@@ -157,6 +161,8 @@ def _row(path: Path, line: int, r: dict) -> Row:
         return v
 
     try:
+        if "_" in text("value"):  # Python's float() reads 1_000; a spreadsheet or a reader of the CSV does not
+            raise ValueError
         value = float(text("value"))
     except ValueError:
         raise UserError(f"{where('value')}: expected a number, got {r.get('value')!r}") from None
@@ -221,6 +227,12 @@ def _check_names(path: Path, r: dict, where, ep: int) -> None:
         if v and v not in known:
             raise UserError(f"{where(field)}: {v!r} is not one of {', '.join(known)}")
 
+    engine = (r.get("engine") or "").strip()
+    from blendsim.sim.engines import PROFILES as ENGINES
+
+    near = next((n for n in ENGINES if n.lower() == engine.lower()), None)
+    if near is not None and near != engine:  # a name blendsim models, written another way: a typo, not another engine
+        raise UserError(f"{where('engine')}: {engine!r}: engine names are lower-case; write {near!r}")
     model, hardware, policy = ((r.get(k) or "").strip() for k in ("model", "hardware", "policy"))
     field = "model"
     try:

@@ -48,10 +48,11 @@ class Setup:
     version: str
     hardware: str
     model: str | None
-    tp: int
+    tp: int | None  # None: not given (a report's own, else 1)
     weights: str
-    kv_dtype: str
+    kv_dtype: str  # "": not given (the model's 16-bit KV, or what a trtllm-bench report states)
     workload: str | None
+    weights_given: str = ""  # --weights as given ("": not given; a trtllm-bench report's quantization then)
 
 
 def split_engine(spec: str) -> tuple[str, str]:
@@ -105,20 +106,24 @@ def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> 
                              + "; ".join(left))
             continue
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8-sig")  # a byte-order mark allowed, as for a catalogue CSV
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"{path}: cannot read: {e}") from None
         if path.suffix == ".jsonl":
+            _engine_is(path, "sglang", "an SGLang bench_offline_throughput result", setup)
             for i, line in enumerate(text.splitlines()):
                 if line.strip():
                     rows.append(_sglang(path, i + 1, _json(path, line, i + 1), setup))
             continue
         obj = _json(path, text, None)
         if isinstance(obj, dict) and "performance" in obj and "request_info" in obj:
+            _engine_is(path, "trtllm", "a trtllm-bench report", setup)
             rows.append(_trtllm(path, obj, setup))
         elif isinstance(obj, dict) and "elapsed_time" in obj and "num_requests" in obj:
+            _engine_is(path, "vllm", "a vLLM bench throughput result", setup)
             rows.append(_vllm(path, obj, setup))
         elif isinstance(obj, dict) and "successful_requests" in obj:
+            _engine_is(path, "sglang", "an SGLang bench_offline_throughput result", setup)
             rows.append(_sglang(path, 1, obj, setup))
         else:
             raise UserError(f"{path}: not a vLLM 'bench throughput' JSON, an SGLang bench_offline_throughput "
@@ -126,6 +131,8 @@ def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> 
                             f"or performance/request_info keys)")
     if not rows:
         raise UserError("no measurements in the given results")
+    if notes is not None:
+        notes += _same_runs(rows)
     rows = _distinct_ids(rows)
     dup = sorted(_repeated(rows))
     if dup:
@@ -135,6 +142,26 @@ def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> 
         raise UserError(f"measurement id(s) {', '.join(dup[:5])}{more} appear twice{where}: a results file given "
                         f"twice, or a catalogue row repeating one")
     return rows
+
+
+def _engine_is(path: Path, engine: str, what: str, setup: Setup) -> None:
+    """One line where a benchmark tool's result is given for another engine's calibration."""
+    if setup.engine.removesuffix("-v0") != engine:
+        raise UserError(f"{path}: {what}, but --engine {setup.engine}"
+                        + (f"@{setup.version}" if setup.version else "") + f": calibrate {engine} with it")
+
+
+def _same_runs(rows: list) -> list[str]:
+    """A note for measurements identical in every figure (a results file copied under another name, a JSONL line
+    appended twice): each is fitted as a run of its own, so such a run weighs double."""
+    from collections import defaultdict
+
+    seen = defaultdict(list)
+    for r in rows:
+        seen[(r.workload, r.requests, r.metric, r.value, r.tp, r.weights, r.kv_dtype)].append(r.id)
+    return [f"measurements {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''} are identical in every figure "
+            f"(one run given {len(ids)} times?); each is fitted as a run of its own"
+            for ids in seen.values() if len(ids) > 1]
 
 
 def _json(path: Path, text: str, line: int | None):
@@ -204,18 +231,41 @@ def _distinct_ids(rows: list) -> list:
 
 
 def _row(path: Path, n: int, setup: Setup, rid: str, workload: str, requests: int, metric: str, value: float,
-         tp: int | None = None, note: str = "") -> Row:
+         tp: int | None = None, note: str = "", pp: int = 1, ep: int = 1, weights: str | None = None,
+         kv_dtype: str | None = None) -> Row:
     if not setup.model:
         raise UserError(f"{path}: give --model (a preset or a config.json) for benchmark result files")
-    tp = tp or setup.tp
-    return Row(id=rid, source=str(path), model=setup.model, hardware=setup.hardware, gpus=tp, tp=tp, pp=1, ep=1,
-               weights=setup.weights, kv_dtype=setup.kv_dtype, engine=setup.engine, engine_version=setup.version,
+    tp = tp or setup.tp or 1
+    return Row(id=rid, source=str(path), model=setup.model, hardware=setup.hardware, gpus=tp * pp, tp=tp, pp=pp, ep=ep,
+               weights=weights or setup.weights, kv_dtype=setup.kv_dtype if kv_dtype is None else kv_dtype,
+               engine=setup.engine, engine_version=setup.version,
                policy="", workload=workload, requests=requests, metric=metric, scope="system", value=value,
                note=note, folder=Path.cwd(), line=n)
 
 
-def _const(path: Path, setup: Setup, isl: float, osl: float) -> str:
+def _workload_means(setup: Setup, requests: int, where: str) -> tuple[float, float]:
+    """The mean prompt and output lengths of ``--workload`` for ``requests`` requests (the trace a run of it would
+    simulate)."""
+    from .catalogue import build_workload
+
+    row = Row(id="--workload", source="", model=setup.model or "", hardware=setup.hardware, gpus=1, tp=1, pp=1, ep=1,
+              weights="", kv_dtype="", engine=setup.engine, engine_version="", policy="", workload=setup.workload,
+              requests=requests, metric="output_tok_s", scope="system", value=1.0, note="", folder=Path.cwd(), line=0)
+    try:
+        t = build_workload(row)
+    except UserError as e:
+        raise UserError(f"--workload {setup.workload}: {str(e).split(': ', 1)[-1]}") from None
+    return float(t.input_len.mean()), float(t.output_len.mean())
+
+
+def _const(path: Path, setup: Setup, isl: float, osl: float, requests: int, where: str = "") -> str:
+    """The run's workload: the file's mean lengths, or ``--workload`` where its means agree with them (5%)."""
     if setup.workload:
+        mi, mo = _workload_means(setup, requests, where)
+        if abs(mi / isl - 1) > 0.05 or abs(mo / osl - 1) > 0.05:
+            raise UserError(f"{path}{where}: --workload {setup.workload} has mean lengths {mi:,.0f}/{mo:,.0f}, the file "
+                            f"records {isl:,.0f}/{osl:,.0f} (more than 5% apart): drop --workload to use the file's "
+                            f"own lengths, or give this run's")
         return setup.workload
     return f"const:{max(1, round(isl))}/{max(1, round(osl))}"
 
@@ -227,14 +277,11 @@ def _vllm(path: Path, obj: dict, setup: Setup) -> Row:
     if not setup.workload:
         raise UserError(f"{path}: vLLM's bench throughput JSON does not record the prompt/output split; give "
                         f"--workload const:ISL/OSL (the --input-len/--output-len of that run)")
-    if setup.workload.startswith("const:"):
-        try:
-            isl, osl = (int(x) for x in setup.workload[6:].split("/"))
-        except ValueError:
-            raise UserError(f"--workload {setup.workload!r}: expected const:ISL/OSL") from None
-        if abs(n * (isl + osl) / total - 1) > 0.05:
-            raise UserError(f"{path}: --workload {setup.workload} gives {n * (isl + osl)} tokens for {n} requests, "
-                            f"the JSON's total_num_tokens is {total:.0f} (more than 5% apart)")
+    mi, mo = _workload_means(setup, n, "")
+    if abs(n * (mi + mo) / total - 1) > 0.05:
+        raise UserError(f"{path}: --workload {setup.workload} gives {n * (mi + mo):,.0f} tokens for {n} requests, the "
+                        f"JSON's total_num_tokens is {total:,.0f} (more than 5% apart); runs of different lengths "
+                        f"take one command each, or one catalogue CSV with a row per run")
     return _row(path, 1, setup, path.stem, setup.workload, n, "total_tok_s", total / elapsed,
                 note="vLLM bench throughput: total (prompt + output) tokens / elapsed_time")
 
@@ -247,21 +294,71 @@ def _sglang(path: Path, line: int, obj, setup: Setup) -> Row:
     lat = _num(path, obj, "total_latency", where=where)
     inp = _num(path, obj, "total_input_tokens", where=where)
     out = _num(path, obj, "total_output_tokens", where=where)
-    return _row(path, line, setup, f"{path.stem}-{line}", _const(path, setup, inp / n, out / n), n,
+    return _row(path, line, setup, f"{path.stem}-{line}", _const(path, setup, inp / n, out / n, n, where), n,
                 "output_tok_s", out / lat, note="SGLang bench_offline_throughput: total_output_tokens / total_latency")
 
 
+def _section(path: Path, obj: dict, key: str, required: bool = True) -> dict:
+    v = obj.get(key)
+    if v is None and not required:
+        return {}
+    if not isinstance(v, dict):
+        raise UserError(f"{path}: field {key}: expected an object, got {type(v).__name__}")
+    return v
+
+
+def _degree(path: Path, world: dict, key: str) -> int | None:
+    """A parallel degree the report states (None: not stated); one line for anything but a whole number >= 1."""
+    v = world.get(key)
+    if v is None:
+        return None
+    if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        raise UserError(f"{path}: field world_info.{key}: expected a whole number >= 1, got {v!r}")
+    return v
+
+
+# trtllm-bench's engine.quantization / engine.kv_cache_dtype (TensorRT-LLM tensorrt_llm/bench/dataclasses/
+# reporting.py, the report's "engine" section) as blendsim's precisions; None/"None" is the model's own 16-bit
+_TRT_PRECISION = {"FP8": "fp8", "NVFP4": "fp4", "FP4": "fp4", "W4A8_MXFP4_FP8": "fp4", "W4A16_MXFP4": "fp4",
+                  "FP16": "fp16", "BF16": "bf16", "BFLOAT16": "bf16", "FLOAT16": "fp16"}
+
+
+def _stated(path: Path, field: str, v, given: str, flag: str) -> str:
+    """The precision a report states, checked against the one given (``given`` "" = not given): the report's."""
+    if v is None or str(v).upper() in ("NONE", "", "AUTO", "NO_QUANT"):
+        return given
+    mine = _TRT_PRECISION.get(str(v).upper())
+    if mine is None:
+        raise UserError(f"{path}: field {field}: {v!r} is a precision blendsim does not model "
+                        f"({', '.join(sorted(_TRT_PRECISION))} or none)")
+    if given and given not in (mine, "bf16" if mine == "fp16" else mine):
+        raise UserError(f"{path}: field {field}: the report says {v}, but {flag} {given}")
+    return mine
+
+
 def _trtllm(path: Path, obj: dict, setup: Setup) -> Row:
-    info, perf = obj.get("request_info") or {}, obj.get("performance") or {}
-    world = obj.get("world_info") or {}
+    info, perf = _section(path, obj, "request_info"), _section(path, obj, "performance")
+    world, eng = _section(path, obj, "world_info", False), _section(path, obj, "engine", False)
     n = _count(path, info, "num_requests", where=" request_info")
     isl = _num(path, info, "avg_input_length", where=" request_info")
     osl = _num(path, info, "avg_output_length", where=" request_info")
     v = _num(path, perf, "system_output_throughput_tok_s", where=" performance")
-    tp = world.get("tp_size") if isinstance(world.get("tp_size"), int) and world.get("tp_size") > 0 else None
-    if world.get("pp_size", 1) not in (1, None):
-        raise UserError(f"{path}: pipeline parallelism (pp_size={world.get('pp_size')}) is not modelled")
-    return _row(path, 1, setup, path.stem, _const(path, setup, isl, osl), n, "output_tok_s", v, tp=tp,
+    tp, pp, ep = (_degree(path, world, k) for k in ("tp_size", "pp_size", "ep_size"))
+    if tp and setup.tp and tp != setup.tp:
+        raise UserError(f"{path}: field world_info.tp_size: the report ran TP {tp}, but --tp {setup.tp}")
+    version = eng.get("version")
+    if isinstance(version, str) and version.strip():
+        from blendsim.sim.engines import modelled_profile
+
+        asked = f"trtllm@{setup.version}" if setup.version else "trtllm"
+        ran = modelled_profile(f"trtllm@{version.strip()}")
+        if ran is not None and ran != modelled_profile(asked):
+            raise UserError(f"{path}: field engine.version: the report ran TensorRT-LLM {version.strip()} (modelled by "
+                            f"{ran}), but --engine {asked} (modelled by {modelled_profile(asked)})")
+    weights = _stated(path, "engine.quantization", eng.get("quantization"), setup.weights_given, "--weights")
+    kv = _stated(path, "engine.kv_cache_dtype", eng.get("kv_cache_dtype"), setup.kv_dtype, "--kv-dtype")
+    return _row(path, 1, setup, path.stem, _const(path, setup, isl, osl, n), n, "output_tok_s", v, tp=tp, pp=pp or 1,
+                ep=ep or 1, weights=weights or setup.weights, kv_dtype=kv,
                 note="trtllm-bench report: performance.system_output_throughput_tok_s")
 
 
