@@ -68,6 +68,7 @@ class EngineProfile:
     # per profile in KV_LOAD_SOURCES
     kv_load: str = "stall"
     key: str = ""  # the key it was selected by when that adds a version or overrides (see label)
+    release: str = ""  # the release it was asked for (``vllm@0.8.2``: 0.8.2; a calibrated file's header's); "" none
     params_file: str = ""  # a `blendsim calibrate engine` profile: its fitted parameters price this engine
     # where its fitted overhead lives in params["engine"]: "" = its own NAME@VERSION (each version's CPU loop is
     # its own); a name shared by versions whose loop is one (trtllm's C++ executor)
@@ -1024,13 +1025,9 @@ _NO_PIPELINE = {
 
 
 def _asked_version(prof: EngineProfile) -> str:
-    """The release a profile was asked for (``vllm@0.8.2`` -> 0.8.2), else the release its profile prices."""
-    key = prof.key or ""
-    if key and not is_profile_file(key):
-        v = parse_key(key).version
-        if v:
-            return v
-    return prof.version
+    """The release a profile was asked for (``vllm@0.8.2`` -> 0.8.2; a calibrated profile's header), else the
+    release its profile prices."""
+    return prof.release or prof.version
 
 
 def _before(version: str, since: str) -> bool:
@@ -1061,8 +1058,9 @@ def pipeline_unmodelled(prof: EngineProfile) -> str:
                 f"{prof.modelled} loop is fitted with it on; price such a run with vllm@0.5:serve=1 (V0's "
                 f"synchronous loop) or vllm@{PIPELINE_V1_SINCE} or later (V1)")
     if not prof.serve:
-        return ("vLLM V0 runs pipeline stages only behind its API server (its offline engine refuses them); "
-                f"add serve=1 ({prof.label}:serve=1)")
+        how = ("calibrate it on runs behind the server" if prof.params_file else
+               f"add serve=1 ({prof.name}@{asked}:serve=1)")
+        return f"vLLM V0 runs pipeline stages only behind its API server (its offline engine refuses them); {how}"
     return ""
 
 
@@ -1319,12 +1317,16 @@ def _from_file(path: str) -> EngineProfile:
 
         if not isinstance(hw, str) or hw not in PRESETS:
             raise UserError(f"{path}: field profile.hardware: {hw!r} is not a hardware preset ({', '.join(PRESETS)})")
-    loops = [k for k in params.get("engine", {}) if k.partition(":")[0].partition("@")[0] == prof.name]
-    if loops and prof.overhead_key not in params.get("engine", {}) and prof.fitted:
-        # a loop of this engine under another release's key: the profile's own would silently be the prior
-        raise UserError(f"{path}: field engine: holds the loop of {', '.join(loops)} but not of {prof.overhead_key}, "
-                        f"the release its profile header names ({base}); put the fitted loop under that key")
-    return replace(prof, key=str(path), params_file=str(p.resolve()),
+    shipped = load_params().get("engine", {})
+    moved = [k for k in params.get("engine", {}) if k.partition(":")[0].partition("@")[0] == prof.name
+             and k not in shipped]
+    if moved and prof.overhead_key not in params.get("engine", {}) and prof.fitted:
+        # a loop of this engine under a key the shipped file does not fit, and none under the profile's own: the
+        # fitted loop was put under another release's key, and the profile's own would silently be its prior
+        raise UserError(f"{path}: field engine: holds a loop under {', '.join(moved)} but none under "
+                        f"{prof.overhead_key}, the release its profile header names ({base}); put the fitted loop "
+                        f"under that key")
+    return replace(prof, key=str(path), params_file=str(p.resolve()), release=str(head.get("version") or ""),
                    source=f"{prof.source}; fitted by blendsim calibrate engine ({path})")
 
 
@@ -1388,7 +1390,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     if "cuda_graph_max" in k.overrides:  # the user's own largest graph batch, on every device
         prof = replace(prof, graph_max_by_memory=())
     if k.overrides or k.version:
-        prof = replace(prof, **k.overrides, key=text)
+        prof = replace(prof, **k.overrides, key=text, release=k.version)
         if k.overrides:
             prof = replace(prof, source=f"{prof.source}; user-given {', '.join(f'{a}={b}' for a, b in k.overrides.items())}")
     return prof

@@ -274,3 +274,15 @@ def test_the_fixes_keep_loads_byte_identical(tmp_path):
         outs.append((tmp_path / f"{name}.parquet").read_bytes())
     assert outs[0] == outs[1]
     assert np.all(read_trace(tmp_path / "a.parquet").input_len == [r["input_length"] for r in rows])
+
+
+def test_the_api_tells_a_compressed_file_s_format_by_its_inner_name(tmp_path):
+    import gzip
+
+    import blendsim
+
+    f = tmp_path / "t.jsonl.gz"
+    with gzip.open(f, "wt") as fh:
+        fh.write('{"prompt_token_ids": [1, 2, 3], "output_len": 4}\n{"prompt_token_ids": [1, 2], "output_len": 2}\n')
+    t = blendsim.load_trace(f)
+    assert t.n == 2 and t.input_len.tolist() == [3, 2]

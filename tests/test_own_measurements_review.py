@@ -103,8 +103,9 @@ def _profile(tmp_path, edit) -> str:
     (lambda p: p["regime"].__setitem__("cuda_graph", p["regime"].pop("cuda-graph")), ["field regime.cuda_graph"]),
     (lambda p: p["arch"]["ampere"].__setitem__("gemm_eff", 1e-9), ["field arch.ampere.gemm_eff", "from 0.25 to 0.95"]),
     (lambda p: p["profile"].__setitem__("hardware", "a100"), ["field profile.hardware", "'a100' is not a hardware preset"]),
-    (lambda p: (p["profile"].update(engine="sglang", version="0.3"), p["engine"].pop("sglang@0.3")),
-     ["field engine", "not of sglang@0.3"]),
+    (lambda p: (p["profile"].update(engine="sglang", version="0.3"),
+                p["engine"].__setitem__("sglang@0.4", p["engine"].pop("sglang@0.3"))),
+     ["field engine", "under sglang@0.4 but none under sglang@0.3"]),
 ])
 def test_a_hand_edited_profile_names_what_is_wrong(tmp_path, edit, needles):
     f = _profile(tmp_path, edit)

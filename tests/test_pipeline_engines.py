@@ -108,3 +108,36 @@ def test_engines_says_whether_pipeline_stages_are_modelled():
     assert r.exit_code == 0 and "pipeline_stages" in r.output and "refused" in r.output
     r = _cli("engines", "trtllm")
     assert r.exit_code == 0 and "modelled (--pp)" in r.output
+
+
+def test_a_catalogue_row_is_checked_at_the_release_it_states(tmp_path):
+    from blendsim.fidelity.catalogue import COLUMNS
+    from blendsim.fidelity.suite import load_suite
+
+    def row(rid, version):
+        r = {c: "" for c in COLUMNS}
+        r.update(id=rid, source="s", model="llama-3-8b", hardware="h100-80gb", gpus="2", tp="1", pp="2", engine="vllm",
+                 engine_version=version, workload="const:128/128", requests="40", metric="output_tok_s",
+                 scope="system", value="1000")
+        return ",".join(r[c] for c in COLUMNS)
+
+    cat = tmp_path / "c.csv"
+    cat.write_text(",".join(COLUMNS) + "\n" + row("old", "vLLM v0.8.2") + "\n" + row("new", "vLLM v0.8.5") + "\n")
+    suite = load_suite(cat, {})
+    assert "vLLM 0.8.2 runs pipeline stages on its V0 engine" in suite.reasons["old"]
+    assert "new" in suite.pricers
+
+
+def test_a_calibrated_profile_is_checked_at_the_release_its_header_names(tmp_path):
+    from blendsim.sim.engines import PARAMS_FILE
+
+    p = json.loads(PARAMS_FILE.read_text())
+    p["profile"] = {"kind": "blendsim-engine-profile", "engine": "vllm", "version": "0.8.2", "hardware": "h100-80gb"}
+    f = tmp_path / "v082.json"
+    f.write_text(json.dumps(p))
+    one_line_error(_cli("cost", "--engine", f, "--pp", 2, "--decode-seqs", 8, "--context", 256),
+                   "vLLM 0.8.2 runs pipeline stages on its V0 engine")
+    p["profile"]["version"] = "0.5.3"
+    f.write_text(json.dumps(p))
+    one_line_error(_cli("cost", "--engine", f, "--pp", 2, "--decode-seqs", 8, "--context", 256),
+                   "only behind its API server", "calibrate it on runs behind the server")

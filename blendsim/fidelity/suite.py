@@ -88,6 +88,16 @@ def prepare_row(row: Row, params: dict) -> RowPricer:
         prof = get_profile(row_engine_key(row), {})
     except UserError as e:
         raise Skip(str(e)) from None
+    if row.pp > 1:  # pipeline stages at the release the row states (its key names only MAJOR.MINOR)
+        from dataclasses import replace
+
+        from blendsim.sim.engines import pipeline_unmodelled
+
+        from .catalogue import _stated_version
+
+        why = pipeline_unmodelled(replace(prof, release=_stated_version(row) or prof.release))
+        if why:
+            raise Skip(f"pp {row.pp}: {why}")
     from .runner import deployment_for
 
     dep = deployment_for(row, prof)  # Skip/UserError before building a possibly large trace
