@@ -143,6 +143,8 @@ def make_trace(*, input_len, output_len, prompts=None, ids=None, **optional):
                         f"prompts and ids it takes {', '.join(known)}")
     trace = from_columns(input_len=input_len, output_len=output_len, prompts=prompts, ids=ids, **optional)
     trace.validate("make_trace")
+    if trace.n == 0:  # load_trace and simulate refuse one: never make or write a trace nothing can run
+        raise UserError("make_trace(): no requests (input_len and output_len are empty)")
     return trace
 
 
@@ -292,13 +294,15 @@ def _warn_critical(run) -> None:
     w = critical_path_warning(run.summary)
     if w:
         run.notes.append(w)
-        warnings.warn(w, UserWarning, stacklevel=4)  # the caller's line: past simulate and the _boundary wrapper
+        warnings.warn(w, UserWarning, stacklevel=_user_stacklevel())
 
 
 def _as_trace(trace):
     from blendsim.workloads.trace import Trace
 
     if isinstance(trace, Trace):
+        if trace.n == 0:
+            raise UserError("the trace has no requests")
         return trace
     if isinstance(trace, (str, os.PathLike)):
         return load_trace(trace)
@@ -402,8 +406,20 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     import warnings
 
     for w in result.notes:
-        warnings.warn(w, UserWarning, stacklevel=3)  # the caller's line, past the _boundary wrapper
+        warnings.warn(w, UserWarning, stacklevel=_user_stacklevel())
     return result
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that puts a warning at the user's line: the first frame outside this package, however
+    many of blendsim's own frames (the _boundary wrapper, ``blendsim.sweep``'s callable module) lie between."""
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    f, level = sys._getframe(1), 1  # the caller's frame: level 1 for warnings.warn called there
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(here):
+        f, level = f.f_back, level + 1
+    return level
 
 
 def _values(v, flag: str) -> tuple[float, ...]:
@@ -499,6 +515,7 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     )
 
     m = dep.model
+    prefill_tokens, decode_seqs, context = int(prefill_tokens), int(decode_seqs), int(context)  # checked by price_step
     notes = (list(cm.notes()) + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
              + inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_attn_dp(cm.engine, dep)
              + skew_note(expert_skew, m))
@@ -535,12 +552,13 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
 
     C.text(model, "--model")
     C.text(hardware, "--hardware")
-    for v, flag in ((prefill_tokens, "--prefill-tokens"), (decode_seqs, "--decode-seqs"), (context, "--context")):
-        C.integer(v, flag, 0, MAX_TOKENS)
-    C.integer(tp, "--tp", 1, C.MAX_GPUS)
-    C.integer(ep, "--ep", 1, C.MAX_GPUS)
-    C.integer(pp, "--pp", 1, C.MAX_GPUS)
-    C.number(expert_skew, "--expert-skew", 0.0)
+    # the checked values, as Python numbers (a numpy int32 would overflow in the operators' FLOP counts)
+    prefill_tokens, decode_seqs, context = (C.integer(v, flag, 0, MAX_TOKENS) for v, flag in (
+        (prefill_tokens, "--prefill-tokens"), (decode_seqs, "--decode-seqs"), (context, "--context")))
+    tp = C.integer(tp, "--tp", 1, C.MAX_GPUS)
+    ep = C.integer(ep, "--ep", 1, C.MAX_GPUS)
+    pp = C.integer(pp, "--pp", 1, C.MAX_GPUS)
+    expert_skew = C.number(expert_skew, "--expert-skew", 0.0)
     C.optional(C.text, mode, "--mode")
     C.text(engine, "--engine")
     for v, flag in ((dtype, "--dtype"), (weights, "--weights"), (kv_dtype, "--kv-dtype")):
@@ -549,8 +567,8 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
         profile = C.path(profile, "--profile")
     if prefill_tokens == 0 and decode_seqs == 0:
         raise UserError("give --prefill-tokens and/or --decode-seqs")
-    C.optional(C.integer, token_budget, "--token-budget", 1, MAX_TOKENS)
-    C.optional(C.integer, max_seqs, "--max-seqs", 0, MAX_TOKENS)
+    token_budget = C.optional(C.integer, token_budget, "--token-budget", 1, MAX_TOKENS)
+    max_seqs = C.optional(C.integer, max_seqs, "--max-seqs", 0, MAX_TOKENS)
     dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
                           **engine_memory_settings(engine, hardware, token_budget, max_seqs, model=model, tp=tp,
                                                    dtype=dtype, weights=weights, kv_dtype=kv_dtype))

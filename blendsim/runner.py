@@ -283,6 +283,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     tiers = tier_spec(dep, B, cfg.host_kv_gb, cfg.disk_kv_gb,
                       kv_load_mode(cfg.kv_load, cfg.engine or DEFAULT_ENGINE),
                       cfg.host_link_gbps, cfg.disk_read_gbps, cfg.disk_write_gbps, replicas=cfg.replicas)
+    _freeze(tree)  # what a policy reads, read-only as the trace is: a write raises where the policy made it
     ctx = PolicyContext(trace=trace.readonly(), tree=tree, deployment=dep, cost_model=cm, engine=eng,
                         replicas=cfg.replicas * dep.pp,
                         seed=cfg.seed, options=dict(cfg.options), num_blocks=blocks, tiers=tiers)
@@ -290,6 +291,16 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     policy.prepare()
     policy._finalize()
     return Prepared(trace, eng, dep, cm, tree, blocks, policy, ref, notes, tiers, cost_model_of)
+
+
+def _freeze(tree) -> None:
+    """The prefix tree's arrays read-only (the engine only reads them once built): a policy that writes to
+    ``ctx.tree`` gets one line naming its own line instead of a run the engine trips over later."""
+    for name in ("parent", "tokens", "start", "level", "req_node", "child_index", "child_offsets", "term_index",
+                 "term_offsets"):
+        a = getattr(tree, name, None)
+        if isinstance(a, np.ndarray):
+            a.flags.writeable = False
 
 
 def running_from_pool(eng, prof, dep, cfg, policy_cls):

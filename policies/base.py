@@ -236,7 +236,7 @@ class Policy:
         if problem:
             fn = type(self).rank
             raise _plugins.bad_result(_owner(self), "rank()", getattr(fn, "__wrapped__", fn), problem)
-        self._rank = np.asarray(out)
+        self._rank = np.array(out, copy=True)  # this run's own: a buffer the policy refills next run is not it
 
 
 def _rank_problem(out, n: int) -> str | None:
@@ -315,6 +315,14 @@ def check_policy_class(cls: type) -> None:
     if not _plugins.is_users(cls):
         return
     where = f"policy {cls.__qualname__} ({_class_source(cls)[0]})"
+    name = cls.__dict__.get("name", cls.__name__)
+    if not (isinstance(name, str) and name.strip()):
+        raise UserError(f"{where}: name must be a non-empty string (it labels runs and reports), got "
+                        f"{_plugins.describe(name)}")
+    for meth, check in _USER_METHODS.items():  # a method set on the class after it was made: guarded all the same
+        fn = cls.__dict__.get(meth)
+        if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
+            setattr(cls, meth, _plugins.guard(_owner, meth, fn, check))
     ed = cls.engine_defaults
     fields = [f.name for f in dataclasses.fields(EngineConfig)]
     if not isinstance(ed, dict):
@@ -323,6 +331,13 @@ def check_policy_class(cls: type) -> None:
     if unknown:
         raise UserError(f"{where}: engine_defaults has unknown field(s) {', '.join(unknown)}; fields are "
                         f"{', '.join(fields)}")
+    import typing
+
+    from blendsim.sim.checks import by_type
+
+    hints = typing.get_type_hints(EngineConfig)
+    for k, v in ed.items():  # each value as the same setting given to simulate is checked ("no" is no switch)
+        by_type(v, hints[k], f"{where}: engine_defaults[{k!r}]")
     opts = cls.options
     if not isinstance(opts, dict):
         raise UserError(f"{where}: options must be a dict of name -> (default, help), got {_plugins.describe(opts)}")

@@ -128,32 +128,39 @@ def dataclass_fields(obj, flags: dict | None = None) -> None:
 
 def check_run_config(cfg) -> None:
     """Every field of a run's configuration (``blendsim.runner.RunConfig``): the one check the command line,
-    the Python API, sweeps and the fidelity suite share."""
+    the Python API, sweeps and the fidelity suite share. The numbers it accepts are kept as Python ints and
+    floats (a numpy int8 or int32 is accepted as the count it holds, never computed with at its width)."""
     p = cfg.policy
     if not (isinstance(p, type) or (isinstance(p, str) and p.strip())):
         raise UserError(f"--policy must be a policy name, 'path/to/file.py:ClassName' or a blendsim.Policy "
                         f"subclass, got {describe(p)}")
+
+    def keep(name: str, v) -> None:  # the checked value in place of the given one (a frozen dataclass)
+        object.__setattr__(cfg, name, v)
+
     text(cfg.model, "--model")
     text(cfg.hardware, "--hardware")
-    integer(cfg.tp, "--tp", 1, MAX_GPUS)
-    integer(cfg.replicas, "--replicas", 1, MAX_GPUS)
-    integer(cfg.ep, "--ep", 1, MAX_GPUS)
+    keep("tp", integer(cfg.tp, "--tp", 1, MAX_GPUS))
+    keep("replicas", integer(cfg.replicas, "--replicas", 1, MAX_GPUS))
+    keep("ep", integer(cfg.ep, "--ep", 1, MAX_GPUS))
+    keep("pp", integer(cfg.pp, "--pp", 1, MAX_GPUS))
     optional(text, cfg.mode, "--mode")
     for name in ("engine", "profile", "dtype", "weights", "kv_dtype", "mix", "admission", "kv_full"):
         optional(text, getattr(cfg, name), flag_of(name))
-    number(cfg.expert_skew, "--expert-skew", 0.0)
-    optional(integer, cfg.token_budget, "--token-budget", 1)
-    optional(integer, cfg.max_seqs, "--max-seqs", 0)
-    optional(integer, cfg.block_size, "--block-size", 1)
-    optional(integer, cfg.round_tokens, "--round-tokens", 0)
-    optional(number, cfg.gpu_memory_utilization, "--gpu-memory-utilization", 0.0, 1.0, lo_open=True)
-    optional(number, cfg.reserve_ratio, "--reserve-ratio", 0.0, 4.0)
+    keep("expert_skew", number(cfg.expert_skew, "--expert-skew", 0.0))
+    keep("token_budget", optional(integer, cfg.token_budget, "--token-budget", 1))
+    keep("max_seqs", optional(integer, cfg.max_seqs, "--max-seqs", 0))
+    keep("block_size", optional(integer, cfg.block_size, "--block-size", 1))
+    keep("round_tokens", optional(integer, cfg.round_tokens, "--round-tokens", 0))
+    keep("gpu_memory_utilization",
+         optional(number, cfg.gpu_memory_utilization, "--gpu-memory-utilization", 0.0, 1.0, lo_open=True))
+    keep("reserve_ratio", optional(number, cfg.reserve_ratio, "--reserve-ratio", 0.0, 4.0))
     for name in ("prefix_caching", "prefix_retain", "fast_forward"):
-        optional(boolean, getattr(cfg, name), flag_of(name))
+        keep(name, optional(boolean, getattr(cfg, name), flag_of(name)))
     for name in ("offline", "record_schedule"):
-        boolean(getattr(cfg, name), flag_of(name))
-    integer(cfg.seed, "--seed", 0, MAX_SEED)
-    integer(cfg.kv_capacity_override, "kv_capacity_override", 0)
+        keep(name, boolean(getattr(cfg, name), flag_of(name)))
+    keep("seed", integer(cfg.seed, "--seed", 0, MAX_SEED))
+    keep("kv_capacity_override", integer(cfg.kv_capacity_override, "kv_capacity_override", 0))
     if not isinstance(cfg.options, dict) or not all(isinstance(k, str) for k in cfg.options):
         raise UserError(f"--opt (options) must be a dict of option name -> value, got {describe(cfg.options)}")
 

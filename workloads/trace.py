@@ -394,7 +394,7 @@ def concat(traces: list[Trace], meta: dict | None = None) -> Trace:
 def _unique_segment_start(prompts) -> int:
     top = -1
     for pr in prompts:
-        if pr and isinstance(pr[0], (tuple, list)):
+        if pr is not None and len(pr) and isinstance(pr[0], (tuple, list)):  # a numpy array of token ids has no truth
             top = max(top, max(int(s) for s, _ in pr))
     return top + 1 + (1 << 30)  # far from user segment ids
 
@@ -416,6 +416,10 @@ def _opt_array(name: str, v):
     if isinstance(v, (str, bytes, dict)) or np.ndim(v) != 1:
         raise UserError(f"{name}: expected one value per request (a list or 1-D array), got {type(v).__name__}")
     if name in ("source", "ids"):
+        for i, x in enumerate(v):  # None or NaN would become the text 'None' / 'nan': an id no one gave
+            if x is None or (isinstance(x, float) and x != x):
+                raise UserError(f"{name}[{i}]: {x!r} is no {'id' if name == 'ids' else 'label'}; give a string or a "
+                                f"number (or leave {name} out)")
         return np.asarray([str(x) for x in v], dtype=object)
     if name == "output_len_hint":
         a = np.asarray(v)

@@ -213,5 +213,11 @@ class _CallablePlan(types.ModuleType):
     def __call__(self, *args, **kwargs):
         return plan(*args, **kwargs)
 
+    @property
+    def __signature__(self):  # inspect.signature(blendsim.plan), an IDE's or notebook's hint: the function's
+        import inspect
+
+        return inspect.signature(plan)
+
 
 sys.modules[__name__].__class__ = _CallablePlan
