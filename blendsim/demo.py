@@ -12,18 +12,38 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
              model: str = "llama-3-8b", hardware: str = "a100-80gb", mode: str = "overlap",
              policies: tuple = DEMO_POLICIES, seed: int = 0, echo=print) -> dict:
     """Synthesise the workload, simulate each policy, write run dirs (and a report); return summaries."""
-    from blendsim.policies.registry import policy_names
-    from blendsim.runner import RunConfig, run_simulation, write_run
-    from blendsim.sim.io import check_output_dir, write_manifest
-    from blendsim.workloads.recipes import synthesize
-    from blendsim.workloads.trace import write_trace
+    from blendsim.sim.io import add_to_manifest, check_output_dir, write_manifest
 
     # a new or empty folder, or an earlier demo's: never the current folder or one of the user's own
     out = check_output_dir(out, "blendsim demo folder (trace.parquet, runs/)", ("trace.parquet", "runs"))
+    out.mkdir(parents=True, exist_ok=True)
+    write_manifest(out, "blendsim demo folder")  # recorded as written: an interrupted demo's folder is still ours
+
+    def record(path: Path) -> None:
+        files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+        add_to_manifest(out, [f.relative_to(out).as_posix() for f in files])
+
+    try:
+        return _demo(out, record, requests, density, sharing, model, hardware, mode, policies, seed, echo)
+    except KeyboardInterrupt:
+        import sys
+
+        print(f"demo: interrupted; run it again to start over in {out} (what it wrote there is replaced)",
+              file=sys.stderr)
+        raise
+
+
+def _demo(out, record, requests, density, sharing, model, hardware, mode, policies, seed, echo) -> dict:
+    from blendsim.policies.registry import policy_names
+    from blendsim.runner import RunConfig, run_simulation, write_run
+    from blendsim.sim.io import write_manifest
+    from blendsim.workloads.recipes import synthesize
+    from blendsim.workloads.trace import write_trace
+
     t0 = time.perf_counter()
     trace = synthesize("blendserve", density=density, sharing=sharing, requests=requests, model=model,
                        hardware=hardware, seed=seed)
-    write_trace(trace, out / "trace.parquet")
+    record(write_trace(trace, out / "trace.parquet"))
     m = trace.meta.get("measured", {})
     echo(f"workload: {trace.n} requests from the blendserve recipe (burstgpt + openvid + mmlu), "
          f"compute density {m.get('density', float('nan')):.3f}, optimal prefix sharing "
@@ -44,6 +64,7 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
         cfg = RunConfig(policy=p, model=model, hardware=hardware, mode=mode, engine="ideal", seed=seed, **engine)
         res = run_simulation(trace, cfg)
         d = write_run(res, out / "runs" / p)
+        record(Path(d))
         run_dirs.append(d)
         summaries[p] = res.summary
         echo(f"  simulated {p:<11s} [{time.perf_counter() - t1:.1f} s]")

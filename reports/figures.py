@@ -172,15 +172,21 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
     shown = grid[(grid["label"] != baseline) & np.isfinite(grid["speedup"].to_numpy(float))]
     # one colour scale for every heatmap of the report, so equal colours mean equal speedups
     span = max(float(np.max(np.abs(shown["speedup"].to_numpy(float) - 1.0))) if len(shown) else 0.0, 3 * NOISE)
-    for dep, g in grid.groupby("deployment", sort=False):
+    # grid points whose traces differ (two sweeps of one grid at other sizes: workload d0.9-s0.25 and d0.9-s0.25#2)
+    # are other workloads: a heatmap each, never a mean over them; replicates of one workload (seeds) are averaged
+    # geometrically, as speedups are
+    grid = grid.assign(_tset=[str(w).partition("#")[2] for w in grid["workload"]] if "workload" in grid else "")
+    for (dep, ts), g in grid.groupby(["deployment", "_tset"], sort=False):
         dens = sorted(g["grid_density"].unique())
         shar = sorted(g["grid_sharing"].unique())
+        where = dep if not ts else f"{dep} · traces #{ts}"
         for p in order:
             if p == baseline or p not in set(g["label"]):
                 continue
-            m = g[g["label"] == p].pivot_table(index="grid_density", columns="grid_sharing", values="speedup")
+            m = g[g["label"] == p].pivot_table(index="grid_density", columns="grid_sharing", values="speedup",
+                                               aggfunc=lambda x: float(np.exp(np.mean(np.log(x)))))
             m = m.reindex(index=dens, columns=shar)
-            out.append(_heatmap(m, p, baseline, dep, span))
+            out.append(_heatmap(m, p, baseline, where, span))
     return out
 
 

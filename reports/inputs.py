@@ -32,18 +32,20 @@ class Inputs:
     runs: pd.DataFrame  # one row per run
     validations: list = field(default_factory=list)  # (directory, per-step Parquet file) pairs
     sources: list = field(default_factory=list)  # (path, kind) of every argument, for the report's header
+    notes: list = field(default_factory=list)  # what a reader must know of the inputs (a sweep's missing cells)
 
 
 def load_inputs(paths: list) -> Inputs:
     """Classify and read every path (UserError naming a path that is none of the kinds)."""
     if not paths:
         raise UserError("give at least one sweep, run or validation directory")
-    frames, validations, sources = [], [], []
+    frames, validations, sources, notes = [], [], [], []
     for p in map(Path, paths):
         kind = classify(p)
         sources.append((str(p), kind))
         if kind == "sweep":
             frames.append(_sweep_rows(p))
+            notes += _sweep_gaps(p, frames[-1])
         elif kind == "validation":
             f = validation_file(p)
             if f is None:
@@ -61,7 +63,35 @@ def load_inputs(paths: list) -> Inputs:
         runs = runs.rename(columns={"t_opt_practical_s": "t_reference_s", "frac_of_practical_opt": "frac_of_reference"})
     if len(runs):
         runs = _label(_tier_columns(runs))
-    return Inputs(runs, validations, sources)
+    return Inputs(runs, validations, sources, notes)
+
+
+def _sweep_gaps(d: Path, df: pd.DataFrame) -> list[str]:
+    """A note where a sweep has fewer finished cells than its grid (sweep.json) holds: some failed
+    (failures.json) or were never run (an interrupted sweep), so its tables and heatmaps leave those points out."""
+    import math
+
+    try:
+        marker = json.loads((d / "sweep.json").read_text())
+        grid = marker.get("grid", {})
+        want = math.prod(len(grid.get(k) or []) for k in ("densities", "sharing", "models", "hardware", "policies"))
+        want *= int(marker.get("settings", {}).get("seeds", 1) or 1)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return []
+    have = len(df)
+    if not want or have >= want:
+        return []
+    failed = 0
+    try:
+        f = json.loads((d / "failures.json").read_text())
+        failed = len(f) if isinstance(f, list) else len(f.get("failures", [])) if isinstance(f, dict) else 0
+    except (OSError, ValueError):
+        pass
+    parts = [f"{failed} failed (see {d / 'failures.json'})"] if failed else []
+    if want - have - failed > 0:
+        parts.append(f"{want - have - failed} not run yet (run the same sweep command again to finish them)")
+    return [f"{d}: {have} of its {want} cells finished ({'; '.join(parts)}); the tables and heatmaps leave the "
+            f"missing grid points out"]
 
 
 def _tier_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -181,12 +211,15 @@ def _sweep_rows(d: Path) -> pd.DataFrame:
     table = d / RESULTS
     runs = d / "runs"
     newest = max((f.stat().st_mtime for f in runs.glob("*/*/*/*/summary.json")), default=0.0) if runs.exists() else 0.0
+    df = None
     if table.exists() and table.stat().st_mtime >= newest:
         try:
             df = pd.read_parquet(table)
         except Exception as e:  # noqa: BLE001
             raise UserError(f"{table}: unreadable results table ({str(e).splitlines()[0]})") from None
-    else:  # an interrupted sweep: assemble from the finished cells
+        if "run_dir" in df and not all((d / str(r) / "summary.json").exists() for r in df["run_dir"]):
+            df = None  # a cell folder removed since the table was written: the folders say what is there
+    if df is None:  # an interrupted sweep, or a stale table: assemble from the finished cells
         df = pd.DataFrame(collect_rows(d))
     if df.empty:
         raise UserError(f"{d}: the sweep has no finished cells yet")
@@ -343,6 +376,10 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
     if dup.any() and "policy_options" in df:  # runs of one policy told apart by the options given (--opt)
         opts = df.loc[dup, "policy_options"].map(_options_text)
         df.loc[dup, "label"] = [f"{p} ({o})" if o else p for p, o in zip(df.loc[dup, "policy"], opts, strict=True)]
+        dup = df.duplicated(["group", "label"], keep=False)
+    if dup.any() and "origin" in df:  # one policy in two inputs (a sweep and its --engine-of twin): named by input,
+        # the same name on every workload of that input, so its rows still add up across the grid
+        df.loc[dup, "label"] = df.loc[dup, "label"] + " (" + df.loc[dup, "origin"].astype(str) + ")"
         dup = df.duplicated(["group", "label"], keep=False)
     df.loc[dup, "label"] = df.loc[dup, "policy"] + " (" + df.loc[dup, "run_path"].map(lambda s: Path(s).name) + ")"
     dup = df.duplicated(["group", "label"], keep=False)  # runs of one name in different folders (a copied run)

@@ -26,12 +26,15 @@ MARKER = "index.html"
 
 
 def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload: str | None = None,
-                 steps_policies: list[str] | None = None, steps_x: str = "step", mixed: bool = False) -> Path:
+                 steps_policies: list[str] | None = None, steps_x: str = "step", mixed: bool = False,
+                 notes: list | None = None) -> Path:
     """Compare the runs in ``run_dirs`` (sweep, run or validation directories, or folders of runs) and
     write the report to ``out_dir``. ``baseline`` is the policy speedups are over (default dfs when
     present). Runs priced by different engines or cost models are refused unless ``mixed`` (then every
     row names its engine). Returns the path of the HTML page."""
     inputs = load_inputs([Path(p) for p in run_dirs])
+    if notes is not None:  # the caller says them too (the command line, on stderr)
+        notes += inputs.notes
     if len(inputs.runs):
         inputs.runs = one_pricing(inputs.runs, mixed)
     out = Path(out_dir)
@@ -313,6 +316,8 @@ def _provenance(inputs, markdown: bool) -> str:
                  f"overhead: {', '.join(sorted(set(r['engine'].astype(str))))}. Run directories are listed at "
                  "the end.")
         text += _trace_note(r)
+    for note in inputs.notes:
+        text += f" Note: {note}."
     # the repository's own file, named, not linked: a file:// link breaks as soon as the report moves
     where = "docs/DESIGN.md (sections Metrics and Bounds that bound) in the blendsim repository"
     if markdown:

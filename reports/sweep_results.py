@@ -2,7 +2,7 @@
 
 Columns: the cell's identity (``workload``, ``model``, ``hardware``, ``grid_density``,
 ``grid_sharing``, ``policy``, ``run_dir`` relative to SWEEP_DIR), then every summary.json key in
-sorted order, with ``trace_for``: the model/hardware the cell's trace was synthesised for. Rows are sorted by (model, hardware, grid_density, grid_sharing, policy), and nothing in
+sorted order, with ``trace_for``: the model/hardware the cell's trace was synthesised for. Rows are sorted by (model, hardware, grid_density, grid_sharing, policy, run_dir), and nothing in
 the table depends on when or in which order cells finished, so any sweep of the same cells — whatever
 ``--jobs``, backend or interruptions — writes the same bytes. Written without pandas.
 """
@@ -33,7 +33,9 @@ def collect_rows(sweep_dir: str | Path) -> list[dict]:
         if not isinstance(summary, dict) or not isinstance(label, dict) or "throughput_tok_s" not in summary:
             continue
         rows.append({**summary, **{k: label[k] for k in (*ID_COLUMNS, "trace_for", "grid_point", "grid_seed") if k in label}})
-    rows.sort(key=lambda r: (r["model"], r["hardware"], r["grid_density"], r["grid_sharing"], r["policy"]))
+    # the run folder last: seed replicates of one grid point tie on the rest, and a folder's listing order is the
+    # filesystem's, not the cells'
+    rows.sort(key=lambda r: (r["model"], r["hardware"], r["grid_density"], r["grid_sharing"], r["policy"], r["run_dir"]))
     return rows
 
 

@@ -100,8 +100,24 @@ def with_speedup(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """``runs`` plus ``speedup`` over the baseline of each group (NaN when the group lacks it), sorted
     by deployment, grid point, workload and policy (baseline first)."""
     df = runs.copy()
-    base = df[df["policy"] == baseline].drop_duplicates("group").set_index("group")["throughput_tok_s"]
-    df["speedup"] = df["throughput_tok_s"] / df["group"].map(base)
+    b = df[df["policy"] == baseline]
+    per_input = b.duplicated("group").any() and "origin" in b and not b.duplicated(["group", "origin"]).all()
+    # the baseline ran in several inputs on one workload (a sweep and its --engine-of twin): each run is over its own
+    # input's baseline run; within one input, the run of the plain policy (not one given --opt) is the baseline
+    keys = ["group", "origin"] if per_input and b.groupby("group")["origin"].nunique().max() > 1 else ["group"]
+    base = {}
+    for k, rows in b.groupby(keys, sort=False):
+        k = k if isinstance(k, tuple) else (k,)  # one key: pandas gives a scalar or a 1-tuple by version
+        plain = rows[rows["label"].astype(str).str.partition(" (")[0] == rows["label"].astype(str)]
+        pick = plain if len(plain) else rows
+        if len(pick) > 1:
+            g = k[0]
+            raise UserError(f"{baseline} ran more than once on {g} ({', '.join(map(str, pick['label']))}), so a "
+                            f"speedup over it would depend on which is taken; report those runs apart, or pick "
+                            f"another --baseline")
+        base[k] = float(pick["throughput_tok_s"].iloc[0])
+    ref = [base.get(tuple(r), float("nan")) for r in df[keys].itertuples(index=False)]
+    df["speedup"] = df["throughput_tok_s"] / pd.Series(ref, index=df.index, dtype=float)
     rank = {p: i for i, p in enumerate(policy_order(df, baseline))}
     df["_g"] = df["grid_density"].fillna(-1.0).astype(float)
     df["_s"] = df["grid_sharing"].fillna(-1.0).astype(float)

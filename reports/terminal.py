@@ -356,7 +356,15 @@ def print_demo_table(summaries: dict, baseline: str = "dfs", c: Console | None =
     if blank:
         legend = [(h, m + "; –: below the run's T_o, so no estimate (it leaves out the longest request's chain)"
                    if h == "of ref" else m) for h, m in legend]
-    show(c, table("policies side by side" + (f" ({setting})" if setting else ""), cols, rows, legend))
+    title = "policies side by side" + (f" ({setting})" if setting else "")
+    need = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, (h, _) in enumerate(cols)) + 3 * (len(cols) - 1)
+    if c.width >= need:
+        show(c, table(title, cols, rows, legend))
+    else:  # a narrow terminal: each policy's figures on a line of their own, never cut to "…"
+        say(c, title, 0)
+        for line in records(c.width, cols[1:], [(r[0], r[1:], "") for r in rows], name_head="policy"):
+            c.print(line, soft_wrap=True, highlight=False, markup=False)
+        say(c, "; ".join(f"{h}: {m}" for h, m in legend), 0)
     w = critical_path_lines(list(summaries.items()))
     if w:
         say(c, f"warning: {w}", 0)

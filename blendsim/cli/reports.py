@@ -46,8 +46,11 @@ def report_cmd(
         from blendsim.sim.errors import UserError
 
         raise UserError(f"--steps-x must be step or time, got {steps_x!r}")
+    notes: list = []
     page = write_report(inputs, out, baseline=baseline, steps_workload=steps_workload, steps_policies=pols,
-                        steps_x=steps_x, mixed=mixed)
+                        steps_x=steps_x, mixed=mixed, notes=notes)
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
     typer.echo(f"wrote {page} (and report.md, CSV tables, figures/ beside it)")
 
 

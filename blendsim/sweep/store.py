@@ -34,10 +34,17 @@ def check_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict | None:
     new = _jsonable(spec.settings())
     if old is not None and resume and old["settings"] != new:
         was = old["settings"]
-        diff = "; ".join(f"{k}: {_shown(was.get(k))} there, {_shown(new.get(k))} now"
-                         for k in sorted(set(new) | set(was)) if was.get(k) != new.get(k))
+        keys = [k for k in sorted(set(new) | set(was)) if was.get(k) != new.get(k)]
+        if keys == ["fixed_trace"] and not (was.get("fixed_trace") and new.get("fixed_trace")):
+            # the models or GPUs listed changed the default: say which flag keeps the folder's
+            there = (f"one trace per grid point, made for {was['fixed_trace']} (--fixed-trace)" if was.get("fixed_trace")
+                     else "a trace per grid point, model and GPU (--trace-per-model)")
+            flag = "--fixed-trace" if was.get("fixed_trace") else "--trace-per-model"
+            raise UserError(f"{d}: its cells ran {there}; this sweep's --models/--hardware make the other the default: "
+                            f"add {flag} to resume it (its finished cells are kept), or use another -o")
+        diff = "; ".join(f"{k}: {_shown(was.get(k))} there, {_shown(new.get(k))} now" for k in keys)
         raise UserError(f"{d}: was swept with other settings ({diff}); use another -o, or --no-resume to "
-                        f"start over")
+                        f"start over (which removes its finished cells)")
     return old
 
 
