@@ -120,10 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     cpu = a.device == "cpu"
     model = a.model or ("tiny" if cpu else "llama-3-8b")
     out = a.out or default_out(a.device, model)
+    if a.max_steps is not None and a.max_steps < 1:
+        return _bad(f"--max-steps must be >= 1, got {a.max_steps}")
     if a.profile and not a.profile.exists():
-        raise SystemExit(f"gpu_validation: --profile {a.profile} does not exist")
+        return _bad(f"--profile {a.profile} does not exist")
+    if (out / INCOMPLETE).exists() and not (out / "SUMMARY.md").exists():
+        import shutil
+
+        shutil.rmtree(out)  # an interrupted or failed day of this script's own: started over
     if out.exists():
-        raise SystemExit(f"gpu_validation: {out} exists; choose another --out (earlier results are kept)")
+        return _bad(f"{out} exists; choose another --out (earlier results are kept)")
     if not cpu:  # before any folder is made: a machine without the device stops here, with one line
         why = device_missing(a.device)
         if why:
@@ -132,7 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     exe = a.blendsim or str(Path(sys.executable).with_name("blendsim"))
     if not Path(exe).exists():
         exe = "blendsim"
+    if a.profile:  # before any folder is made: a corrupt or foreign profile stops here, with blendsim's one line
+        chk = subprocess.run([exe, "calibrate", "show", str(a.profile)], capture_output=True, text=True)
+        if chk.returncode:
+            return _bad((chk.stderr.strip().splitlines() or [f"--profile {a.profile}: unreadable"])[-1]
+                        .removeprefix("blendsim: error: "))
     out.mkdir(parents=True)
+    (out / INCOMPLETE).write_text("a gpu_validation day under way, or stopped before its SUMMARY.md; rerunning the "
+                                  "same command starts it over\n")
     steps = a.max_steps or (12 if a.small else 400)
     sim_hw = a.hardware or ("cpu" if cpu else "h100-80gb")
     timings, commands = {}, []
@@ -164,8 +177,17 @@ def main(argv: list[str] | None = None) -> int:
                "replays": {n: table_row(s) for n, s in replays.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     (out / "SUMMARY.md").write_text(markdown(summary))
+    (out / INCOMPLETE).unlink()
     print(f"wrote {out / 'SUMMARY.md'}")
     return 0
+
+
+INCOMPLETE = "INCOMPLETE"  # in a day's folder until its SUMMARY.md is written (a rerun may then replace the folder)
+
+
+def _bad(msg: str) -> int:
+    print(f"gpu_validation: {msg}", file=sys.stderr)
+    return 2
 
 
 def _get(d: dict, *path):
@@ -234,4 +256,8 @@ def markdown(summary: dict) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # a Ctrl-C (or the lease ending): one line, the folder left for a rerun to replace
+        print("gpu_validation: interrupted; run the same command again to start the day over", file=sys.stderr)
+        raise SystemExit(130) from None

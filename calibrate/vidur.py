@@ -143,7 +143,13 @@ def _read(path: Path, keys, times) -> pd.DataFrame:
 
 
 def _model(path: Path, mlp: pd.DataFrame, name: str | None, dtype: str):
-    shape = {k: int(mlp[k].iloc[0]) for k in ("n_embd", "n_head", "n_kv_head", "n_expanded_embd")}
+    keys = ("n_embd", "n_head", "n_kv_head", "n_expanded_embd")
+    for k in keys:  # one model's rows: another model's appended would be fitted into this one's profile
+        other = np.flatnonzero(mlp[k].to_numpy() != mlp[k].iloc[0])
+        if len(other):
+            raise UserError(f"{path}: data row {int(other[0]) + 1}, field {k}: {mlp[k].iloc[other[0]]} where data row 1 "
+                            f"has {mlp[k].iloc[0]} (rows of another model); give one model's profile")
+    shape = {k: int(mlp[k].iloc[0]) for k in keys}
     want = {"n_embd": "hidden_size", "n_head": "num_heads", "n_kv_head": "num_kv_heads",
             "n_expanded_embd": "intermediate_size"}
     if name is None:
@@ -171,7 +177,12 @@ def _attention(path: Path, spec, tp: int, series: dict, skipped: list):
         counts = df["attention_backend"].astype(str).value_counts()
         backend = counts.index[0]
         df = df[df["attention_backend"].astype(str) == backend]
-    pre = df["is_prefill"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
+    flag = df["is_prefill"].astype(str).str.strip().str.lower()
+    odd = np.flatnonzero(~flag.isin(("true", "1", "1.0", "false", "0", "0.0")).to_numpy())
+    if len(odd):  # read as decode it would price prompt attention as decoding: refused, not guessed
+        raise UserError(f"{path}: data row {int(odd[0]) + 1}, field is_prefill: {df['is_prefill'].iloc[odd[0]]!r} is not "
+                        f"True/False (or 1/0)")
+    pre = flag.isin(("true", "1", "1.0"))
     p, d = df[pre], df[~pre]
     for op, rows, xcols in (("attn_prefill", p, ("prefill_chunk_size", "kv_cache_size")),
                             ("attn_decode", d, ("batch_size", "kv_cache_size"))):

@@ -155,6 +155,10 @@ class Profile:
         made_on = self.hardware_preset()
         from blendsim.sim.hardware import PRESETS
 
+        if self.device.get("kind") == "cuda" and dep.hardware.name == "cpu":  # a GPU's kernel times on a CPU run
+            raise UserError(f"{where}: timed on a GPU ({self.device.get('name') or 'cuda'}), but the run is on the cpu "
+                            f"preset: kernel times do not carry to another device (calibrate on the CPU)")
+
         # against a preset only: calibration's own deployment (calibrate/run.py) is of no GPU
         if made_on and dep.hardware.name in PRESETS and made_on != dep.hardware.name:
             raise UserError(f"{where}: timed on {self.device.get('name') or made_on} (the {made_on} preset), but the run is on "

@@ -34,11 +34,13 @@ def check_profile(d: dict, where: str, op_vars: dict, shape_keys: tuple, dtypes)
     if not (_is_int(tp) and 1 <= tp <= 1024):
         raise UserError(f"{where}: field 'tp': {_short(tp)} must be a whole number in 1..1024")
     shape = d.get("model_shape")
-    if shape not in (None, {}):
-        _dict(shape, where, "model_shape")
-        for k in shape_keys:
-            if not (_is_int(shape.get(k)) and shape[k] >= 1):
-                raise UserError(f"{where}: field 'model_shape.{k}': {_short(shape.get(k))} must be a positive integer")
+    if shape in (None, {}):  # without it no run could be checked against the model the kernels were timed for
+        raise UserError(f"{where}: field 'model_shape' is missing: a profile names the shape of the model its kernels "
+                        f"were timed for ({', '.join(shape_keys)}); calibrate again, or add it")
+    _dict(shape, where, "model_shape")
+    for k in shape_keys:
+        if not (_is_int(shape.get(k)) and shape[k] >= 1):
+            raise UserError(f"{where}: field 'model_shape.{k}': {_short(shape.get(k))} must be a positive integer")
     for k in ("device", "software", "produced_by"):
         if d.get(k) is not None:
             _dict(d[k], where, k)

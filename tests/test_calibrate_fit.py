@@ -19,7 +19,10 @@ TOKENS = grids.token_grid("cpu", quick=True)
 
 
 def _profile(ops: dict) -> Profile:
-    return Profile(model="tiny", model_shape={}, dtype="fp32", tp=1, ops=ops)
+    from blendsim.sim.models import get_model
+    from blendsim.sim.profile import model_shape
+
+    return Profile(model="tiny", model_shape=model_shape(get_model("tiny")), dtype="fp32", tp=1, ops=ops)
 
 
 # ---- fitting ------------------------------------------------------------------------------

@@ -239,3 +239,44 @@ def test_a_failed_import_keeps_the_existing_output(tmp_path):
     out.write_text(PRECIOUS)
     one_line_error(run(str(d), "--model", "tiny", "-o", str(out)), "row 2, column num_tensor_parallel_workers")
     assert out.read_text() == PRECIOUS
+
+
+def test_rows_of_another_model_and_an_unreadable_is_prefill_are_refused(tmp_path):
+    import pandas as pd
+
+    d = write_mlp(tmp_path / "mixed", tps=(1,))
+    write_attention(d, tps=(1,))
+    df = pd.read_csv(d / "mlp.csv")
+    df.loc[5:, "n_embd"] = 1024
+    df.to_csv(d / "mlp.csv", index=False)
+    r = run(str(d), "-o", str(tmp_path / "m.json"))
+    assert r.exit_code == 2 and "data row 6, field n_embd: 1024" in r.output and "another model" in r.output
+    e = write_mlp(tmp_path / "yesno", tps=(1,))
+    write_attention(e, tps=(1,))
+    att = pd.read_csv(e / "attention.csv")
+    att["is_prefill"] = att["is_prefill"].map({True: "yes", False: "no"})
+    att.to_csv(e / "attention.csv", index=False)
+    r = run(str(e), "-o", str(tmp_path / "y.json"))
+    assert r.exit_code == 2 and "field is_prefill: 'yes' is not True/False" in r.output
+
+
+def test_a_profile_without_its_model_shape_or_from_a_gpu_is_refused_for_a_cpu_run(tmp_path):
+    import json
+
+    from blendsim.sim.deployment import Deployment
+    from blendsim.sim.errors import UserError
+    from blendsim.sim.hardware import get_hardware
+    from blendsim.sim.models import get_model
+    from blendsim.sim.profile import load_profile
+
+    d = write_mlp(tmp_path / "ok", tps=(1,))
+    write_attention(d, tps=(1,))
+    assert run(str(d), "-o", str(tmp_path / "ok.json")).exit_code == 0
+    prof = json.loads((tmp_path / "ok.json").read_text())
+    dep = Deployment(get_model("tiny", "fp16"), get_hardware("cpu"), 1)
+    with pytest.raises(UserError, match="timed on a GPU"):
+        load_profile(tmp_path / "ok.json").check_matches(dep)
+    del prof["model_shape"]
+    (tmp_path / "noshape.json").write_text(json.dumps(prof))
+    with pytest.raises(UserError, match="field 'model_shape' is missing"):
+        load_profile(tmp_path / "noshape.json")

@@ -53,3 +53,19 @@ def test_without_the_device_it_stops_in_one_line_before_making_a_folder(tmp_path
     assert mod.main(["--out", str(tmp_path / "gv")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "no GPU available" in err and not (tmp_path / "gv").exists()
+
+
+def test_the_day_script_refuses_bad_input_before_making_its_folder(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_validation.py"
+    (tmp_path / "trunc.json").write_text("{")
+    exe = str(Path(sys.executable).with_name("blendsim"))
+    for args, says in ((["--profile", str(tmp_path / "trunc.json")], "corrupt profile"),
+                       (["--max-steps", "0"], "--max-steps must be >= 1")):
+        r = subprocess.run([sys.executable, str(script), "--device", "cpu", "--small", "--blendsim", exe,
+                            "--out", str(tmp_path / "day"), *args], capture_output=True, text=True)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert not (tmp_path / "day").exists()
