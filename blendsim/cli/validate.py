@@ -126,12 +126,16 @@ def print_summary(s: dict, out: Path | None = None) -> None:
                     f"{x['makespan_meas_s']:.3f} s{'' if r['complete'] else ', replayed steps only'})")
         eff = r.get("efficiency", {})
         parts = []
+        def of_peak(f) -> str:  # above 1: the probe (one large matmul or copy) ran slower than the model's kernels
+            return (f"{_abs(f)} of the measured peak" if not (isinstance(f, (int, float)) and f > 1.0) else
+                    f"{_abs(f)} of the probe's peak, which this device's probe underestimates")
+
         if "decode" in eff:
             parts.append(f"decode-only steps at {eff['decode']['achieved_bandwidth'] / 1e9:.1f} GB/s "
-                         f"({_abs(eff['decode']['fraction_of_peak'])} of the measured peak)")
+                         f"({of_peak(eff['decode']['fraction_of_peak'])})")
         if "prefill" in eff:
             parts.append(f"prefill-heavy steps at {eff['prefill']['achieved_flops'] / 1e12:.3f} TFLOP/s "
-                         f"({_abs(eff['prefill']['fraction_of_peak'])} of the measured peak)")
+                         f"({of_peak(eff['prefill']['fraction_of_peak'])})")
         if parts:
             c.print(f"  {p}: " + "; ".join(parts))
     if s.get("nvml_summary", {}).get("samples"):
