@@ -86,10 +86,10 @@ def load_trace(path, format: str | None = None, limit: int | None = None, **opti
     C.optional(C.integer, limit, "--limit", 1)
     if p.is_dir():
         raise UserError(f"{p}: is a folder; give a trace file")
-    name = p.name.lower()
-    for z in (".gz", ".bz2", ".xz"):  # a compressed file: the format is its inner name's (the loaders decompress)
-        name = name.removesuffix(z)
-    fmt = format or {".parquet": TRACE_FORMAT, ".jsonl": "jsonl"}.get(Path(name).suffix)
+    from blendsim.sim.io import plain_suffix
+
+    # a compressed file's format is its inner name's (x.jsonl.gz: jsonl; the loaders decompress)
+    fmt = format or {".parquet": TRACE_FORMAT, ".jsonl": "jsonl"}.get(plain_suffix(p))
     if fmt is None and p.is_file():
         from blendsim.workloads.trace import is_trace_file
 

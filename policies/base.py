@@ -198,10 +198,7 @@ class Policy:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if _plugins.is_users(cls):  # a user's policy: its failures and unusable results become one line
-            for name, check in _USER_METHODS.items():
-                fn = cls.__dict__.get(name)
-                if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
-                    setattr(cls, name, _plugins.guard(_owner, name, fn, check))
+            _guard_methods(cls)
 
     def __init__(self, ctx: PolicyContext):
         self.ctx = ctx
@@ -304,6 +301,15 @@ _USER_METHODS = {"__init__": _check_init, "prepare": None, "rank": None, "make_r
                  "make_scheduler": _check_scheduler, "summary_extra": _check_extra}
 
 
+def _guard_methods(cls: type) -> None:
+    """Wrap each of a user policy class's own hook methods not yet wrapped, so that a failure or an unusable
+    result is one line naming its file and line."""
+    for name, check in _USER_METHODS.items():
+        fn = cls.__dict__.get(name)
+        if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
+            setattr(cls, name, _plugins.guard(_owner, name, fn, check))
+
+
 def check_policy_class(cls: type) -> None:
     """A user's policy class declares what the runner reads: ``engine_defaults`` (EngineConfig fields),
     ``options`` (name -> (default, help)), ``default_engine``, ``router``, ``scheduler_cls``. One line naming
@@ -319,10 +325,7 @@ def check_policy_class(cls: type) -> None:
     if not (isinstance(name, str) and name.strip()):
         raise UserError(f"{where}: name must be a non-empty string (it labels runs and reports), got "
                         f"{_plugins.describe(name)}")
-    for meth, check in _USER_METHODS.items():  # a method set on the class after it was made: guarded all the same
-        fn = cls.__dict__.get(meth)
-        if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
-            setattr(cls, meth, _plugins.guard(_owner, meth, fn, check))
+    _guard_methods(cls)  # a method set on the class after it was made: guarded all the same
     ed = cls.engine_defaults
     fields = [f.name for f in dataclasses.fields(EngineConfig)]
     if not isinstance(ed, dict):

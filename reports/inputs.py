@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -82,11 +83,8 @@ def _sweep_gaps(d: Path, df: pd.DataFrame) -> list[str]:
     if not want or have >= want:
         return []
     failed = 0
-    try:
-        f = json.loads((d / "failures.json").read_text())
-        failed = len(f) if isinstance(f, list) else len(f.get("failures", [])) if isinstance(f, dict) else 0
-    except (OSError, ValueError):
-        pass
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # none, or not the driver's {"failures": [...]}
+        failed = len(json.loads((d / "failures.json").read_text()).get("failures", []))
     parts = [f"{failed} failed (see {d / 'failures.json'})"] if failed else []
     if want - have - failed > 0:
         parts.append(f"{want - have - failed} not run yet (run the same sweep command again to finish them)")

@@ -101,10 +101,9 @@ def with_speedup(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
     by deployment, grid point, workload and policy (baseline first)."""
     df = runs.copy()
     b = df[df["policy"] == baseline]
-    per_input = b.duplicated("group").any() and "origin" in b and not b.duplicated(["group", "origin"]).all()
     # the baseline ran in several inputs on one workload (a sweep and its --engine-of twin): each run is over its own
     # input's baseline run; within one input, the run of the plain policy (not one given --opt) is the baseline
-    keys = ["group", "origin"] if per_input and b.groupby("group")["origin"].nunique().max() > 1 else ["group"]
+    keys = ["group", "origin"] if "origin" in b and b.groupby("group")["origin"].nunique().max() > 1 else ["group"]
     base = {}
     for k, rows in b.groupby(keys, sort=False):
         k = k if isinstance(k, tuple) else (k,)  # one key: pandas gives a scalar or a 1-tuple by version

@@ -1024,12 +1024,6 @@ _NO_PIPELINE = {
 }
 
 
-def _asked_version(prof: EngineProfile) -> str:
-    """The release a profile was asked for (``vllm@0.8.2`` -> 0.8.2; a calibrated profile's header), else the
-    release its profile prices."""
-    return prof.release or prof.version
-
-
 def _before(version: str, since: str) -> bool:
     """Whether ``version`` is older than ``since``; a version written to fewer places is compared on those (``0.8``
     may be 0.8.4 or later and is not older than 0.8.4)."""
@@ -1045,7 +1039,7 @@ def pipeline_unmodelled(prof: EngineProfile) -> str:
         return _NO_PIPELINE[name]
     if name != "vllm" or not prof.version:
         return ""
-    asked = _asked_version(prof)
+    asked = prof.release or prof.version  # the release asked for (vllm@0.8.2; a calibrated file's), else its own
     if version_order(prof.version) >= (0, 8):  # the V1 engine
         if _before(asked, PIPELINE_V1_SINCE):
             return (f"vLLM {asked} runs pipeline stages on its V0 engine (V1 takes them from {PIPELINE_V1_SINCE}); "
@@ -1317,10 +1311,10 @@ def _from_file(path: str) -> EngineProfile:
 
         if not isinstance(hw, str) or hw not in PRESETS:
             raise UserError(f"{path}: field profile.hardware: {hw!r} is not a hardware preset ({', '.join(PRESETS)})")
-    shipped = load_params().get("engine", {})
-    moved = [k for k in params.get("engine", {}) if k.partition(":")[0].partition("@")[0] == prof.name
-             and k not in shipped]
-    if moved and prof.overhead_key not in params.get("engine", {}) and prof.fitted:
+    own = params.get("engine", {})
+    moved = ([k for k in own if k.partition(":")[0].partition("@")[0] == prof.name
+              and k not in load_params().get("engine", {})] if prof.fitted and prof.overhead_key not in own else [])
+    if moved:
         # a loop of this engine under a key the shipped file does not fit, and none under the profile's own: the
         # fitted loop was put under another release's key, and the profile's own would silently be its prior
         raise UserError(f"{path}: field engine: holds a loop under {', '.join(moved)} but none under "

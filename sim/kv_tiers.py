@@ -109,10 +109,6 @@ class RankChannels:
     def busy_s(self) -> float:
         return max(ch.busy_s for ch in self.lanes)
 
-    @property
-    def free_at(self) -> float:
-        return min(ch.free_at for ch in self.lanes)
-
     def pick(self) -> int:
         lanes = self.lanes
         return min(range(len(lanes)), key=lambda r: lanes[r].free_at)

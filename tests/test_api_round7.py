@@ -83,7 +83,7 @@ def test_a_policy_s_name_and_a_method_set_after_its_class_was_made():
             blendsim.simulate(tr, policy=type("Named", (blendsim.Policy,), {"name": bad}), **TINY)
 
     class Late(blendsim.Policy):
-        pass
+        """Its rank() is set below, after the class was made."""
 
     def rank(self):
         raise KeyError("late")

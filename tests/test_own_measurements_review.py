@@ -62,7 +62,7 @@ def test_a_trtllm_report_s_precision_and_degrees_are_taken_and_checked(tmp_path)
     t = tmp_path / "t.json"
     t.write_text(json.dumps(_trt(engine={"quantization": "FP8", "kv_cache_dtype": "FP8"},
                                  world_info={"tp_size": 2, "pp_size": 2})))
-    s = Setup("trtllm", "0.13", "h100-80gb", "llama-3-8b", None, "bf16", "", None)
+    s = Setup("trtllm", "0.13", "h100-80gb", "llama-3-8b", None, "", "", None)  # --weights not given
     row = read_results([t], s)[0]
     assert (row.weights, row.kv_dtype, row.tp, row.pp, row.gpus) == ("fp8", "fp8", 2, 2, 4)
     one_line_error(_cal(tmp_path, t, extra=["--weights", "bf16"]), "engine.quantization", "says FP8", "--weights bf16")

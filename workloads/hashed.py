@@ -217,10 +217,8 @@ def _parse(path: Path, block_size: int, limit: int | None):
         if limit is not None and len(p) >= limit:
             break
         where = f"{path}: line {lineno}"
-        try:  # _loads, inline (the loop's cost is per line)
-            rec = json.loads(line)
-            if type(rec) is dict and line.count(":") != len(rec):
-                rec = loads_strict(line)
+        try:
+            rec = _loads(line)
         except (ValueError, RecursionError):
             rec = None
         if type(rec) is not dict:

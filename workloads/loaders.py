@@ -384,31 +384,29 @@ def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
         raise UserError(f"{where}, field prompt_token_ids: must be a non-empty list of token ids")
     if not all(_is_int(t) and 0 <= t <= max_token for t in toks):
         bad = next(t for t in toks if not (_is_int(t) and 0 <= t <= max_token))
-        raise UserError(f"{where}, field prompt_token_ids: {_short(bad)} is not a token id (0..{max_token})")
+        raise UserError(f"{where}, field prompt_token_ids: {short_repr(bad)} is not a token id (0..{max_token})")
     if len(toks) > MAX_TOKENS:
         raise UserError(f"{where}, field prompt_token_ids: {len(toks):,} tokens {TOO_LONG}")
     for key in ("output_len", "output_len_hint"):
         v = rec.get(key)
         if key in rec and not (_is_int(v) and 1 <= v <= MAX_TOKENS):
-            raise UserError(f"{where}, field {key}: {_short(v)} must be a whole number in 1..{MAX_TOKENS:,} "
+            raise UserError(f"{where}, field {key}: {short_repr(v)} must be a whole number in 1..{MAX_TOKENS:,} "
                             "(MAX_TOKENS: longer than any model's context)")
     for key in _OPTIONAL_FLOATS:
         v = rec.get(key)
         if v is not None and not (_is_num(v) and (0 <= v if key == "arrival_s" else 0 < v) and v <= MAX_TIME_S):
             bound = "0 <= t" if key == "arrival_s" else "0 < t"
-            raise UserError(f"{where}, field {key}: {_short(v)} must be a number of seconds, {bound} <= "
+            raise UserError(f"{where}, field {key}: {short_repr(v)} must be a number of seconds, {bound} <= "
                             f"{MAX_TIME_S:.0e} (MAX_TIME_S)")
     if "source" in rec and not isinstance(rec["source"], str):
         raise UserError(f"{where}, field source: must be a string")
     if "id" in rec and not (isinstance(rec["id"], str) or _is_int(rec["id"])):
-        raise UserError(f"{where}, field id: {_short(rec['id'])} must be a string or an integer")
+        raise UserError(f"{where}, field id: {short_repr(rec['id'])} must be a string or an integer")
     for key in ("id", "source"):  # strings the trace writes out as UTF-8
         if isinstance(rec.get(key), str):
             check_text(where, key, rec[key])
     return rec
 
-
-_short = short_repr
 
 
 def _is_int(v) -> bool:

@@ -172,7 +172,7 @@ def engine_cmd(
     if Path(out).exists() and Path(out).is_dir():
         raise UserError(f"-o {out}: is a folder")
     check_profile_out(out)  # before the fit: a place it can write, never a file of the user's
-    setup = Setup(name, version, hardware, model, tp, weights or "bf16", kv_dtype, workload, weights_given=weights or "")
+    setup = Setup(name, version, hardware, model, tp, weights or "", kv_dtype, workload)
     notes: list = []
     from blendsim.runner import newer_than_modelled
     from blendsim.sim.engines import get_profile

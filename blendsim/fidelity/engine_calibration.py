@@ -49,10 +49,9 @@ class Setup:
     hardware: str
     model: str | None
     tp: int | None  # None: not given (a report's own, else 1)
-    weights: str
+    weights: str  # "": not given (what a trtllm-bench report's quantization states, else bf16)
     kv_dtype: str  # "": not given (the model's 16-bit KV, or what a trtllm-bench report states)
     workload: str | None
-    weights_given: str = ""  # --weights as given ("": not given; a trtllm-bench report's quantization then)
 
 
 def split_engine(spec: str) -> tuple[str, str]:
@@ -237,7 +236,7 @@ def _row(path: Path, n: int, setup: Setup, rid: str, workload: str, requests: in
         raise UserError(f"{path}: give --model (a preset or a config.json) for benchmark result files")
     tp = tp or setup.tp or 1
     return Row(id=rid, source=str(path), model=setup.model, hardware=setup.hardware, gpus=tp * pp, tp=tp, pp=pp, ep=ep,
-               weights=weights or setup.weights, kv_dtype=setup.kv_dtype if kv_dtype is None else kv_dtype,
+               weights=weights or setup.weights or "bf16", kv_dtype=setup.kv_dtype if kv_dtype is None else kv_dtype,
                engine=setup.engine, engine_version=setup.version,
                policy="", workload=workload, requests=requests, metric=metric, scope="system", value=value,
                note=note, folder=Path.cwd(), line=n)
@@ -355,10 +354,10 @@ def _trtllm(path: Path, obj: dict, setup: Setup) -> Row:
         if ran is not None and ran != modelled_profile(asked):
             raise UserError(f"{path}: field engine.version: the report ran TensorRT-LLM {version.strip()} (modelled by "
                             f"{ran}), but --engine {asked} (modelled by {modelled_profile(asked)})")
-    weights = _stated(path, "engine.quantization", eng.get("quantization"), setup.weights_given, "--weights")
+    weights = _stated(path, "engine.quantization", eng.get("quantization"), setup.weights, "--weights")
     kv = _stated(path, "engine.kv_cache_dtype", eng.get("kv_cache_dtype"), setup.kv_dtype, "--kv-dtype")
     return _row(path, 1, setup, path.stem, _const(path, setup, isl, osl, n), n, "output_tok_s", v, tp=tp, pp=pp or 1,
-                ep=ep or 1, weights=weights or setup.weights, kv_dtype=kv,
+                ep=ep or 1, weights=weights, kv_dtype=kv,
                 note="trtllm-bench report: performance.system_output_throughput_tok_s")
 
 

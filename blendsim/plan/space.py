@@ -111,6 +111,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     from blendsim.sim.models import get_model
 
     base = get_model(space.model)
+    no_pipeline = {e for e in space.engines if pipeline_unmodelled(get_profile(e, {}))}  # see sim.engines
     longest = int((trace.input_len + trace.output_len).max())
     feasible, pruned = [], {}
     for hw_name in space.hardware:
@@ -124,7 +125,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                     eps = [e for e in _powers_of_two(min(space.max_ep, tp)) if tp % e == 0] if model.is_moe else [1]
                     for ep in eps:
                         for engine in space.engines:
-                            if pp > 1 and pipeline_unmodelled(get_profile(engine, {})):  # see sim.engines
+                            if pp > 1 and engine in no_pipeline:
                                 key = "on an engine without modelled pipeline stages"
                                 pruned[key] = pruned.get(key, 0) + len(space.policies) * (
                                     space.max_gpus // (tp * pp))
