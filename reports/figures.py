@@ -169,7 +169,8 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
     """Per deployment and non-baseline policy: speedup over the baseline on the density x sharing grid."""
     out = []
     grid = df.dropna(subset=["grid_density", "grid_sharing"])
-    shown = grid[(grid["label"] != baseline) & np.isfinite(grid["speedup"].to_numpy(float))]
+    is_base = grid["policy"].astype(str) == baseline  # the baseline's runs (one per input: "dfs (A)"), each 1 by definition
+    shown = grid[~is_base & np.isfinite(grid["speedup"].to_numpy(float))]
     # one colour scale for every heatmap of the report, so equal colours mean equal speedups
     span = max(float(np.max(np.abs(shown["speedup"].to_numpy(float) - 1.0))) if len(shown) else 0.0, 3 * NOISE)
     # grid points whose traces differ (two sweeps of one grid at other sizes: workload d0.9-s0.25 and d0.9-s0.25#2)
@@ -180,8 +181,9 @@ def speedup_heatmaps(df: pd.DataFrame, baseline: str, order: list[str]) -> list[
         dens = sorted(g["grid_density"].unique())
         shar = sorted(g["grid_sharing"].unique())
         where = dep if not ts else f"{dep} · traces #{ts}"
+        base_labels = set(g.loc[g["policy"].astype(str) == baseline, "label"])
         for p in order:
-            if p == baseline or p not in set(g["label"]):
+            if p == baseline or p in base_labels or p not in set(g["label"]):
                 continue
             m = g[g["label"] == p].pivot_table(index="grid_density", columns="grid_sharing", values="speedup",
                                                aggfunc=lambda x: float(np.exp(np.mean(np.log(x)))))
