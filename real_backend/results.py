@@ -6,7 +6,8 @@ replayed step: the Batch's counts, predicted and measured seconds, cost-model FL
 and ``sim/<policy>/`` (each policy's simulated run, ``schedule.parquet`` included, for later replays;
 the folder name made file-safe by ``blendsim.sim.rundir.run_dir_name``).
 Everything is written into a temporary folder beside ``VAL_DIR`` that replaces it only once complete,
-so an interrupted write never leaves half a folder; a run stopped by a fault writes what it measured.
+so an interrupted write never leaves half a folder; a run stopped by a fault writes what it measured (beside a
+complete validation already in ``VAL_DIR``, in ``VAL_DIR.stopped``, never over it).
 """
 
 from __future__ import annotations
@@ -58,6 +59,18 @@ def check_val_dir(out: str | Path) -> Path:
         s = d / "summary.json"
         if not (d.is_dir() and s.exists() and read_json(s, "summary").get("kind") == KIND):
             raise UserError(f"{d}: exists and is not a blendsim validation folder; choose another -o")
+    return d
+
+
+def stopped_dir(out: str | Path) -> Path:
+    """Where a stopped run writes: ``out``, unless ``out`` holds a complete validation, which a stopped run never
+    replaces; then ``OUT.stopped`` (itself replaced by the next stopped run, never when it holds anything else)."""
+    from blendsim.sim.io import read_json
+
+    d = Path(out)
+    s = d / "summary.json"
+    if d.is_dir() and s.exists() and read_json(s, "summary").get("status") == "complete":
+        return d.with_name(d.name + ".stopped")
     return d
 
 

@@ -69,10 +69,13 @@ class Session:
             rows.cols = {k: list(v) for k, v in nvml.items()}
             tables["nvml"] = rows
         summary = self.summary(status, reason)
-        results.write_results(self.out, summary, tables, {p: s[0] for p, s in self.sims.items()})
+        # a stopped run never replaces a complete validation the folder already holds: it goes beside it
+        out = self.out if status == "complete" else results.stopped_dir(self.out)
+        results.write_results(out, summary, tables, {p: s[0] for p, s in self.sims.items()})
         if status != "complete":
             where = f"after {len(self.steps)} steps" if len(self.steps) else "before any step"
-            raise results.ValidationStopped(f"validation stopped {where}: {reason}; partial results in {self.out}")
+            kept = f" ({self.out} keeps its complete validation)" if out != self.out else ""
+            raise results.ValidationStopped(f"validation stopped {where}: {reason}; partial results in {out}{kept}")
         return summary
 
     def _start(self):

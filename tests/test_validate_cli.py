@@ -195,6 +195,23 @@ def test_out_of_memory_mid_run_stops_cleanly_with_what_was_measured(small_trace,
     assert _invoke(small_trace, "--max-steps", "2", "--repeats", "1", "-o", out).exit_code == 0
 
 
+def test_a_stopped_run_never_replaces_a_complete_validation(small_trace, tmp_path, monkeypatch):
+    out = tmp_path / "v"
+    assert _invoke(small_trace, "--max-steps", "3", "--repeats", "1", "-o", out).exit_code == 0
+    before = (out / "summary.json").read_bytes()
+    _fail_at(monkeypatch, 2, KeyboardInterrupt())
+    r = _invoke(small_trace, "--repeats", "1", "-o", out)
+    assert r.exit_code == 1 and "keeps its complete validation" in r.output
+    assert (out / "summary.json").read_bytes() == before  # the complete result is kept
+    s = json.loads((tmp_path / "v.stopped" / "summary.json").read_text())
+    assert s["status"] == "stopped" and s["reason"] == "interrupted" and s["policies"]["fcfs"]["steps"] == 2
+    # the next stopped run replaces the stopped one, and a complete run still replaces the complete one
+    assert _invoke(small_trace, "--repeats", "1", "-o", out).exit_code == 1
+    monkeypatch.undo()
+    assert _invoke(small_trace, "--max-steps", "2", "--repeats", "1", "-o", out).exit_code == 0
+    assert json.loads((out / "summary.json").read_text())["policies"]["fcfs"]["steps"] == 2
+
+
 def test_validate_refuses_to_overwrite_another_folder(small_trace, tmp_path):
     (tmp_path / "v").mkdir()
     (tmp_path / "v" / "notes.txt").write_text("mine")
