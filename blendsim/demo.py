@@ -45,8 +45,8 @@ def _demo(out, record, requests, density, sharing, model, hardware, mode, polici
                        hardware=hardware, seed=seed)
     record(write_trace(trace, out / "trace.parquet"))
     m = trace.meta.get("measured", {})
-    echo(f"workload: {trace.n} requests from the blendserve recipe (burstgpt + openvid + mmlu), "
-         f"compute density {m.get('density', float('nan')):.3f}, optimal prefix sharing "
+    echo(f"workload: {trace.n:,} requests from the blendserve recipe (burstgpt + openvid + mmlu),\n"
+         f"          compute density {m.get('density', float('nan')):.3f}, optimal prefix sharing "
          f"{100 * m.get('sharing', float('nan')):.1f}%  [{time.perf_counter() - t0:.1f} s]")
     from blendsim.policies.registry import get_policy
     from blendsim.runner import ENGINE_FIELDS
