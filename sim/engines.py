@@ -434,6 +434,11 @@ def parse_key(text: str) -> EngineKey:
     return EngineKey(name, version.strip(), values)
 
 
+def versions_of(name: str) -> list[str]:
+    """The modelled versions of engine ``name``, oldest first ([] for an engine without versions)."""
+    return sorted((v for n, v in VERSIONS if n == name and v), key=version_order)
+
+
 def modelled_versions() -> str:
     """Every modelled ``NAME@VERSION``, oldest first per engine (for error messages and help)."""
     return ", ".join(f"{n}@{v}" for n, v in sorted((nv for nv in VERSIONS if nv[1]),
@@ -1396,4 +1401,4 @@ __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DE
            "attn_dp_modelled", "default_graph_sizes", "describe_profile", "get_profile", "graph_pad", "graph_size",
            "is_profile", "is_profile_file", "load_params", "modelled_versions", "next_release", "overhead_keys",
            "parse_key", "pipeline_unmodelled", "profile_names", "register", "releases", "require_pipeline",
-           "resolve_version", "sglang_053_reserve_gib", "sizes_text", "trtllm_bench_settings", "version_order"]
+           "resolve_version", "sglang_053_reserve_gib", "sizes_text", "trtllm_bench_settings", "version_order", "versions_of"]

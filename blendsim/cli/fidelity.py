@@ -356,7 +356,8 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
             b = bounds[x["id"]]
             top = max(b, key=b.get)
             rows.append((x["id"], [r.engine, _num(x["predicted"]), _num(x["measured"]), UNITS[r.metric],
-                                   f"{100 * x['error']:+.1f}%", f"{top} {100 * b[top]:.0f}%"], ""))
+                                   f"{100 * x['error']:+.1f}%", f"{top} {100 * b[top]:.0f}%"],
+                         f"note: {x['note']}" if x.get("note") else ""))
         else:
             rows.append((x["id"], [r.engine, "skipped", _num(x["measured"]), UNITS[r.metric], "", ""],
                          f"skipped: {x['reason']}"))

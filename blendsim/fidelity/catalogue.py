@@ -184,6 +184,7 @@ def _row(path: Path, line: int, r: dict) -> Row:
         raise UserError(f"{where('workload')}: {wl!r} is not const:ISL/OSL (two whole numbers)")
     ep = integer("ep", 1, maximum=MAX_GPUS)
     _check_names(path, r, where, ep)
+    _check_version(path, r, where)
     def gb(field: str) -> float:
         from blendsim.sim.kv_tiers import check_tier_gb
 
@@ -257,18 +258,43 @@ _ENGINE_WORDS = {"vllm": r"vllm", "sglang": r"sglang", "trtllm": r"(?:tensorrt[-
                  "deepspeed-fastgen": r"(?:deepspeed[-_ ]?(?:mii|fastgen)|mii|fastgen)", "nanoflow": r"nanoflow"}
 
 
-def engine_version_key(row: Row) -> str:
-    """``engine@MAJOR.MINOR`` from the row's engine and its ``engine_version`` text: the version written right
-    after the engine's name (``CUDA 12.4, vLLM 0.5.3`` -> ``vllm@0.5``), else the first version number that is
-    not part of a name (``vLLM v0.6.0, --num-scheduler-steps 10`` -> ``vllm@0.6``; not Llama-3.1's); the engine
-    alone when none is stated."""
+def _version_after_name(engine: str, text: str):
+    """The match of the version the text states (group 1 the full release): the one written right after the
+    engine's name (``vLLM 0.5.3``, ``vLLM v0.6.0``, ``TensorRT-LLM ~v0.13``, ``vLLM version 0.5.3``, ``SGLang: 0.4.1``),
+    else a version standing alone at the start of the text or after a comma, semicolon or bracket (``0.6.0``,
+    ``v1.0 (PyTorch backend)``, ``vLLM for Llama-3.1 models, 0.5.3``) -- never a number that follows another word
+    (``CUDA 12.4``, ``Llama 3.1``) or is part of a name (``Llama-3.1``); None when the text states none."""
     import re
 
-    text = row.engine_version or ""
-    word = _ENGINE_WORDS.get(row.engine)
-    m = re.search(rf"(?<![\w-]){word}[\s:=@-]*v?(\d+)\.(\d+)", text, re.I) if word else None
-    m = m or re.search(r"(?<![\w.\-])v?(\d+)\.(\d+)", text)
-    return f"{row.engine}@{m.group(1)}.{m.group(2)}" if m else row.engine
+    word = _ENGINE_WORDS.get(engine, re.escape(engine))
+    return (re.search(rf"(?<![\w-]){word}[\s:=@~-]*(?:version\s*)?v?(\d+(?:\.\d+)+)", text, re.I)
+            or re.search(r"(?:^|[,;(\[]\s*)~?v?(\d+(?:\.\d+)+)(?![\w-])", text.strip(), re.I))
+
+
+def engine_version_key(row: Row) -> str:
+    """``engine@MAJOR.MINOR`` from the row's engine and its ``engine_version`` text: the version it states
+    (:func:`_version_after_name`: ``CUDA 12.4, vLLM 0.5.3`` -> ``vllm@0.5``, never CUDA's or a model's number); the
+    engine alone (its newest modelled version) when the text is empty or the engine has no versions. A text that
+    states no version is refused when the catalogue is read (:func:`_check_version`)."""
+    m = _version_after_name(row.engine, row.engine_version or "")
+    if not m:
+        return row.engine
+    major, minor = (m.group(1).split(".") + ["0"])[:2]
+    return f"{row.engine}@{int(major)}.{int(minor)}"
+
+
+def _check_version(path: Path, r: dict, where) -> None:
+    """A row of an engine blendsim models in versions states its version (:func:`_version_after_name`) or nothing (its
+    newest modelled version, as ``--engine NAME`` is): a version read from elsewhere in the text (CUDA's, a model's)
+    or none at all would silently price another release. UserError naming the row and field."""
+    from blendsim.sim.engines import PROFILES, versions_of
+
+    engine, text = ((r.get(k) or "").strip() for k in ("engine", "engine_version"))
+    if engine not in PROFILES or not versions_of(engine) or not text or _version_after_name(engine, text):
+        return
+    raise UserError(f"{where('engine_version')}: {text[:60]!r} states no {engine} version (write it right after "
+                    f"the engine's name, '{engine} 0.5.3', 'v0.5.3' or '~v0.5.3', or first in the field; leave the field "
+                    f"empty for the newest modelled {engine}; modelled: {', '.join(versions_of(engine))})")
 
 
 # Engine flags a row's ``engine_version`` text may state (its server or benchmark command), as the scheduler
@@ -383,12 +409,8 @@ def attention_dp(row: Row) -> bool:
 
 
 def _stated_version(row: Row) -> str:
-    """The full release the row's ``engine_version`` states (``0.4.1``), or ""."""
-    import re
-
-    text = row.engine_version or ""
-    m = (re.search(rf"{_ENGINE_WORDS.get(row.engine, re.escape(row.engine))}[\s:=@-]*v?(\d+(?:\.\d+)+)", text, re.I)
-         or re.search(r"(?<![\w.\-])v?(\d+\.\d+(?:\.\d+)*)", text))  # else the first version number, as the key's
+    """The full release the row's ``engine_version`` states (:func:`_version_after_name`: ``0.4.1``), or ""."""
+    m = _version_after_name(row.engine, row.engine_version or "")
     return m.group(1) if m else ""
 
 

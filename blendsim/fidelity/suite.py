@@ -37,6 +37,7 @@ class Suite:
     reasons: dict  # id -> why the row was skipped
     sim_s: float = 0.0
     wall: dict = field(default_factory=dict)  # id -> seconds to simulate
+    notes: dict = field(default_factory=dict)  # id -> a note on how a predicted row was priced
 
     @property
     def ok(self) -> list:
@@ -58,7 +59,9 @@ def load_suite(paths, params: dict, progress=None, only: list[str] | None = None
     dup = sorted({r.id for r in rows if sum(x.id == r.id for x in rows) > 1})
     if dup:
         raise UserError(f"row id(s) {', '.join(dup[:5])} appear in more than one catalogue")
-    pricers, reasons, wall = {}, {}, {}
+    from blendsim.runner import newer_than_modelled
+
+    pricers, reasons, wall, notes = {}, {}, {}, {}
     t0 = time.perf_counter()
     for i, row in enumerate(rows):
         if progress:
@@ -66,12 +69,15 @@ def load_suite(paths, params: dict, progress=None, only: list[str] | None = None
         t = time.perf_counter()
         try:
             pricers[row.id] = prepare_row(row, params)
+            note = newer_than_modelled(pricers[row.id].profile)  # a release past every modelled one: said
+            if note:
+                notes[row.id] = note[0]
         except Skip as e:
             reasons[row.id] = str(e)
         except UserError as e:
             reasons[row.id] = str(e)
         wall[row.id] = time.perf_counter() - t
-    return Suite(rows, pricers, reasons, time.perf_counter() - t0, wall)
+    return Suite(rows, pricers, reasons, time.perf_counter() - t0, wall, notes)
 
 
 def prepare_row(row: Row, params: dict) -> RowPricer:
@@ -146,7 +152,8 @@ def summarise(suite: Suite, pred: dict) -> dict:
         if r.id in pred:
             p = pred[r.id]
             rows.append({"id": r.id, "status": "ok", "reason": "", "predicted": p, "measured": r.value,
-                         "error": p / r.value - 1.0, **_what(r)})
+                         "error": p / r.value - 1.0, **_what(r), **({"note": suite.notes[r.id]}
+                                                                      if r.id in suite.notes else {})})
         else:
             rows.append({"id": r.id, "status": "skipped", "reason": suite.reasons.get(r.id, "not predicted"),
                          "predicted": None, "measured": r.value, "error": None, **_what(r)})
@@ -198,7 +205,7 @@ def cv_summary(suite: Suite, key: str, jobs: int = 1) -> dict:
     or ``engine_version``. Each fold's fit starts from the presets (never from shipped or all-rows parameters)
     and reads only the other groups' rows (``fit.cross_validate``)."""
     pred = cross_validate(suite.ok, CV_KEYS[key], base={}, jobs=jobs)
-    s = summarise(Suite(suite.rows, suite.pricers, suite.reasons), pred)
+    s = summarise(Suite(suite.rows, suite.pricers, suite.reasons, notes=suite.notes), pred)
     out = {"median_abs_error": s["median_abs_error"], "p90_abs_error": s["p90_abs_error"], "n": s["n_ok"],
            "by": s["by"], "rows": {x["id"]: x["error"] for x in s["rows"] if x["status"] == "ok"}}
     groups = {CV_KEYS[key](r) for r, _ in suite.ok}
