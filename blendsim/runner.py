@@ -428,7 +428,8 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
                                                   run.num_blocks, run.policy)
     B = eng.block_size
     bnd = bounds(trace.input_len, trace.output_len, tree.optimal_sharing_ratio(), Rates.of(dep, cm.kappa))
-    work = trace_work(trace, tree)  # for summarize's T_o, made here: the tree is freed before the final tables
+    # for summarize's T_o, made here: the tree is freed before the final tables
+    work = trace_work(trace, tree, shared_decode=policy.reads_shared_prefix_once())
 
     rec = RequestRecords(trace.n)
     tick = (lambda: progress(rec.n_finished)) if progress else None

@@ -226,6 +226,12 @@ class Policy:
         """Policy-specific figures for summary.json (deterministic values only)."""
         return {}
 
+    def reads_shared_prefix_once(self) -> bool:
+        """Whether the policy's decode steps read a shared prompt prefix's KV once for all the sequences that share
+        it (a prefix-shared attention kernel that lowers ``Batch.decode_ctx_sum``, as BatchLLM's does): the run's
+        T_o then leaves shared prefixes out of the keys every decode must read, so it stays a bound."""
+        return False
+
     # called by the runner once, after prepare()
     def _finalize(self) -> None:
         out = self.rank()

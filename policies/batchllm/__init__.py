@@ -127,6 +127,9 @@ class BatchLLM(Policy):
             shared_attention=self.opt["shared_attention"])
         self._stats = self._statistics(fl, shared, n)
 
+    def reads_shared_prefix_once(self) -> bool:
+        return bool(self.opt["shared_attention"])
+
     def _order(self, group_of, unit_tokens, anchors) -> np.ndarray:
         """Rank of every request: units (shared groups, plain requests) by the chosen key, members
         in depth-first order within their unit."""
