@@ -100,9 +100,11 @@ class Bounds:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
-def bounds(input_len, output_len, sharing: float, rates: Rates, quadratic: bool = True) -> Bounds:
+def bounds(input_len, output_len, sharing: float, rates: Rates, quadratic: bool = True, read_len=None) -> Bounds:
+    """``read_len``: the prompt tokens each decode step must read, where fewer than the prompt (a policy whose decodes
+    read a shared prefix once for its whole group: the prompt less its shared prefix); the prompt by default."""
     tc = float(np.sum(comp_time(input_len, output_len, rates, quadratic)))
-    tm = float(np.sum(mem_time(input_len, output_len, rates)))
+    tm = float(np.sum(mem_time(input_len if read_len is None else read_len, output_len, rates)))
     c = (1.0 - sharing) * tc
     hi, lo = max(c, tm), min(c, tm)
     rho = float("inf") if tm == 0 else c / tm

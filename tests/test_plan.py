@@ -447,3 +447,25 @@ def test_an_interrupted_plan_says_what_a_rerun_reuses(tmp_path, trace, monkeypat
         full = CliRunner().invoke(get_app(), args[:-2] + ["-o", str(tmp_path / "fresh")])
         a, b = json.loads(r2.stdout), json.loads(full.stdout)
         assert r2.exit_code == 0 and a.pop("report") != b.pop("report") and a == b
+
+
+def test_a_policy_reading_shared_prefixes_once_is_not_pruned_by_a_bound_it_beats():
+    # BatchLLM's prefix-shared attention reads a group's prefix once per decode step: the plan's memory bound
+    # counted every request's whole prompt (19.2 s on this job, whose run takes 17.6 s) and pruned the cheapest
+    # deployment of a 19 s deadline as unable to meet it
+    t = blendsim.synthesize("batchllm", requests=512, prefix_len=2000, distinct_len=200, share_degree=16,
+                            output_len=400)
+    space = Space("llama-3-8b", ("h100-80gb",), ("vllm@0.6",), ("batchllm",), (), (), max_gpus=2)
+    ex = run_search(t, space, 1e9, read_prices(), prune=False)
+    s = PrefixTree(t.offline()).optimal_sharing_ratio()
+    from blendsim.plan.space import read_lengths
+
+    read = read_lengths(t, PrefixTree(t))
+    one = next(p for p in ex.points.values() if p.cand.replicas == 1 and p.cand.shape.tp == 1)
+    for shape, dep in shapes(space, t)[0]:
+        if shape == one.cand.shape:
+            assert shape_bounds(t, dep, s, shape.engine, read).makespan(1) <= one.makespan_s
+            assert shape_bounds(t, dep, s, shape.engine).makespan(1) > one.makespan_s  # the old bound
+    deadline = one.makespan_s * 1.02
+    pruned = run_search(t, space, deadline, read_prices())
+    assert one.cand.key in pruned.points and recommend(pruned, deadline, None).cand.key == one.cand.key

@@ -35,7 +35,7 @@ import numpy as np
 from blendsim.sim.metrics import CRITICAL_SHARE
 
 from .prices import job_cost
-from .space import Candidate, shape_bounds, shapes, work_estimate
+from .space import Candidate, read_lengths, reads_shared_prefix_once, shape_bounds, shapes, work_estimate
 
 ROUND = 8
 DEADLINE = "cannot meet the deadline (lower bound)"
@@ -107,12 +107,19 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
         prices.price_of(hw)
     feasible, infeasible = shapes(space, trace)
     out = Search(pruned=dict(infeasible))
-    s_full = PrefixTree(trace).optimal_sharing_ratio()
+    tree = PrefixTree(trace)
+    s_full = tree.optimal_sharing_ratio()
     sampled = trace.n > sample
     sub = _sample(trace, sample, seed) if sampled else trace
     if sampled:
         out.sample_requests = sub.n
-        s_sub = PrefixTree(sub).optimal_sharing_ratio()
+        tree_sub = PrefixTree(sub)
+        s_sub = tree_sub.optimal_sharing_ratio()
+    # the prompt tokens a decode reads under a policy that reads shared prefixes once (None: the prompt)
+    once = {p for p in {sh.policy for sh, _dep in feasible} if reads_shared_prefix_once(p)}
+    read_full = read_lengths(trace, tree) if once else None
+    read_sub = (read_lengths(sub, tree_sub) if sampled else read_full) if once else None
+    del tree
     tokens = int(trace.input_len.sum() + trace.output_len.sum())
     files = (store.trace_files(trace, sub if sampled else None, trace_path) if store
              else _TempFiles(trace, sub if sampled else None, trace_path))
@@ -121,10 +128,11 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
 
     bounds, scale, cands = {}, {}, []
     for shape, dep in feasible:
-        sb = shape_bounds(trace, dep, s_full, shape.engine)
+        rf, rs = (read_full, read_sub) if shape.policy in once else (None, None)
+        sb = shape_bounds(trace, dep, s_full, shape.engine, rf)
         # the whole trace's work over the sample's, combined as this engine's steps combine them
-        scale[shape] = (work_estimate(trace, dep, s_full, sb.interference)
-                        / work_estimate(sub, dep, s_sub, sb.interference)) if sampled else 1.0
+        scale[shape] = (work_estimate(trace, dep, s_full, sb.interference, rf)
+                        / work_estimate(sub, dep, s_sub, sb.interference, rs)) if sampled else 1.0
         for r in range(1, space.max_gpus // shape.gpus_per_replica + 1):
             c = Candidate(shape, r)
             price = prices.price_of(shape.hardware).usd_per_gpu_hour

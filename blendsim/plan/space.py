@@ -172,26 +172,46 @@ def peak_rates(dep):
     return dataclasses.replace(Rates.of(dep, 0.0), flops=flops * gpus, bandwidth=hw.mem_bandwidth * gpus)
 
 
-def work_bound(trace, dep, sharing: float) -> float:
+def work_bound(trace, dep, sharing: float, read_len=None) -> float:
     """T_o of ``trace`` (optimal sharing ``sharing``) on one replica of ``dep`` at datasheet peaks: the larger of its
     compute and memory work (:func:`work_estimate` with nothing of the smaller added)."""
-    return work_estimate(trace, dep, sharing, 0.0)
+    return work_estimate(trace, dep, sharing, 0.0, read_len)
 
 
-def work_estimate(trace, dep, sharing: float, interference: float) -> float:
+def work_estimate(trace, dep, sharing: float, interference: float, read_len=None) -> float:
     """The trace's compute and memory work on one replica of ``dep`` at datasheet peaks, combined as the engine's
     steps combine them: the larger plus ``interference`` times the smaller (1: added, as a sequential engine's
     steps add their operators' times; an overlapping engine's kappa). Not a bound: what a sampled makespan is
-    scaled by (the whole trace's over the sample's), which must not depend on which of the two binds on a GPU."""
+    scaled by (the whole trace's over the sample's), which must not depend on which of the two binds on a GPU.
+    ``read_len``: the prompt tokens a decode reads, where a policy reads shared prefixes once (:func:`read_lengths`)."""
     from blendsim.sim.density import bounds
 
     rates = dataclasses.replace(peak_rates(dep), interference=interference)
-    return bounds(trace.input_len, trace.output_len, sharing, rates).t_opt_overlap_s
+    return bounds(trace.input_len, trace.output_len, sharing, rates, read_len=read_len).t_opt_overlap_s
 
 
-def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> ShapeBounds:
+def reads_shared_prefix_once(policy: str) -> bool:
+    """Whether ``policy`` may read a shared prompt prefix's KV once per decode step for its whole group
+    (``Policy.reads_shared_prefix_once`` overridden: BatchLLM's prefix-shared attention, on by default): its
+    deployments' memory bound then counts each request's prompt less its shared prefix, or it would exceed the
+    run (a BatchLLM microbenchmark: 19.2 s bound, 17.6 s run, pruned as unable to meet a 19 s deadline)."""
+    from blendsim.policies.base import Policy
+    from blendsim.policies.registry import resolve_policy
+
+    return resolve_policy(policy).cls.reads_shared_prefix_once is not Policy.reads_shared_prefix_once
+
+
+def read_lengths(trace, tree):
+    """Per request, the prompt tokens a decode step must read when shared prefixes are read once per group: the
+    prompt less its shared prefix (``sim.bounds.shared_prompt_tokens``)."""
+    from blendsim.sim.bounds import shared_prompt_tokens
+
+    return trace.input_len - shared_prompt_tokens(tree)
+
+
+def shape_bounds(trace, dep, sharing: float, engine: str | None = None, read_len=None) -> ShapeBounds:
     """The bounds of ``dep`` run by ``engine`` (an engine profile name: its per-step overhead, which the cost
-    model adds to every step's kernel time, joins the tail bound)."""
+    model adds to every step's kernel time, joins the tail bound); ``read_len`` as :func:`work_estimate`'s."""
     from blendsim.sim.build_cost import build_cost_model
     from blendsim.sim.engines import get_profile
     from blendsim.sim.models import WEIGHT_BYTES
@@ -209,8 +229,8 @@ def shape_bounds(trace, dep, sharing: float, engine: str | None = None) -> Shape
         step = (weights if mode == "sequential" else weights / 2) + float(cm.engine.overhead(1, 1))
         interference = 1.0 if mode == "sequential" else float(cm.kappa)
     d_max = int(trace.output_len.max())
-    return ShapeBounds(work_bound(trace, dep, sharing), max(d_max - 1, 0) * step, interference)
+    return ShapeBounds(work_bound(trace, dep, sharing, read_len), max(d_max - 1, 0) * step, interference)
 
 
-__all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "shape_bounds", "shapes", "work_bound",
-           "work_estimate"]
+__all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "read_lengths", "reads_shared_prefix_once",
+           "shape_bounds", "shapes", "work_bound", "work_estimate"]
