@@ -15,7 +15,7 @@ cdef class Scheduler:
     cdef public dict running, dec, resume
     cdef public Py_ssize_t B, replica, n_dec, dec_S, tau, step_no, _order, _resv_tau, _owner
     cdef public Py_ssize_t est_sum, gen_S, gen_P, fin_sum, fin_n, hit_tokens
-    cdef public bint record, blocked, stall, _plain_finish
+    cdef public bint record, blocked, stall
     cdef public object stalled
     cdef public Py_ssize_t flushes, refused_req
     cdef public double _load_ready, reserve_need

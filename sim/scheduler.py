@@ -78,7 +78,6 @@ class Scheduler:
         # the request a refused admission locked and unlocked at this step (its cached prefix marked used then, LRU;
         # -1: none): a step-by-step run retries it every step, which advance_decode repeats where it orders evictions
         self.refused_req = -1
-        self._plain_finish = type(self).on_finish is Scheduler.on_finish  # no policy hook reorders on a finish
         self.resume: dict[int, int] = {}  # preempted request -> tokens it had generated
         self.hi_water = [0] * len(prompt_len)  # prompt positions ever computed or hit, per request
         self._order = 0
@@ -560,10 +559,10 @@ class Scheduler:
     def _finish(self, s: Seq, now: float, step: int) -> None:
         r = s.req
         # what it held is free and its slot open: admission must be tried again before the next run of pure
-        # decode steps (quiescent), as a step-by-step run does -- but for a refusal by the reserve rule alone,
-        # which decode_run re-checks against the KV free then (unless a policy's on_finish may change the queue)
-        if self.reserve_need == INF or not self._plain_finish:
-            self.blocked = False
+        # decode steps (quiescent), as a step-by-step run does. Also after a refusal by the reserve rule alone: the
+        # finish changes the refused request's own expected output (the mean of finished outputs, ``_admit``), so
+        # the need its refusal saved (``reserve_need``, which decode_run checks) is stale
+        self.blocked = False
         self._release_locks(s, now)
         del self.running[r]
         self.est_sum -= s.est

@@ -113,7 +113,8 @@ class AccelGen(Policy):
         "jct_budget": Option(False, "JCT requests also bound S_b by SLO_JCT / iterations", source=EXT),
         "jct_output": Option("hint", "S_g for JCT conversion: hint (else replica mean) | oracle", source='paper (output hint)'),
         "budget_model": Option("eq4", "token budget: eq4 (Eq. 6's S_b in Eq. 4 operations, each chunk's context "
-                                "priced) | eq6 (S_b tokens) | cost (cost-model step time fits SLO_min)", source='paper sec. 4.2, Eq. 4 + Eq. 6 (eq4); cost is an extension'),
+                                "priced) | eq6 (S_b tokens; the default on an engine that rounds steps to a token "
+                                "multiple, --round-tokens: nanoflow) | cost (cost-model step time fits SLO_min)", source='paper sec. 4.2, Eq. 4 + Eq. 6 (eq4); cost is an extension'),
         "distance": Option("tokens", "Alg. 2 distance: tokens (paper) | normalized", source='paper Alg. 2 (tokens)'),
         "best_effort_slack": Option(math.inf, "requests without SLOs: deadline arrival + this (inf: lowest tier)", source=OURS),
         "urgent_preempt": Option(True, "urgent requests preempt running ones with a larger T_r (Alg. 1)", source='paper Alg. 1'),
@@ -142,8 +143,12 @@ class AccelGen(Policy):
         if not o["pivot_tol"] < 1:
             raise UserError(f"option pivot_tol: must be < 1, got {o['pivot_tol']}")
         if o["budget_model"] != "eq6" and self.ctx.engine.round_tokens:
-            raise UserError(f"option budget_model={o['budget_model']} sizes steps by operations or time, not "
-                            "by tokens: it does not take --round-tokens (use budget_model=eq6)")
+            if "budget_model" in self.ctx.options:
+                raise UserError(f"option budget_model={o['budget_model']} sizes steps by operations or time, not "
+                                "by tokens: it does not take --round-tokens (use budget_model=eq6)")
+            # an engine that runs steps of whole token multiples (NanoFlow's 128) takes Eq. 6's token budget, so
+            # a comparison of every policy on that engine runs this one too
+            o["budget_model"] = "eq6"
         if self.ctx.engine.mix != "decode-first":
             raise UserError("policy accelgen mixes decodes and prefill chunks in every step: "
                             "use --mix decode-first")
@@ -169,6 +174,7 @@ class AccelGen(Policy):
                 tot[k] = tot.get(k, 0) + v
         steps = max(1, tot.get("steps", 0))
         return {
+            "accelgen_budget_model": self.opt["budget_model"],  # eq6 by default on a token-rounding engine
             "accelgen_pivot_tokens": self.s_pf,
             "accelgen_pivot_time_s": self.t_pf,
             "accelgen_mean_budget": tot.get("budget_sum", 0) / steps,
