@@ -469,3 +469,41 @@ def test_a_policy_reading_shared_prefixes_once_is_not_pruned_by_a_bound_it_beats
     deadline = one.makespan_s * 1.02
     pruned = run_search(t, space, deadline, read_prices())
     assert one.cand.key in pruned.points and recommend(pruned, deadline, None).cand.key == one.cand.key
+
+
+def test_a_profile_file_engine_stays_inside_the_plan_folder_and_a_recalibrated_file_is_simulated_again(
+        tmp_path, monkeypatch):
+    from blendsim.fidelity.catalogue import read_catalogue
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
+    from blendsim.fidelity.engine_calibration import write_rows_csv
+    from blendsim.workloads.trace import write_trace
+
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    write_rows_csv(tmp_path / "train.csv", [rows["vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-decode"],
+                                             rows["vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-prefill"]])
+    prof = tmp_path / "mine.json"
+    app = get_app()
+    assert CliRunner().invoke(app, ["calibrate", "engine", str(tmp_path / "train.csv"), "--engine", "vllm@0.6",
+                                    "--hardware", "a100-80gb", "-o", str(prof)]).exit_code == 0
+    write_trace(random_trace(np.random.default_rng(0), n=40), tmp_path / "t.parquet")
+    work = tmp_path / "w1" / "w2"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    args = ["plan", "../../t.parquet", "-m", "llama-3-8b", "--deadline", "1h", "--hardware", "a100-80gb",
+            "--max-gpus", "1", "--engines", "../../mine.json", "--policies", "fcfs", "--no-fidelity", "--json",
+            "-o", "p"]
+
+    def makespan():
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["recommended"]["makespan_s"]
+
+    first = makespan()
+    assert sorted(p.name for p in tmp_path.rglob("*.json") if "cells" not in p.parts) == ["mine.json",
+                                                                                            "plan.json",
+                                                                                            "plan_answer.json"]
+    assert len(list((work / "p" / "cells").iterdir())) == 1  # the cell is inside -o, named by the file
+    data = json.loads(prof.read_text())
+    data["engine"]["vllm@0.6"]["fixed_s"] *= 50  # recalibrated in place
+    prof.write_text(json.dumps(data))
+    assert makespan() > 1.2 * first

@@ -153,7 +153,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
         kind = "full" if whole or not sampled else "sample"
         results, handles = {}, {}
         for c in batch:
-            cached = store.get(c.key, kind) if store else None
+            cached = store.get(c.cell, kind) if store else None
             if cached is not None:
                 results[c] = cached
             else:
@@ -162,7 +162,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             for h, res in backend.wait():
                 c = handles.pop(h)
                 if res["ok"] and store:
-                    store.put(c.key, kind, res["value"])
+                    store.put(c.cell, kind, res["value"])
                 results[c] = res["value"] if res["ok"] else {"error": res["error"]}
                 done[0] += 1
                 if report:

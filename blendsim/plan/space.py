@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from blendsim.sim.errors import UserError
 
@@ -60,6 +61,16 @@ class Candidate:
         s = self.shape
         return (f"{s.hardware}_tp{s.tp}_pp{s.pp}_ep{s.ep}_x{self.replicas}_{s.engine}_{s.policy}_"
                 f"w-{s.weights}_kv-{s.kv_dtype}")
+
+    @property
+    def cell(self) -> str:
+        """The deployment's file name in a plan directory: :attr:`key`, with a calibrated profile file named by its
+        own file name and content digest, so a path never leaves the directory and a recalibrated file is simulated
+        again rather than read from the cell its old content priced."""
+        from blendsim.sim.engines import is_profile_file
+
+        s = self.shape
+        return self.key if not is_profile_file(s.engine) else self.key.replace(f"_{s.engine}_", f"_{_file_label(s.engine)}_", 1)
 
     def settings(self) -> dict:
         """The deployment's fields as the JSON answer names them."""
@@ -160,6 +171,19 @@ class ShapeBounds:
 
     def makespan(self, replicas: int) -> float:
         return max(self.work_s / replicas, self.tail_s)
+
+
+def _file_label(path: str) -> str:
+    """A calibrated profile file as a file-name-safe label: its name and the first 12 hex digits of its SHA-256."""
+    import hashlib
+    import re
+
+    p = Path(path)
+    try:
+        digest = hashlib.sha256(p.read_bytes()).hexdigest()[:12]
+    except OSError:
+        digest = "unreadable"
+    return f"{re.sub(r'[^A-Za-z0-9._-]', '-', p.name)}-{digest}"
 
 
 def peak_rates(dep):
