@@ -332,15 +332,17 @@ def newer_than_modelled(prof) -> list[str]:
     from blendsim.sim.engines import PROFILES, is_profile_file, parse_key, version_order
 
     key = prof.key or ""
-    if not key or is_profile_file(key):
+    if not key:
         return []
-    k = parse_key(key)
-    newest = PROFILES.get(k.name)
-    if not k.version or newest is None or not newest.version or newest.version != prof.version \
-            or version_order(k.version)[:1] <= version_order(newest.version)[:1]:
+    # a calibrated profile file: the release its header names
+    name, version = (prof.name, prof.release) if is_profile_file(key) else parse_key(key)[:2]
+    newest = PROFILES.get(name)
+    if not version or newest is None or not newest.version or newest.version != prof.version \
+            or version_order(version)[:1] <= version_order(newest.version)[:1]:
         return []
-    return [f"engine {k.name}@{k.version} is a major release beyond every modelled one of {k.name}: priced as "
-            f"{newest.name}@{newest.version}, the newest (blendsim engines lists them)"]
+    return [f"engine {name}@{version}{f' ({key})' if is_profile_file(key) else ''} is a major release beyond every "
+            f"modelled one of {name}: priced as {newest.name}@{newest.version}, the newest (blendsim engines lists "
+            f"them)"]
 
 
 def inert_server_fields(prof) -> list[str]:

@@ -363,6 +363,9 @@ OVERRIDABLE: dict[str, tuple[type, str]] = {
 # a unit slip (microseconds written as seconds) that would give a run of absurd length or none at all
 MAX_OVERRIDE_S = {"fixed_s": 10.0, "per_seq_s": 1.0, "per_token_s": 1.0, "server_token_s": 1.0,
                   "server_request_s": 60.0}
+# the largest CUDA-graph decode batch an override may give: eight times TensorRT-LLM's largest captured size (8,192,
+# _TRTLLM_GRAPHS); the cost model lists every padded size up to it, so 10^8 took minutes and gigabytes
+MAX_GRAPH_BATCH = 65_536
 
 
 class EngineKey(NamedTuple):
@@ -388,6 +391,9 @@ def parse_key(text: str) -> EngineKey:
     overrides' names and values; unknown names are left to :func:`get_profile`."""
     text = str(text).strip()
     head, sep, spec = text.partition(":")
+    if sep and not head.strip():
+        raise UserError(f"engine {text!r}: no engine name before ':' (like vllm@0.6:serve=1, or "
+                        f"ideal:fixed_s=1e-3); engines: {', '.join(PROFILES)}")
     if not sep and "=" in head:  # fixed_s=...,per_seq_s=...: the user's own overhead, from ideal
         head, spec = "", head
     name, at, version = head.partition("@")
@@ -422,6 +428,9 @@ def parse_key(text: str) -> EngineKey:
         if v > MAX_OVERRIDE_S.get(k, math.inf):
             raise UserError(f"engine {text!r}: {k} = {val.strip()} s is over {MAX_OVERRIDE_S[k]:g} s, more CPU work "
                             f"than any engine's (the value is in seconds: 50 us is 50e-6)")
+        if k == "cuda_graph_max" and v > MAX_GRAPH_BATCH:
+            raise UserError(f"engine {text!r}: cuda_graph_max {v:,} is over {MAX_GRAPH_BATCH:,} sequences, more than "
+                            f"any engine captures (TensorRT-LLM's largest graph: 8,192); 0 runs every step eagerly")
         if k == "serve":
             if v not in (0, 1):
                 raise UserError(f"engine {text!r}: serve must be 0 (offline) or 1 (behind the API server), got {val!r}")
@@ -1300,8 +1309,14 @@ def _from_file(path: str) -> EngineProfile:
     if not isinstance(head, dict) or head.get("kind") != PROFILE_KIND or not isinstance(head.get("engine"), str):
         raise UserError(f"--engine {path}: not an engine profile (no 'profile' header with kind {PROFILE_KIND!r}; "
                         f"write one with blendsim calibrate engine)")
-    base = head["engine"] + (f"@{head['version']}" if head.get("version") else "")
-    if ":" in base:
+    name, version = head["engine"].strip().lower(), head.get("version")
+    if name not in PROFILES or name == DEFAULT_ENGINE:  # a name only: never options, a file or the empty string
+        raise UserError(f"{path}: field profile.engine: {head['engine']!r} is not a modelled engine name "
+                        f"({', '.join(n for n in PROFILES if n != DEFAULT_ENGINE)})")
+    if version is not None and not isinstance(version, str):  # JSON 0.10 is the number 0.1
+        raise UserError(f"{path}: field profile.version: {version!r} must be a string such as \"0.10\"")
+    base = name + (f"@{version}" if version else "")
+    if ":" in base or "," in base:
         raise UserError(f"{path}: field profile.engine / profile.version: {base!r} carries overrides; a profile "
                         f"names NAME[@VERSION] only (write it again with blendsim calibrate engine)")
     try:
@@ -1317,6 +1332,14 @@ def _from_file(path: str) -> EngineProfile:
         if not isinstance(hw, str) or hw not in PRESETS:
             raise UserError(f"{path}: field profile.hardware: {hw!r} is not a hardware preset ({', '.join(PRESETS)})")
     own = params.get("engine", {})
+    fitted = head.get("fitted")
+    mine = [f for f in fitted if isinstance(f, str) and f.startswith("engine.")] if isinstance(fitted, list) else []
+    if prof.fitted and mine and not any(f.startswith(f"engine.{prof.overhead_key}.") for f in mine):
+        # the header says which loop the file fitted; a header naming another release would price this one with
+        # the shipped loop of the release it names and leave the file's own fit unread
+        keys = sorted({f[len("engine."):].rpartition(".")[0] for f in mine})
+        raise UserError(f"{path}: field profile.version: {base} is priced under {prof.overhead_key}, but the file "
+                        f"fitted {', '.join(keys)}; name the release it was fitted for")
     moved = ([k for k in own if k.partition(":")[0].partition("@")[0] == prof.name
               and k not in load_params().get("engine", {})] if prof.fitted and prof.overhead_key not in own else [])
     if moved:
@@ -1353,7 +1376,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     text = "ideal" if key is None else str(key).strip()
     if is_profile_file(text):
         return _from_file(text)
-    if is_profile_file(text.partition(":")[0]):
+    if re.search(r"\.json:", text, re.I):  # FILE.json:field=value (the file's path may hold ':' itself)
         raise UserError(f"engine {text!r}: a calibrated profile file takes no overrides; use the file alone, or "
                         f"NAME@VERSION:field=value,...")
     k = parse_key(text)
@@ -1396,7 +1419,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
 
 
 __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DEFAULT_ENGINE", "EngineKey",
-           "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
+           "EngineProfile", "KV_LOAD_SINCE", "KV_LOAD_SOURCES", "MAX_GRAPH_BATCH", "MAX_OVERRIDE_S", "OVERRIDABLE", "PARAMS_FILE",
            "PIPELINE_V0_SINCE", "PIPELINE_V1_SINCE", "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS",
            "attn_dp_modelled", "default_graph_sizes", "describe_profile", "get_profile", "graph_pad", "graph_size",
            "is_profile", "is_profile_file", "load_params", "modelled_versions", "next_release", "overhead_keys",

@@ -474,8 +474,8 @@ def test_a_policy_reading_shared_prefixes_once_is_not_pruned_by_a_bound_it_beats
 def test_a_profile_file_engine_stays_inside_the_plan_folder_and_a_recalibrated_file_is_simulated_again(
         tmp_path, monkeypatch):
     from blendsim.fidelity.catalogue import read_catalogue
-    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
     from blendsim.fidelity.engine_calibration import write_rows_csv
+    from blendsim.fidelity.suite import SHIPPED_CATALOGUE
     from blendsim.workloads.trace import write_trace
 
     rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}

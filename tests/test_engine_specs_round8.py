@@ -1,0 +1,78 @@
+"""Engine specs and calibrated profile files (review round 8): every bad value is one line, never a silent other
+engine, and a huge CUDA-graph size is refused before it builds a list of every padded size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from blendsim.cli import get_app
+from blendsim.fidelity.catalogue import read_catalogue
+from blendsim.fidelity.engine_calibration import write_rows_csv
+from blendsim.fidelity.suite import SHIPPED_CATALOGUE
+from blendsim.sim.engines import get_profile
+from blendsim.sim.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    d = tmp_path_factory.mktemp("prof")
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    write_rows_csv(d / "train.csv", [rows["vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-decode"],
+                                     rows["vllm-0.6.0-blog-llama-3-8b-a100-80gb-tp1-prefill"]])
+    out = d / "mine.json"
+    r = CliRunner().invoke(get_app(), ["calibrate", "engine", str(d / "train.csv"), "--engine", "vllm@0.6",
+                                       "--hardware", "a100-80gb", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return json.loads(out.read_text())
+
+
+def _file(tmp_path, data, **head) -> str:
+    d = json.loads(json.dumps(data))
+    d["profile"].update(head)
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+@pytest.mark.parametrize("head, field, says", [
+    ({"engine": ""}, "profile.engine", "not a modelled engine name"),
+    ({"engine": "fixed_s=1"}, "profile.engine", "not a modelled engine name"),
+    ({"engine": "other.json"}, "profile.engine", "not a modelled engine name"),
+    ({"engine": "ideal"}, "profile.engine", "not a modelled engine name"),
+    ({"version": 0.10}, "profile.version", "must be a string"),
+    ({"version": "0.8"}, "profile.version", "but the file fitted vllm@0.6"),
+])
+def test_a_profile_header_names_one_engine_and_the_release_it_was_fitted_for(tmp_path, profile, head, field, says):
+    with pytest.raises(UserError) as e:
+        get_profile(_file(tmp_path, profile, **head))
+    assert f"field {field}" in str(e.value) and says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_profile_file_of_a_release_past_every_modelled_one_is_noted(tmp_path, profile):
+    from blendsim.runner import newer_than_modelled
+
+    d = json.loads(json.dumps(profile))
+    d["engine"]["vllm@0.8"] = dict(d["engine"]["vllm@0.6"])
+    d["profile"]["fitted"] = ["engine.vllm@0.8.fixed_s", "engine.vllm@0.8.per_seq_s"]
+    prof = get_profile(_file(tmp_path, d, version="9.9"))
+    assert prof.modelled.startswith("vllm@0.8") and "vllm@9.9" in newer_than_modelled(prof)[0]
+    assert newer_than_modelled(get_profile(_file(tmp_path, profile))) == []
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("vllm@0.6:cuda_graph_max=100000000", "is over 65,536"),
+    (":", "no engine name before ':'"),
+    (":fixed_s=1e-3", "no engine name before ':'"),
+    ("c:d/my.json:serve=1", "takes no overrides"),
+])
+def test_bad_engine_specs_are_one_line(spec, says):
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--hardware", "h100-80gb", "--engine", spec,
+                                       "--decode-seqs", "8"])
+    assert r.exit_code == 2 and says in r.output and r.output.strip().count("\n") == 0, r.output
+
+
+def test_the_largest_graph_size_still_runs():
+    assert get_profile("vllm@0.6:cuda_graph_max=65536").cuda_graph_max == 65536
