@@ -137,6 +137,14 @@ class EngineProfile:
     # --enable-dp-attention), so its limits stay the replica's. A run multiplies per-rank limits by the ranks
     # (runner.attn_dp_ranks)
     limits_per_rank: bool = False
+    # with pipeline parallelism, whether one scheduler keeps the pp micro-batches in flight under one sequence cap (a
+    # run gives each virtual engine max_seqs / pp): vLLM V1's EngineCore schedules every batch of its batch queue
+    # (max_concurrent_batches = the PP size) from one Scheduler, whose running list never exceeds max_num_seqs and
+    # which skips a request already in flight ("No new tokens to schedule. This may happen when PP>1",
+    # vllm/v1/core/sched/scheduler.py at v0.8.4, and v1/engine/core.py step_with_batch_queue). vLLM V0 builds one
+    # Scheduler per virtual engine, each with the whole max_num_seqs (vllm/engine/llm_engine.py at v0.5.3), and
+    # TensorRT-LLM sizes each micro-batch by max_batch_size: their caps stay per virtual engine
+    seqs_shared_by_stages: bool = False
     # with attention data parallelism, what the reserve admission's ratio is multiplied by: SGLang scales its
     # schedule_conservativeness by 0.3 under --enable-dp-attention (server_args.py, the data-parallelism handling), and
     # its scheduler's first new_token_ratio is 0.7 x schedule_conservativeness (managers/scheduler.py,
@@ -729,7 +737,7 @@ _BUILTIN = [
                       cuda_graph_sizes=_V1_GRAPHS,
                       regime="cuda-graph", fitted=_FIT_LOOP, served_loop=True, fit_offline=False, async_since="0.10",
                       server_token_s=100e-6, server_request_s=5e-3,
-                      server_fitted=("server_token_s", "server_request_s"),
+                      server_fitted=("server_token_s", "server_request_s"), seqs_shared_by_stages=True,
                       source=_CITED_VLLM + "; vllm PRs #17073, #17885 (batch limits by device)",
                       by_device={"large-offline": {"token_budget": 16384, "max_seqs": 1024},
                                  "large-serve": {"token_budget": 8192, "max_seqs": 1024},

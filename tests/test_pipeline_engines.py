@@ -141,3 +141,19 @@ def test_a_calibrated_profile_is_checked_at_the_release_its_header_names(tmp_pat
     f.write_text(json.dumps(p))
     one_line_error(_cli("cost", "--engine", f, "--pp", 2, "--decode-seqs", 8, "--context", 256),
                    "only behind its API server", "calibrate it on runs behind the server")
+
+
+@pytest.mark.parametrize("engine, shared", [("vllm@0.8", True), ("vllm@0.5:serve=1", False), ("trtllm", False)])
+def test_vllm_v1_keeps_one_sequence_cap_for_its_micro_batches(engine, shared):
+    # V1's one scheduler bounds every micro-batch in flight by max_num_seqs; V0 (a Scheduler per virtual engine) and
+    # TensorRT-LLM (max_batch_size per micro-batch) give each its own
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.runner import RunConfig, scheduler_settings
+
+    cls = resolve_policy("fcfs").cls
+    one, _ = scheduler_settings(RunConfig(policy="fcfs", model="llama-3-70b", hardware="h100-80gb", tp=4,
+                                          engine=engine), cls)
+    two, notes = scheduler_settings(RunConfig(policy="fcfs", model="llama-3-70b", hardware="h100-80gb", tp=4, pp=2,
+                                              engine=engine), cls)
+    assert two.max_seqs == (one.max_seqs // 2 if shared else one.max_seqs) and one.max_seqs > 0
+    assert any("one scheduler" in n for n in notes) == shared
