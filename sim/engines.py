@@ -966,7 +966,8 @@ KV_LOAD_SOURCES = {
               "back into GPU memory when reused (onboarding before the step; no layer-wise overlap documented)",
     "vllm": "overlap: vLLM KV offloading connector (0.11+; docs 'KV Offloading Usage Guide', blog 2026-01-08) -- "
             "DMA transfers run asynchronously alongside model computation (the loading request waits, the "
-            "others' compute goes on; not layer-wise)",
+            "others' compute goes on; not layer-wise; priced as overlap, the step lasting the longer of its "
+            "compute and its loads, which holds the others too)",
     "vllm-v0": "stall: no native offloading before vLLM 0.11; LMCache's connector defaults to use_layerwise=False "
                "(lmcache/v1/config.py), a blocking retrieve before the step",
     "sglang": "overlap: SGLang HiCache (docs/advanced_features/hicache_design.md) loads layer N+1's KV while "
