@@ -57,12 +57,12 @@ def main() -> None:
         ms = res.summary["makespan_s"]
         price = read_prices(a.prices).price_of(rec["hardware"]).usd_per_gpu_hour
         cost = rec["gpus"] * price * ms / 3600
-        checks = {
+        checks = {k: bool(v) for k, v in {  # plain booleans for JSON (the comparisons of numpy floats are numpy's)
             "meets deadline": rec["meets_deadline"],
             "re-simulated makespan within 2%": abs(ms / rec["makespan_s"] - 1) <= 0.02,
             "cost = GPUs x price x makespan within 1%": abs(cost / rec["cost_usd"] - 1) <= 0.01,
             f"wall <= {a.target_min:g} min": wall <= 60 * a.target_min,
-        }
+        }.items()}
         print(json.dumps({"requests": a.requests, "deadline": a.deadline, "jobs": a.jobs, "wall_s": round(wall, 1),
                           "load_avg": os.getloadavg(), "cpus": os.cpu_count(), "simulated": ans["simulated"],
                           "candidates": ans["candidates"], "pruned": ans["pruned"],

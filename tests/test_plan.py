@@ -507,3 +507,80 @@ def test_a_profile_file_engine_stays_inside_the_plan_folder_and_a_recalibrated_f
     data["engine"]["vllm@0.6"]["fixed_s"] *= 50  # recalibrated in place
     prof.write_text(json.dumps(data))
     assert makespan() > 1.2 * first
+
+
+# ---- review round 8 ---------------------------------------------------------------------------------------------
+def _small(seed=0, n=40):
+    return random_trace(np.random.default_rng(seed), n=n, max_out=30)
+
+
+def test_a_trace_object_is_told_apart_by_its_content_in_a_plan_folder(tmp_path):
+    kw = dict(model="tiny", deadline="1h", hardware="a100-80gb", max_gpus=1, engines="vllm", policies="dfs",
+              fidelity=False, out=tmp_path / "p")
+    blendsim.plan(_small(0), **kw)
+    blendsim.plan(_small(0), **kw)  # the same content resumes
+    with pytest.raises(blendsim.BlendsimError, match="other settings"):
+        blendsim.plan(_small(1), **kw)  # another trace of as many requests once read the first one's results
+    with pytest.raises(blendsim.BlendsimError, match="out must be a folder path"):
+        blendsim.plan(_small(0), **{**kw, "out": 5})
+
+
+def test_plan_takes_a_model_in_its_own_fp32_and_a_jsonl_trace(tmp_path):
+    from blendsim.workloads.trace import write_trace
+
+    t = _small(2)
+    write_trace(t, tmp_path / "t.parquet")
+    lines = [json.dumps({"prompt_token_ids": list(range(int(p))), "output_len": int(d)})
+             for p, d in zip(t.input_len, t.output_len)]
+    (tmp_path / "t.jsonl").write_text("\n".join(lines) + "\n")
+    for f in ("t.parquet", "t.jsonl"):
+        r = CliRunner().invoke(get_app(), ["plan", str(tmp_path / f), "--model", "tiny", "--deadline", "1h",
+                                           "--hardware", "a100-80gb", "--engines", "vllm", "--policies", "dfs",
+                                           "--max-gpus", "1", "--no-fidelity", "--json"])
+        assert r.exit_code == 0, r.output
+        rec = json.loads(r.stdout)["recommended"]
+        assert rec["weights"] == "fp32" and "--weights" not in rec["simulate_command"]
+
+
+def test_the_rerun_line_carries_the_seed_and_quotes_paths(tmp_path):
+    from blendsim.workloads.trace import write_trace
+
+    write_trace(_small(3), tmp_path / "my job.parquet")
+    r = CliRunner().invoke(get_app(), ["plan", str(tmp_path / "my job.parquet"), "--model", "llama-3-8b",
+                                       "--deadline", "1h", "--hardware", "a100-80gb", "--engines", "vllm",
+                                       "--policies", "random", "--max-gpus", "1", "--seed", "7", "--no-fidelity",
+                                       "--json"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.stdout)["recommended"]
+    cmd = rec["simulate_command"]
+    assert "--seed 7" in cmd and f"'{tmp_path / 'my job.parquet'}'" in cmd
+    import shlex
+
+    args = shlex.split(cmd)[1:]
+    args[args.index("RUN_DIR")] = str(tmp_path / "run")
+    res = CliRunner().invoke(get_app(), [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["makespan_s"] == pytest.approx(rec["makespan_s"], rel=1e-12)
+
+
+def test_failed_deployments_run_once_and_idle_replicas_are_not_in_the_search(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import blendsim\nclass Bad(blendsim.Policy):\n    def rank(self):\n        raise RuntimeError('boom')\n")
+    out = blendsim.plan(_small(4), model="tiny", deadline="1h", hardware="a100-80gb", max_gpus=2, max_tp=1,
+                        engines="vllm", policies=f"{bad}:Bad", fidelity=False)
+    assert len(out["failures"]) == 2  # x1 and x2, each once
+    few = blendsim.plan(_small(5, n=3), model="tiny", deadline="1h", hardware="a100-80gb", max_gpus=8, max_tp=1,
+                        engines="vllm", policies="dfs", fidelity=False)
+    assert few["pruned"].get("more replicas than requests") == 5 and few["simulated"] == 3
+
+
+@pytest.mark.parametrize("text, ok", [("hardware,usd_per_gpu_hour\na100-80gb,2_5\n", False),
+                                      ("\ufeffhardware,usd_per_gpu_hour\na100-80gb,2.5\n", True)])
+def test_price_files_refuse_underscored_numbers_and_read_a_byte_order_mark(tmp_path, text, ok):
+    p = tmp_path / "prices.csv"
+    p.write_text(text, encoding="utf-8")
+    if ok:
+        assert read_prices(p).price_of("a100-80gb").usd_per_gpu_hour == 2.5
+    else:
+        with pytest.raises(UserError, match="is not a number"):
+            read_prices(p)

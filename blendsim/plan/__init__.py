@@ -92,6 +92,24 @@ def margin_of(margin):
 
 
 @_boundary  # the API's call check: a misspelt argument is one line
+def trace_sha256(trace) -> str:
+    """A digest of a trace's content (what a run reads of it): every request's id, lengths, prompt units, arrival,
+    hint and SLOs."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for name in ("input_len", "output_len", "unit_offsets", "unit_sym", "unit_len", "output_len_hint", "arrival_s",
+                 "ttft_slo_s", "tbt_slo_s", "jct_slo_s"):
+        a = getattr(trace, name, None)
+        h.update(name.encode())
+        if a is not None:
+            h.update(np.ascontiguousarray(a).tobytes())
+    h.update("\x00".join(map(str, trace.ids)).encode())
+    return h.hexdigest()
+
+
 def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max_gpus: int = 64, engines=None,
          policies=None, weights=None, kv_dtype=None, max_tp: int | None = None, max_pp: int | None = None,
          max_ep: int | None = None, budget: float | None = None,
@@ -181,7 +199,11 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
 
         from .store import PlanStore
 
-        store = PlanStore(out, {"trace_sha256": file_sha256(path) if path else None, "n_requests": t.n,
+        if not isinstance(out, (str, os.PathLike)):
+            raise UserError(f"plan: out must be a folder path, got {C.describe(out)}")
+        # a file by its bytes, a Trace object by its content: another trace never reads this one's results
+        digest = file_sha256(path) if path else trace_sha256(t)
+        store = PlanStore(out, {"trace_sha256": digest, "n_requests": t.n,
                                 "model": str(model), "sample": int(sample), "seed": int(seed)})
     be = make_backend(backend, jobs, ray_address)
     try:

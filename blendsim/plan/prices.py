@@ -59,7 +59,7 @@ def read_prices(path: str | Path | None = None) -> PriceTable:
 
     path = Path(path) if path is not None else SHIPPED_PRICES
     try:
-        with path.open(newline="") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's "CSV UTF-8" starts with a BOM
             reader = csv.DictReader(fh)
             header = [h.strip() for h in (reader.fieldnames or [])]
             missing = [c for c in REQUIRED if c not in header]
@@ -79,6 +79,8 @@ def read_prices(path: str | Path | None = None) -> PriceTable:
         if hw not in PRESETS:
             raise UserError(f"{where}, hardware: {hw!r} is not a hardware preset ({', '.join(PRESETS)})")
         try:
+            if "_" in raw:  # Python's float() reads 2_5 as 25; a spreadsheet does not
+                raise ValueError
             usd = float(raw)
         except ValueError:
             raise UserError(f"{where}, usd_per_gpu_hour: {raw!r} is not a number") from None

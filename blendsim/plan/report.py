@@ -102,12 +102,18 @@ def margin_note(answer: dict) -> str | None:
             f"{pct(x['loso_median'])} slower it takes {_dur(worst)}{lean}. {act[0].upper()}{act[1:]}")
 
 
-def simulate_command(trace_path, model: str, e: dict) -> str:
-    """The `blendsim simulate` line that re-runs a deployment."""
-    t = str(trace_path) if trace_path is not None else "TRACE.parquet"
-    return (f"blendsim simulate {t} --model {model} --hardware {e['hardware']} --tp {e['tp']} --pp {e['pp']} --ep {e['ep']} "
-            f"--replicas {e['replicas']} --engine {e['engine']} --policy {e['policy']} --weights {e['weights']} "
-            f"--kv-dtype {e['kv_dtype']} --offline -o RUN_DIR")
+def simulate_command(trace_path, model: str, e: dict, seed: int = 0) -> str:
+    """The `blendsim simulate` line that re-runs a deployment (shell-quoted; the plan's seed where it is not 0)."""
+    from shlex import quote
+
+    from blendsim.sim.models import KV_DTYPES, WEIGHT_PRECISIONS
+
+    t = quote(str(trace_path)) if trace_path is not None else "TRACE.parquet"
+    prec = ((f" --weights {e['weights']}" if e["weights"] in WEIGHT_PRECISIONS else "")
+            + (f" --kv-dtype {e['kv_dtype']}" if e["kv_dtype"] in KV_DTYPES else ""))
+    return (f"blendsim simulate {t} --model {quote(str(model))} --hardware {e['hardware']} --tp {e['tp']} "
+            f"--pp {e['pp']} --ep {e['ep']} --replicas {e['replicas']} --engine {quote(str(e['engine']))} "
+            f"--policy {quote(str(e['policy']))}{prec}{f' --seed {seed}' if seed else ''} --offline -o RUN_DIR")
 
 
 def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: float, budget, prices,
@@ -124,7 +130,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
 
     def mk(p):
         e = entry(p, deadline_s, budget, prices, n_requests, fid, out)
-        e["simulate_command"] = simulate_command(trace_path, model, e)
+        e["simulate_command"] = simulate_command(trace_path, model, e, seed)
         e["expected_error"] = expect(e)
         return e
 

@@ -133,7 +133,10 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
         # the whole trace's work over the sample's, combined as this engine's steps combine them
         scale[shape] = (work_estimate(trace, dep, s_full, sb.interference, rf)
                         / work_estimate(sub, dep, s_sub, sb.interference, rs)) if sampled else 1.0
-        for r in range(1, space.max_gpus // shape.gpus_per_replica + 1):
+        most = space.max_gpus // shape.gpus_per_replica
+        if most > trace.n:  # a replica beyond one per request idles: never faster, always dearer
+            out.pruned[IDLE] = out.pruned.get(IDLE, 0) + most - trace.n
+        for r in range(1, min(most, trace.n) + 1):
             c = Candidate(shape, r)
             price = prices.price_of(shape.hardware).usd_per_gpu_hour
             lb_m = sb.makespan(r)
@@ -141,7 +144,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             cands.append(c)
             if margin is not None:
                 out.margin[c.key] = float(margin(c))
-    out.candidates = len(cands) + sum(infeasible.values())
+    out.candidates = len(cands) + sum(infeasible.values()) + out.pruned.get(IDLE, 0)
     done = [0]
     report = _progress_call(progress, len(cands))
 
@@ -232,11 +235,15 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
     out.meets_any = any(ok(p) for p in out.points.values())
     if not out.meets_any:  # nothing meets the deadline: the whole front, and the fastest on it
         out.pruned = counted
-        rest = [c for c in by_cost if c.key not in out.points]
+        failed = {f["deployment"] for f in out.failures}  # run once already: not again
+        rest = [c for c in by_cost if c.key not in out.points and c.key not in failed]
         search(rest, lambda c: DOMINATED if dominated(c, pareto(list(out.points.values()))) else None)
     if sampled:
         _verify(out, evaluate, deadline_s, budget, verify)
     return out
+
+
+IDLE = "more replicas than requests"
 
 
 def front(out: Search, deadline_s: float, budget: float | None) -> list:
@@ -309,7 +316,8 @@ class _TempFiles:
 
         self._dir = Path(tempfile.mkdtemp(prefix="blendsim-plan-"))
         atexit.register(shutil.rmtree, self._dir, True)
-        self.full = Path(path) if path is not None else write_trace(trace, self._dir / "trace.parquet")
+        parquet = path is not None and Path(path).suffix.lower() == ".parquet"  # workers read Parquet only
+        self.full = Path(path) if parquet else write_trace(trace, self._dir / "trace.parquet")
         self.sample = write_trace(sample, self._dir / "sample.parquet") if sample is not None else None
 
 

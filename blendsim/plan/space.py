@@ -70,7 +70,10 @@ class Candidate:
         from blendsim.sim.engines import is_profile_file
 
         s = self.shape
-        return self.key if not is_profile_file(s.engine) else self.key.replace(f"_{s.engine}_", f"_{_file_label(s.engine)}_", 1)
+        eng = _file_label(s.engine) if is_profile_file(s.engine) else s.engine
+        pol = _policy_label(s.policy)
+        return (f"{s.hardware}_tp{s.tp}_pp{s.pp}_ep{s.ep}_x{self.replicas}_{eng}_{pol}_"
+                f"w-{s.weights}_kv-{s.kv_dtype}")
 
     def settings(self) -> dict:
         """The deployment's fields as the JSON answer names them."""
@@ -80,10 +83,14 @@ class Candidate:
                 "kv_dtype": s.kv_dtype}
 
     def run_options(self) -> dict:
-        """``blendsim.simulate``'s options for this deployment (an offline job: every request at t=0)."""
+        """``blendsim.simulate``'s options for this deployment (an offline job: every request at t=0); the precisions
+        where an option names them (a model's own fp32 is no option's value, and is what it runs at anyway)."""
+        from blendsim.sim.models import KV_DTYPES, WEIGHT_PRECISIONS
+
         s = self.shape
         return {"hardware": s.hardware, "tp": s.tp, "pp": s.pp, "replicas": self.replicas, "engine": s.engine,
-                "weights": s.weights, "kv_dtype": s.kv_dtype, "ep": s.ep, "offline": True}
+                **({"weights": s.weights} if s.weights in WEIGHT_PRECISIONS else {}),
+                **({"kv_dtype": s.kv_dtype} if s.kv_dtype in KV_DTYPES else {}), "ep": s.ep, "offline": True}
 
 
 @dataclass(frozen=True)
@@ -121,14 +128,13 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
-    base = get_model(space.model)
     no_pipeline = {e for e in space.engines if pipeline_unmodelled(get_profile(e, {}))}  # see sim.engines
     longest = int((trace.input_len + trace.output_len).max())
     feasible, pruned = [], {}
     for hw_name in space.hardware:
         hw = get_hardware(hw_name)
-        for w in (space.weights or (base.weights,)):
-            for kv in (space.kv_dtypes or (base.kv_dtype,)):
+        for w in (space.weights or (None,)):  # None: the model's own precision (fp32 too, which no option names)
+            for kv in (space.kv_dtypes or (None,)):
                 model = get_model(space.model, None, w, kv)
                 tp_pp = [(tp, pp) for tp in _powers_of_two(min(space.max_tp, space.max_gpus))
                          for pp in _powers_of_two(min(space.max_pp, space.max_gpus // tp, model.num_layers))]
@@ -146,7 +152,8 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                 n = space.max_gpus // shape.gpus_per_replica
                                 # the scheduler settings the run will have: an engine's limits depend on the GPU
                                 eng, limits = run_limits(RunConfig(policy=policy, engine=engine, hardware=hw_name,
-                                                                   model=space.model, tp=tp, weights=w, kv_dtype=kv))
+                                                                   model=space.model, tp=tp, pp=pp, weights=w,
+                                                                   kv_dtype=kv))
                                 try:
                                     dep = Deployment(model, hw, tp, ep=ep, pp=pp, **limits)
                                 except UserError:
@@ -184,6 +191,18 @@ def _file_label(path: str) -> str:
     except OSError:
         digest = "unreadable"
     return f"{re.sub(r'[^A-Za-z0-9._-]', '-', p.name)}-{digest}"
+
+
+def _policy_label(spec: str) -> str:
+    """A policy as a file-name-safe label: a registered name as it is; a policy file (``path/to/file.py:Class``) by
+    its file's name, class and content digest, so an edited file is simulated again."""
+    import re
+
+    path = spec.rpartition(":")[0] if ".py:" in spec else spec if spec.endswith(".py") else ""
+    if not path:
+        return re.sub(r"[^A-Za-z0-9._@=-]", "-", spec)
+    cls = spec.rpartition(":")[2] if ".py:" in spec else ""
+    return _file_label(path) + (f"-{re.sub(r'[^A-Za-z0-9._-]', '-', cls)}" if cls else "")
 
 
 def peak_rates(dep):

@@ -58,6 +58,8 @@ class PlanStore:
         """Where workers read the trace (its own file when given) and the sample (written here once)."""
         from blendsim.workloads.trace import write_trace
 
+        if path is not None and Path(path).suffix.lower() != ".parquet":  # JSONL, CSV...: workers read Parquet
+            path = None
         full = Path(path) if path is not None else self.dir / "trace.parquet"
         if path is None and not full.exists():
             write_trace(trace, full)
