@@ -110,7 +110,11 @@ def load_trace(path, format: str | None = None, limit: int | None = None, **opti
     if limit is not None and limit < 1:
         raise UserError(f"--limit must be at least 1, got {limit}")
     trace = read_trace(p)
-    return trace.head(limit) if limit is not None else trace
+    if limit is None or limit >= trace.n:
+        return trace
+    from dataclasses import replace
+
+    return replace(trace.head(limit), meta=trace.part_meta())  # the whole trace's measured figures are not its
 
 
 @_boundary

@@ -10,6 +10,22 @@ from pathlib import Path
 from blendsim.sim.errors import UserError
 
 
+def _undecodable_line(path: Path, compressed: bool, what: str) -> int | None:
+    """The first line of ``path`` that is not UTF-8 (None if none is found)."""
+    from blendsim.sim.io import open_input
+
+    try:
+        with (open_input(path, what) if compressed else path.open("rb")) as fh:
+            for i, raw in enumerate(fh, start=1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    return i
+    except (OSError, UserError, EOFError):
+        return None
+    return None
+
+
 def jsonl_lines(path: Path, what: str = ""):
     """(line number, text) of each non-blank line of a UTF-8 JSONL file (a byte-order mark is allowed, as
     for CSVs; a ``.gz``, ``.bz2`` or ``.xz`` file is decompressed, as a CSV is); a missing, unreadable,
@@ -31,12 +47,14 @@ def jsonl_lines(path: Path, what: str = ""):
     except OSError as e:
         raise UserError(f"{what}{path}: cannot read ({e.strerror or e})") from None
     with fh:
+        lineno = 0
         try:
             for lineno, line in enumerate(fh, start=1):
                 if line.strip():
                     yield lineno, line
-        except UnicodeDecodeError:
-            raise UserError(f"{what}{path}: not a UTF-8 text file (undecodable bytes)") from None
+        except UnicodeDecodeError:  # text is decoded a block at a time: find the line holding the bytes
+            bad = _undecodable_line(path, compressed, what) or lineno + 1
+            raise UserError(f"{what}{path}: not a UTF-8 text file (undecodable bytes on line {bad})") from None
         except decompress_errors() as e:
             if not compressed:
                 raise UserError(f"{what}{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None

@@ -319,6 +319,9 @@ def _from_prompts(input_len, output_len, prompts, ids, optional) -> Trace:
     next_unique = _unique_segment_start(prompts)
     for i, pr in enumerate(prompts):
         if pr is None:
+            if next_unique > MAX_SEGMENT_ID:  # user segment ids near the top leave no room for a prompt of its own
+                raise UserError(f"prompts[{i}]: None needs a segment id of its own above the given ones, past "
+                                f"{MAX_SEGMENT_ID:,}; give this prompt's segments, or use smaller segment ids")
             syms.append(SEGMENT_BASE + next_unique)
             lens.append(int(input_len[i]))
             next_unique += 1
@@ -335,7 +338,10 @@ def _from_prompts(input_len, output_len, prompts, ids, optional) -> Trace:
                     syms.append(SEGMENT_BASE + _whole(sid))
                     lens.append(_whole(ln))
             else:
-                syms.extend(_whole(t) for t in pr)
+                for t in pr:
+                    if not 0 <= _whole(t) <= MAX_TOKEN_ID:  # above it a value would read back as a segment
+                        raise UserError(f"prompts[{i}]: {t} is not a token id (0..{MAX_TOKEN_ID:,})")
+                    syms.append(_whole(t))
                 lens.extend([1] * len(pr))
         except (TypeError, ValueError):
             raise UserError(f"prompts[{i}]: expected a list of token ids or of (segment_id, length) pairs, or None; "
@@ -679,6 +685,9 @@ class _TraceColumns:
         sym_chunks, len_chunks, owner_chunks = [], [], []
         if "prompt_tokens" in cols:
             valid, lens, flat, owner = self.lists("prompt_tokens")
+            if (valid & (lens == 0)).any():  # an empty prompt, where null means "none given"
+                self.fail("prompt_tokens", "is an empty list (a prompt has at least one token; leave the cell null for a "
+                          "prompt of its own)", int(np.flatnonzero(valid & (lens == 0))[0]))
             if flat is not None and len(flat):
                 if not pa.types.is_integer(flat.type):
                     self.fail("prompt_tokens", f"must hold lists of integer token ids, found lists of {flat.type}")
@@ -690,6 +699,9 @@ class _TraceColumns:
                 has_prompt |= valid & (lens > 0)
         if "prompt_segments" in cols:
             valid, lens, flat, owner = self.lists("prompt_segments")
+            if (valid & (lens == 0)).any():  # an empty prompt, where null means "none given"
+                self.fail("prompt_segments", "is an empty list (a prompt has at least one token; leave the cell null for a "
+                          "prompt of its own)", int(np.flatnonzero(valid & (lens == 0))[0]))
             if (valid & has_prompt).any():
                 row = int(np.flatnonzero(valid & has_prompt)[0])
                 raise UserError(f"{self.path}: row {row + 1}: both prompt_tokens and prompt_segments are set")
