@@ -303,8 +303,13 @@ def _check_init(policy, out) -> str | None:
     return None
 
 
+def _check_bool(policy, out) -> str | None:
+    return None if isinstance(out, (bool, np.bool_)) else f"returned {_plugins.describe(out)}; it must return True or False"
+
+
 _USER_METHODS = {"__init__": _check_init, "prepare": None, "rank": None, "make_router": _check_router,
-                 "make_scheduler": _check_scheduler, "summary_extra": _check_extra}
+                 "make_scheduler": _check_scheduler, "summary_extra": _check_extra,
+                 "reads_shared_prefix_once": _check_bool}
 
 
 def _guard_methods(cls: type) -> None:

@@ -69,9 +69,20 @@ def stopped_dir(out: str | Path) -> Path:
 
     d = Path(out)
     s = d / "summary.json"
-    if d.is_dir() and s.exists() and read_json(s, "summary").get("status") == "complete":
-        return d.with_name(d.name + ".stopped")
-    return d
+    if not (d.is_dir() and s.exists() and read_json(s, "summary").get("status") == "complete"):
+        return d
+    # beside it: OUT.stopped, or the first OUT.stopped-N that is free or a validation folder (never losing the
+    # measurements at the end of a long run to a folder of something else)
+    for i in range(1, 1000):
+        c = d.with_name(d.name + (".stopped" if i == 1 else f".stopped-{i}"))
+        if not c.exists() or (c.is_dir() and not any(c.iterdir())):
+            return c
+        try:
+            check_val_dir(c)
+            return c
+        except UserError:
+            continue
+    return d.with_name(d.name + ".stopped")
 
 
 def write_results(out: str | Path, summary: dict, tables: dict, sims: dict) -> Path:

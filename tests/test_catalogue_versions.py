@@ -27,6 +27,7 @@ def _row(**kw) -> dict:
     ("vLLM ~v0.2.1.post1 (latest release)", "vllm@0.2"), ("Llama 3.1 8B on vLLM 0.8.4", "vllm@0.8"),
     ("vLLM: 0.10.2", "vllm@0.10"), ("", "vllm"), ("0.6.0", "vllm@0.6"), ("v1.0 (V1 engine)", "vllm@1.0"),
     ("vLLM for Llama-3.1 models, 0.5.3", "vllm@0.5"), ("CUDA 12.4; 0.5.3", "vllm@0.5"),
+    ("image vllm/vllm-openai:v0.6.3", "vllm@0.6"),
 ])
 def test_the_version_is_read_right_after_the_engine_name(tmp_path, text, key):
     row = read_catalogue(write_catalogue(tmp_path, [_row(engine_version=text)]))[0]

@@ -76,3 +76,23 @@ def test_bad_engine_specs_are_one_line(spec, says):
 
 def test_the_largest_graph_size_still_runs():
     assert get_profile("vllm@0.6:cuda_graph_max=65536").cuda_graph_max == 65536
+
+
+def test_a_user_policys_shared_prefix_hook_is_guarded(tmp_path):
+    import numpy as np
+
+    import blendsim
+
+    class Loud(blendsim.Policy):
+        def reads_shared_prefix_once(self):
+            raise RuntimeError("boom")
+
+    class Vague(blendsim.Policy):
+        def reads_shared_prefix_once(self):
+            return "yes"
+
+    t = blendsim.make_trace(input_len=np.full(8, 32), output_len=np.full(8, 4))
+    with pytest.raises(blendsim.BlendsimError, match="reads_shared_prefix_once.*boom"):
+        blendsim.simulate(t, policy=Loud, model="tiny", hardware="cpu")
+    with pytest.raises(blendsim.BlendsimError, match="must return True or False"):
+        blendsim.simulate(t, policy=Vague, model="tiny", hardware="cpu")

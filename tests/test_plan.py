@@ -540,6 +540,8 @@ def test_plan_takes_a_model_in_its_own_fp32_and_a_jsonl_trace(tmp_path):
         assert r.exit_code == 0, r.output
         rec = json.loads(r.stdout)["recommended"]
         assert rec["weights"] == "fp32" and "--weights" not in rec["simulate_command"]
+        # simulate reads Parquet: the re-run line of a JSONL trace makes one first
+        assert rec["simulate_command"].startswith("blendsim workloads load ") == (f == "t.jsonl")
 
 
 def test_the_rerun_line_carries_the_seed_and_quotes_paths(tmp_path):

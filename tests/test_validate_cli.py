@@ -205,6 +205,12 @@ def test_a_stopped_run_never_replaces_a_complete_validation(small_trace, tmp_pat
     assert (out / "summary.json").read_bytes() == before  # the complete result is kept
     s = json.loads((tmp_path / "v.stopped" / "summary.json").read_text())
     assert s["status"] == "stopped" and s["reason"] == "interrupted" and s["policies"]["fcfs"]["steps"] == 2
+    # a folder of something else at OUT.stopped is left alone: the measurements go to OUT.stopped-2
+    (tmp_path / "v.stopped" / "summary.json").rename(tmp_path / "v.stopped" / "mine.json")
+    assert _invoke(small_trace, "--repeats", "1", "-o", out).exit_code == 1
+    assert (tmp_path / "v.stopped" / "mine.json").exists()
+    assert json.loads((tmp_path / "v.stopped-2" / "summary.json").read_text())["status"] == "stopped"
+    (tmp_path / "v.stopped" / "mine.json").rename(tmp_path / "v.stopped" / "summary.json")
     # the next stopped run replaces the stopped one, and a complete run still replaces the complete one
     assert _invoke(small_trace, "--repeats", "1", "-o", out).exit_code == 1
     monkeypatch.undo()

@@ -261,14 +261,14 @@ _ENGINE_WORDS = {"vllm": r"vllm", "sglang": r"sglang", "trtllm": r"(?:tensorrt[-
 def _version_after_name(engine: str, text: str):
     """The match of the version the text states (group 1 the full release): the one written right after the
     engine's name (``vLLM 0.5.3``, ``vLLM v0.6.0``, ``TensorRT-LLM ~v0.13``, ``vLLM version 0.5.3``, ``SGLang: 0.4.1``),
-    else a version standing alone at the start of the text or after a comma, semicolon or bracket (``0.6.0``,
-    ``v1.0 (PyTorch backend)``, ``vLLM for Llama-3.1 models, 0.5.3``) -- never a number that follows another word
+    else a version standing alone at the start of the text or after a comma, semicolon, colon or bracket (``0.6.0``,
+    ``v1.0 (PyTorch backend)``, ``vLLM for Llama-3.1 models, 0.5.3``, an image tag ``vllm/vllm-openai:v0.6.3``) -- never a number that follows another word
     (``CUDA 12.4``, ``Llama 3.1``) or is part of a name (``Llama-3.1``); None when the text states none."""
     import re
 
     word = _ENGINE_WORDS.get(engine, re.escape(engine))
     return (re.search(rf"(?<![\w-]){word}[\s:=@~-]*(?:version\s*)?v?(\d+(?:\.\d+)+)", text, re.I)
-            or re.search(r"(?:^|[,;(\[]\s*)~?v?(\d+(?:\.\d+)+)(?![\w-])", text.strip(), re.I))
+            or re.search(r"(?:^|[,;:(\[]\s*)~?v?(\d+(?:\.\d+)+)(?![\w-])", text.strip(), re.I))
 
 
 def engine_version_key(row: Row) -> str:

@@ -119,10 +119,13 @@ def deployment_for(row, profile):
     sched = engine_settings(row, profile, hw)
     util = sched.get("gpu_memory_utilization", 0.9)
     mt = sched.get("token_budget", 8192)
+    seqs = min(sched.get("max_seqs", 1024) or 1024, 1024)
+    if row.pp > 1 and profile.seqs_shared_by_stages:  # one scheduler's cap over the micro-batches, as simulate sizes it
+        seqs = max(1, seqs // row.pp)
     return Deployment(spec, hw, row.tp, ep=row.ep, pp=row.pp,  # ep on a dense model: refused, as simulate does
                       gpu_memory_utilization=util,
                       max_batched_tokens=mt,
-                      max_seqs=min(sched.get("max_seqs", 1024) or 1024, 1024),
+                      max_seqs=seqs,
                       kv_of_free=profile.kv_of_free, static_fraction=profile.static_fraction,
                       attn_dp=profile.attn_dp)
 

@@ -91,7 +91,6 @@ def margin_of(margin):
     return of
 
 
-@_boundary  # the API's call check: a misspelt argument is one line
 def trace_sha256(trace) -> str:
     """A digest of a trace's content (what a run reads of it): every request's id, lengths, prompt units, arrival,
     hint and SLOs."""
@@ -110,6 +109,7 @@ def trace_sha256(trace) -> str:
     return h.hexdigest()
 
 
+@_boundary  # the API's call check: a misspelt argument is one line
 def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max_gpus: int = 64, engines=None,
          policies=None, weights=None, kv_dtype=None, max_tp: int | None = None, max_pp: int | None = None,
          max_ep: int | None = None, budget: float | None = None,

@@ -108,10 +108,18 @@ def simulate_command(trace_path, model: str, e: dict, seed: int = 0) -> str:
 
     from blendsim.sim.models import KV_DTYPES, WEIGHT_PRECISIONS
 
-    t = quote(str(trace_path)) if trace_path is not None else "TRACE.parquet"
+    t, first = "TRACE.parquet", ""
+    if trace_path is not None:
+        from blendsim.sim.io import plain_suffix
+
+        suffix = plain_suffix(Path(trace_path))
+        if suffix == ".jsonl":  # simulate reads Parquet: the JSONL file made into a trace first
+            first = f"blendsim workloads load {quote(str(trace_path))} -f jsonl -o TRACE.parquet && "
+        else:
+            t = quote(str(trace_path))
     prec = ((f" --weights {e['weights']}" if e["weights"] in WEIGHT_PRECISIONS else "")
             + (f" --kv-dtype {e['kv_dtype']}" if e["kv_dtype"] in KV_DTYPES else ""))
-    return (f"blendsim simulate {t} --model {quote(str(model))} --hardware {e['hardware']} --tp {e['tp']} "
+    return (f"{first}blendsim simulate {t} --model {quote(str(model))} --hardware {e['hardware']} --tp {e['tp']} "
             f"--pp {e['pp']} --ep {e['ep']} --replicas {e['replicas']} --engine {quote(str(e['engine']))} "
             f"--policy {quote(str(e['policy']))}{prec}{f' --seed {seed}' if seed else ''} --offline -o RUN_DIR")
 
