@@ -71,3 +71,14 @@ def write_catalogue(tmp_path, rows, name: str = "cat.csv") -> Path:
         for r in rows:
             w.writerow(r)
     return p
+
+
+def catalogue_row(**kw) -> dict:
+    """A fidelity catalogue row (a dict of its columns) for tests: a small constant-length TensorRT-LLM run on one
+    H100, with ``kw`` over it."""
+    base = {"id": "r", "source": "test", "model": "llama-3-8b", "hardware": "h100-80gb", "gpus": 1, "tp": 1, "pp": 1,
+            "ep": 1, "weights": "bf16", "kv_dtype": "bf16", "engine": "trtllm", "engine_version": "", "policy": "",
+            "workload": "const:256/64", "requests": 200, "metric": "output_tok_s", "scope": "system",
+            "value": 5000, "note": ""}
+    base.update(kw)
+    return base

@@ -9,16 +9,11 @@ from typer.testing import CliRunner
 
 from blendsim.cli import get_app
 from blendsim.fidelity.catalogue import engine_version_key, read_catalogue, row_engine_key
-from tests.helpers import write_catalogue
+from tests.helpers import catalogue_row, write_catalogue
 
 
 def _row(**kw) -> dict:
-    base = {"id": "r", "source": "test", "model": "llama-3-8b", "hardware": "h100-80gb", "gpus": 1, "tp": 1, "pp": 1,
-            "ep": 1, "weights": "bf16", "kv_dtype": "bf16", "engine": "vllm", "engine_version": "", "policy": "",
-            "workload": "const:256/64", "requests": 100, "metric": "output_tok_s", "scope": "system",
-            "value": 5000, "note": ""}
-    base.update(kw)
-    return base
+    return catalogue_row(**{"engine": "vllm", "requests": 100, **kw})
 
 
 @pytest.mark.parametrize("text, key", [

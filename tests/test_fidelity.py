@@ -17,16 +17,9 @@ from blendsim.fidelity.runner import simulate_row
 from blendsim.fidelity.suite import load_suite, predictions, prepare_row
 from blendsim.sim.engines import load_params
 from blendsim.sim.errors import UserError
-from tests.helpers import write_catalogue
+from tests.helpers import catalogue_row, write_catalogue
 
-
-def _row(**kw) -> dict:
-    base = {"id": "r", "source": "test", "model": "llama-3-8b", "hardware": "h100-80gb", "gpus": 1, "tp": 1, "pp": 1,
-            "ep": 1, "weights": "bf16", "kv_dtype": "bf16", "engine": "trtllm", "engine_version": "", "policy": "",
-            "workload": "const:256/64", "requests": 200, "metric": "output_tok_s", "scope": "system",
-            "value": 5000, "note": ""}
-    base.update(kw)
-    return base
+_row = catalogue_row
 
 
 _write = write_catalogue
