@@ -58,3 +58,24 @@ def test_undecodable_jsonl_says_after_which_line(tmp_path):
     p.write_bytes(b'{"prompt_token_ids": [1, 2], "output_len": 3}\n' + b'\xff\xfe bad\n')
     with pytest.raises(blendsim.BlendsimError, match="not a UTF-8 text file .undecodable bytes on line 2."):
         blendsim.load_trace(p)
+
+
+@pytest.mark.parametrize("limit", [[], ["--limit", "2"]])
+def test_a_hexadecimal_count_is_refused_with_or_without_a_limit(tmp_path, limit):
+    from typer.testing import CliRunner
+
+    from blendsim.cli import get_app
+
+    f = tmp_path / "a.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,0x10,20\n"
+                 "2023-11-16 18:15:47.68,31,21\n")
+    r = CliRunner().invoke(get_app(), ["workloads", "load", str(f), "-f", "azure", *limit, "-o",
+                                       str(tmp_path / "t.parquet")])
+    assert r.exit_code == 2 and "data row 1, field ContextTokens" in r.output, r.output
+
+
+def test_an_azure_timestamp_without_a_time_of_day_is_refused(tmp_path):
+    f = tmp_path / "a.csv"
+    f.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,20\n2023-11-17,31,21\n")
+    with pytest.raises(blendsim.BlendsimError, match="data row 2, field TIMESTAMP: '2023-11-17' is a date without"):
+        blendsim.load_trace(f, format="azure")

@@ -105,7 +105,7 @@ def load_azure(path, limit: int | None = None):
     import pandas as pd
 
     path = Path(path)
-    df = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), limit)
+    df = _read_csv(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), limit, text_columns=("TIMESTAMP",))
     p = _ints(path, df, "ContextTokens", minimum=1)
     d = _ints(path, df, "GeneratedTokens", minimum=1)
     raw = df["TIMESTAMP"].astype(str).str.strip()
@@ -116,6 +116,10 @@ def load_azure(path, limit: int | None = None):
         _fail(path, i, "TIMESTAMP", f"{raw.iloc[i]!r} {'has' if zoned[i] else 'lacks'} a time zone but data row 1 "
               f"{'does' if zoned[0] else 'does not'} (give every row one, or none)")
     ts = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=bool(zoned[0]))
+    # a date alone reads as its midnight: hours off the rows that give a time, in silence
+    timeless = np.flatnonzero(~raw.str.contains(r"\d:\d\d", regex=True).to_numpy() & ts.notna().to_numpy())
+    if len(timeless):
+        _fail(path, timeless[0], "TIMESTAMP", f"{raw.iloc[timeless[0]]!r} is a date without a time of day")
     bad = np.flatnonzero(ts.isna().to_numpy())
     if len(bad):
         _fail(path, bad[0], "TIMESTAMP", f"{raw.iloc[bad[0]]!r} is not a date and time")
@@ -171,7 +175,9 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None, t
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror or e})") from None
     _check_header(path, src)
-    df = _read_arrow(src, text_columns) if limit is None else None
+    # pyarrow reads 0x10 as 16 where the text path refuses it: a file with a hexadecimal cell takes the text path,
+    # which names its row and field, so the answer never depends on --limit
+    df = _read_arrow(src, text_columns) if limit is None and not _has_hex_cell(src) else None
     if df is None:
         try:
             df = pd.read_csv(input_stream(src) if isinstance(src, bytes) else src, nrows=limit, dtype=str,
@@ -221,6 +227,16 @@ def _undecodable(src) -> str:
                 where = "the header" if row == 0 else f"data row {row}"
                 return f"{where}: not UTF-8 text (byte {line[e.start]:#04x} at column {e.start + 1})"
     return "not UTF-8 text"
+
+
+def _has_hex_cell(src) -> bool:
+    """Whether a CSV (its bytes, or its path) has a cell that starts as a hexadecimal number (``0x1F``)."""
+    import re
+
+    data = src if isinstance(src, bytes) else Path(src).read_bytes()
+    if b"0x" not in data and b"0X" not in data:  # a byte search first: the pattern's scan is ~30x slower
+        return False
+    return re.search(rb"(?:^|,)[ \t\"]*[+-]?0[xX][0-9a-fA-F]", data, re.M) is not None
 
 
 def _read_arrow(src, text_columns: tuple[str, ...] = ()):
