@@ -527,6 +527,11 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
         notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "
                      f"({m.name} on {dep.hardware.name} x{dep.tp * dep.pp}): no engine could run it")
+    seqs, tokens = decode_seqs + (1 if prefill_tokens else 0), decode_seqs + prefill_tokens
+    if seqs > dep.max_seqs or tokens > dep.max_batched_tokens:  # priced all the same, as a what-if
+        notes.append(f"the step runs {seqs:,} sequences and {tokens:,} tokens, more than the engine's "
+                     f"{dep.max_seqs:,} sequences / {dep.max_batched_tokens:,}-token budget allow in one step "
+                     f"(--max-seqs / --token-budget): priced all the same, but no step of this engine is that large")
     longest = context + max(prefill_tokens or 0, 1 if decode_seqs else 0)  # a chunk's or a decode's context
     if longest > m.max_position_embeddings:  # as simulate refuses such a request
         notes.append(f"a context of {longest:,} tokens is beyond {m.name}'s {m.max_position_embeddings:,}: priced all "

@@ -254,12 +254,9 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
                "--opt key=value (simulate; validate and sweep run each policy on its defaults).", 0)
         return
     from blendsim.policies.base import option_records
-    from blendsim.sim.errors import UserError
+    from blendsim.policies.registry import resolve_policy
 
-    if name not in policy_names() and ":" not in name:  # path/to/file.py:ClassName: the user's own, shown alike
-        raise UserError(f"unknown policy {name!r}; known: {', '.join(policy_names())}, or your own as "
-                        f"path/to/file.py:ClassName")
-    cls = get_policy(name)
+    cls = resolve_policy(name).cls  # as simulate takes it: a name, an entry point, path/to/file.py[:ClassName]
     c.print(Text(f"{name}: {cls.description or '(no description)'}", style="bold"))
     if cls.paper:
         say(c, f"source: {cls.paper}", 2)

@@ -96,3 +96,32 @@ def test_a_user_policys_shared_prefix_hook_is_guarded(tmp_path):
         blendsim.simulate(t, policy=Loud, model="tiny", hardware="cpu")
     with pytest.raises(blendsim.BlendsimError, match="must return True or False"):
         blendsim.simulate(t, policy=Vague, model="tiny", hardware="cpu")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["engines", "sglang", "--hardware", "h100-80gb", "--tp", "-4"], "--tp must be >= 1"),
+    (["engines", "sglang", "--hardware", "h100-80gb", "--pp", "0"], "--pp must be >= 1"),
+    (["engines", "sglang", "--hardware", "h100-80gb", "--pp", "2", "-m", "llama-3-8b"], "with --pp 2"),
+    (["engines", "vllm@0.6", "--hardware", "h100-80gb", "--pp", "2"], "with --pp 2"),
+])
+def test_engines_on_a_deployment_checks_it_as_simulate_does(args, says):
+    r = CliRunner().invoke(get_app(), args)
+    assert r.exit_code == 2 and says in r.output and r.output.strip().count("\n") == 0, r.output
+
+
+def test_cost_says_when_a_step_is_larger_than_the_engine_runs():
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--hardware", "h100-80gb", "--engine", "vllm",
+                                       "--decode-seqs", "512", "--max-seqs", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    assert "no step of this engine is that large" in r.stderr and json.loads(r.stdout)["step_time_s"] > 0
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--hardware", "h100-80gb", "--decode-seqs", "64",
+                                       "--json"])
+    assert "that large" not in r.stderr
+
+
+def test_policies_shows_a_policy_file_as_simulate_takes_it(tmp_path):
+    f = tmp_path / "mypol.py"
+    f.write_text("import blendsim\n\nclass Mine(blendsim.Policy):\n    description = 'my order'\n")
+    for spec in (str(f), f"{f}:Mine"):
+        r = CliRunner().invoke(get_app(), ["policies", spec])
+        assert r.exit_code == 0 and "my order" in r.output, r.output

@@ -234,6 +234,12 @@ def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: i
     from blendsim.sim.engines import sizes_text
     from blendsim.sim.hardware import get_hardware
 
+    from blendsim.sim import checks as C
+    from blendsim.sim.engines import require_pipeline
+
+    C.integer(tp, "--tp", 1, C.MAX_GPUS)
+    C.integer(pp, "--pp", 1, C.MAX_GPUS)
+    require_pipeline(prof, pp)  # what simulate and cost refuse is not sized here either
     hw = get_hardware(hardware)
     where = f"on {hw.name} TP{tp}" + (f" x PP{pp}" if pp > 1 else "") + (f", {model}" if model else "")
     out = {"deployment": where.removeprefix("on ")}
