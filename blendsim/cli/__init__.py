@@ -230,12 +230,10 @@ def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: i
     requests it runs at once."""
     from blendsim.policies.registry import resolve_policy
     from blendsim.runner import RunConfig, run_limits, running_from_pool
-    from blendsim.sim.deployment import make_deployment
-    from blendsim.sim.engines import sizes_text
-    from blendsim.sim.hardware import get_hardware
-
     from blendsim.sim import checks as C
-    from blendsim.sim.engines import require_pipeline
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.engines import require_pipeline, sizes_text
+    from blendsim.sim.hardware import get_hardware
 
     C.integer(tp, "--tp", 1, C.MAX_GPUS)
     C.integer(pp, "--pp", 1, C.MAX_GPUS)
