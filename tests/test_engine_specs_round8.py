@@ -125,3 +125,18 @@ def test_policies_shows_a_policy_file_as_simulate_takes_it(tmp_path):
     for spec in (str(f), f"{f}:Mine"):
         r = CliRunner().invoke(get_app(), ["policies", spec])
         assert r.exit_code == 0 and "my order" in r.output, r.output
+
+
+def test_engines_sizes_a_model_at_the_precision_simulate_runs_it(tmp_path):
+    import numpy as np
+
+    import blendsim
+
+    r = CliRunner().invoke(get_app(), ["engines", "vllm", "--hardware", "h100-80gb", "-m", "llama-3-8b",
+                                       "--kv-dtype", "fp8", "--json"])
+    assert r.exit_code == 0, r.output
+    kv = json.loads(r.stdout)["here.kv_tokens"]
+    t = blendsim.make_trace(input_len=np.full(16, 64), output_len=np.full(16, 4))
+    s = blendsim.simulate(t, policy="fcfs", model="llama-3-8b", hardware="h100-80gb", engine="vllm",
+                          kv_dtype="fp8").summary
+    assert abs(s["kv_capacity_blocks"] * 16 - kv) < 16  # whole blocks of 16 tokens

@@ -145,6 +145,10 @@ def engines_cmd(
                               "requests the engine runs at once for this model."),
     tp: int = typer.Option(1, "--tp", help="With --hardware: the tensor-parallel degree of one replica."),
     pp: int = typer.Option(1, "--pp", help="With --hardware: the pipeline-parallel degree of one replica."),
+    dtype: str = typer.Option(None, "--dtype", help="With --model: its activation dtype, as simulate takes it."),
+    weights: str = typer.Option(None, "--weights", help="With --model: its GEMM weight precision, as simulate "
+                                "takes it."),
+    kv_dtype: str = typer.Option(None, "--kv-dtype", help="With --model: its KV-cache dtype, as simulate takes it."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List the modelled engine profiles (NAME@VERSION): the releases each prices, its scheduler defaults and its
@@ -167,6 +171,8 @@ def engines_cmd(
                         "--hardware h100-80gb)")
     if model and not hardware:
         raise UserError("engines: --model needs --hardware (the GPU the model's KV pool is sized on)")
+    if (dtype or weights or kv_dtype) and not model:
+        raise UserError("engines: --dtype, --weights and --kv-dtype describe a --model; give one")
     if (tp != 1 or pp != 1) and not hardware:
         raise UserError("engines: --tp and --pp size a replica on a GPU: give --hardware too (blendsim engines vllm "
                         "--hardware h100-80gb --tp 4)")
@@ -181,7 +187,7 @@ def engines_cmd(
             else:
                 typer.echo(f"note: {line}", err=True)
         if hardware:
-            d.update(_engine_on(prof, name, hardware, model, tp, pp))
+            d.update(_engine_on(prof, name, hardware, model, tp, pp, dtype, weights, kv_dtype))
         if as_json:
             typer.echo(json.dumps(d, indent=2))
             return
@@ -224,7 +230,8 @@ def engines_cmd(
                 "source: blendsim engines NAME@VERSION")
 
 
-def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: int) -> dict:
+def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: int, dtype: str | None = None,
+               weights: str | None = None, kv_dtype: str | None = None) -> dict:
     """What the engine sets on one deployment (``blendsim engines NAME --hardware H [--model M]``), as `simulate` would
     size it under fcfs: its batch limits and KV fraction, its CUDA-graph sizes, and with a model its KV pool and the
     requests it runs at once."""
@@ -247,9 +254,10 @@ def _engine_on(prof, name: str, hardware: str, model: str | None, tp: int, pp: i
                                                                         "gpu_memory_utilization")})
         sizes = prof.graph_sizes(hw, tp)
     else:
-        cfg = RunConfig(policy="fcfs", engine=name, hardware=hardware, model=model, tp=tp, pp=pp)
+        cfg = RunConfig(policy="fcfs", engine=name, hardware=hardware, model=model, tp=tp, pp=pp, dtype=dtype,
+                        weights=weights, kv_dtype=kv_dtype)
         eng, limits = run_limits(cfg)
-        dep = make_deployment(model, hardware, tp, pp=pp, **limits)
+        dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, pp=pp, **limits)
         eng = running_from_pool(eng, prof, dep, cfg, resolve_policy("fcfs").cls)
         out.update({"here.token_budget": eng.token_budget, "here.max_seqs": eng.max_seqs or "no cap",
                     "here.gpu_memory_utilization": eng.gpu_memory_utilization,
