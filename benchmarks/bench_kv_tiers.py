@@ -5,7 +5,7 @@
     python benchmarks/bench_kv_tiers.py --speed [--speed-requests 400000] [--repeat 3]
 
 Tables (one per trace x deployment; deployments as bench_real_traces.py: llama-3-8b on one H100 and
-llama-3-70b on four, roofline cost model, each policy as registered, its engine's kv_load setting):
+llama-3-70b on four, roofline cost model, every policy on the one default engine, ``ideal``, whose loads stall):
 
 * **Mooncake** conversation trace (../shared/data, real 512-token block sharing, s_o 0.374): an *online*
   run on the trace's own timestamps (mean latency and TTFT, sharing kept) and an *offline* run (all at
