@@ -499,3 +499,15 @@ def test_a_bad_recipe_option_value_is_refused_before_any_cell_naming_recipe_opt(
     assert r.exit_code == 2 and not d.exists(), r.output
     assert r.stderr.strip() == ("blendsim: error: --recipe-opt source must be one of burstgpt, azure-conv, azure-code, "
                                 "sharegpt, wildchat, got 'azure'")
+
+
+def test_a_killed_sweeps_writability_probe_is_cleaned_and_a_users_hidden_file_kept(tmp_path):
+    # SIGKILL between sim.io's probe file and its removal left .blendsim-probe.* under traces/ (a flaky resume test)
+    from blendsim.sweep.store import clean_stale
+
+    t = tmp_path / "traces" / "llama-3-8b" / "a100-80gb"
+    t.mkdir(parents=True)
+    (t / ".blendsim-probe.0mxfm08s").write_text("")
+    (t / ".mine").write_text("keep")
+    assert clean_stale(tmp_path) == 1
+    assert sorted(p.name for p in t.iterdir()) == [".mine"]

@@ -131,7 +131,7 @@ _TRACE = re.compile(r"d[0-9.e+-]+-s[0-9.e+-]+(-seed\d+)?\.parquet")
 # staging_dir, ``.NAME.old.XXXXXXXX`` when it replaced a run) and ``.NAME.XXXXXXXX.tmp`` (sim.io atomic_path)
 _TEMP_DIR = re.compile(r"\..+\.[a-z0-9_]{8}")
 _SPILL_DIR = re.compile(r"\.blendsim-steps-[a-z0-9_]{8}")  # sim.engine.StepLog's spill folder
-_TEMP_FILE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+_TEMP_FILE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp|\.blendsim-probe\.[a-z0-9_]{8}")  # + sim.io's writability probe
 _RUN_FILES = {"summary.json", "steps.parquet", "requests.parquet", "schedule.parquet", "cell.json", MANIFEST}
 
 
