@@ -387,6 +387,9 @@ def inert_attn_dp(prof, dep) -> list[str]:
     why = ("the model is dense (attention data parallelism pairs data-parallel attention with tensor- or "
            "expert-parallel experts; a dense model's TP replicas split attention and MLP alike)"
            if not dep.model.is_moe else "a replica is one GPU (TP 1)")
+    if prof.reserve_from_settings or prof.attn_dp_reserve_gib:  # the flag's memory reserve is the server's, as given
+        return [f"engine {prof.label}: attention data parallelism (attn_dp) splits nothing here: {why}; only the "
+                f"memory the engine sets aside for it changes (a smaller KV fraction)"]
     return [f"engine {prof.label}: attention data parallelism (attn_dp) changes nothing here: {why}"]
 
 

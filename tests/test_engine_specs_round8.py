@@ -140,3 +140,16 @@ def test_engines_sizes_a_model_at_the_precision_simulate_runs_it(tmp_path):
     s = blendsim.simulate(t, policy="fcfs", model="llama-3-8b", hardware="h100-80gb", engine="vllm",
                           kv_dtype="fp8").summary
     assert abs(s["kv_capacity_blocks"] * 16 - kv) < 16  # whole blocks of 16 tokens
+
+
+def test_attention_dp_on_a_dense_model_says_what_still_changes_on_sglang():
+    # SGLang sets memory aside for --enable-dp-attention whatever the model: the KV pool moves, so the note says so
+    def pool(engine):
+        r = CliRunner().invoke(get_app(), ["engines", engine, "--hardware", "h100-80gb", "-m", "llama-3-8b", "--json"])
+        return json.loads(r.stdout)["here.kv_tokens"]
+
+    assert pool("sglang:attn_dp=1") < pool("sglang")
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--hardware", "h100-80gb", "--engine",
+                                       "sglang:attn_dp=1", "--decode-seqs", "8"])
+    text = " ".join(r.output.split())
+    assert "splits nothing here: the model is dense" in text and "only the memory the engine sets aside" in text
