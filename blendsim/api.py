@@ -594,6 +594,8 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
     out = {"step_time_s": sc.time_s, "compute_s": sc.compute_s, "memory_s": sc.memory_s, "other_s": sc.other_s,
            "comm_s": sc.comm_s, "overhead_s": sc.overhead_s, "server_s": sc.server_s, "layers": m.num_layers,
            "mode": cm.mode,
+           # overlap mode: step = max(c, m) + kappa min(c, m) + comm_share comm (or comm, when longer) + other + engine
+           **({"kappa": float(cm.kappa), "comm_share": float(cm.net)} if cm.mode == "overlap" else {}),
            "engine": cm.engine.label, "engine_profile": cm.engine.modelled, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
            "kv_dtype": m.kv_dtype, "ep": dep.ep, "attn_dp_gpus": dep.dp,
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
@@ -615,7 +617,8 @@ def pipeline_step(dep, f, cost_model_of) -> dict:
         sc = cm.cost(f)
         a, b = dep.stage_range(i)
         stages.append({"stage": i, "layers": [a, b - 1], "step_time_s": sc.time_s, "compute_s": sc.compute_s,
-                       "memory_s": sc.memory_s, "comm_s": sc.comm_s, "overhead_s": sc.overhead_s})
+                       "memory_s": sc.memory_s, "other_s": sc.other_s, "comm_s": sc.comm_s,
+                       "overhead_s": sc.overhead_s})
     hand = sp.handoffs(f.num_tokens)
     server = float(sp.server_s(f.num_logits, f.num_decode))  # an API server beside the engine paces the pipe
     return {"pp": dep.pp, "stages": stages, "handoff_s": hand,

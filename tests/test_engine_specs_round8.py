@@ -153,3 +153,17 @@ def test_attention_dp_on_a_dense_model_says_what_still_changes_on_sglang():
                                        "sglang:attn_dp=1", "--decode-seqs", "8"])
     text = " ".join(r.output.split())
     assert "splits nothing here: the model is dense" in text and "only the memory the engine sets aside" in text
+
+
+def test_cost_json_reconciles_in_overlap_mode_and_per_pipeline_stage():
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-70b", "--hardware", "h100-80gb", "--tp", "4",
+                                       "--mode", "overlap", "--decode-seqs", "256", "--context", "2000", "--json"])
+    d = json.loads(r.stdout)
+    c, m, comm = d["compute_s"], d["memory_s"], d["comm_s"]
+    kernels = max(max(c, m) + d["kappa"] * min(c, m) + d["comm_share"] * comm, comm)
+    assert kernels + d["other_s"] + d["overhead_s"] == pytest.approx(d["step_time_s"], rel=1e-9)
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-70b", "--hardware", "h100-80gb", "--tp", "4", "--pp",
+                                       "2", "--engine", "trtllm", "--decode-seqs", "64", "--json"])
+    for st in json.loads(r.stdout)["stages"]:
+        parts = st["compute_s"] + st["memory_s"] + st["other_s"] + st["comm_s"] + st["overhead_s"]
+        assert parts == pytest.approx(st["step_time_s"], rel=1e-9)
