@@ -158,9 +158,8 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
              if base[k] == engine[k]]  # as the engine sets it: not the policy's, not given
     if shown:
         notes.append(f"{prof.label} schedules each attention-DP rank on its own: the replica's {' and '.join(shown)}")
-    if cfg.pp > 1 and prof.seqs_shared_by_stages and base["max_seqs"]:
-        # one scheduler for the pipeline's micro-batches: its cap bounds all pp in flight, each virtual engine a share
-        share = max(1, base["max_seqs"] // cfg.pp)
+    share = prof.seqs_per_stage(base["max_seqs"], cfg.pp)
+    if share != base["max_seqs"]:  # one scheduler for the pipeline's micro-batches: its cap bounds all pp in flight
         notes.append(f"{prof.label} schedules its {cfg.pp} pipeline micro-batches from one scheduler: max_seqs "
                      f"{base['max_seqs']} bounds them all, {share} in each")
         base["max_seqs"] = share

@@ -49,23 +49,10 @@ class Work:
         return self.prefill_tokens + self.decode_tokens
 
 
-def shared_prompt_tokens(tree) -> np.ndarray:
-    """Per request, how much of its prompt (from the start) lies on prefix-tree nodes that another request's
-    prompt also runs through: the part a prefix-shared attention kernel can read once for a whole group."""
-    nn = tree.num_nodes
-    below = np.asarray(tree.requests_below)
-    end = (tree.start + tree.tokens).astype(np.float64)
-    out = np.zeros(nn, dtype=np.float64)
-    for lvl in range(1, int(tree.level.max(initial=0)) + 1):  # parents before children
-        idx = tree._by_level[lvl]
-        out[idx] = np.where(below[idx] >= 2, end[idx], out[tree.parent[idx]])
-    return out[tree.req_node]
-
-
 def trace_work(trace, tree, shared_decode: bool = False) -> Work:
     """The work every schedule does. ``shared_decode``: the run's decodes may read a shared prefix's KV once per
     step for a whole group (BatchLLM's prefix-shared attention, ``Policy.reads_shared_prefix_once``), so the keys
-    every decode step must read leave out each request's shared prompt prefix (:func:`shared_prompt_tokens`)."""
+    every decode step must read leave out each request's shared prompt prefix (``PrefixTree.shared_prompt_tokens``)."""
     p = trace.input_len.astype(np.float64)
     d = trace.output_len.astype(np.float64)
     tok = tree.tokens.astype(np.float64)
@@ -73,12 +60,13 @@ def trace_work(trace, tree, shared_decode: bool = False) -> Work:
     dup = np.maximum(np.diff(tree.term_offsets) - 1, 0).astype(np.float64)
     node_end = start + tok  # a duplicate recomputes the last token of the prompt ending at this node
     k = np.maximum(d - 1.0, 0.0)
+    read = p - tree.shared_prompt_tokens() if shared_decode else p  # the prompt keys each decode must read
     return Work(
         n=int(trace.n),
         prefill_tokens=float(tok.sum() + dup.sum()),
         prefill_pairs=float((tok * start + tok * (tok + 1.0) / 2.0).sum() + (dup * node_end).sum()),
         decode_tokens=float(k.sum()),
-        decode_keys=float((k * (p - (shared_prompt_tokens(tree) if shared_decode else 0.0)) + k * (k + 1.0) / 2.0).sum()),
+        decode_keys=float((k * read + k * (k + 1.0) / 2.0).sum()),
         logits=float(d.sum()),
         longest_decode=int(k.max(initial=0)),
         private_kv=float((k * (k - 1.0) / 2.0).sum()),
@@ -205,4 +193,4 @@ def lower_bound(work: Work, cm, token_budget: int, max_seqs: int, kv_tokens: flo
             "attention_bounded": (lin_pf, lin_dec)}
 
 
-__all__ = ["Work", "hull_bound", "lower_bound", "shared_prompt_tokens", "trace_work"]
+__all__ = ["Work", "hull_bound", "lower_bound", "trace_work"]

@@ -185,6 +185,11 @@ class EngineProfile:
         (:data:`PREFILL_ATTN_CAPS`), or None where nothing caps the fitted efficiency."""
         return PREFILL_ATTN_CAPS.get((self.prefill_attention, arch)) if self.prefill_attention else None
 
+    def seqs_per_stage(self, max_seqs: int, pp: int) -> int:
+        """Each virtual engine's sequence cap on ``pp`` pipeline stages: the engine's whole cap, or its share where one
+        scheduler bounds every micro-batch in flight (``seqs_shared_by_stages``; 0, no cap, stays 0)."""
+        return max(1, max_seqs // pp) if pp > 1 and self.seqs_shared_by_stages and max_seqs else max_seqs
+
     def custom_allreduce_max(self, tp: int) -> float:
         """The largest all-reduce message (bytes per GPU) the engine runs in its own kernel at TP degree ``tp``: 0 where
         NCCL carries every message, infinite where the engine's all-reduce is not modelled."""
@@ -1392,8 +1397,7 @@ def get_profile(key: str | EngineProfile | None = None, params: dict | None = No
     prof = resolve_version(k.name, k.version) if k.version else PROFILES.get(k.name)
     if prof is None:
         if k.name in PROFILES:
-            have = ", ".join(f"{n}@{v}" for n, v in sorted(VERSIONS, key=lambda nv: version_order(nv[1]))
-                             if n == k.name and v)
+            have = ", ".join(f"{k.name}@{v}" for v in versions_of(k.name))
             if not have:
                 raise UserError(f"engine {text!r}: {k.name} has no modelled versions; use {k.name}")
             raise UserError(f"engine {text!r}: version {k.version} is older than every modelled version of "

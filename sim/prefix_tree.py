@@ -59,6 +59,17 @@ class PrefixTree:
     def requests_below(self) -> np.ndarray:
         return self._requests_below
 
+    def shared_prompt_tokens(self) -> np.ndarray:
+        """Per request, how much of its prompt (from the start) lies on nodes another request's prompt also runs
+        through: the part a prefix-shared attention kernel can read once for a whole group."""
+        below = self._requests_below
+        end = (self.start + self.tokens).astype(np.float64)
+        out = np.zeros(self.num_nodes, dtype=np.float64)
+        for lvl in range(1, int(self.level.max(initial=0)) + 1):  # parents before children
+            idx = self._by_level[lvl]
+            out[idx] = np.where(below[idx] >= 2, end[idx], out[self.parent[idx]])
+        return out[self.req_node]
+
     @property
     def computed_tokens_below(self) -> np.ndarray:
         """Prompt tokens a DFS with unbounded cache computes for a subtree processed on its own.

@@ -119,9 +119,7 @@ def deployment_for(row, profile):
     sched = engine_settings(row, profile, hw)
     util = sched.get("gpu_memory_utilization", 0.9)
     mt = sched.get("token_budget", 8192)
-    seqs = min(sched.get("max_seqs", 1024) or 1024, 1024)
-    if row.pp > 1 and profile.seqs_shared_by_stages:  # one scheduler's cap over the micro-batches, as simulate sizes it
-        seqs = max(1, seqs // row.pp)
+    seqs = profile.seqs_per_stage(min(sched.get("max_seqs", 1024) or 1024, 1024), row.pp)  # as simulate sizes it
     return Deployment(spec, hw, row.tp, ep=row.ep, pp=row.pp,  # ep on a dense model: refused, as simulate does
                       gpu_memory_utilization=util,
                       max_batched_tokens=mt,

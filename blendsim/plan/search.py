@@ -316,8 +316,9 @@ class _TempFiles:
 
         self._dir = Path(tempfile.mkdtemp(prefix="blendsim-plan-"))
         atexit.register(shutil.rmtree, self._dir, True)
-        parquet = path is not None and Path(path).suffix.lower() == ".parquet"  # workers read Parquet only
-        self.full = Path(path) if parquet else write_trace(trace, self._dir / "trace.parquet")
+        from .store import worker_readable
+
+        self.full = worker_readable(path) or write_trace(trace, self._dir / "trace.parquet")
         self.sample = write_trace(sample, self._dir / "sample.parquet") if sample is not None else None
 
 

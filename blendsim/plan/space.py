@@ -20,6 +20,7 @@ The cost bound is GPUs x price x the makespan bound. tests/test_plan.py checks b
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,25 +56,25 @@ class Candidate:
     def gpus(self) -> int:
         return self.shape.gpus_per_replica * self.replicas
 
+    def _name(self, engine: str, policy: str) -> str:
+        s = self.shape
+        return (f"{s.hardware}_tp{s.tp}_pp{s.pp}_ep{s.ep}_x{self.replicas}_{engine}_{policy}_"
+                f"w-{s.weights}_kv-{s.kv_dtype}")
+
     @property
     def key(self) -> str:
-        """A file-name-safe, unique, readable name."""
-        s = self.shape
-        return (f"{s.hardware}_tp{s.tp}_pp{s.pp}_ep{s.ep}_x{self.replicas}_{s.engine}_{s.policy}_"
-                f"w-{s.weights}_kv-{s.kv_dtype}")
+        """A unique, readable name (the answer's ``deployment``)."""
+        return self._name(self.shape.engine, self.shape.policy)
 
     @property
     def cell(self) -> str:
-        """The deployment's file name in a plan directory: :attr:`key`, with a calibrated profile file named by its
-        own file name and content digest, so a path never leaves the directory and a recalibrated file is simulated
-        again rather than read from the cell its old content priced."""
+        """The deployment's file name in a plan directory: :attr:`key`, with a calibrated profile file or a policy
+        file named by its own file name and content digest, so a path never leaves the directory and an edited file
+        is simulated again rather than read from the cell its old content priced."""
         from blendsim.sim.engines import is_profile_file
 
         s = self.shape
-        eng = _file_label(s.engine) if is_profile_file(s.engine) else s.engine
-        pol = _policy_label(s.policy)
-        return (f"{s.hardware}_tp{s.tp}_pp{s.pp}_ep{s.ep}_x{self.replicas}_{eng}_{pol}_"
-                f"w-{s.weights}_kv-{s.kv_dtype}")
+        return self._name(_file_label(s.engine) if is_profile_file(s.engine) else s.engine, _policy_label(s.policy))
 
     def settings(self) -> dict:
         """The deployment's fields as the JSON answer names them."""
@@ -181,16 +182,24 @@ class ShapeBounds:
 
 
 def _file_label(path: str) -> str:
-    """A calibrated profile file as a file-name-safe label: its name and the first 12 hex digits of its SHA-256."""
-    import hashlib
+    """A file as a file-name-safe label: its name and the first 12 hex digits of its SHA-256 (read once per content:
+    a plan names each deployment's cell before and after simulating it)."""
     import re
 
     p = Path(path)
     try:
-        digest = hashlib.sha256(p.read_bytes()).hexdigest()[:12]
+        st = p.stat()
+        digest = _digest(str(p.resolve()), st.st_mtime_ns, st.st_size)
     except OSError:
         digest = "unreadable"
     return f"{re.sub(r'[^A-Za-z0-9._-]', '-', p.name)}-{digest}"
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
 
 
 def _policy_label(spec: str) -> str:
@@ -246,10 +255,8 @@ def reads_shared_prefix_once(policy: str) -> bool:
 
 def read_lengths(trace, tree):
     """Per request, the prompt tokens a decode step must read when shared prefixes are read once per group: the
-    prompt less its shared prefix (``sim.bounds.shared_prompt_tokens``)."""
-    from blendsim.sim.bounds import shared_prompt_tokens
-
-    return trace.input_len - shared_prompt_tokens(tree)
+    prompt less its shared prefix (``PrefixTree.shared_prompt_tokens``)."""
+    return trace.input_len - tree.shared_prompt_tokens()
 
 
 def shape_bounds(trace, dep, sharing: float, engine: str | None = None, read_len=None) -> ShapeBounds:

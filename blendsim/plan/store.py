@@ -58,8 +58,7 @@ class PlanStore:
         """Where workers read the trace (its own file when given) and the sample (written here once)."""
         from blendsim.workloads.trace import write_trace
 
-        if path is not None and Path(path).suffix.lower() != ".parquet":  # JSONL, CSV...: workers read Parquet
-            path = None
+        path = worker_readable(path)
         full = Path(path) if path is not None else self.dir / "trace.parquet"
         if path is None and not full.exists():
             write_trace(trace, full)
@@ -67,6 +66,12 @@ class PlanStore:
         if sample is not None and not s.exists():
             write_trace(sample, s)
         return _Files(full, s if sample is not None else None)
+
+
+def worker_readable(path) -> Path | None:
+    """The trace file itself where the workers can read it (Parquet), else None: a JSONL trace is written out as
+    Parquet for them."""
+    return Path(path) if path is not None and Path(path).suffix.lower() == ".parquet" else None
 
 
 def _plausible(v: dict) -> bool:
