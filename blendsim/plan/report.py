@@ -330,8 +330,9 @@ def plot(answer: dict, points: list, path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_yscale("log")
     _plain_log_ticks(ax.xaxis, ax.get_xlim(), lambda v: f"{v:g}")
-    whole = ax.get_ylim()[1] >= 50  # dollars alone on an axis that reaches $50, cents below it
-    _plain_log_ticks(ax.yaxis, ax.get_ylim(), lambda v: f"${v:,.0f}" if whole else f"${v:,.2f}")
+    top = ax.get_ylim()[1]  # dollars alone on an axis that reaches $50, cents below it, two figures under a dollar
+    _plain_log_ticks(ax.yaxis, ax.get_ylim(),
+                     lambda v: f"${v:,.0f}" if top >= 50 else f"${v:,.2f}" if top >= 1 else f"${v:.2g}")
     ax.set_title(f"{answer['model']}, {answer['n_requests']:,} requests: every simulated deployment", fontsize=10)
     ax.legend(fontsize=7, loc="best")
     ax.grid(True, which="both", alpha=0.3)
@@ -344,7 +345,8 @@ def plot(answer: dict, points: list, path: Path) -> Path:
 
 def _plain_log_ticks(axis, lims, text) -> None:
     """Plain numbers on a log axis (matplotlib writes 2x10^0): on a range under a decade, evenly spaced round
-    values (a log axis has at most one decade tick there); on a wider one, the decades and 2, 3 and 5 of each."""
+    values (a log axis has at most one decade tick there); on a wider one, the decades and 2, 3 and 5 of each, and
+    over more than two decades the decades alone labelled (their 2, 3 and 5 would overlap)."""
     import math
 
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator
@@ -360,9 +362,11 @@ def _plain_log_ticks(axis, lims, text) -> None:
     axis.set_major_formatter(label)
     axis.set_minor_locator(LogLocator(subs=subs))
 
+    wide = lo > 0 and hi / lo > 100
+
     def minor(v, _):
         mantissa = v / 10 ** math.floor(math.log10(v) + 1e-9) if v > 0 else 0
-        return text(v) if any(abs(mantissa - m) < 1e-6 for m in subs) else ""
+        return text(v) if not wide and any(abs(mantissa - m) < 1e-6 for m in subs) else ""
 
     axis.set_minor_formatter(FuncFormatter(minor))
 
