@@ -513,6 +513,7 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     from blendsim.runner import (
         calibrated_elsewhere,
         inert_attn_dp,
+        inert_serve,
         inert_server_fields,
         newer_than_modelled,
         skew_note,
@@ -521,7 +522,7 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     m = dep.model
     prefill_tokens, decode_seqs, context = int(prefill_tokens), int(decode_seqs), int(context)  # checked by price_step
     notes = (list(cm.notes()) + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
-             + inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_attn_dp(cm.engine, dep)
+             + inert_server_fields(cm.engine) + inert_serve(cm.engine) + newer_than_modelled(cm.engine) + inert_attn_dp(cm.engine, dep)
              + skew_note(expert_skew, m))
     held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
     if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it

@@ -249,8 +249,8 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     cm = cost_model_of(dep)
     eng = running_from_pool(eng, cm.engine, dep, cfg, policy_cls)
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
-        inert_server_fields(cm.engine) + newer_than_modelled(cm.engine) + inert_attn_dp(cm.engine, dep) + \
-        inert_options(cfg, dep)
+        inert_server_fields(cm.engine) + inert_serve(cm.engine) + newer_than_modelled(cm.engine) + \
+        inert_attn_dp(cm.engine, dep) + inert_options(cfg, dep)
     if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
         notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
                      f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
@@ -364,6 +364,16 @@ def inert_server_fields(prof) -> list[str]:
     one = len(given) == 1
     return [f"{prof.label}: {' and '.join(given)} {'is' if one else 'are'} the API server's work and this run is "
             f"offline (serve=0): {'it changes' if one else 'they change'} nothing; add serve=1"]
+
+
+def inert_serve(prof) -> list[str]:
+    """A note where the engine key asks for its API server (``serve=1``) and the profile prices no work of one: the
+    run is priced as an offline one, which the user should not have to find out by comparing (simulate, cost)."""
+    if not prof.serve or prof.serve_priced:
+        return []
+    return [f"{prof.label}: serve=1 changes nothing: {prof.modelled} models no work of its API server (no server "
+            f"in the engine's process, no served loop or server stage fitted), so this run is priced as an offline "
+            f"one"]
 
 
 def skew_note(expert_skew: float, model) -> list[str]:

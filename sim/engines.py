@@ -244,6 +244,14 @@ class EngineProfile:
         """Whether a server stage beside the engine paces its steps (behind its API server, with server work)."""
         return self.serve and (self.server_token_s > 0 or self.server_request_s > 0)
 
+    @property
+    def serve_priced(self) -> bool:
+        """Whether running behind its API server (``serve``) changes anything it prices: a server in the engine's
+        process (``api_share``), a served loop fitted apart, a server stage beside the engine, or scheduler limits
+        of its served entry point."""
+        return bool(self.api_share or self.served_loop or self.server_token_s > 0 or self.server_request_s > 0
+                    or any(k.endswith("-serve") for k in self.by_device))
+
     def server_s(self, num_logits, num_decode):
         """The server's share of work for a step (numbers or arrays): ``server_token_s`` per token the step samples
         (``num_logits``: each decode's next token, each finished prompt's first) and ``server_request_s`` per
