@@ -109,9 +109,7 @@ class Scheduler:
         self.reserve_need = INF
         self.refused_req = -1
         self._chunk_seqs = seqs = []
-        if self.kv.tiered:
-            self.kv.now = now
-            self._load_ready = 0.0
+        self._tiers_step(now)
         prefill_first = self.cfg.mix == "prefill-first"
         if (self.n_dec or self.stalled) and not prefill_first:  # stalled decodes may resume
             self._reserve_decode(now)
@@ -153,9 +151,21 @@ class Scheduler:
             t = self.tau
             decode = [(s.req, s.c0 + t - s.tau0) for s in self.dec.values()]
             self.events.extend((self.step_no, "decode", r, c, 0, 0) for r, c in decode)
-        ready = self._load_ready
         return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode,
-                     ready - now if ready > now else 0.0)
+                     self._load_wait(now))
+
+    def _tiers_step(self, now: float) -> None:
+        """A step is being formed at ``now``: evictions write from now on, and its KV loads start from none. Every
+        ``schedule`` calls it first (a policy that forms its own steps too), and passes :meth:`_load_wait` as the
+        Batch's ``load_s``."""
+        if self.kv.tiered:
+            self.kv.now = now
+            self._load_ready = 0.0
+
+    def _load_wait(self, now: float) -> float:
+        """Seconds from ``now`` until the KV loads (host/disk tiers) of the step formed at ``now`` have arrived."""
+        ready = self._load_ready
+        return ready - now if ready > now else 0.0
 
     def update(self, batch: Batch, now: float) -> None:
         """Advance state after the step ran and ended at ``now``."""

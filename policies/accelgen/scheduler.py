@@ -76,6 +76,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
     # ---- the step -------------------------------------------------------------------------
     def schedule(self, now: float, running_only: bool = False) -> Batch | None:
         self._now = now
+        self._tiers_step(now)  # with host/disk KV tiers: writes issued now, this step's loads from none
         if not self.prefilling:
             self._hold = False
         self._running_only = running_only or self._hold  # admit no one (see the stall breaker)
@@ -141,7 +142,8 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             t = self.tau
             decode = [(s.req, s.c0 + t - s.tau0) for s in self.dec.values()]
             self.events.extend((self.step_no, "decode", r, x, 0, 0) for r, x in decode)
-        return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode)
+        return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode,
+                     self._load_wait(now))
 
     def _continue_prefill(self, now: float, chunks: list, seqs: list) -> None:
         """An empty step while prompts are part-prefilled: every candidate the window and the fill looked at was
