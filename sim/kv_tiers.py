@@ -14,11 +14,15 @@ A prefix hit is the longest run of the prompt's blocks held in any tier. Blocks 
 on disk are *loaded*: on admission they leave their tier and become GPU cache blocks of the (locked)
 path nodes, and the transfer is priced on the replica's links:
 
-* the host link (PCIe or NVLink-C2C; per GPU, times the GPUs of the replica) carries loads
-  (host -> GPU) and offload writes (GPU -> host) on one busy-until clock, so they compete: a load
-  queued behind a burst of writes waits for them;
-* the disk (the node's NVMe share per GPU) carries reads and writes on its own clock; a disk hit
-  is read from disk and streamed over the host link.
+* the host link (PCIe or NVLink-C2C; per GPU, times the GPUs of the replica) is full duplex: loads
+  (host -> GPU) and offload writes (GPU -> host) each have a busy-until clock of their own at the
+  link's per-direction rate (the GPU's copy engines run both directions at once). A load that had to
+  evict blocks to make room for itself ends no earlier than the writes that carry those blocks out
+  (their GPU slots are what it fills), which queue behind earlier writes;
+* the disk (the node's NVMe share per GPU) serves reads first: a read queues behind earlier reads only,
+  and write-backs take the drive's remaining time (a read that meets a write backlog pushes the backlog
+  back by its own length, so the drive's busy time is the sum of both). A disk hit is read from disk
+  and streamed over the host link.
 
 The step that runs the request's first chunk waits for its loads: ``stall`` adds the wait before the
 step's compute, ``overlap`` (layer-by-layer prefetch) makes the step last the longer of the two
@@ -69,6 +73,7 @@ class Channel:
     """A link used by one transfer at a time (FIFO): a busy-until clock and its busy seconds."""
 
     __slots__ = ("name", "free_at", "busy_s")
+    scale = 1  # one sequence's transfer runs at the whole channel's rate
 
     def __init__(self, name: str):
         self.name = name
@@ -91,6 +96,16 @@ class Channel:
         """One sequence's transfer, ``seconds`` at the whole channel's rate."""
         return self.transfer(start, seconds)
 
+    def free(self, lane: int) -> float:
+        """When lane ``lane`` (the one lane) is free."""
+        return self.free_at
+
+    def defer(self, lane: int, start: float, end: float) -> None:
+        """A transfer with priority over this clock's on the same device (a read on the drive) ran from
+        ``start`` to ``end``: work still queued here at ``start`` is pushed back by its length."""
+        if self.free_at > start:
+            self.free_at += end - start
+
 
 class RankChannels:
     """A stage's host links (or NVMe shares) under attention data parallelism: one :class:`Channel` per
@@ -99,11 +114,12 @@ class RankChannels:
     first, a balanced placement -- while the writes of evicted blocks, from every rank's cache, spread evenly
     over all of them. ``busy_s`` is the busiest rank's."""
 
-    __slots__ = ("name", "lanes")
+    __slots__ = ("name", "lanes", "scale")
 
     def __init__(self, name: str, ranks: int):
         self.name = name
         self.lanes = [Channel(f"{name} (rank {r})") for r in range(ranks)]
+        self.scale = ranks  # one sequence's transfer crosses one rank's link: ``ranks`` times the stage's seconds
 
     @property
     def busy_s(self) -> float:
@@ -116,7 +132,14 @@ class RankChannels:
     def load(self, lane: int, start: float, seconds: float) -> float:
         """One sequence's transfer on rank ``lane``'s link: ``seconds`` at the stage's rate is ``ranks`` times
         that on one rank's."""
-        return self.lanes[lane].transfer(start, seconds * len(self.lanes))
+        return self.lanes[lane].transfer(start, seconds * self.scale)
+
+    def free(self, lane: int) -> float:
+        return self.lanes[lane].free_at
+
+    def defer(self, lane: int, start: float, end: float) -> None:
+        """As :meth:`Channel.defer`, on rank ``lane``."""
+        self.lanes[lane].defer(0, start, end)
 
     def transfer(self, start: float, seconds: float) -> float:
         """Writes spread evenly: each rank's link carries its share of them at its share of the rate."""
@@ -155,21 +178,25 @@ class TierSpec:
 
 
 class StageLinks:
-    """The host links and disks of one replica's stages (one stage without pipeline parallelism): a
-    :class:`Channel` each, shared by the replica's virtual engines, and the seconds one block takes on each."""
+    """The host links and disks of one replica's stages (one stage without pipeline parallelism), shared by the
+    replica's virtual engines, and the seconds one block takes on each. Per stage: the host link's two
+    directions (``host``: loads, host -> GPU; ``host_w``: offload writes, GPU -> host) and the drive's reads
+    (``disk``) and write-backs (``disk_w``), a :class:`Channel` each (:class:`RankChannels` under attention DP)."""
 
-    __slots__ = ("host", "disk", "t_link", "t_dread", "t_dwrite")
+    __slots__ = ("host", "host_w", "disk", "disk_w", "t_link", "t_dread", "t_dwrite")
 
     def __init__(self, spec: TierSpec):
         parts = spec.stage_bytes or (spec.block_bytes,)
         n = len(parts)
-        names = [("host link", "disk") if n == 1 else (f"host link (stage {i})", f"disk (stage {i})") for i in range(n)]
-        if spec.ranks > 1:  # attention data parallelism: a link per rank
-            self.host = [RankChannels(h, spec.ranks) for h, _ in names]
-            self.disk = [RankChannels(d, spec.ranks) for _, d in names]
-        else:
-            self.host = [Channel(h) for h, _ in names]
-            self.disk = [Channel(d) for _, d in names]
+        stage = [""] if n == 1 else [f" (stage {i})" for i in range(n)]
+
+        def chans(name: str) -> list:
+            if spec.ranks > 1:  # attention data parallelism: a link per rank
+                return [RankChannels(name + x, spec.ranks) for x in stage]
+            return [Channel(name + x) for x in stage]
+
+        self.host, self.host_w = chans("host link"), chans("host link writes")
+        self.disk, self.disk_w = chans("disk"), chans("disk writes")
         self.t_link = [bb / spec.link_bw for bb in parts]
         self.t_dread = [bb / spec.disk_read_bw if spec.disk_read_bw > 0 else 0.0 for bb in parts]
         self.t_dwrite = [bb / spec.disk_write_bw if spec.disk_write_bw > 0 else 0.0 for bb in parts]
@@ -389,7 +416,8 @@ class TieredKVCache(KVCache):
         if not n:
             return now
         free = self.total - self.cache_blocks - self.private
-        if n > free:
+        made_room = n > free
+        if made_room:
             self.evict(n - free)  # its writes go into the host room the loaded blocks left
         kids, parent = self.cached_children, self.parent
         for x, take in moves:
@@ -416,8 +444,18 @@ class TieredKVCache(KVCache):
         for i, ch in enumerate(L.host):
             lane = ch.pick()  # under attention DP, the rank that holds the sequence: its own link and drive share
             end = ch.load(lane, now, n * L.t_link[i])
+            if made_room:  # the GPU slots it fills leave over the other direction first: its last block lands
+                # one block's load after the last of those writes
+                w = L.host_w[i].free(lane) + L.t_link[i] * ch.scale
+                if w > end:
+                    end = w
             if dl_tot:
-                d_end = L.disk[i].load(lane, now, dl_tot * L.t_dread[i])
+                dch = L.disk[i]
+                d_start = dch.free(lane)
+                if d_start < now:
+                    d_start = now
+                d_end = dch.load(lane, now, dl_tot * L.t_dread[i])
+                L.disk_w[i].defer(lane, d_start, d_end)  # write-backs wait out the read
                 if d_end > end:
                     end = d_end
             if end > ready[i]:
@@ -474,7 +512,7 @@ class TieredKVCache(KVCache):
             self.host_used += moved
             self.offload_host_blocks += moved
             L = self.links
-            for i, ch in enumerate(L.host):
+            for i, ch in enumerate(L.host_w):
                 ch.transfer(self.now, moved * L.t_link[i])
             if self.host_used > self.host_cap:
                 self._evict_host(self.host_used - self.host_cap)
@@ -508,7 +546,7 @@ class TieredKVCache(KVCache):
             self.disk_used += moved
             self.offload_disk_blocks += moved
             L = self.links
-            for i, ch in enumerate(L.disk):
+            for i, ch in enumerate(L.disk_w):
                 ch.transfer(self.now, moved * L.t_dwrite[i])
             if self.disk_used > self.disk_cap:
                 self._evict_disk(self.disk_used - self.disk_cap)
@@ -585,7 +623,7 @@ def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: f
             off_d += kv.offload_disk_blocks
             if id(kv.links) not in seen:  # a pipelined replica's virtual engines share their stages' links
                 seen.add(id(kv.links))
-                link_busy += max(ch.busy_s for ch in kv.links.host)  # its busiest stage's host link
+                link_busy += max(ch.busy_s for ch in kv.links.host + kv.links.host_w)  # busiest stage and direction
     bb = spec.block_bytes if spec else 0
     return {
         "prefix_hit_tokens": {"gpu": int(hit_tokens - (host_hit + disk_hit) * B), "host": int(host_hit * B),

@@ -49,10 +49,15 @@ def test_one_sequence_loads_at_one_gpu_s_rate_and_others_run_beside_it():
 
 def test_offload_writes_spread_over_every_rank_s_link():
     _, spec = _spec(True)
-    link = StageLinks(spec).host[0]
-    assert link.transfer(0.0, 2.0) == pytest.approx(2.0)  # 2 s at the summed rate: each rank a quarter at a quarter
-    assert all(ch.busy_s == pytest.approx(2.0) for ch in link.lanes) and link.busy_s == pytest.approx(2.0)
-    assert link.load(link.pick(), 0.0, 0.5) == pytest.approx(4.0)  # a load queues behind its rank's writes
+    links = StageLinks(spec)
+    out, into = links.host_w[0], links.host[0]
+    assert out.transfer(0.0, 2.0) == pytest.approx(2.0)  # 2 s at the summed rate: each rank a quarter at a quarter
+    assert all(ch.busy_s == pytest.approx(2.0) for ch in out.lanes) and out.busy_s == pytest.approx(2.0)
+    # the other direction of each rank's link is free: a load runs beside the writes, at one rank's rate
+    lane = into.pick()
+    assert into.load(lane, 0.0, 0.5) == pytest.approx(2.0) and out.free(lane) == pytest.approx(2.0)
+    # writes on one direction queue behind each other, rank by rank
+    assert out.load(lane, 0.0, 0.5) == pytest.approx(4.0)
 
 
 def test_a_run_with_attention_dp_prices_a_lone_reload_at_one_gpu_s_link():
