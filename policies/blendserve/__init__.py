@@ -93,7 +93,8 @@ class BlendServe(Policy):
         "degenerate": Option("clip", "when rho(rt) is not between the two units' densities: clip (all of M to the "
                                "side nearer the target) or even (M split in half, both scanners keep moving)", source=OURS, choices=("even", "clip")),
         "tiers": Option("gpu", "split cost of a prefix when a host/disk KV tier is configured (--host-kv-gb): gpu = "
-                               "its recomputation (the paper); load = its load over the host link, so the "
+                               "its recomputation (the paper); load = its load as the tiers charge it (host link; "
+                               "disk blocks also read from the drive, the later of the two), so the "
                                "keep_sharing budget and t, in recompute-time terms, pay for prefill/load times more "
                                "tokens", source=OURS, choices=("gpu", "load")),
     }

@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from blendsim.policies._tiercost import split_load_s_per_block
 from blendsim.policies.blendserve.estimate import estimate_output
 from blendsim.policies.blendserve.merge import scan_units, unit_stats
 from blendsim.policies.blendserve.partition import dp_partition, occupancy_time
 from blendsim.policies.blendserve.restree import ResourceTree
 from blendsim.policies.blendserve.split import sort_and_split
 from blendsim.sim.density import Rates, comp_time
+from blendsim.sim.kv_tiers import StageLinks
 
 
 @dataclass
@@ -61,9 +63,10 @@ def build_plan(ctx, opt: dict) -> Plan:
     keep, thr, tier_scale = opt["keep_sharing"], opt["split_threshold"], 1.0
     tiers = getattr(ctx, "tiers", None)
     if opt.get("tiers", "gpu") == "load" and tiers is not None:
-        # ours: a split unit's prefix, written to the host tier when the GPU evicts it, comes back as a load;
-        # the budget (shared tokens x (1 - keep_sharing) of recomputation) buys prefill/load times the tokens
-        load_tok_s = tiers.load_bytes_per_block / ctx.engine.block_size / tiers.link_bw
+        # ours: a split unit's prefix, written to the host tier when the GPU evicts it (and on to disk as host
+        # memory fills), comes back as a load, priced as the tiers charge it (_tiercost); the budget (shared
+        # tokens x (1 - keep_sharing) of recomputation) buys prefill/load times the tokens
+        load_tok_s = split_load_s_per_block(tiers, StageLinks(tiers)) / ctx.engine.block_size
         prefill_tok_s = 2.0 * rates.gemm_params / rates.flops
         tier_scale = min(1.0, load_tok_s / prefill_tok_s)
         keep = max(0.0, 1.0 - (1.0 - keep) / tier_scale)

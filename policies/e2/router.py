@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from blendsim.policies._tiercost import load_s
 from blendsim.policies.base import Router, register_router
 from blendsim.policies.e2.balance import Balancer, OverloadDetector
 from blendsim.policies.e2.codeload import CodeLoad
@@ -59,7 +60,8 @@ OPTIONS = {
     "quota_unit": Option(1, "local scheduler: group g admits (g+1) x quota_unit per pointer visit "
                       "(paper's example: 1; Preble's code: 10)", source="paper's example (1); 10 = Preble code"),
     "tiers": Option("gpu", "a prefix held in a host/disk KV tier (--host-kv-gb): gpu = a miss, recomputed (the "
-                           "paper); load = a hit that costs its load over the host link in P, M and the local "
+                           "paper); load = a hit that costs its load as the tiers charge it (host link; disk blocks "
+                           "also read from the drive, the later of the two) in P, M and the local "
                            "priority groups", source=OURS, choices=("gpu", "load")),
 }
 CHOICES = {"cost": ("lmp", "lm"), "load": ("paper", "code"), "autoscale": ("paper", "code", "off"),
@@ -115,10 +117,9 @@ class E2Router(Router):
         self.track_ttft = scaling and o["overload_signal"] == "ttft"
         self.track_queue = scaling and not self.track_ttft
         self.balancer = Balancer(self, float(o["th_bal"]), o["autoscale"]) if o["rebalance"] else None
-        # ours: with tiers=load a prefix in a host/disk tier costs its transfer (seconds per token on the link)
-        tiers = getattr(ctx, "tiers", None)
-        self.tier_load = o["tiers"] == "load" and tiers is not None
-        self.load_tok_s = tiers.load_bytes_per_block / ctx.engine.block_size / tiers.link_bw if self.tier_load else 0.0
+        # ours: with tiers=load a prefix in a host/disk tier costs its load as the replica's tiered cache charges
+        # it (its links' per-block seconds: the host link, and the drive for disk blocks; _tiercost.load_s)
+        self.tier_load = o["tiers"] == "load" and getattr(ctx, "tiers", None) is not None
         self.assigned = 0
         self.counts = [0, 0, 0]  # exploit, explore, pd
         self._feedback = [(i, r.scheduler.feedback) for i, r in enumerate(replicas)
@@ -185,12 +186,19 @@ class E2Router(Router):
         if c > p:
             c = p
         extra = 0
+        load = 0.0
         if self.tier_load:  # tokens beyond the GPU's in a lower tier are loaded, not recomputed
             kv = tree.kvs[i]
             if kv is not None and kv.tiered:
-                extra = min(kv.match_tiers(path, p // kv.block_size) * kv.block_size, p) - c
-                extra = extra if extra > 0 else 0
-        P = self.tm.prefill(p - c - extra, c + extra) + extra * self.load_tok_s
+                B = kv.block_size
+                extra = min(kv.match_tiers(path, p // B) * B, p) - c
+                if extra > 0:
+                    # the match's disk blocks come last: those of them within the extra tokens are read from disk
+                    disk = kv.last_split[1] * B
+                    load = load_s(kv.links, kv.spec.ranks, extra / B, (disk if disk < extra else extra) / B)
+                else:
+                    extra = 0
+        P = self.tm.prefill(p - c - extra, c + extra) + load
         total = (self.load.load(i) if L is None else L) + (P if self.use_p else 0.0)
         if self.use_m:
             kv = tree.kvs[i]
@@ -204,7 +212,7 @@ class E2Router(Router):
                         m = ec(i, x, nb, left)
                         if tier and m > 0:  # the victim goes to host: reusing it later costs a load
                             pre = self.tm.prefill(nb * B, (kv.blk_start[x] + left) * B)
-                            m *= min(1.0, nb * B * self.load_tok_s / pre) if pre > 0 else 1.0
+                            m *= min(1.0, load_s(kv.links, kv.spec.ranks, nb) / pre) if pre > 0 else 1.0
                         total += m
         return total, P
 
