@@ -66,13 +66,14 @@ RUNS = {"plain": dict(model="tiny", hardware="a100-80gb"), "pp3": dict(model="ti
         "attn_dp": dict(model="qwen3-30b-a3b", hardware="h100-80gb", tp=4, engine="sglang:attn_dp=1")}
 
 
-def _e2(runs_kv: list, tiers: str = "load", disk_read_gbps=None, kind: str = "plain"):
+def _e2(runs_kv: list, tiers: str = "load", disk_read_gbps=None, kind: str = "plain", kv_load=None):
     """E2's router over replicas whose tiered caches ``runs_kv`` make from the run (tiny's run: 4 KB of KV a token,
     P's prefix a 64-block node at E2's block size 1)."""
     from blendsim.policies.e2.router import E2Router
 
     run = prepare_run(_evict_and_rehit(), RunConfig(
         policy="e2", host_kv_gb=1.0, disk_kv_gb=10.0, disk_read_gbps=disk_read_gbps, options={"tiers": tiers},
+        kv_load=kv_load,
         **RUNS[kind]))
     kvs = [f(run) for f in runs_kv]
     router = E2Router(run.policy.ctx, [SimpleNamespace(scheduler=SimpleNamespace(kv=kv)) for kv in kvs])
@@ -91,7 +92,7 @@ def test_e2_prices_a_lower_tier_prefix_as_the_cache_then_charges_it(kind, gpu, h
         paths.append(path)
         return kv
 
-    router, (kv,), run = _e2([make], kind=kind)
+    router, (kv,), run = _e2([make], kind=kind, kv_load="stall")  # the load before the compute: P adds them
     assert (run.tiers.ranks > 1) == (kind == "attn_dp") and (len(run.tiers.stage_bytes) == 3) == (kind == "pp3")
     assert kv.block_size == 1
     path = paths[0]
@@ -100,6 +101,26 @@ def test_e2_prices_a_lower_tier_prefix_as_the_cache_then_charges_it(kind, gpu, h
     charged = kv.load(path, kv.match_tiers(path, 96), 0.0)
     assert est == pytest.approx(charged, rel=1e-9)
     assert est == pytest.approx(load_s(kv.links, kv.spec.ranks, host + disk, disk), rel=1e-9)
+
+
+@pytest.mark.parametrize("dread", [None, 0.05])
+def test_e2_prices_an_overlapped_load_as_the_longer_of_it_and_the_prefill(dread):
+    """Under ``--kv-load overlap`` the step runs the load beside its compute and lasts the longer of the two, so E2's
+    P is the longer of the prefill and the load, not their sum (a 0.05 GB/s drive makes the load the longer)."""
+    paths = []
+
+    def make(run):
+        kv, path = _prefix_kv(run, run.tiers, 40, 24)
+        paths.append(path)
+        return kv
+
+    router, (kv,), run = _e2([make], disk_read_gbps=dread, kv_load="overlap")
+    assert run.tiers.load_mode == "overlap"
+    _, P = router.cost(0, paths[0], 96)
+    pre = router.tm.prefill(32, 64)
+    load = load_s(kv.links, kv.spec.ranks, 64, 24)
+    assert P == pytest.approx(max(pre, load), rel=1e-12)
+    assert (load > pre) == (dread is not None)
 
 
 def test_e2_sends_c_away_from_a_slow_disk_but_not_from_host_memory():

@@ -187,6 +187,7 @@ class E2Router(Router):
             c = p
         extra = 0
         load = 0.0
+        overlap = False
         if self.tier_load:  # tokens beyond the GPU's in a lower tier are loaded, not recomputed
             kv = tree.kvs[i]
             if kv is not None and kv.tiered:
@@ -196,9 +197,13 @@ class E2Router(Router):
                     # the match's disk blocks come last: those of them within the extra tokens are read from disk
                     disk = kv.last_split[1] * B
                     load = load_s(kv.links, kv.spec.ranks, extra / B, (disk if disk < extra else extra) / B)
+                    overlap = kv.spec.load_mode == "overlap"
                 else:
                     extra = 0
-        P = self.tm.prefill(p - c - extra, c + extra) + load
+        P = self.tm.prefill(p - c - extra, c + extra)
+        # the step that runs its first chunk waits for the load before its compute (stall), or runs the two side by
+        # side, layer by layer (overlap: the engine's kv_load, sim.kv_tiers), and lasts the longer
+        P = (P if P > load else load) if overlap else P + load
         total = (self.load.load(i) if L is None else L) + (P if self.use_p else 0.0)
         if self.use_m:
             kv = tree.kvs[i]
