@@ -427,6 +427,64 @@ def inert_options(cfg: RunConfig, dep) -> list[str]:
 GC_RUN_REQUESTS = 100_000
 
 
+def _build_replicas(run: Prepared, cfg: RunConfig, rec, tick=None, spill_dir=None):
+    """The run's replicas (a pipelined replica's virtual engines, each with its own scheduler and KV cache), the
+    units that run their steps, the policy's router and the order requests are handed to it:
+    ``(replicas, units, router, route_order)``."""
+    from blendsim.sim.engine import Replica, SimExecutor, pipelined_units
+    from blendsim.sim.kv_tiers import StageLinks, make_kv
+    from blendsim.sim.pipeline import StagePricer
+
+    trace, eng, dep, cm, policy = run.trace, run.engine, run.deployment, run.cost_model, run.policy
+    # plain lists: the schedulers index these per admission and per step, and a list item reads 2-3x faster than
+    # an array('q') item (measured: the array columns cost the 400,000-request dfs run about 5%)
+    P, Dl, hints = int_list(trace.input_len), int_list(trace.output_len), int_list(trace.output_len_hint)
+    replicas = []
+    ff = eng.fast_forward and not cfg.record_schedule
+    pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None
+    links = None
+    for i in range(cfg.replicas * dep.pp):
+        if run.tiers is not None and dep.pp > 1 and i % dep.pp == 0:
+            links = StageLinks(run.tiers)  # a pipelined replica's stages' links, shared by its virtual engines
+        kv = make_kv(run.tree, run.num_blocks, eng.block_size, eng.prefix_caching, eng.prefix_retain, run.tiers,
+                     links)
+        sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
+                                      record=cfg.record_schedule, output_hint=hints)
+        replicas.append(Replica(i, sched, pricer or SimExecutor(cm), fast_forward=ff, progress=tick,
+                                kv_load=run.tiers.load_mode if run.tiers else "stall", spill_dir=spill_dir))
+    units = pipelined_units(replicas, dep.pp, pricer, ff)
+    router = policy.make_router(replicas)
+    route_order = np.lexsort((policy._rank, trace.arrival_s))
+    return replicas, units, router, route_order
+
+
+def offline_routes(trace, cfg: RunConfig) -> tuple[np.ndarray, int]:
+    """``(engine of each request, virtual engines per replica)`` of an offline run of ``trace`` under ``cfg``, without
+    running a step: the router each engine's own scheduler and prefix cache sees a request from (a replica is its
+    engines ``i // pp``). Every request of an offline run arrives at 0, so the run's arrival process
+    (``sim.engine.Cluster``) hands all of them to the router, in ``route_order``, before any replica's first step;
+    this does the same with the same replicas, router and order (``blendsim plan`` splits its work estimate so)."""
+    if not cfg.offline:
+        raise ValueError("offline_routes: an offline run only (cfg.offline)")
+    from blendsim.policies.base import Policy, RoundRobin, get_router
+
+    run = prepare_run(trace, cfg)
+    out = np.empty(run.trace.n, dtype=np.int64)
+    policy = run.policy
+    if type(policy).make_router is Policy.make_router and get_router(policy.router) is RoundRobin:
+        # the default router reads no replica: the i-th request handed over goes to engine i mod engines
+        order = np.lexsort((policy._rank, run.trace.arrival_s))
+        out[order] = np.arange(run.trace.n) % (cfg.replicas * run.deployment.pp)
+        return out, run.deployment.pp
+    rec = RequestRecords(run.trace.n)
+    replicas, _units, router, order = _build_replicas(run, cfg, rec)
+    for req in order.tolist():  # as Cluster._arrival_process at t = 0
+        i = router.route(req, 0.0)
+        replicas[i].deliver(req, 0.0)
+        out[req] = i
+    return out, run.deployment.pp
+
+
 def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then, and at the end.
 
@@ -435,10 +493,9 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     then read from there (``write_run`` streams them into steps.parquet). None: kept in memory."""
     from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
-    from blendsim.sim.engine import Cluster, Replica, SimExecutor, pipelined_units
-    from blendsim.sim.kv_tiers import StageLinks, make_kv, tier_summary
+    from blendsim.sim.engine import Cluster
+    from blendsim.sim.kv_tiers import tier_summary
     from blendsim.sim.metrics import per_request_table, summarize
-    from blendsim.sim.pipeline import StagePricer
 
     run = prepare_run(trace, cfg)
     if cfg.record_schedule and run.tiers is not None:
@@ -453,24 +510,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
 
     rec = RequestRecords(trace.n)
     tick = (lambda: progress(rec.n_finished)) if progress else None
-    # plain lists: the schedulers index these per admission and per step, and a list item reads 2-3x faster than
-    # an array('q') item (measured: the array columns cost the 400,000-request dfs run about 5%)
-    P, Dl, hints = int_list(trace.input_len), int_list(trace.output_len), int_list(trace.output_len_hint)
-    replicas = []
-    ff = eng.fast_forward and not cfg.record_schedule
-    pricer = StagePricer(dep, run.cost_model_of) if dep.pp > 1 else None
-    links = None
-    for i in range(cfg.replicas * dep.pp):
-        if run.tiers is not None and dep.pp > 1 and i % dep.pp == 0:
-            links = StageLinks(run.tiers)  # a pipelined replica's stages' links, shared by its virtual engines
-        kv = make_kv(tree, blocks, B, eng.prefix_caching, eng.prefix_retain, run.tiers, links)
-        sched = policy.make_scheduler(i, kv=kv, cfg=eng, prompt_len=P, output_len=Dl, records=rec,
-                                      record=cfg.record_schedule, output_hint=hints)
-        replicas.append(Replica(i, sched, pricer or SimExecutor(cm), fast_forward=ff, progress=tick,
-                                kv_load=run.tiers.load_mode if run.tiers else "stall", spill_dir=spill_dir))
-    units = pipelined_units(replicas, dep.pp, pricer, ff)
-    router = policy.make_router(replicas)
-    route_order = np.lexsort((policy._rank, trace.arrival_s))
+    replicas, units, router, route_order = _build_replicas(run, cfg, rec, tick, spill_dir)
     cluster = Cluster(replicas, router, trace.arrival_s, route_order, units)
     cluster.run()
     if progress is not None:  # the last report: every request finished
@@ -493,7 +533,7 @@ def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunR
     schedule = schedule_table([r.scheduler for r in replicas]) if cfg.record_schedule else None
     # the run's live state (schedulers, KV caches, prefix tree, policy, the schedulers' per-request lists) is not
     # needed for the tables: free it before they are built, where a large run's memory would otherwise peak
-    del replicas, units, router, cluster, policy, tree, P, Dl, hints, tick, kv, sched, links
+    del replicas, units, router, cluster, policy, tree, tick
     run.policy = run.tree = None
     if trace.n >= GC_RUN_REQUESTS:  # the simpy processes and the replicas refer to each other
         gc.collect()
@@ -540,5 +580,5 @@ def pipeline_summary(dep) -> dict:
 
 
 # re-exported: the run-directory helpers are part of the runner's public surface
-__all__ = ["Prepared", "RunConfig", "RunResult", "check_run_dir", "engine_config", "prepare_run", "run_simulation",
-           "schedule_table", "scheduler_settings", "write_run"]
+__all__ = ["Prepared", "RunConfig", "RunResult", "check_run_dir", "engine_config", "offline_routes", "prepare_run",
+           "run_simulation", "schedule_table", "scheduler_settings", "write_run"]

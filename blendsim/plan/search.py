@@ -14,11 +14,16 @@
    whole trace's work to the sample's at that shape (``space.work_estimate``: compute and memory work at the GPU's
    peaks, added for a sequential engine, the larger plus kappa times the smaller for an overlapping one; the
    larger alone, T_o, made the ratio flip with whichever binds on a GPU where the sample shares less than the
-   whole trace, up to -29% / +27% apart on A100 and H100) -- unless the sample's makespan is mostly its
-   longest request's own chain (T_critical >= CRITICAL_SHARE of it), which does not grow with the trace: such a
-   deployment is simulated on the whole trace instead (``tail_dominated``). The recommended deployment and the next
-   ``verify - 1`` front points are then simulated on the whole trace: their figures replace the estimates
-   and the sampled-vs-full error is reported.
+   whole trace, up to -29% / +27% apart on A100 and H100). With more than one replica (or a pipeline's virtual
+   engines) the trace and the sample are each split as their runs route them (``runner.offline_routes``), every
+   engine sharing prefixes only among its own requests, and the busiest replica's work is compared
+   (``space.split_work_estimate``): the one-cache ratio missed that a prefix group spread over R replicas is
+   prefilled up to R times, in the whole trace and its thinned sample alike but not equally (dfs on a BatchLLM
+   microbenchmark: -46% to +51% on 2-4 replicas, now -6% to +9%, as one replica is) -- unless the sample's
+   makespan is mostly its longest request's own chain (T_critical >= CRITICAL_SHARE of it), which does not grow
+   with the trace: such a deployment is simulated on the whole trace instead (``tail_dominated``). The
+   recommended deployment and the next ``verify - 1`` front points are then simulated on the whole trace: their
+   figures replace the estimates and the sampled-vs-full error is reported.
 
 Rounds are of fixed composition (``max(8, workers)`` deployments, in bound order), so the same inputs and
 ``--jobs`` simulate the same deployments and give the same answer; the answer holds no timings.
@@ -32,10 +37,19 @@ from pathlib import Path
 
 import numpy as np
 
+from blendsim.sim.errors import UserError
 from blendsim.sim.metrics import CRITICAL_SHARE
 
 from .prices import job_cost
-from .space import Candidate, read_lengths, reads_shared_prefix_once, shape_bounds, shapes, work_estimate
+from .space import (
+    Candidate,
+    read_lengths,
+    reads_shared_prefix_once,
+    shape_bounds,
+    shapes,
+    split_work_estimate,
+    work_estimate,
+)
 
 ROUND = 8
 DEADLINE = "cannot meet the deadline (lower bound)"
@@ -126,10 +140,11 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
     full_arg = backend.trace_arg(files.full)
     sub_arg = backend.trace_arg(files.sample) if sampled else full_arg
 
-    bounds, scale, cands = {}, {}, []
+    bounds, scale, cands, split_args = {}, {}, [], {}
     for shape, dep in feasible:
         rf, rs = (read_full, read_sub) if shape.policy in once else (None, None)
         sb = shape_bounds(trace, dep, s_full, shape.engine, rf)
+        split_args[shape] = (dep, sb.interference, shape.policy in once)
         # the whole trace's work over the sample's, combined as this engine's steps combine them
         scale[shape] = (work_estimate(trace, dep, s_full, sb.interference, rf)
                         / work_estimate(sub, dep, s_sub, sb.interference, rs)) if sampled else 1.0
@@ -147,6 +162,27 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
     out.candidates = len(cands) + sum(infeasible.values()) + out.pruned.get(IDLE, 0)
     done = [0]
     report = _progress_call(progress, len(cands))
+
+    split_scale = {}
+
+    def scale_of(c):
+        """The whole trace's work over the sample's for ``c``. With more than one engine (replicas, or a pipeline's
+        virtual engines) each engine shares prefixes only among the requests routed to it: both are split as the
+        runs split them (``runner.offline_routes``) and the busiest replica's work is compared
+        (``space.split_work_estimate``); the one-replica ratio counted the trace's sharing as one cache's, which
+        a split run loses (a prefix group over R replicas is prefilled up to R times) differently from its sample.
+        A trace without shared prefixes has no sharing to split (each engine's work is its requests' own): the
+        one-replica ratio, as for one engine."""
+        if c.replicas * c.shape.pp == 1 or s_full == 0.0:
+            return scale[c.shape]
+        if c not in split_scale:
+            from blendsim.runner import RunConfig, offline_routes
+
+            cfg = RunConfig(policy=c.shape.policy, model=space.model, seed=seed, **c.run_options())
+            dep, interference, once_ = split_args[c.shape]
+            w = [split_work_estimate(t, dep, interference, *offline_routes(t, cfg), once=once_) for t in (trace, sub)]
+            split_scale[c] = w[0] / w[1]
+        return split_scale[c]
 
     def cost(c, m):
         return job_cost(c.gpus, prices.price_of(c.shape.hardware).usd_per_gpu_hour, m, billing_hour)
@@ -192,7 +228,12 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
                 out.points[c.key] = Point(c, m, cost(c, m), tokens, p.sampled_makespan_s if p else None,
                                           p.estimate_s if p else None, True)
             else:
-                est = max(m * scale[c.shape], bounds[c][0])
+                try:
+                    k = scale_of(c)
+                except UserError as e:  # the whole trace cannot be prepared as this deployment runs it
+                    out.failures.append({"deployment": c.key, "error": str(e)})
+                    continue
+                est = max(m * k, bounds[c][0])
                 out.points[c.key] = Point(c, est, cost(c, est), tokens, m, None, False)
         if whole_now:
             out.tail_dominated += len(whole_now)

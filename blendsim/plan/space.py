@@ -242,6 +242,35 @@ def work_estimate(trace, dep, sharing: float, interference: float, read_len=None
     return bounds(trace.input_len, trace.output_len, sharing, rates, read_len=read_len).t_opt_overlap_s
 
 
+def split_work_estimate(trace, dep, interference: float, engine_of, pp: int = 1, once: bool = False) -> float:
+    """:func:`work_estimate` of ``trace`` as a run splits it: ``engine_of[i]`` is the engine request i is routed to
+    (``runner.offline_routes``; engines ``r * pp .. r * pp + pp - 1`` are replica r's pipeline's). Each engine has its
+    own prefix cache, so it shares prefixes only among its own requests (optimal sharing and, where ``once``, the
+    read lengths of its own requests' prefix tree); a replica's engines share its GPUs, so their compute and memory
+    work add; the busiest replica's work is what a makespan is scaled by. One engine: :func:`work_estimate` of the
+    whole trace with its own sharing."""
+    import numpy as np
+
+    from blendsim.sim.density import bounds
+    from blendsim.sim.prefix_tree import PrefixTree
+
+    rates = dataclasses.replace(peak_rates(dep), interference=interference)
+    engine_of = np.asarray(engine_of, dtype=np.int64)
+    order = np.argsort(engine_of, kind="stable")
+    cuts = np.flatnonzero(np.diff(engine_of[order])) + 1
+    n_rep = int(engine_of.max()) // pp + 1
+    comp, mem = np.zeros(n_rep), np.zeros(n_rep)
+    for idx in np.split(order, cuts):
+        part = trace.take(idx)
+        tree = PrefixTree(part)
+        b = bounds(part.input_len, part.output_len, tree.optimal_sharing_ratio(), rates,
+                   read_len=read_lengths(part, tree) if once else None)
+        r = int(engine_of[idx[0]]) // pp
+        comp[r] += (1.0 - b.sharing) * b.t_comp_s
+        mem[r] += b.t_mem_s
+    return float((np.maximum(comp, mem) + interference * np.minimum(comp, mem)).max())
+
+
 def reads_shared_prefix_once(policy: str) -> bool:
     """Whether ``policy`` may read a shared prompt prefix's KV once per decode step for its whole group
     (``Policy.reads_shared_prefix_once`` overridden: BatchLLM's prefix-shared attention, on by default): its
@@ -283,4 +312,4 @@ def shape_bounds(trace, dep, sharing: float, engine: str | None = None, read_len
 
 
 __all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "read_lengths", "reads_shared_prefix_once",
-           "shape_bounds", "shapes", "work_bound", "work_estimate"]
+           "shape_bounds", "shapes", "split_work_estimate", "work_bound", "work_estimate"]
