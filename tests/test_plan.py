@@ -107,6 +107,112 @@ def test_a_margin_per_deployment_prunes_and_recommends_as_the_exhaustive_search(
     assert plain.cost_usd <= rec.cost_usd
 
 
+def _made_up_makespans(trace, space):
+    """Every deployment of ``space`` on ``trace`` with its bounds and a made-up makespan a little above its makespan
+    bound (some deployments' bounds are then beaten by others' makespans): {key: (candidate, bounds, makespan)}."""
+    from blendsim.plan.prices import job_cost
+    from blendsim.plan.space import Candidate
+
+    prices, s = read_prices(), PrefixTree(trace.offline()).optimal_sharing_ratio()
+    out = {}
+    for shape, dep in shapes(space, trace)[0]:
+        sb = shape_bounds(trace, dep, s, shape.engine)
+        for r in range(1, space.max_gpus // shape.gpus_per_replica + 1):
+            c = Candidate(shape, r)
+            lm = sb.makespan(r)
+            lc = job_cost(c.gpus, prices.price_of(shape.hardware).usd_per_gpu_hour, lm)
+            out[c.key] = (c, (lm, lc), lm * (1 + 0.1 * ((7 * r + shape.tp) % 5) + 0.15 * (shape.engine == "sglang")))
+    return out
+
+
+def _pruned_the_slow_way(made, deadline, budget, margin, width):
+    """The pruning rule as the README states it, applied the slow way: deployments in rounds of ``width``, cheapest
+    bound first; before each round every deployment left is checked on its own against every deployment simulated
+    in the rounds before (not a front of them): skipped when its bound misses the deadline (grown by its margin) or
+    the budget, or when one of them that meets both is at least as fast and as cheap as its bounds and better in
+    one. If none meets them, the rest go on, checked against everything simulated. Returns the deployments
+    simulated and the count of each reason for a skip."""
+    from blendsim.plan.prices import job_cost
+    from blendsim.plan.search import BUDGET, DEADLINE, DOMINATED
+
+    prices = read_prices()
+    bounds = {c: b for c, b, _m in made.values()}
+    grown = {c: 1 + (margin(c) if margin else 0.0) for c in bounds}
+    run = {c: (m, job_cost(c.gpus, prices.price_of(c.shape.hardware).usd_per_gpu_hour, m))
+           for c, _b, m in made.values()}
+
+    def meets(c):
+        return run[c][0] * grown[c] <= deadline and (budget is None or run[c][1] <= budget)
+
+    def beaten(c, by):
+        return any(run[d] != bounds[c] and run[d][0] <= bounds[c][0] and run[d][1] <= bounds[c][1] for d in by)
+
+    def rounds(todo, why, done, counts):
+        while todo:
+            keep = []
+            for c in todo:
+                reason = why(c, done)
+                if reason:
+                    counts[reason] = counts.get(reason, 0) + 1
+                else:
+                    keep.append(c)
+            done += keep[:width]
+            todo = keep[width:]
+
+    def phase1(c, done):
+        lm, lc = bounds[c]
+        if lm * grown[c] > deadline:
+            return DEADLINE
+        if budget is not None and lc > budget:
+            return BUDGET
+        return DOMINATED if beaten(c, [d for d in done if meets(d)]) else None
+
+    order = sorted(bounds, key=lambda c: (bounds[c][1], bounds[c][0], c.key))
+    done, counts = [], {}
+    rounds(order, phase1, done, counts)
+    if not any(meets(c) for c in done):
+        counts = {}
+        rounds([c for c in order if c not in done], lambda c, d: DOMINATED if beaten(c, d) else None, done, counts)
+    return {c.key for c in done}, counts
+
+
+@pytest.mark.parametrize("case", ["deadline", "margin", "budget", "nothing meets"])
+def test_the_pruned_search_skips_what_checking_each_deployment_against_all_simulated_skips(trace, case, monkeypatch):
+    """The search checks a round's deployments against the front of what it simulated before (made once a round):
+    it simulates the same deployments, and skips as many for each reason, as checking each deployment on its own
+    against every deployment simulated before its round. 240 deployments in rounds of 2 (many rounds, each front
+    a little different), simulated by a stand-in that gives each a made-up makespan near its bound."""
+    from blendsim.plan import search as S
+    from blendsim.plan import tasks
+
+    space = Space("llama-3-8b", ("a100-80gb", "h100-80gb"), ("vllm", "sglang"), ("dfs", "random"), (), (),
+                  max_gpus=16)
+    made = _made_up_makespans(trace, space)
+    by_run = {(c.shape.hardware, c.shape.tp, c.replicas, c.shape.engine, c.shape.policy): m
+              for c, _b, m in made.values()}
+
+    def simulate(model, policy, options, seed, trace_arg):
+        o = options
+        return {"ok": True, "value": {"makespan_s": by_run[o["hardware"], o["tp"], o["replicas"], o["engine"],
+                                                           policy]}}
+    monkeypatch.setattr(tasks, "simulate_task", simulate)
+    monkeypatch.setattr(S, "ROUND", 2)
+    ms = sorted(m for _c, _b, m in made.values())
+    deadline, budget, margin = {
+        "deadline": (ms[len(ms) // 3], None, None),
+        "margin": (ms[len(ms) // 2], None, lambda c: 0.8 if c.shape.policy == "dfs" else 0.0),
+        "budget": (1e9, sorted(b[1] for _c, b, _m in made.values())[len(made) // 4], None),
+        "nothing meets": (ms[0] / 2, None, None),
+    }[case]
+    out = run_search(trace, space, deadline, read_prices(), budget=budget, margin=margin)
+    want, counts = _pruned_the_slow_way(made, deadline, budget, margin, 2)
+    assert len(made) == 240 and not out.failures
+    assert set(out.points) == want
+    assert {k: v for k, v in out.pruned.items() if k in (S.DEADLINE, S.BUDGET, S.DOMINATED)} == counts
+    assert counts[S.DOMINATED] > 0 and len(want) >= 12  # the fronts took part, over rounds of 2
+    assert out.meets_any == (case != "nothing meets")
+
+
 @pytest.mark.parametrize("text, want", [(None, None), ("20%", 0.2), ("0.2", 0.2), (0.5, 0.5), ("150%", 1.5),
                                         ("0%", 0.0), ("-0", 0.0), ("Expected", "expected")])
 def test_margin_parses(text, want):
