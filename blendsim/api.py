@@ -260,7 +260,7 @@ def simulate(trace, policy="dfs", model: str = "llama-3-8b", hardware: str = "a1
     ``max_seqs``, ``block_size``, ``round_tokens``, ``mix``, ``prefix_caching`` (False for
     ``--no-prefix-cache``), ``prefix_retain``, ``gpu_memory_utilization``, ``fast_forward``,
     ``admission``, ``reserve_ratio``, ``kv_full`` (``preempt`` or ``stall``), ``offline``, ``seed``, ``record_schedule``, ``host_kv_gb`` and
-    ``disk_kv_gb`` (host-memory and disk KV tiers per replica, GB), ``kv_load`` (``stall`` or ``overlap``)
+    ``disk_kv_gb`` (host-memory and disk KV tiers per replica, GB), ``kv_load`` (``stall``, ``overlap`` or ``async``)
     and ``options`` (the policy's ``--opt`` settings as a dict). ``progress(finished_requests)`` is called now and then,
     and once more with every request finished.
     Unlike the CLI (``fcfs``), the default policy is ``dfs``. Given a file, summary.json records its

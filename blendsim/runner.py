@@ -57,7 +57,7 @@ class RunConfig:
     kv_capacity_override: int = 0  # bytes per replica (tests, replay on a smaller device)
     host_kv_gb: float = 0.0  # host-memory KV tier per replica (GB = 1e9 bytes; 0: none), sim.kv_tiers
     disk_kv_gb: float = 0.0  # local-NVMe KV tier per replica (GB; 0: none)
-    kv_load: str | None = None  # stall | overlap: how a tier load meets the step (None: the engine profile's)
+    kv_load: str | None = None  # stall | overlap | async: how a tier load meets the step (None: the engine profile's)
     host_link_gbps: float | None = None  # host link GB/s per GPU per direction (None: the hardware preset's)
     disk_read_gbps: float | None = None  # local NVMe GB/s per GPU (None: the preset's)
     disk_write_gbps: float | None = None

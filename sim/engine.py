@@ -191,7 +191,11 @@ class Replica:
         self.on_step = on_step  # callable(replica, batch, t_end), e.g. to record the schedule
         self.progress = progress  # callable(), called every 4096 steps (CHECK_MASK)
         self.wakeup: simpy.Event | None = None
-        self.overlap_loads = kv_load == "overlap"  # host/disk KV loads: layer-wise prefetch, else stall
+        # host/disk KV loads: layer-wise prefetch (overlap), else stall; asynchronous (vLLM V1's connectors): the
+        # loading request waits out of the steps (Scheduler.loading), where its scheduler admits through the engine's
+        # own path (ASYNC_LOADS), else its loads are priced as overlap
+        self.overlap_loads = kv_load in ("overlap", "async")
+        scheduler.async_loads = kv_load == "async" and getattr(scheduler, "ASYNC_LOADS", True)
         self.load_stall_s = 0.0  # step time added waiting for KV loads (sim.kv_tiers)
 
     def has_work(self) -> bool:
@@ -214,6 +218,7 @@ class Replica:
         cap = self.max_steps
         every_4096 = self.progress is not None or self._spills
         mask = CHECK_MASK
+        tiered = kv.tiered
         while now < horizon:
             if cap and sched.step_no >= cap:
                 raise RuntimeError(f"replica {self.idx} ran {sched.step_no} steps, the cap (max_steps) with "
@@ -221,7 +226,13 @@ class Replica:
                                    "the policy makes no progress (a livelock)")
             b = sched.schedule(now)
             if b is None:
+                t = sched.load_ready_at() if sched.loading else 0.0
+                if t > now:  # nothing runs until an asynchronous load arrives (or a request does)
+                    now = t if t < horizon else horizon
+                    continue
                 break
+            if tiered and (kv.now != now or (sched._load_ready > now and not b.load_s)):
+                raise UserError(step_former_message(sched))
             dt = ex.run(b)
             if b.load_s:
                 dt = self._wait_loads(dt, b.load_s)
@@ -378,8 +389,15 @@ class PipelinedReplica:
                                    f"(max_steps): the policy makes no progress (a livelock)")
             b = sched.schedule(bt)
             if b is None:
+                t = sched.load_ready_at() if sched.loading else 0.0
+                if t > bt:  # its next batch waits for an asynchronous load
+                    ready[best] = t
+                    continue
                 skip.add(best)
                 continue
+            kv = sched.kv
+            if kv.tiered and (kv.now != bt or (sched._load_ready > bt and not b.load_s)):
+                raise UserError(step_former_message(sched))
             times, xfer, comp, mem = self.pricer.run(b)
             if b.load_s:
                 times = self._wait_loads(ve, times, ve.scheduler.kv.stage_load_s(bt))
@@ -447,6 +465,14 @@ def pipelined_units(replicas: list[Replica], pp: int, pricer, fast_forward: bool
         return None
     return [PipelinedReplica(g, replicas[g * pp:(g + 1) * pp], pricer, fast_forward)
             for g in range(len(replicas) // pp)]
+
+
+def step_former_message(sched) -> str:
+    """The one line for a scheduler whose ``schedule`` formed a step without its host/disk KV loads' wait."""
+    cls = type(sched)
+    return (f"scheduler {cls.__module__}.{cls.__qualname__}: its schedule() formed a step without waiting for the KV "
+            f"loads it admits from the host/disk tiers: call self._tiers_step(now) first and pass "
+            f"self._load_wait(now) as the Batch's load_s (docs/writing-a-policy.md, 'Your own scheduler')")
 
 
 class Cluster:

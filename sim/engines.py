@@ -64,8 +64,8 @@ class EngineProfile:
     tuned_by: str = ""  # "trtllm-bench": batch and token limits from the dataset (trtllm_bench_settings)
     source: str = ""
     # how a prefix load from a host/disk KV tier (sim.kv_tiers) meets the step: "overlap" (it runs
-    # alongside the step's compute: layer-by-layer prefetch) or "stall" (the step waits for it); cited
-    # per profile in KV_LOAD_SOURCES
+    # alongside the step's compute: layer-by-layer prefetch), "stall" (the step waits for it) or "async" (the
+    # loading request waits out of the steps, the others run on); cited per profile in KV_LOAD_SOURCES
     kv_load: str = "stall"
     key: str = ""  # the key it was selected by when that adds a version or overrides (see label)
     release: str = ""  # the release it was asked for (``vllm@0.8.2``: 0.8.2; a calibrated file's header's); "" none
@@ -977,10 +977,11 @@ def register(profile: EngineProfile) -> EngineProfile:
 KV_LOAD_SOURCES = {
     "trtllm": "stall: NVIDIA/TensorRT-LLM docs/source/features/kvcache.md -- an offloaded block is first copied "
               "back into GPU memory when reused (onboarding before the step; no layer-wise overlap documented)",
-    "vllm": "overlap: vLLM KV offloading connector (0.11+; docs 'KV Offloading Usage Guide', blog 2026-01-08) -- "
-            "DMA transfers run asynchronously alongside model computation (the loading request waits, the "
-            "others' compute goes on; not layer-wise; priced as overlap, the step lasting the longer of its "
-            "compute and its loads, which holds the others too)",
+    "vllm": "async: vLLM KV offloading connector (0.11+; docs 'KV Offloading Usage Guide', blog 2026-01-08) -- "
+            "DMA transfers run asynchronously alongside model computation; V1's scheduler allocates the loading "
+            "request's blocks, puts it in WAITING_FOR_REMOTE_KVS and schedules the others, and takes it up again "
+            "at the first step after its transfer is reported finished (vllm/v1/core/sched/scheduler.py, "
+            "load_kv_async, _update_waiting_for_remote_kv; v0.9.2)",
     "vllm-v0": "stall: no native offloading before vLLM 0.11; LMCache's connector defaults to use_layerwise=False "
                "(lmcache/v1/config.py), a blocking retrieve before the step",
     "sglang": "overlap: SGLang HiCache (docs/advanced_features/hicache_design.md) loads layer N+1's KV while "
@@ -989,7 +990,7 @@ KV_LOAD_SOURCES = {
     "deepspeed-fastgen": "stall: ours -- DeepSpeed-FastGen (DeepSpeed-MII) has no KV offloading; the conservative choice",
     "ideal": "stall: ours -- kernel time only, no engine to overlap a transfer with the step",
 }
-_KV_LOAD = {"trtllm": "stall", "vllm": "overlap", "vllm-v0": "stall", "sglang": "overlap", "nanoflow": "stall"}
+_KV_LOAD = {"trtllm": "stall", "vllm": "async", "vllm-v0": "stall", "sglang": "overlap", "nanoflow": "stall"}
 # The first release with the overlapped reload KV_LOAD_SOURCES names: NAME@VERSION older than it stalls, whichever
 # profile prices it (vllm@0.10 is priced by the 0.8 profile but predates vLLM's own offloading connector, 0.11;
 # before it only LMCache's connector reloads, and its retrieve is not layer-wise by default)
@@ -1268,7 +1269,7 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
     d["kv_load"] = prof.kv_load
     cited = KV_LOAD_SOURCES.get(prof.name, "")
     since = KV_LOAD_SINCE.get(prof.name)
-    if since and prof.kv_load == "stall" and cited.startswith("overlap"):  # a release before the overlapped reload
+    if since and prof.kv_load == "stall" and not cited.startswith("stall"):  # a release before the overlapped reload
         cited = f"stall: a release before {prof.name} {since}, the first with the overlapped reload ({cited})"
     d["kv_load_source"] = cited
     return d

@@ -20,9 +20,11 @@ path nodes, and the transfer is priced on the replica's links:
   evict blocks to make room for itself ends no earlier than the writes that carry those blocks out
   (their GPU slots are what it fills), which queue behind earlier writes;
 * the disk (the node's NVMe share per GPU) serves reads first: a read queues behind earlier reads only,
-  and write-backs take the drive's remaining time (a read that meets a write backlog pushes the backlog
-  back by its own length, so the drive's busy time is the sum of both). A disk hit is read from disk
-  and streamed over the host link.
+  and write-backs take the drive's remaining time (they start after the reads queued before them, and a
+  read that meets a write backlog pushes it back by its own length, so the drive's busy time is the sum of
+  both). A GPU -> host write that needs host room emptied to disk lands no sooner than one block after
+  those disk writes, so a slow drive backs up the host link's write direction and, through it, the loads
+  that evict. A disk hit is read from disk and streamed over the host link.
 
 The step that runs the request's first chunk waits for its loads: ``stall`` adds the wait before the
 step's compute, ``overlap`` (layer-by-layer prefetch) makes the step last the longer of the two
@@ -65,7 +67,7 @@ from blendsim.sim.errors import UserError
 from blendsim.sim.kv import KVCache
 
 GB = 1e9
-LOAD_MODES = ("stall", "overlap")
+LOAD_MODES = ("stall", "overlap", "async")
 TIER_OPTIONS = ("host_kv_gb", "disk_kv_gb")
 
 
@@ -106,6 +108,19 @@ class Channel:
         if self.free_at > start:
             self.free_at += end - start
 
+    def write_after(self, first, start: float, seconds: float) -> None:
+        """Writes of ``seconds`` from ``start`` that begin no sooner than ``first`` (the same device's reads, which
+        go first) is free."""
+        f = first.free_at
+        self.transfer(f if f > start else start, seconds)
+
+    def floor(self, before, extra: float) -> None:
+        """What is queued here ends no sooner than ``extra`` after ``before`` is free (writes into slots that
+        ``before``'s transfers empty)."""
+        t = before.free_at + extra
+        if t > self.free_at:
+            self.free_at = t
+
 
 class RankChannels:
     """A stage's host links (or NVMe shares) under attention data parallelism: one :class:`Channel` per
@@ -140,6 +155,16 @@ class RankChannels:
     def defer(self, lane: int, start: float, end: float) -> None:
         """As :meth:`Channel.defer`, on rank ``lane``."""
         self.lanes[lane].defer(0, start, end)
+
+    def write_after(self, first, start: float, seconds: float) -> None:
+        """As :meth:`Channel.write_after`, each rank's share after that rank's reads."""
+        for ch, f in zip(self.lanes, first.lanes):
+            ch.write_after(f, start, seconds)
+
+    def floor(self, before, extra: float) -> None:
+        """As :meth:`Channel.floor`, rank by rank."""
+        for ch, b in zip(self.lanes, before.lanes):
+            ch.floor(b, extra)
 
     def transfer(self, start: float, seconds: float) -> float:
         """Writes spread evenly: each rank's link carries its share of them at its share of the rate."""
@@ -512,10 +537,13 @@ class TieredKVCache(KVCache):
             self.host_used += moved
             self.offload_host_blocks += moved
             L = self.links
+            spilled = self.host_used > self.host_cap and self.disk_cap > 0
+            if self.host_used > self.host_cap:  # room in host memory first: its LRU blocks go down to disk
+                self._evict_host(self.host_used - self.host_cap)
             for i, ch in enumerate(L.host_w):
                 ch.transfer(self.now, moved * L.t_link[i])
-            if self.host_used > self.host_cap:
-                self._evict_host(self.host_used - self.host_cap)
+                if spilled:  # the host slots they fill are emptied by writes to the drive: the last lands one
+                    ch.floor(L.disk_w[i], L.t_link[i])  # block after those
         return freed
 
     def _evict_host(self, n: int) -> None:
@@ -546,8 +574,8 @@ class TieredKVCache(KVCache):
             self.disk_used += moved
             self.offload_disk_blocks += moved
             L = self.links
-            for i, ch in enumerate(L.disk_w):
-                ch.transfer(self.now, moved * L.t_dwrite[i])
+            for i, ch in enumerate(L.disk_w):  # after the reads already queued on the drive
+                ch.write_after(L.disk[i], self.now, moved * L.t_dwrite[i])
             if self.disk_used > self.disk_cap:
                 self._evict_disk(self.disk_used - self.disk_cap)
         else:

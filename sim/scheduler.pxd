@@ -19,6 +19,8 @@ cdef class Scheduler:
     cdef public object stalled
     cdef public Py_ssize_t flushes, refused_req
     cdef public double _load_ready, reserve_need
+    cdef public bint async_loads
+    cdef public dict loading
 
     cpdef bint has_work(self)
     @cython.locals(step=Py_ssize_t, tau=Py_ssize_t, heap=list, s=Seq)
@@ -40,7 +42,7 @@ cdef class Scheduler:
     cpdef _admit(self, r, now)
     cpdef bint _can_grow(self, Seq s) except -1
     @cython.locals(hw=Py_ssize_t, h=Py_ssize_t)
-    cpdef _commit_admission(self, Seq s, now)
+    cpdef bint _commit_admission(self, Seq s, now) except -1
     cpdef bint _fits_expected(self, Seq s) except -1
     @cython.locals(growth=Py_ssize_t)
     cpdef double _reserve_need(self, Seq s) except? -1

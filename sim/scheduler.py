@@ -37,6 +37,7 @@ UNLIMITED = 1 << 62
 
 class Scheduler:
     fast_forward_ok = True  # False for policies whose decisions depend on the clock
+    ASYNC_LOADS = True  # False for policies that admit through a path of their own (see self.loading)
 
     def __init__(self, *, kv: KVCache, cfg: EngineConfig, prompt_len: list, output_len: list,
                  queue: WaitQueue, records: RequestRecords, replica: int = 0, record: bool = False,
@@ -93,6 +94,11 @@ class Scheduler:
         self.fin_n = 0
         self.hit_tokens = 0  # prompt tokens served by the prefix cache (any tier) over all admissions
         self._load_ready = 0.0  # when this step's KV loads (host/disk tiers) have arrived
+        # asynchronous KV loads (kv_load "async", vLLM V1's KV connectors): a request whose prefix is loading from a
+        # lower tier holds its blocks but is left out of steps until its load has arrived (request -> that time);
+        # set by the replica for schedulers that admit through _schedule_prefill (ASYNC_LOADS)
+        self.async_loads = False
+        self.loading: dict = {}
         # kv_full = "stall": decodes waiting for a free KV block, in the order they get one (out of the decode
         # aggregate; each keeps its KV, its context in c0 and its generated tokens in generated)
         self.stall = cfg.kv_full == "stall"
@@ -126,6 +132,8 @@ class Scheduler:
             self._reserve_decode(now)
             D = self.n_dec
         if not chunks and D == 0:
+            if self.loading and self.load_ready_at() > now:
+                return None  # nothing to run until a loading prefix arrives (the replica waits: load_ready_at)
             if self.prefilling or self.stalled:
                 # prefills (or stalled decodes) stuck on memory with nothing decoding: free what the policy
                 # holds, else the newest running request (kv_full = "stall": every running request), and retry
@@ -135,6 +143,9 @@ class Scheduler:
                     self._flush(now)
                     return self.schedule(now)
                 v = self.pick_victim()
+                if len(self.running) == 1 and self.prefilling and self._retakes_more(self.prefilling[0]):
+                    self._preempt(self.prefilling[0], now)  # it frees its copies of blocks others cached since
+                    return self.schedule(now)
                 if v is None or len(self.running) < 2:  # it would only retake what it frees: no progress
                     stuck = (self.prefilling or self.stalled)[0].req
                     raise RuntimeError(f"replica {self.replica}: request {stuck} can neither grow nor make room "
@@ -153,6 +164,21 @@ class Scheduler:
             self.events.extend((self.step_no, "decode", r, c, 0, 0) for r, c in decode)
         return Batch(self.step_no, chunks, D, (self.dec_S + D * self.tau) if D else 0, logits, decode,
                      self._load_wait(now))
+
+    def _retakes_more(self, s: Seq) -> bool:
+        """Whether ``s`` (prefilling, alone and stuck on memory) would find more of its prompt cached if it were
+        admitted again: it holds private copies of blocks another request put in the cache while ``s`` waited (for
+        an asynchronous load, or between chunks), so preempting it and admitting it again frees them and makes
+        progress (vLLM preempts the request it cannot allocate for, even the last one)."""
+        if not s.private:
+            return False
+        cap = self.max_hit_blocks(s.req)
+        most = (s.target - 1) // self.B
+        return self.kv.match(s.path, most if most < cap else cap) > s.shared
+
+    def load_ready_at(self) -> float:
+        """When the first of the asynchronous loads still on their way arrives (0 when none is)."""
+        return min(self.loading.values()) if self.loading else 0.0
 
     def _tiers_step(self, now: float) -> None:
         """A step is being formed at ``now``: evictions write from now on, and its KV loads start from none. Every
@@ -227,7 +253,14 @@ class Scheduler:
     def _continue_prefills(self, budget: int, now: float, chunks: list, seqs: list) -> int:
         """Next chunks of the prompts already being prefilled, in order; the budget left, or -1 when
         the budget ran out or memory blocked one (then nothing new may start this step)."""
+        loading = self.loading
         for s in list(self.prefilling):
+            if loading:
+                t = loading.get(s.req)
+                if t is not None:
+                    if t > now:
+                        continue  # its KV is still on its way: not in this step
+                    del loading[s.req]
             if budget <= 0:
                 return -1
             n = s.target - s.computed
@@ -249,7 +282,7 @@ class Scheduler:
         cap = self.cfg.max_seqs
         reserve = self.cfg.admission == "reserve"
         while budget > 0:
-            if cap and len(self.running) >= cap:
+            if cap and len(self.running) - len(self.loading) >= cap:  # vLLM counts a loading request as waiting
                 self.blocked = True
                 return
             r = self.next_candidate()
@@ -267,7 +300,9 @@ class Scheduler:
                     self.reserve_need = self._reserve_own(s)
                 return
             self.take_candidate(r)
-            self._commit_admission(s, now)
+            if self._commit_admission(s, now):  # its prefix loads asynchronously: a chunk once it has arrived
+                self.on_admit(s, now)
+                continue
             c = s.computed
             n = s.target - c
             n = self._grow(s, n if n < budget else budget, now)
@@ -313,8 +348,10 @@ class Scheduler:
             return self.kv.available > s.load
         return s.computed % self.B != 0 or self.kv.available > 0
 
-    def _commit_admission(self, s: Seq, now: float) -> None:
-        """``s`` (from :meth:`_admit`) joins the running sequences: bookkeeping and records."""
+    def _commit_admission(self, s: Seq, now: float) -> bool:
+        """``s`` (from :meth:`_admit`) joins the running sequences: bookkeeping and records. True when its prefix
+        loads asynchronously (``async_loads``) and has not arrived by ``now``: the caller gives it no chunk; later
+        steps do once it has (:meth:`_continue_prefills`)."""
         r = s.req
         self.resume.pop(r, None)
         s.order = self._order
@@ -328,15 +365,21 @@ class Scheduler:
             rec.admit_s[r] = now
             rec.replica[r] = self.replica
         self.hit_tokens += s.hit
+        later = False
         if s.load:  # host/disk blocks of the hit come back to the GPU before its first chunk runs
             t = self.kv.load(s.path, s.shared, now)
-            if t > self._load_ready:
+            if self.async_loads:
+                if t > now:
+                    self.loading[r] = t
+                    later = True
+            elif t > self._load_ready:
                 self._load_ready = t
         hw = self.hi_water[r]
         h = s.hit if s.hit < s.p else s.p
         if h > hw:
             rec.cached_tokens[r] += h - hw
             self.hi_water[r] = h
+        return later
 
     def _fits_expected(self, s: Seq) -> bool:
         """Reserve admission: memory must cover the rest of every running request — remaining prompt
@@ -607,6 +650,8 @@ class Scheduler:
             self.gen_P -= s.generated
             g = s.generated
             self.kv.release(s.private)
+            if self.loading:
+                self.loading.pop(r, None)  # a load still on its way is wasted
         self._release_locks(s, now)
         del self.running[r]
         self.est_sum -= s.est

@@ -102,12 +102,14 @@ def test_a_full_host_tier_spills_to_disk_and_a_disk_hit_streams_over_the_link():
     assert s["prefix_hit_tokens"] == {"gpu": 0, "host": 32, "disk": 32}
     assert r.requests["prefill_computed"][2] == 32
     assert s["kv_load_bytes"] == 4 * BB
-    # C's load first evicts 3 of X's blocks to host (3 link writes), which pushes 1 host block to disk (1 disk
-    # write); 4 blocks cross the link (one block behind the 3 writes: 4 blocks in all) while 2 are read from
-    # disk, ahead of the disk's write: the later of the two ends the load, here the disk: 2 x 65,536 B /
-    # 6.4 GB/s = 20.5 us against 10.5 us on the link
-    load_s = max(4 * BB / LINK, 2 * BB / HW.disk_read_bandwidth)
-    assert load_s == 2 * BB / 6.4e9
+    # C's load first evicts 3 of X's blocks to host (3 link writes), which needs a host slot emptied: 1 host
+    # block goes to disk first (1 disk write, 17.2 us at 3.8 GB/s), and the last host write lands one block after
+    # it (19.9 us); 4 blocks cross the link, the last one block behind those writes (22.5 us), while 2 are read
+    # from disk (20.5 us at 6.4 GB/s, ahead of the drive's write-back): the latest of them ends the load
+    t = BB / LINK
+    host_writes = max(3 * t, BB / HW.disk_write_bandwidth + t)
+    load_s = max(4 * t, host_writes + t, 2 * BB / HW.disk_read_bandwidth)
+    assert load_s == pytest.approx(BB / 3.8e9 + 2 * t, rel=1e-12)
     assert s["kv_load_stall_s"] == pytest.approx(load_s, rel=1e-12)
     # no disk: the 2 blocks are gone, C loads 2 and recomputes 2 + its own
     r = run_simulation(trace, _cfg(host_kv_gb=gb(2)))
@@ -167,6 +169,17 @@ def test_a_load_that_evicts_for_room_ends_one_block_after_the_writes_that_empty_
     assert kv.load(path, 4, 0.25) == pytest.approx(0.25 + 4 * t, rel=1e-12)
 
 
+def test_a_slow_drive_backs_up_host_writes_and_the_loads_that_evict():
+    """Host memory full: each GPU -> host write needs a host slot emptied to disk first, so the drive's write rate
+    reaches the loads that evict (--disk-write-gbps is not inert)."""
+    trace = _evict_and_rehit()
+    stall = {w: run_simulation(trace, _cfg(host_kv_gb=gb(2), disk_kv_gb=gb(100), kv_load="stall",
+                                          disk_write_gbps=w)).summary["kv_load_stall_s"] for w in (0.01, 100.0)}
+    assert stall[0.01] > 100 * stall[100.0] > 0
+    # P's own spill (2 blocks to disk) and then the load's (1 block) queue on the drive ahead of the load's host writes
+    assert stall[0.01] > 2 * BB / 0.01e9
+
+
 def test_disk_reads_go_before_the_write_back_backlog_and_push_it_back():
     run = prepare_run(_evict_and_rehit(), _cfg(host_kv_gb=gb(2), disk_kv_gb=gb(100)))
     kv = TieredKVCache(run.tree, 10, B, True, run.tiers)
@@ -175,6 +188,12 @@ def test_disk_reads_go_before_the_write_back_backlog_and_push_it_back():
     kv.disk_used = 4
     L = kv.links
     L.disk_w[0].transfer(0.0, 2.0)  # 2 s of write-backs queued on the drive
+    # a write-back issued while a read is queued starts after it
+    L.disk[0].transfer(0.0, 0.1)
+    L.disk_w[0].write_after(L.disk[0], 0.05, 0.3)
+    assert L.disk_w[0].free_at == pytest.approx(2.3)  # behind the backlog here
+    L.disk[0].free_at = L.disk[0].busy_s = 0.0
+    L.disk_w[0].free_at = 2.0
     r = 4 * BB / HW.disk_read_bandwidth
     end = kv.load(path, 4, 0.5)
     assert end == pytest.approx(0.5 + r, rel=1e-12)  # not 2 s + r: the read does not wait for the writes
@@ -244,7 +263,7 @@ def reuse_scenarios(draw):
 @pytest.mark.parametrize("policy", policy_names())
 @settings(max_examples=25, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=reuse_scenarios(), host=st.sampled_from([0, 1, 3, 12, 400]),
-       disk=st.sampled_from([0, 1, 5, 400]), load=st.sampled_from(["stall", "overlap"]))
+       disk=st.sampled_from([0, 1, 5, 400]), load=st.sampled_from(["stall", "overlap", "async"]))
 def test_tier_capacities_are_never_exceeded(policy, case, host, disk, load):
     """Every policy on random traces with small tiers (blocks: host 0-400, disk 0-400): the GPU cache and
     both tiers are recounted and checked against their capacities after every step (TieredKVCache.check),
@@ -273,7 +292,7 @@ def test_every_engine_profile_cites_its_kv_load():
     from blendsim.sim.engines import KV_LOAD_SOURCES, PROFILES
 
     for name, p in PROFILES.items():
-        assert p.kv_load in ("stall", "overlap")
+        assert p.kv_load in ("stall", "overlap", "async")
         assert KV_LOAD_SOURCES[name].startswith(p.kv_load + ":"), name
 
 
@@ -395,12 +414,12 @@ def test_a_recorded_schedule_with_tiers_is_refused():
 
 
 def test_a_vllm_release_before_its_offloading_connector_stalls_on_a_reload():
-    """vLLM's own offloading connector (overlapped reloads) arrived in 0.11: an older requested release stalls,
+    """vLLM's own offloading connector (asynchronous reloads) arrived in 0.11: an older requested release stalls,
     also one priced by a newer profile (vllm@0.10 by the 0.8 profile); unversioned means the newest."""
     from blendsim.sim.kv_tiers import kv_load_mode
 
     assert [kv_load_mode(None, e) for e in ("vllm@0.5.3", "vllm@0.6", "vllm@0.10")] == ["stall"] * 3
-    assert [kv_load_mode(None, e) for e in ("vllm", "vllm@0.11", "vllm@0.12")] == ["overlap"] * 3
+    assert [kv_load_mode(None, e) for e in ("vllm", "vllm@0.11", "vllm@0.12")] == ["async"] * 3
     assert kv_load_mode("overlap", "vllm@0.6") == "overlap"  # --kv-load still decides
     # SGLang's HiCache (PR #2693, January 2025) came after every 0.3 release
     assert [kv_load_mode(None, e) for e in ("sglang@0.3", "sglang@0.4", "sglang")] == ["stall", "overlap", "overlap"]
@@ -475,3 +494,40 @@ def test_every_policy_s_steps_wait_for_the_loads_they_admit(policy):
     # each load's bytes cross a 0.05 GB/s link: the stall is at least the busiest step's share, and never zero
     assert s["kv_load_stall_s"] > 0, policy
     assert s["kv_load_stall_s"] <= s["makespan_s"]
+
+
+_OWN_BATCH = '''
+from blendsim import Policy
+from blendsim.sim.batch import Batch
+from blendsim.sim.scheduler import Scheduler
+
+
+class OwnBatchScheduler(Scheduler):
+    def schedule(self, now):
+        b = super().schedule(now)
+        if b is None:
+            return None
+        return Batch(b.step, b.prefill, b.num_decode, b.decode_ctx_sum, b.num_logits, b.decode)  # no load_s
+
+
+class OwnBatch(Policy):
+    name = "ownbatch"
+    scheduler_cls = OwnBatchScheduler
+'''
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_user_scheduler_that_drops_its_steps_load_wait_stops_in_one_line(tmp_path, pp):
+    """A scheduler forming its own Batch without _load_wait got its host/disk loads for free, silently (as accelgen's
+    once did): the run stops and says what to call."""
+    f = tmp_path / "ownbatch.py"
+    f.write_text(_OWN_BATCH)
+    cfg = dict(model="tiny", hardware="a100-80gb", block_size=B, kv_capacity_override=1200 * KVB, offline=True,
+               engine="ideal", host_kv_gb=1.0, kv_load="stall", host_link_gbps=0.05, pp=pp)
+    with pytest.raises(UserError) as e:
+        run_simulation(_interleaved_prefixes(), RunConfig(policy=f"{f}:OwnBatch", **cfg))
+    msg = str(e.value)
+    assert "\n" not in msg and "self._load_wait(now)" in msg and "OwnBatchScheduler" in msg
+    # without tiers it runs (nothing to wait for)
+    no_tier = {**cfg, "host_kv_gb": 0.0, "host_link_gbps": None, "kv_load": None}
+    assert run_simulation(_interleaved_prefixes(), RunConfig(policy=f"{f}:OwnBatch", **no_tier)).summary["n_requests"]

@@ -166,8 +166,8 @@ def simulate_cmd(
                                                              "evicted prefix blocks spill there and load back."),
     disk_kv_gb: float = typer.Option(0.0, "--disk-kv-gb", help="Local-NVMe KV tier per replica, GB (0: none), "
                                                              "below the host tier."),
-    kv_load: str = typer.Option(None, "--kv-load", help="stall or overlap: how a tier load meets the step "
-                                                       "(default: the engine profile's)."),
+    kv_load: str = typer.Option(None, "--kv-load", help="stall, overlap or async: how a tier load meets the "
+                                                       "step (default: the engine profile's)."),
     host_link_gbps: float = typer.Option(None, "--host-link-gbps", help="Host link GB/s per GPU per direction "
                                                                        "(default: the hardware preset's, cited)."),
     disk_read_gbps: float = typer.Option(None, "--disk-read-gbps", help="NVMe read GB/s per GPU (default: the "

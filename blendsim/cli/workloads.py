@@ -72,7 +72,10 @@ def stats_cmd(
     out = t.summary()
     out.update({"optimal_sharing_ratio": tree.optimal_sharing_ratio(), "compute_density": b.density,
                 "t_comp_s": b.t_comp_s, "t_mem_s": b.t_mem_s, "t_opt_s": b.t_opt_s, "model": dep.model.name,
-                "hardware": dep.hardware.name, "meta": t.meta})
+                "hardware": dep.hardware.name, "meta": t.meta,
+                "t_opt_note": ("the paper's T_o = max((1 - s_o) T_comp, T_mem), compute and memory perfectly "
+                               "overlapped; a run's summary.json t_opt_s is its own lower bound, as its engine "
+                               "runs the steps")})
     if not np.isfinite(b.density):
         # no decode step reads the KV cache (every output is 1 token, or no requests): rho = Comp / 0
         out["compute_density"] = None

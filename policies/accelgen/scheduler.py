@@ -41,6 +41,9 @@ from blendsim.sim.scheduler import Scheduler
 
 class AccelGenScheduler(SelectMixin, Scheduler):
     fast_forward_ok = False  # T_r depends on the clock
+    # it admits through its own path, not Scheduler._schedule_prefill: under kv_load "async" its loads are priced as
+    # overlap (sim.engine.Replica)
+    ASYNC_LOADS = False
 
     def __init__(self, *, params: Params, book: SloBook, cost_model, **kw):
         super().__init__(**kw)

@@ -62,6 +62,12 @@ class BatchLLMScheduler(Scheduler):
     request: most cache blocks it may reuse, -1 for no cap), ``kv_threshold`` (fraction of the KV
     blocks, 0 for none), ``seq_cap`` (running requests, 0 for none) and ``shared_attention``."""
 
+    # its hit caps lock a group's whole cached prefix node while a member reuses only part of it: a member whose
+    # prefix loads asynchronously (kv_load "async") and waits out of the steps while others are admitted can come
+    # back to a cache it can no longer grow in (found by tests/test_kv_tiers.py's property test on a 16-token
+    # cache); its loads are priced as overlap instead (sim.engine.Replica)
+    ASYNC_LOADS = False
+
     def __init__(self, *, plan, **kw):
         kw["queue"] = GroupQueue()
         super().__init__(**kw)

@@ -58,6 +58,9 @@ class _Waiting:
 
 class DualScanScheduler(OnlineAdjust, Scheduler):
     fast_forward_ok = True  # runs of decode steps only once nothing waits (quiescent)
+    # it admits through its own path, not Scheduler._schedule_prefill: under kv_load "async" its loads are priced as
+    # overlap (sim.engine.Replica)
+    ASYNC_LOADS = False
 
     def __init__(self, *, plan, rho_rt: float, fill: str = "both", relocate: float = 2.0, footprint: str = "mean",
                  degenerate: str = "clip", guard: str = "fluid", balance: float = 0.0,
