@@ -55,7 +55,7 @@ class OnlineAdjust:
             s.est = int(est)
             severe = self.relocate > 0 and g > self.relocate * self.plan.est[r]
             side = RIGHT if (severe and s.side == LEFT) else s.side
-            fp = self.P[r] + est * self.fp_frac
+            fp = self.P_own[r] + est * self.fp_frac
             self.foot[s.side] -= self.fp_cur[r]
             self.n_side[s.side] -= 1
             self.foot[side] += fp
