@@ -27,8 +27,9 @@ path nodes, and the transfer is priced on the replica's links:
   that evict. A disk hit is read from disk and streamed over the host link.
 
 The step that runs the request's first chunk waits for its loads: ``stall`` adds the wait before the
-step's compute, ``overlap`` (layer-by-layer prefetch) makes the step last the longer of the two
-(the engine profile's ``kv_load``). Offload writes are off the critical path; they only delay later
+step's compute, ``overlap`` (layer-by-layer prefetch) makes the step last the longer of the two, and
+``async`` (vLLM V1's connectors) leaves the loading request out of the steps until its load has arrived
+while the others run on (``Scheduler.loading``; the engine profile's ``kv_load``). Offload writes are off the critical path; they only delay later
 loads on the shared link. Evictions during a fast-forwarded decode run are stamped at its start.
 
 Pipeline parallelism (``pp`` > 1): each stage's GPUs hold only the KV of their own layers, in GPU memory and
