@@ -82,3 +82,22 @@ def catalogue_row(**kw) -> dict:
             "value": 5000, "note": ""}
     base.update(kw)
     return base
+
+
+def stdout_on_both_step_paths(code: str, timeout: int = 600) -> tuple[str, str]:
+    """What ``python -c code`` prints on the compiled step path and under ``BLENDSIM_PURE_PYTHON`` (each must exit 0)."""
+    import os
+    import subprocess
+    import sys
+
+    from blendsim.sim import _compiled
+
+    outs = []
+    for pure in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != _compiled.ENV}
+        if pure:
+            env[_compiled.ENV] = "1"
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout)
+        assert p.returncode == 0, p.stderr[-3000:]
+        outs.append(p.stdout)
+    return outs[0], outs[1]

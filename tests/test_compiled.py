@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from blendsim.sim import _compiled
+from tests.helpers import stdout_on_both_step_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,17 +97,10 @@ def test_a_finish_after_a_reserve_refusal_runs_alike_on_both_paths_and_under_fas
     # fast-forward then checked a need the finish had made stale (the refused request's expected output is the
     # mean of finished ones): one step more than step by step and than the compiled path (125.9023 s, 21,332 steps
     # against 125.8986 s, 21,331)
-    outs = []
-    for pure in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != _compiled.ENV}
-        if pure:
-            env[_compiled.ENV] = "1"
-        p = subprocess.run([sys.executable, "-c", _RESERVE_RUN], env=env, capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr[-3000:]
-        lines = p.stdout.split()
+    compiled, pure = (out.split() for out in stdout_on_both_step_paths(_RESERVE_RUN))
+    for lines in (compiled, pure):
         assert lines[:3] == lines[3:]  # fast-forward as step by step
-        outs.append(lines)
-    assert outs[0] == outs[1]
+    assert compiled == pure
 
 
 def test_version_names_the_step_path():

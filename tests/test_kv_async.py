@@ -4,18 +4,14 @@ on (vLLM v0.9.2 vllm/v1/core/sched/scheduler.py: load_kv_async, WAITING_FOR_REMO
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from blendsim.policies.registry import policy_names
 from blendsim.runner import RunConfig, run_simulation
-from blendsim.sim import _compiled
 from blendsim.sim.engines import get_profile
 from blendsim.workloads.trace import from_columns
+from tests.helpers import stdout_on_both_step_paths
 from tests.test_kv_tiers import _cfg, _interleaved_prefixes, gb
 
 LINK_GBPS = 0.001  # 1 MB/s: P's four 64 KB blocks take 0.26 s against microsecond steps of the tiny model
@@ -98,13 +94,6 @@ for pol in ("fcfs", "vllm", "dfs", "e2"):
 
 
 def test_async_loads_run_alike_compiled_and_pure():
-    outs = []
-    for pure in (False, True):
-        env = {k: v for k, v in os.environ.items() if k != _compiled.ENV}
-        if pure:
-            env[_compiled.ENV] = "1"
-        p = subprocess.run([sys.executable, "-c", _ASYNC_RUN], env=env, capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr[-3000:]
-        outs.append(p.stdout)
-    assert outs[0] == outs[1]
-    assert all(int(line.split()[-1]) > 0 for line in outs[0].splitlines())  # every run reloaded something
+    compiled, pure = stdout_on_both_step_paths(_ASYNC_RUN)
+    assert compiled == pure
+    assert all(int(line.split()[-1]) > 0 for line in compiled.splitlines())  # every run reloaded something
