@@ -1270,7 +1270,7 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
     cited = KV_LOAD_SOURCES.get(prof.name, "")
     since = KV_LOAD_SINCE.get(prof.name)
     if since and prof.kv_load == "stall" and not cited.startswith("stall"):  # a release before the overlapped reload
-        cited = f"stall: a release before {prof.name} {since}, the first with the overlapped reload ({cited})"
+        cited = f"stall: a release before {prof.name} {since}, the first whose reload does not block the step ({cited})"
     d["kv_load_source"] = cited
     return d
 
