@@ -231,7 +231,8 @@ class Replica:
                     now = t if t < horizon else horizon
                     continue
                 break
-            if tiered and (kv.now != now or (sched._load_ready > now and not b.load_s)):
+            if tiered and (kv.now != now or (sched._load_ready > now and not b.load_s)
+                           or (sched.loading and chunk_before_its_load(sched, b, now))):
                 raise UserError(step_former_message(sched))
             dt = ex.run(b)
             if b.load_s:
@@ -396,7 +397,8 @@ class PipelinedReplica:
                 skip.add(best)
                 continue
             kv = sched.kv
-            if kv.tiered and (kv.now != bt or (sched._load_ready > bt and not b.load_s)):
+            if kv.tiered and (kv.now != bt or (sched._load_ready > bt and not b.load_s)
+                              or (sched.loading and chunk_before_its_load(sched, b, bt))):
                 raise UserError(step_former_message(sched))
             times, xfer, comp, mem = self.pricer.run(b)
             if b.load_s:
@@ -467,12 +469,24 @@ def pipelined_units(replicas: list[Replica], pp: int, pricer, fast_forward: bool
             for g in range(len(replicas) // pp)]
 
 
+def chunk_before_its_load(sched, b, now: float) -> bool:
+    """Whether the step gives a prefill chunk to a request whose KV is still loading (kv_load async)."""
+    loading = sched.loading
+    for c in b.prefill:
+        t = loading.get(c[0])
+        if t is not None and t > now:
+            return True
+    return False
+
+
 def step_former_message(sched) -> str:
     """The one line for a scheduler whose ``schedule`` formed a step without its host/disk KV loads' wait."""
     cls = type(sched)
     return (f"scheduler {cls.__module__}.{cls.__qualname__}: its schedule() formed a step without waiting for the KV "
             f"loads it admits from the host/disk tiers: call self._tiers_step(now) first and pass "
-            f"self._load_wait(now) as the Batch's load_s (docs/writing-a-policy.md, 'Your own scheduler')")
+            f"self._load_wait(now) as the Batch's load_s; under kv_load async a request whose load is on its way "
+            f"(self.loading) gets no chunk, or set ASYNC_LOADS = False where it admits through a path of its own "
+            f"(docs/writing-a-policy.md, 'Your own scheduler')")
 
 
 class Cluster:

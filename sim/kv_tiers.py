@@ -364,6 +364,7 @@ class TieredKVCache(KVCache):
         self.disk_ch = self.links.disk[0]
         self.stage_ready = [0.0] * len(self.links.host)  # when each stage's loads issued at stage_ready_at end
         self.stage_ready_at = -1.0
+        self.arrive: dict = {}  # node -> when the last load of its blocks arrives
         self.now = 0.0  # the scheduler's clock: when evictions (writes) are issued
         self.last_split = (0, 0)  # host and disk blocks of the last match's hit
         # lifetime totals, in blocks
@@ -488,7 +489,24 @@ class TieredKVCache(KVCache):
                 ready[i] = end
             if end > last:
                 last = end
+        arrive = self.arrive
+        for x, _ in moves:  # when the blocks it brought are there to read (kv_load async: Scheduler.loading)
+            if arrive.get(x, 0.0) < last:
+                arrive[x] = last
         return last
+
+    def arrives_at(self, path: list, nodes: int) -> float:
+        """When the blocks of the first ``nodes`` nodes of ``path`` that a load brought back have all arrived (0 if
+        none did): a request that hits them may not read them sooner."""
+        arrive = self.arrive
+        if not arrive:
+            return 0.0
+        t = 0.0
+        for x in path[:nodes]:
+            a = arrive.get(x, 0.0)
+            if a > t:
+                t = a
+        return t
 
     def stage_load_s(self, now: float) -> list[float]:
         """Seconds from ``now`` until each stage's loads of the step scheduled at ``now`` have arrived."""

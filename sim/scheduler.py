@@ -260,6 +260,9 @@ class Scheduler:
                 if t is not None:
                     if t > now:
                         continue  # its KV is still on its way: not in this step
+                    cap = self.cfg.max_seqs
+                    if cap and len(self.running) - len(loading) >= cap:
+                        continue  # arrived, but the running requests fill the sequence cap: it waits for a slot
                     del loading[s.req]
             if budget <= 0:
                 return -1
@@ -374,6 +377,13 @@ class Scheduler:
                     later = True
             elif t > self._load_ready:
                 self._load_ready = t
+        if self.async_loads and s.lock_n and not later:
+            # its hit reads blocks another request's load is still bringing back: vLLM caches a loading request's
+            # blocks only once they have arrived (allocate_slots' delay_cache_blocks), so it waits for them too
+            t = self.kv.arrives_at(s.path, s.lock_n)
+            if t > now:
+                self.loading[r] = t
+                later = True
         hw = self.hi_water[r]
         h = s.hit if s.hit < s.p else s.p
         if h > hw:

@@ -97,3 +97,41 @@ def test_async_loads_run_alike_compiled_and_pure():
     compiled, pure = stdout_on_both_step_paths(_ASYNC_RUN)
     assert compiled == pure
     assert all(int(line.split()[-1]) > 0 for line in compiled.splitlines())  # every run reloaded something
+
+
+def test_a_request_hitting_blocks_still_on_their_way_waits_for_them():
+    """E shares the prefix C is reloading: it may not read those blocks before they arrive (vLLM caches a loading
+    request's blocks only once they have: delay_cache_blocks); it ran at once, before the prefix it reads."""
+    prompts = [[(1, 64)], [(2, 420)], [(1, 64), (3, 32)], [(1, 64), (5, 16)]]
+    trace = from_columns(input_len=[64, 420, 96, 80], output_len=[1, 1, 2, 2], prompts=prompts)
+    r = run_simulation(trace, _cfg(host_kv_gb=gb(16), kv_load="async", max_seqs=4, host_link_gbps=LINK_GBPS,
+                                   admission="greedy"))
+    q = r.requests
+    assert q["admit_s"][3] == q["admit_s"][2] < 0.01  # admitted beside C, on a GPU hit of C's loading blocks
+    assert q["first_token_s"][3] >= q["first_token_s"][2] - 1e-3 > 0.25  # E's first token after the load, as C's
+
+
+def test_a_request_whose_load_arrived_waits_for_a_slot_under_the_sequence_cap():
+    prompts = [[(1, 64)], [(2, 420)], [(1, 64), (3, 32)], [(4, 16)]]
+    trace = from_columns(input_len=[64, 420, 96, 16], output_len=[1, 1, 2, 300], prompts=prompts)
+    for link in (0.001, 1.0):
+        r = run_simulation(trace, _cfg(host_kv_gb=gb(16), kv_load="async", max_seqs=1, host_link_gbps=link,
+                                       admission="greedy"))
+        st = r.steps[0]
+        seqs = np.asarray(st["num_decode"]) + np.asarray(st["num_prefill_seqs"])
+        assert int(seqs.max()) == 1, link  # C, loaded, does not join D's steps
+        assert int(np.sum(r.requests["generated_tokens"])) == 304
+
+
+def test_a_scheduler_that_chunks_a_loading_request_stops_in_one_line(monkeypatch):
+    """A policy admitting through its own path that leaves ASYNC_LOADS True would run a loading request's chunk at
+    once, its load free: the run stops and says what to do."""
+    from blendsim.policies.blendserve import scanner
+    from blendsim.sim.errors import UserError
+
+    monkeypatch.setattr(scanner.DualScanScheduler, "ASYNC_LOADS", True)
+    cfg = dict(policy="blendserve", model="tiny", hardware="a100-80gb", block_size=16, offline=True, engine="ideal",
+               kv_capacity_override=1200 * 4096, host_kv_gb=1.0, kv_load="async", host_link_gbps=0.05)
+    with pytest.raises(UserError) as e:
+        run_simulation(_interleaved_prefixes(), RunConfig(**cfg))
+    assert "\n" not in str(e.value) and "ASYNC_LOADS = False" in str(e.value)

@@ -79,9 +79,10 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
         self.fluid = FluidPeak()
         self.fp_frac = 1.0 if footprint == "peak" else 0.5  # booking: p + est (peak) or p + est / 2 (mean)
         # p: the prompt's own part, without the prefix it shares with other requests: the cache holds a shared
-        # prefix once for its group (the paper's dual scan costs "extra memory for a single path" over one DFS,
-        # sec. 3.4), so booking it with every member admitted ~55 requests of an 8,000-token shared prefix into a
-        # 462K-token cache left 90% empty
+        # prefix once for its group, and the paper counts the dual scan's cost of sharing as "extra memory for a
+        # single path" over one DFS (sec. 3.4), which this booking leaves out (the KV guard, _fits_kv, sees the
+        # real cache); booking the prefix with every member admitted ~55 requests of an 8,000-token shared prefix
+        # into a 462K-token cache left 90% empty
         shared = self.kv.tree.shared_prompt_tokens()
         self.P_own = [p - int(sh) if p > sh else 1 for p, sh in zip(self.P, shared.tolist())]
         self.est_cur: dict[int, float] = {}  # current output estimate of each running request
