@@ -60,7 +60,7 @@ def trace_work(trace, tree, shared_decode: bool = False) -> Work:
     dup = np.maximum(np.diff(tree.term_offsets) - 1, 0).astype(np.float64)
     node_end = start + tok  # a duplicate recomputes the last token of the prompt ending at this node
     k = np.maximum(d - 1.0, 0.0)
-    read = p - tree.shared_prompt_tokens() if shared_decode else p  # the prompt keys each decode must read
+    read = tree.own_prompt_tokens() if shared_decode else p  # the prompt keys each decode must read
     return Work(
         n=int(trace.n),
         prefill_tokens=float(tok.sum() + dup.sum()),

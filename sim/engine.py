@@ -226,14 +226,13 @@ class Replica:
                                    "the policy makes no progress (a livelock)")
             b = sched.schedule(now)
             if b is None:
-                t = sched.load_ready_at() if sched.loading else 0.0
+                t = sched.load_ready_at()
                 if t > now:  # nothing runs until an asynchronous load arrives (or a request does)
                     now = t if t < horizon else horizon
                     continue
                 break
-            if tiered and (kv.now != now or (sched._load_ready > now and not b.load_s)
-                           or (sched.loading and chunk_before_its_load(sched, b, now))):
-                raise UserError(step_former_message(sched))
+            if tiered:
+                check_step_waits(sched, b, now)
             dt = ex.run(b)
             if b.load_s:
                 dt = self._wait_loads(dt, b.load_s)
@@ -390,16 +389,14 @@ class PipelinedReplica:
                                    f"(max_steps): the policy makes no progress (a livelock)")
             b = sched.schedule(bt)
             if b is None:
-                t = sched.load_ready_at() if sched.loading else 0.0
+                t = sched.load_ready_at()
                 if t > bt:  # its next batch waits for an asynchronous load
                     ready[best] = t
                     continue
                 skip.add(best)
                 continue
-            kv = sched.kv
-            if kv.tiered and (kv.now != bt or (sched._load_ready > bt and not b.load_s)
-                              or (sched.loading and chunk_before_its_load(sched, b, bt))):
-                raise UserError(step_former_message(sched))
+            if sched.kv.tiered:
+                check_step_waits(sched, b, bt)
             times, xfer, comp, mem = self.pricer.run(b)
             if b.load_s:
                 times = self._wait_loads(ve, times, ve.scheduler.kv.stage_load_s(bt))
@@ -469,14 +466,14 @@ def pipelined_units(replicas: list[Replica], pp: int, pricer, fast_forward: bool
             for g in range(len(replicas) // pp)]
 
 
-def chunk_before_its_load(sched, b, now: float) -> bool:
-    """Whether the step gives a prefill chunk to a request whose KV is still loading (kv_load async)."""
+def check_step_waits(sched, b, now: float) -> None:
+    """With host/disk KV tiers: stop in one line where ``sched.schedule`` formed the step at ``now`` without waiting for
+    the KV it loads (no ``_tiers_step``, a load wait left out of ``load_s``, or, under kv_load async, a chunk for a
+    request whose load is still on its way)."""
     loading = sched.loading
-    for c in b.prefill:
-        t = loading.get(c[0])
-        if t is not None and t > now:
-            return True
-    return False
+    if (sched.kv.now != now or (sched._load_ready > now and not b.load_s)
+            or (loading and any(loading.get(c[0], 0.0) > now for c in b.prefill))):
+        raise UserError(step_former_message(sched))
 
 
 def step_former_message(sched) -> str:

@@ -70,6 +70,11 @@ class PrefixTree:
             out[idx] = np.where(below[idx] >= 2, end[idx], out[self.parent[idx]])
         return out[self.req_node]
 
+    def own_prompt_tokens(self) -> np.ndarray:
+        """Per request, its prompt less the shared prefix (:meth:`shared_prompt_tokens`): the part no other request's
+        prompt runs through."""
+        return self.trace.input_len - self.shared_prompt_tokens()
+
     @property
     def computed_tokens_below(self) -> np.ndarray:
         """Prompt tokens a DFS with unbounded cache computes for a subtree processed on its own.

@@ -74,3 +74,5 @@ cdef class Scheduler:
     cpdef _preempt(self, Seq s, now)
     cpdef _release_locks(self, Seq s, now)
     cpdef bint quiescent(self) except -1
+    cpdef _tiers_step(self, now)
+    cpdef double _load_wait(self, now) except? -1

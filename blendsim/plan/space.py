@@ -285,7 +285,7 @@ def reads_shared_prefix_once(policy: str) -> bool:
 def read_lengths(trace, tree):
     """Per request, the prompt tokens a decode step must read when shared prefixes are read once per group: the
     prompt less its shared prefix (``PrefixTree.shared_prompt_tokens``)."""
-    return trace.input_len - tree.shared_prompt_tokens()
+    return tree.own_prompt_tokens()
 
 
 def shape_bounds(trace, dep, sharing: float, engine: str | None = None, read_len=None) -> ShapeBounds:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from blendsim.policies.base import Policy, Router, register, register_router
 from blendsim.policies.blendserve.plan import Plan, build_plan
-from blendsim.policies.blendserve.scanner import DualScanScheduler
+from blendsim.policies.blendserve.scanner import DualScanScheduler, own_prompt_list
 from blendsim.policies.blendserve.split import SPLIT_MODES
 from blendsim.policies.option import EXT, OURS, Option
 
@@ -118,10 +118,17 @@ class BlendServe(Policy):
                               relocate=self.opt["relocate"], footprint=self.opt["footprint"],
                               degenerate=self.opt["degenerate"], guard=self.opt["guard"],
                               balance=float(self.opt["balance"]), mem_cap=self.opt["mem_cap"],
-                              cost_model=self.ctx.cost_model,
+                              cost_model=self.ctx.cost_model, own_prompts=self._own_prompts(),
                               replica=replica, **kw)
         self.schedulers.append(s)
         return s
+
+    def _own_prompts(self) -> list:
+        """The dual scan's booking of each prompt (``scanner.own_prompt_list``), worked out once for every replica."""
+        own = getattr(self, "_own", None)
+        if own is None:
+            own = self._own = own_prompt_list(self.ctx.tree)
+        return own
 
     def summary_extra(self) -> dict:
         rep = dict(self.plan.report)

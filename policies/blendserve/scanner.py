@@ -56,6 +56,11 @@ class _Waiting:
         return self.n
 
 
+def own_prompt_list(tree) -> list:
+    """Per request, the tokens of its prompt the dual scan books (at least 1): the prompt less its shared prefix."""
+    return [x if x > 1 else 1 for x in tree.own_prompt_tokens().astype(np.int64).tolist()]
+
+
 class DualScanScheduler(OnlineAdjust, Scheduler):
     fast_forward_ok = True  # runs of decode steps only once nothing waits (quiescent)
     # it admits through its own path, not Scheduler._schedule_prefill: under kv_load "async" its loads are priced as
@@ -64,7 +69,7 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
 
     def __init__(self, *, plan, rho_rt: float, fill: str = "both", relocate: float = 2.0, footprint: str = "mean",
                  degenerate: str = "clip", guard: str = "fluid", balance: float = 0.0,
-                 mem_cap: str = "balanced", cost_model=None, **kw):
+                 mem_cap: str = "balanced", cost_model=None, own_prompts: list | None = None, **kw):
         kw["queue"] = _Waiting()
         super().__init__(**kw)
         self.plan = plan
@@ -82,9 +87,8 @@ class DualScanScheduler(OnlineAdjust, Scheduler):
         # prefix once for its group, and the paper counts the dual scan's cost of sharing as "extra memory for a
         # single path" over one DFS (sec. 3.4), which this booking leaves out (the KV guard, _fits_kv, sees the
         # real cache); booking the prefix with every member admitted ~55 requests of an 8,000-token shared prefix
-        # into a 462K-token cache left 90% empty
-        shared = self.kv.tree.shared_prompt_tokens()
-        self.P_own = [p - int(sh) if p > sh else 1 for p, sh in zip(self.P, shared.tolist())]
+        # into a 462K-token cache left 90% empty (``own_prompts``: the policy's, one list for every replica)
+        self.P_own = own_prompts if own_prompts is not None else own_prompt_list(self.kv.tree)
         self.est_cur: dict[int, float] = {}  # current output estimate of each running request
         self.M = self.kv.total * self.B  # Alg. 3's M (tokens): the KV capacity ...
         if mem_cap == "balanced" and cost_model is not None:  # ... or what a full step can read in time
