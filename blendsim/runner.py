@@ -205,6 +205,11 @@ class Prepared:
     tiers: object = None  # sim.kv_tiers.TierSpec of the host/disk KV tiers, or None (GPU only)
     cost_model_of: object = None  # Deployment -> CostModel (a pipeline stage's pricer is built with it)
 
+    @property
+    def route_order(self) -> np.ndarray:
+        """The order requests are handed to the router: by arrival, then the policy's rank."""
+        return np.lexsort((self.policy._rank, self.trace.arrival_s))
+
 
 def calibrated_elsewhere(prof, hardware: str) -> list[str]:
     """A note when a ``blendsim calibrate engine`` profile prices a GPU other than the one it was fitted on: the
@@ -454,8 +459,7 @@ def _build_replicas(run: Prepared, cfg: RunConfig, rec, tick=None, spill_dir=Non
                                 kv_load=run.tiers.load_mode if run.tiers else "stall", spill_dir=spill_dir))
     units = pipelined_units(replicas, dep.pp, pricer, ff)
     router = policy.make_router(replicas)
-    route_order = np.lexsort((policy._rank, trace.arrival_s))
-    return replicas, units, router, route_order
+    return replicas, units, router, run.route_order
 
 
 def offline_routes(trace, cfg: RunConfig) -> tuple[np.ndarray, int]:
@@ -473,8 +477,7 @@ def offline_routes(trace, cfg: RunConfig) -> tuple[np.ndarray, int]:
     policy = run.policy
     if type(policy).make_router is Policy.make_router and get_router(policy.router) is RoundRobin:
         # the default router reads no replica: the i-th request handed over goes to engine i mod engines
-        order = np.lexsort((policy._rank, run.trace.arrival_s))
-        out[order] = np.arange(run.trace.n) % (cfg.replicas * run.deployment.pp)
+        out[run.route_order] = np.arange(run.trace.n) % (cfg.replicas * run.deployment.pp)
         return out, run.deployment.pp
     rec = RequestRecords(run.trace.n)
     replicas, _units, router, order = _build_replicas(run, cfg, rec)

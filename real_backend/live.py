@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from blendsim.real_backend.executor import DeviceRuntime, TorchExecutor
 
 
@@ -53,8 +51,7 @@ def run_live(run, num_replicas: int, runtime: DeviceRuntime, *, repeats: int = 1
                                       output_hint=trace.output_len_hint.tolist())
         ex = TorchExecutor(runtime, trace, tree, B, blocks, events=sched.events, repeats=repeats)
         replicas.append(Replica(i, sched, ex, fast_forward=False, on_step=on_step))
-    cluster = Cluster(replicas, policy.make_router(replicas), trace.arrival_s,
-                      np.lexsort((policy._rank, trace.arrival_s)))
+    cluster = Cluster(replicas, policy.make_router(replicas), trace.arrival_s, run.route_order)
     return LiveRun(replicas, cluster.run())
 
 

@@ -206,7 +206,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
                  for g, r in enumerate(recorders)]
         for u in units:
             u.pricer.group = u
-    route = np.lexsort((run.policy._rank, run.trace.arrival_s))
+    route = run.route_order
     makespan = Cluster(replicas, run.policy.make_router(replicas), run.trace.arrival_s, route, units).run()
     reps = []
     for r in recorders:
