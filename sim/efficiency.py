@@ -24,7 +24,9 @@ catalogue; this module holds those named, bounded parameters and a timer that ap
 * ``lowp_eff``     fraction of its precision's peak a large GEMM with quantised weights reaches, in place of
                    ``gemm_eff``: FP8/FP4 on their own tensor cores (twice the math per byte of operand, with
                    per-block scales applied in the main loop), or the 16-bit peak for a weight-only kernel that
-                   dequantises in its main loop where the device has no such cores (Marlin on Ampere);
+                   dequantises in its main loop where the device has no such cores (Marlin on Ampere); a
+                   weight-only format on a device that has them (INT4, MXFP4 on Hopper) keeps ``gemm_eff``
+                   (:func:`runs_at_lowp_eff`);
 * ``ew_eff``       fraction of HBM bandwidth the small elementwise kernels reach (norms, rotary, activation,
                    MoE combine, embedding), in place of the preset's ``elementwise_efficiency``: engines fuse
                    them (residual add + RMSNorm, SiLU-and-mul, rotary into attention), so fewer passes run;
@@ -140,6 +142,24 @@ PUBLISHED_SOURCE = ("tile-ai/tilelang benchmark/matmul_fp8/README.md (H800); Dee
                     "stas00/ml-engineering compute/accelerator/README.md MAMF table (MI300X)")
 
 
+def runs_at_lowp_eff(hw, precision: str, quantised: bool) -> bool:
+    """Whether a GEMM whose weights are stored in ``precision`` runs at ``lowp_eff`` rather than ``gemm_eff``.
+
+    ``lowp_eff`` is fitted on the quantised GEMMs a device's rows run: FP8/FP4 on its own low-precision tensor
+    cores, or, on a device with none (Ampere), the weight-only kernel that dequantises in its main loop onto the
+    16-bit cores (Marlin), the only quantised GEMM such a device runs. A weight-only format on a device that has
+    low-precision cores (INT4 anywhere, MXFP4 on Hopper or MI300X) runs the second kind of kernel, which the fitted
+    figure does not describe: it keeps the 16-bit GEMM's ``gemm_eff`` at the 16-bit peak. Weight-only kernels
+    reach the 16-bit GEMM's rate where a GEMM is compute-bound (Neural Magic's Machete on Hopper, October 2024:
+    W4A16 matches FP16's compute-bound throughput; Frantar et al., MARLIN, arXiv 2408.11743, on Ampere: the
+    speed-up over FP16 falls towards 1x as the batch grows past 64-128) and read fewer bytes where it streams
+    weights. Before 1 Dec 2026 such GEMMs took ``lowp_eff`` fitted on FP8 tensor cores, which priced INT4 on
+    MI300X at half BF16's rate (a 70B TP8 step with 2,048 prompt tokens 45% slower than BF16)."""
+    if not quantised:
+        return False
+    return hw.gemm_precision(precision) in ("fp8", "fp4") or (hw.peak_flops_fp8 <= 0 and hw.peak_flops_fp4 <= 0)
+
+
 def measured(arch: str | None, name: str) -> tuple[float, float, float] | None:
     """``(lower, upper, prior)`` of ``name`` on ``arch`` where a lent GPU (:data:`MEASURED`) or a published kernel
     benchmark (:data:`PUBLISHED`) measured it, else None."""
@@ -197,11 +217,11 @@ class EfficiencyTimer(RooflineTimer):
             self.bw *= eff.mem_eff / hw.memory_efficiency
         if eff.lowp_eff is not None:
             # GEMMs with quantised weights at lowp_eff of their precision's peak instead of gemm_eff of it (the
-            # routed experts by their own precision)
+            # routed experts by their own precision), where the kernels lowp_eff describes run them
             m, adj = dep.model, eff.lowp_eff / (eff.gemm_eff or hw.compute_efficiency)
-            if m.weight_elem_bytes != m.dtype_bytes:
+            if runs_at_lowp_eff(hw, m.weights, m.weight_elem_bytes != m.dtype_bytes):
                 self.lowp_ratio *= adj
-            if m.expert_elem_bytes != m.dtype_bytes:
+            if runs_at_lowp_eff(hw, m.expert_precision, m.expert_elem_bytes != m.dtype_bytes):
                 self.expert_ratio *= adj
         if eff.ew_eff is not None:
             self.ew_bw = hw.mem_bandwidth * eff.ew_eff

@@ -74,6 +74,30 @@ def test_lowp_eff_slows_only_quantised_gemms():
     assert EfficiencyTimer(bf16, Efficiency(lowp_eff=0.5)).lowp_ratio == 1.0
 
 
+@pytest.mark.parametrize("hw", ["h100-80gb", "mi300x", "b200"])
+def test_weight_only_gemms_on_a_gpu_with_low_precision_cores_keep_the_16_bit_efficiency(hw):
+    # lowp_eff is fitted on FP8/FP4 tensor-core GEMMs there: INT4 dequantised onto the 16-bit cores runs at gemm_eff
+    big = BatchFeatures.from_parts([(0, 8192, 0, 0)], 0, 0, 1)
+    eff = Efficiency(gemm_eff=0.7, lowp_eff=0.3)
+    int4 = EfficiencyTimer(make_deployment("llama-3.1-8b", hw, weights="int4"), eff)
+    bf16 = EfficiencyTimer(make_deployment("llama-3.1-8b", hw), eff)
+    fp8 = EfficiencyTimer(make_deployment("llama-3.1-8b", hw, weights="fp8"), eff)
+    assert int4.lowp_ratio == 1.0
+    assert _op(int4, "qkv_proj", big) <= _op(bf16, "qkv_proj", big) * 1.001  # compute-bound: no slower than BF16
+    plain = EfficiencyTimer(make_deployment("llama-3.1-8b", hw, weights="fp8"), Efficiency(gemm_eff=0.7))
+    assert fp8.lowp_ratio == pytest.approx(plain.lowp_ratio * 0.3 / 0.7)  # FP8 on its own cores still takes lowp_eff
+    gpt_oss = EfficiencyTimer(make_deployment("gpt-oss-120b", "h100-80gb"), eff)  # MXFP4 experts, weight-only there
+    assert gpt_oss.expert_ratio == 1.0
+
+
+def test_weight_only_gemms_on_ampere_take_the_fitted_weight_only_efficiency():
+    # no FP8/FP4 cores: the quantised GEMMs an A100 runs are all weight-only (Marlin), which is what lowp_eff fits
+    for w in ("fp8", "int4"):
+        t = EfficiencyTimer(make_deployment("llama-3.1-8b", "a100-80gb", weights=w), Efficiency(gemm_eff=0.7,
+                                                                                               lowp_eff=0.35))
+        assert t.lowp_ratio == pytest.approx(0.5)
+
+
 def test_elementwise_bandwidth_and_per_kernel_time_replace_the_presets():
     d = make_deployment("llama-3.1-8b", "h100-80gb")
     a, b = EfficiencyTimer(d, Efficiency()), EfficiencyTimer(d, Efficiency(ew_eff=0.9, launch_s=1e-6))

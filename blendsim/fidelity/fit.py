@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from blendsim.sim.efficiency import BOUNDS, measured
+from blendsim.sim.efficiency import BOUNDS, measured, runs_at_lowp_eff
 from blendsim.sim.engines import PROFILES, VERSIONS
 
 PRIOR = 0.1
@@ -123,7 +123,10 @@ def free_params(rows: list) -> list[Param]:
         prof, hw = pr.profile, pr.dep.hardware
         moe = bool(getattr(pr.dep.model, "num_experts", 0))
         m = pr.dep.model
-        quant = m.weight_elem_bytes != m.dtype_bytes or (moe and m.expert_elem_bytes != m.dtype_bytes)
+        # a row exercises lowp_eff only where its quantised GEMMs run the kernels lowp_eff describes (a weight-only
+        # format on a GPU with FP8/FP4 tensor cores runs at gemm_eff: sim.efficiency.runs_at_lowp_eff)
+        quant = (runs_at_lowp_eff(hw, m.weights, m.weight_elem_bytes != m.dtype_bytes)
+                 or (moe and runs_at_lowp_eff(hw, m.expert_precision, m.expert_elem_bytes != m.dtype_bytes)))
         for n in HW_PARAMS:
             # gemm_eff only where a row's weights are 16-bit: on a row with quantised weights only the LM head and
             # the router run at it, too little to identify it (it stays at the preset there)
