@@ -462,12 +462,13 @@ def _build_replicas(run: Prepared, cfg: RunConfig, rec, tick=None, spill_dir=Non
     return replicas, units, router, run.route_order
 
 
-def offline_routes(trace, cfg: RunConfig) -> tuple[np.ndarray, int]:
+def offline_routes(trace, cfg: RunConfig, with_order: bool = False) -> tuple:
     """``(engine of each request, virtual engines per replica)`` of an offline run of ``trace`` under ``cfg``, without
     running a step: the router each engine's own scheduler and prefix cache sees a request from (a replica is its
     engines ``i // pp``). Every request of an offline run arrives at 0, so the run's arrival process
     (``sim.engine.Cluster``) hands all of them to the router, in ``route_order``, before any replica's first step;
-    this does the same with the same replicas, router and order (``blendsim plan`` splits its work estimate so)."""
+    this does the same with the same replicas, router and order (``blendsim plan`` splits its work estimate so).
+    ``with_order``: the hand-over order (``Prepared.route_order``) as a third item."""
     if not cfg.offline:
         raise ValueError("offline_routes: an offline run only (cfg.offline)")
     from blendsim.policies.base import Policy, RoundRobin, get_router
@@ -475,17 +476,18 @@ def offline_routes(trace, cfg: RunConfig) -> tuple[np.ndarray, int]:
     run = prepare_run(trace, cfg)
     out = np.empty(run.trace.n, dtype=np.int64)
     policy = run.policy
+    order = run.route_order
     if type(policy).make_router is Policy.make_router and get_router(policy.router) is RoundRobin:
         # the default router reads no replica: the i-th request handed over goes to engine i mod engines
-        out[run.route_order] = np.arange(run.trace.n) % (cfg.replicas * run.deployment.pp)
-        return out, run.deployment.pp
-    rec = RequestRecords(run.trace.n)
-    replicas, _units, router, order = _build_replicas(run, cfg, rec)
-    for req in order.tolist():  # as Cluster._arrival_process at t = 0
-        i = router.route(req, 0.0)
-        replicas[i].deliver(req, 0.0)
-        out[req] = i
-    return out, run.deployment.pp
+        out[order] = np.arange(run.trace.n) % (cfg.replicas * run.deployment.pp)
+    else:
+        rec = RequestRecords(run.trace.n)
+        replicas, _units, router, order = _build_replicas(run, cfg, rec)
+        for req in order.tolist():  # as Cluster._arrival_process at t = 0
+            i = router.route(req, 0.0)
+            replicas[i].deliver(req, 0.0)
+            out[req] = i
+    return (out, run.deployment.pp, order) if with_order else (out, run.deployment.pp)
 
 
 def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunResult:

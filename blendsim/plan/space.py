@@ -242,13 +242,15 @@ def work_estimate(trace, dep, sharing: float, interference: float, read_len=None
     return bounds(trace.input_len, trace.output_len, sharing, rates, read_len=read_len).t_opt_overlap_s
 
 
-def split_work_estimate(trace, dep, interference: float, engine_of, pp: int = 1, once: bool = False) -> float:
+def split_work_estimate(trace, dep, interference: float, engine_of, pp: int = 1, once: bool = False,
+                        shared=None) -> float:
     """:func:`work_estimate` of ``trace`` as a run splits it: ``engine_of[i]`` is the engine request i is routed to
     (``runner.offline_routes``; engines ``r * pp .. r * pp + pp - 1`` are replica r's pipeline's). Each engine has its
     own prefix cache, so it shares prefixes only among its own requests (optimal sharing and, where ``once``, the
     read lengths of its own requests' prefix tree); a replica's engines share its GPUs, so their compute and memory
     work add; the busiest replica's work is what a makespan is scaled by. One engine: :func:`work_estimate` of the
-    whole trace with its own sharing."""
+    whole trace with its own sharing. ``shared[e]``: the prompt tokens engine e is taken to find in its prefix cache
+    (:meth:`Reuse.shared`) instead of its requests' optimal sharing."""
     import numpy as np
 
     from blendsim.sim.density import bounds
@@ -262,13 +264,99 @@ def split_work_estimate(trace, dep, interference: float, engine_of, pp: int = 1,
     comp, mem = np.zeros(n_rep), np.zeros(n_rep)
     for idx in np.split(order, cuts):
         part = trace.take(idx)
-        tree = PrefixTree(part)
-        b = bounds(part.input_len, part.output_len, tree.optimal_sharing_ratio(), rates,
-                   read_len=read_lengths(part, tree) if once else None)
-        r = int(engine_of[idx[0]]) // pp
+        e = int(engine_of[idx[0]])
+        tree = PrefixTree(part) if once or shared is None else None
+        p = float(part.input_len.sum())
+        sharing = (tree.optimal_sharing_ratio() if shared is None
+                   else min(float(shared[e]) / p, 1.0) if p > 0 else 0.0)
+        b = bounds(part.input_len, part.output_len, sharing, rates, read_len=read_lengths(part, tree) if once else None)
+        r = e // pp
         comp[r] += (1.0 - b.sharing) * b.t_comp_s
         mem[r] += b.t_mem_s
     return float((np.maximum(comp, mem) + interference * np.minimum(comp, mem)).max())
+
+
+def prefix_pairs(tree):
+    """``(node, request, tokens)``: every node of every request's path in ``tree`` (root excluded), with the prompt
+    tokens a request finds cached there when another request of its engine used the node before it: the node's own
+    tokens, less the last prompt token at the request's own end node (an engine always computes it, as
+    ``PrefixTree.optimal_sharing_ratio`` counts). What :class:`Reuse` is built from, once per trace."""
+    import numpy as np
+
+    parent = np.asarray(tree.parent, dtype=np.int64)
+    tokens = np.asarray(tree.tokens, dtype=np.int64)
+    cur = np.asarray(tree.req_node, dtype=np.int64)
+    req = np.arange(len(cur), dtype=np.int64)
+    nodes, reqs, toks = [], [], []
+    end = True
+    while True:
+        keep = cur != 0
+        cur, req = cur[keep], req[keep]
+        if not cur.size:
+            break
+        nodes.append(cur)
+        reqs.append(req)
+        toks.append(tokens[cur] - 1 if end else tokens[cur])
+        end = False
+        cur = parent[cur]
+    if not nodes:
+        return (np.zeros(0, np.int64),) * 3
+    return np.concatenate(nodes), np.concatenate(reqs), np.maximum(np.concatenate(toks), 0)
+
+
+class Reuse:
+    """How a run reuses its trace's shared prefixes: for every (request, node of its path) pair whose engine used the
+    node before, the ``distance`` (requests that engine was handed since the node's last use, in the run's hand-over
+    order) and the ``tokens`` a hit there saves. A prefix cache that keeps what about the last C requests of its engine
+    used (an LRU cache of a given size) finds the pairs at distance C or less: the optimal sharing is every pair's
+    tokens (C infinite), an order that keeps a prefix group together (dfs) finds them all at distance 1, a random order
+    at distances that grow with the trace's groups' spread. ``pairs``: :func:`prefix_pairs` of the trace's tree;
+    ``order``: the hand-over order (``runner.offline_routes(..., with_order=True)``); ``engine_of``: each request's
+    engine (None: one)."""
+
+    def __init__(self, pairs, order, engine_of=None):
+        import numpy as np
+
+        node, req, tok = pairs
+        order = np.asarray(order, dtype=np.int64)
+        n = len(order)
+        eng = np.zeros(n, np.int64) if engine_of is None else np.asarray(engine_of, dtype=np.int64)
+        self.engines = int(eng.max()) + 1 if n else 1
+        # each request's place in its own engine's hand-over order
+        seq = eng[order]
+        by = np.argsort(seq, kind="stable")
+        counts = np.bincount(seq, minlength=self.engines)
+        local = np.empty(n, np.int64)
+        local[order[by]] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+        e, pos = eng[req], local[req]
+        o = np.lexsort((pos, node, e))
+        e, node, pos, tok = e[o], node[o], pos[o], tok[o]
+        again = np.zeros(len(o), bool)
+        again[1:] = (node[1:] == node[:-1]) & (e[1:] == e[:-1])  # the node used before on this engine
+        dist = np.zeros(len(o), np.int64)
+        dist[1:] = pos[1:] - pos[:-1]
+        keep = again & (tok > 0)
+        o = np.argsort(dist[keep], kind="stable")
+        self.distance = dist[keep][o]
+        self.tokens = tok[keep][o].astype(np.float64)
+        self.engine = e[keep][o]
+        self._cum = np.cumsum(self.tokens)
+
+    def capacity(self, shared: float) -> float:
+        """The smallest cache size C (requests) at which the pairs found, :meth:`shared`, reach ``shared`` tokens (what a
+        run found in its caches); infinite where it is every pair's (the run shared optimally, or more)."""
+        import numpy as np
+
+        if not len(self._cum) or shared >= self._cum[-1]:
+            return float("inf")
+        return float(self.distance[int(np.searchsorted(self._cum, shared, side="left"))])
+
+    def shared(self, capacity: float):
+        """Per engine, the prompt tokens found in its cache with room for ``capacity`` requests' prefixes."""
+        import numpy as np
+
+        hit = self.distance <= capacity
+        return np.bincount(self.engine[hit], weights=self.tokens[hit], minlength=self.engines)
 
 
 def reads_shared_prefix_once(policy: str) -> bool:
@@ -311,5 +399,5 @@ def shape_bounds(trace, dep, sharing: float, engine: str | None = None, read_len
     return ShapeBounds(work_bound(trace, dep, sharing, read_len), max(d_max - 1, 0) * step, interference)
 
 
-__all__ = ["Candidate", "Shape", "ShapeBounds", "Space", "peak_rates", "read_lengths", "reads_shared_prefix_once",
-           "shape_bounds", "shapes", "split_work_estimate", "work_bound", "work_estimate"]
+__all__ = ["Candidate", "Reuse", "Shape", "ShapeBounds", "Space", "peak_rates", "prefix_pairs", "read_lengths",
+           "reads_shared_prefix_once", "shape_bounds", "shapes", "split_work_estimate", "work_bound", "work_estimate"]

@@ -83,7 +83,8 @@ def _plausible(v: dict) -> bool:
     m = v.get("makespan_s")
     return (num(m) and m > 0 and all(num(v[k]) for k in ("throughput_tok_s", "n_requests", "input_tokens",
                                                              "output_tokens") if k in v)
-            and (v.get("t_critical_s") is None or num(v["t_critical_s"])))
+            and (v.get("t_critical_s") is None or num(v["t_critical_s"]))
+            and (v.get("prefix_sharing_ratio") is None or num(v["prefix_sharing_ratio"])))
 
 
 class _Files:

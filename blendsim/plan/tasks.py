@@ -35,7 +35,7 @@ def _simulate(model, policy, options, seed, trace):
     cfg = RunConfig(policy=policy, model=model, seed=seed, **options)
     s = run_simulation(t, cfg).summary
     return {k: s[k] for k in ("makespan_s", "throughput_tok_s", "n_requests", "input_tokens", "output_tokens",
-                              "t_critical_s") if k in s}
+                              "t_critical_s", "prefix_sharing_ratio") if k in s}
 
 
 __all__ = ["simulate_task"]
