@@ -503,13 +503,15 @@ def cost(model: str = "llama-3-8b", hardware: str = "a100-80gb", *, prefill_toke
                                       context=context, tp=tp, mode=mode, engine=engine, profile=profile,
                                       dtype=dtype, weights=weights, kv_dtype=kv_dtype, ep=ep,
                                       expert_skew=expert_skew, pp=pp, token_budget=token_budget, max_seqs=max_seqs)
-    return {**out, "notes": step_notes(dep, cm, prefill_tokens, decode_seqs, context, expert_skew)}
+    return {**out, "notes": step_notes(dep, cm, prefill_tokens, decode_seqs, context, expert_skew, out["max_seqs"])}
 
 
-def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, expert_skew: float) -> list[str]:
+def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, expert_skew: float,
+               max_seqs: int = 0) -> list[str]:
     """What `blendsim cost` says beside a step's price (:func:`cost` returns the same): the cost model's and the
     topology's notes, where the engine was calibrated, an inert --expert-skew or server field, and a step no replica
-    could hold."""
+    could hold or the engine's scheduler would not run (``max_seqs``: its sequence cap, 0 none; the token budget is
+    the deployment's)."""
     from blendsim.runner import (
         calibrated_elsewhere,
         inert_attn_dp,
@@ -529,10 +531,12 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
         notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "
                      f"({m.name} on {dep.hardware.name} x{dep.tp * dep.pp}): no engine could run it")
     seqs, tokens = decode_seqs + (1 if prefill_tokens else 0), decode_seqs + prefill_tokens
-    if seqs > dep.max_seqs or tokens > dep.max_batched_tokens:  # priced all the same, as a what-if
-        notes.append(f"the step runs {seqs:,} sequences and {tokens:,} tokens, more than the engine's "
-                     f"{dep.max_seqs:,} sequences / {dep.max_batched_tokens:,}-token budget allow in one step "
-                     f"(--max-seqs / --token-budget): priced all the same, but no step of this engine is that large")
+    over = ([f"{seqs:,} sequences, over its cap of {max_seqs:,} (--max-seqs)"] if max_seqs and seqs > max_seqs else []) + (
+        [f"{tokens:,} tokens, over its {dep.max_batched_tokens:,}-token budget (--token-budget)"]
+        if tokens > dep.max_batched_tokens else [])
+    if over:  # priced all the same, as a what-if
+        notes.append(f"the step runs {' and '.join(over)}: priced all the same, but the engine runs no step that "
+                     f"large")
     longest = context + max(prefill_tokens or 0, 1 if decode_seqs else 0)  # a chunk's or a decode's context
     if longest > m.max_position_embeddings:  # as simulate refuses such a request
         notes.append(f"a context of {longest:,} tokens is beyond {m.name}'s {m.max_position_embeddings:,}: priced all "
@@ -579,9 +583,13 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
         raise UserError("give --prefill-tokens and/or --decode-seqs")
     token_budget = C.optional(C.integer, token_budget, "--token-budget", 1, MAX_TOKENS)
     max_seqs = C.optional(C.integer, max_seqs, "--max-seqs", 0, MAX_TOKENS)
+    from blendsim.runner import RunConfig, run_limits
+
+    sched, limits = run_limits(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
+                                         max_seqs=max_seqs, model=model, tp=tp, dtype=dtype, weights=weights,
+                                         kv_dtype=kv_dtype))  # as engine_memory_settings, keeping the scheduler's caps
     dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
-                          **engine_memory_settings(engine, hardware, token_budget, max_seqs, model=model, tp=tp,
-                                                   dtype=dtype, weights=weights, kv_dtype=kv_dtype))
+                          **limits)
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)
     prefill = [(0, prefill_tokens, context, 0)] if prefill_tokens else []
     f = BatchFeatures.from_parts(prefill, decode_seqs, decode_seqs * context,
@@ -599,6 +607,8 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
            **({"kappa": float(cm.kappa), "comm_share": float(cm.net)} if cm.mode == "overlap" else {}),
            "engine": cm.engine.label, "engine_profile": cm.engine.modelled, "cost_model": cm.timer_name, "dtype": m.dtype, "weights": m.weights,
            "kv_dtype": m.kv_dtype, "ep": dep.ep, "attn_dp_gpus": dep.dp,
+           # the engine's scheduler limits on one step (max_seqs 0: no cap but the KV pool), as simulate runs them
+           "max_seqs": int(sched.max_seqs or 0), "token_budget": int(sched.token_budget),
            "per_layer": [{k: r[k] for k in keep_layer} for r in rows if r["scope"] == "layer"],
            "whole_model": [{k: r[k] for k in keep} for r in rows if r["scope"] == "model"]}
     if dep.pp > 1:

@@ -113,10 +113,19 @@ def test_cost_says_when_a_step_is_larger_than_the_engine_runs():
     r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--hardware", "h100-80gb", "--engine", "vllm",
                                        "--decode-seqs", "512", "--max-seqs", "1", "--json"])
     assert r.exit_code == 0, r.output
-    assert "no step of this engine is that large" in r.stderr and json.loads(r.stdout)["step_time_s"] > 0
+    assert "512 sequences, over its cap of 1 (--max-seqs): priced all the same, but the engine runs no step that " \
+           "large" in r.stderr and "budget" not in r.stderr  # only the limit the step exceeds
+    assert json.loads(r.stdout)["step_time_s"] > 0 and json.loads(r.stdout)["max_seqs"] == 1
     r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--hardware", "h100-80gb", "--decode-seqs", "64",
                                        "--json"])
     assert "that large" not in r.stderr
+    # the ideal engine has no sequence cap (simulate runs any number of sequences the KV holds): no note of one
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--decode-seqs", "2000", "--context", "100",
+                                       "--json"])
+    assert r.exit_code == 0 and "that large" not in r.stderr and json.loads(r.stdout)["max_seqs"] == 0
+    r = CliRunner().invoke(get_app(), ["cost", "-m", "llama-3-8b", "--prefill-tokens", "4096", "--json"])
+    assert "the step runs 4,096 tokens, over its 2,048-token budget (--token-budget)" in r.stderr
+    assert "sequences" not in r.stderr
 
 
 def test_policies_shows_a_policy_file_as_simulate_takes_it(tmp_path):

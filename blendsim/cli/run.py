@@ -64,7 +64,7 @@ def cost_cmd(
     from blendsim.sim.deployment import split_label
 
     m = dep.model
-    for note in step_notes(dep, cm, prefill_tokens, decode_seqs, context, expert_skew):
+    for note in step_notes(dep, cm, prefill_tokens, decode_seqs, context, expert_skew, out["max_seqs"]):
         typer.echo(f"note: {note}", err=True)
     if as_json:
         typer.echo(json.dumps(out, indent=2))
