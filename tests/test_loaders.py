@@ -101,6 +101,15 @@ def test_burstgpt_skips_failed_rows_and_counts_them(tmp_path):
     assert head.n == 3 and head.meta["skipped_failed"] == 1 and head.ids.tolist() == ["1", "2", "4"]
 
 
+def test_burstgpt_counts_the_failed_rows_after_the_last_kept_one(tmp_path):
+    path = _burst(tmp_path, ["0,ChatGPT,100,20,120,Conversation log", "1,ChatGPT,100,0,100,Conversation log",
+                             "1.5,ChatGPT,200,7,207,Conversation log", "2,ChatGPT,100,0,100,Conversation log",
+                             "3,ChatGPT,100,0,100,Conversation log"])
+    assert load(path, "burstgpt").meta["skipped_failed"] == 3  # every failure of the file (was 1)
+    assert load(path, "burstgpt", limit=2).meta["skipped_failed"] == 1  # the limit stops at the second success
+    assert load(path, "burstgpt", limit=5).meta["skipped_failed"] == 3  # fewer successes than the limit: all read
+
+
 def test_burstgpt_limit_reads_past_many_failures(tmp_path):
     rows = [f"{i},ChatGPT,10,0,10,API log" for i in range(3000)] + ["4000,ChatGPT,11,12,23,API log"]
     t = load(_burst(tmp_path, rows), "burstgpt", limit=1)

@@ -95,7 +95,8 @@ def load_burstgpt(path, limit: int | None = None):
         # text in both readers (pyarrow told so; pandas reads every column as text), an empty cell ""
         which, names = pd.factorize(sub["Model"].fillna(""), use_na_sentinel=False)
         source = np.array([f"burstgpt/{m}" if m != "" else "burstgpt" for m in names], dtype=object)[which]
-    skipped = int(np.count_nonzero(~ok[: rows[-1] + 1]))
+    # the failures among the rows read up to the last kept one when --limit stopped the reading there; else all
+    skipped = int(np.count_nonzero(~ok[: rows[-1] + 1] if limit is not None and len(rows) == limit else ~ok))
     return _trace(p, resp[rows], t - t.min(), rows, source,
                   {"loader": "burstgpt", "file": str(path), "skipped_failed": skipped, "limit": limit})
 
