@@ -62,6 +62,9 @@ def load_inputs(paths: list) -> Inputs:
         runs = runs[~runs["run_path"].map(lambda s: str(Path(s).resolve())).duplicated()].reset_index(drop=True)
     if "t_opt_practical_s" in runs and "t_reference_s" not in runs:  # summaries written before issue 28
         runs = runs.rename(columns={"t_opt_practical_s": "t_reference_s", "frac_of_practical_opt": "frac_of_reference"})
+    for k in [k for k, kind in SUMMARY_FIELDS.items() if kind == "number"] + list(OPTIONAL_NUMBERS):
+        if k in runs:  # checked numbers or null (check_summary): a column of nulls alone stays numeric (NaN)
+            runs[k] = pd.to_numeric(runs[k]).astype(float)
     if len(runs):
         runs = _label(_tier_columns(runs))
     return Inputs(runs, validations, sources, notes)

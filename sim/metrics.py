@@ -8,7 +8,7 @@
   mode, parallelism and precision (``blendsim.sim.bounds``; docs/DESIGN.md "Bounds that bound"): <= 1 always;
 * frac_of_reference = blended reference / makespan: the trace's work as perfectly blended full steps,
   priced by the run's cost model under the overlap mode (:func:`blended_optimum`): an estimate, not a
-  bound (a run may pass 1);
+  bound (a run may pass 1); null, with ``frac_of_reference_note``, where the reference is below T_o;
 * latency (JCT), TTFT and TBT when requests have arrival times or SLOs; SLO attainment and goodput
   only when the trace has SLOs (absent from the summary otherwise);
 * t_critical_s: the longest request's own chain of steps alone on the engine, a second lower bound
@@ -326,7 +326,8 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "t_opt_exact": bool(lb["exact"]),
         "t_reference_s": t_ref,
         "frac_of_opt": t_opt / makespan if makespan > 0 else 0.0,
-        "frac_of_reference": t_ref / makespan if makespan > 0 else 0.0,
+        # no estimate where the reference is below the bound T_o (reports leave the cell blank): null, with a note
+        "frac_of_reference": (t_ref / makespan if makespan > 0 else 0.0) if t_ref >= t_opt else None,
         "t_critical_s": critical_path(trace, cost_model),
         "steps": steps,
         "mean_tokens_per_step": mean_tokens,
@@ -335,6 +336,11 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "mean_kv_util": kv_mean,
         "peak_kv_blocks": kv_peak,
     }
+    if t_ref < t_opt:
+        out["frac_of_reference_note"] = (
+            f"the blended reference ({t_ref:.6g} s) is below T_o ({t_opt:.6g} s), a bound no schedule beats: it leaves "
+            f"out what T_o counts (the longest request's chain, the tail's small steps), so it estimates nothing here "
+            f"and frac_of_reference is null; frac_of_opt is the run's fraction of its bound")
     if trace.has_arrivals:
         out["last_arrival_s"] = float(trace.arrival_s.max())
     if trace.has_arrivals or trace.has_slos:
