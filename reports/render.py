@@ -126,7 +126,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     order = list(dict.fromkeys(sorted(df["label"], key=lambda x: (x != base, x))))
     csvs["policies.csv"] = T.side_by_side(df)
     below = _reference_below_bound(df)
-    if below.any():  # the tables leave "of ref." blank there (the CSV keeps it): no estimate above a bound
+    if below.any():  # no estimate above a bound: "of ref." blank (summaries written since 1 Dec 2026 hold null)
         df.loc[below, "frac_of_reference"] = float("nan")
     policies = ", ".join(sorted(set(df["policy"].astype(str))))
     why = T.baseline_reason(runs, baseline, base)
