@@ -80,7 +80,9 @@ def records(width: int, columns: list[tuple[str, str]], rows: list[tuple[str, li
     figs = sum(w) + 2 * (len(w) - 1)
     nw = max([len(name_head)] + [len(r[0]) for r in rows])
     wide = nw + 2 + figs <= width
-    out = [(name_head.ljust(nw) + "  " if wide else "  ") + line([h for h, _ in columns])]
+    # narrow: the name's header on a line of its own, as each name is, then the figures' headers
+    out = ([] if wide or not name_head.strip() else [name_head.rstrip()])
+    out.append((name_head.ljust(nw) + "  " if wide else "  ") + line([h for h, _ in columns]))
     out.append("-" * min(width, (nw + 2 if wide else 2) + figs))
     wrap = textwrap.TextWrapper(width=max(width, 20), initial_indent="    ", subsequent_indent="    ",
                                 break_long_words=False, break_on_hyphens=False)

@@ -269,18 +269,17 @@ def notes(answer: dict) -> list[str]:
 
 
 def print_answer(answer: dict) -> None:
-    import sys
 
     from rich.console import Console
 
     from blendsim.reports.terminal import records
 
-    c = Console() if sys.stdout.isatty() else Console(width=200)  # piped: one line per deployment
+    c = Console()  # the terminal's width; piped, COLUMNS or 80, as every command wraps (the re-run line stays whole)
     r = rows(answer)
     if r:  # each deployment named whole, its figures beside it or, on a narrow terminal, under it: nothing cut
         figures = [("makespan", "right"), ("cost", "right"), ("tok/$", "right"), ("tok/s/GPU", "right"),
                    ("deadline", "left"), ("from", "left")]
-        c.print(f"Pareto front (makespan vs cost) {_front_of(answer)}; * recommended", soft_wrap=True)
+        c.print(f"Pareto front (makespan vs cost) {_front_of(answer)}; * recommended", highlight=False)
         for line in records(c.width, figures, [
                 (f"{x['']:1} {x['replicas']} x {x['split']} on {x['GPUs']} {x['engine']} {x['policy']} "
                  f"{x['precision']}", [x[h] for h, _ in figures], "") for x in r], name_head="  deployment"):
