@@ -189,6 +189,12 @@ def load_profile(path: str | Path) -> Profile:
     d = read_json(path, "profile")
     where = str(path)
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        from blendsim.sim.engines import PROFILE_KIND
+
+        head = d.get("profile") if isinstance(d, dict) else None
+        if isinstance(head, dict) and head.get("kind") == PROFILE_KIND:  # `calibrate engine -o`: an engine's fit
+            raise UserError(f"{where}: an engine profile (blendsim calibrate engine), not a kernel profile: pass it "
+                            f"as --engine {where} (blendsim engines {where} shows it)")
         raise UserError(f"{where}: not a blendsim profile (missing \"schema\": \"{SCHEMA}\")")
     v = d.get("schema_version")
     if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= SCHEMA_VERSION:

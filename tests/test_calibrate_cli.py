@@ -156,6 +156,9 @@ def test_profile_for_another_dtype_or_model_is_refused(quick):
     ("{\"schema\": \"blendsim.profile\", \"schema_version\": 1, \"model\": ", "corrupt profile"),
     ("\x00\x01 not json", "corrupt profile"),
     ("{\"hello\": 1}", "not a blendsim profile"),
+    # an engine profile of `calibrate engine -o` where a kernel profile is asked for: where it goes instead
+    ("{\"profile\": {\"kind\": \"blendsim-engine-profile\", \"engine\": \"vllm@0.10\"}}",
+     "an engine profile (blendsim calibrate engine), not a kernel profile: pass it as --engine"),
     ("{\"schema\": \"blendsim.profile\", \"schema_version\": 9, \"model\": \"m\", \"dtype\": \"fp32\", \"tp\": 1, "
      "\"ops\": {}}", "schema version 9"),
 ])
