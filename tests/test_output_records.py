@@ -115,6 +115,13 @@ def test_sweep_no_resume_keeps_what_the_user_added(tmp_path):
     (d / "runs" / "mine" / "keep").unlink()
     (d / "runs" / "mine").rmdir()
     assert invoke(*args, "--no-resume").exit_code == 0
+    cell = next(m.parent for m in (d / "runs").rglob("summary.json"))  # a user file inside a run folder
+    (cell / "mine.txt").write_text("mine")
+    before = snapshot(d)
+    r = invoke(*args, "--no-resume")
+    line = one_line_error(r)
+    assert r.exit_code == 2 and "mine.txt" in line and snapshot(d) == before
+    assert "nothing was removed" in line and "would remove" not in line  # said to a user who gave --no-resume
 
 
 def test_a_second_demo_into_its_folder_replaces_it_but_not_a_users_file(tmp_path):

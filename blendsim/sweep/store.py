@@ -104,7 +104,7 @@ def _check_removable(d: Path) -> None:
             try:
                 check_own_files(r)
             except UserError as e:
-                raise UserError(f"{e}; --no-resume would remove it") from None
+                raise UserError(f"{e}; --no-resume removes only what the sweep wrote: nothing was removed") from None
     traces = d / "traces"
     if traces.exists():
         foreign += [p for p in sorted(traces.rglob("*"))
