@@ -139,7 +139,7 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
     who = getattr(policy_cls, "name", "policy")
     for k, v in policy_cls.engine_defaults.items():
         if engine.get(k) != v:
-            notes.append(f"{who}: {k} {_show(v)} (policy) over {prof.label}'s {_show(engine.get(k))}")
+            notes.append(f"{who}: {k} {_show(v, k)} (policy) over {prof.label}'s {_show(engine.get(k), k)}")
         base[k] = v
     needs = getattr(policy_cls, "needs_prefix_caching", False)
     if needs and cfg.prefix_caching is False:
@@ -184,7 +184,9 @@ def attn_dp_ranks(prof, cfg: RunConfig) -> int:
         return 1
 
 
-def _show(v) -> str:
+def _show(v, key: str = "") -> str:
+    if key == "max_seqs" and v == 0:  # the sequence cap's 0 is none at all
+        return "0 = no cap"
     return ("on" if v else "off") if isinstance(v, bool) else str(v)
 
 

@@ -80,6 +80,8 @@ def test_policy_settings_apply_over_the_engines_and_are_printed():
     assert (eng.token_budget, eng.max_seqs, eng.prefix_caching) == (512, 128, False)
     assert "sarathi: token_budget 512 (policy) over vllm's 8192" in notes
     assert "sarathi: max_seqs 128 (policy) over vllm's 256" in notes
+    _eng, notes = scheduler_settings(RunConfig(policy="batchllm", engine="sglang"), get_policy("batchllm"))
+    assert "batchllm: max_seqs 0 = no cap (policy) over sglang's 4096" in notes  # 0 is no cap, said so
     # an engine without prefix caching: a policy that orders for reuse gets it, with a note ...
     eng, notes = scheduler_settings(RunConfig(policy="dfs", engine="trtllm"), get_policy("dfs"))
     assert eng.prefix_caching and "dfs: prefix_caching on (the policy orders for prefix reuse) over trtllm's off" in notes

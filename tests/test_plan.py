@@ -475,6 +475,15 @@ def test_bad_price_file_is_one_line(tmp_path, trace, body, needle):
     one_line_error(r, str(prices), needle)
 
 
+def test_a_gpu_the_shipped_prices_lack_points_to_prices_not_to_the_installed_file(tmp_path, trace):
+    from blendsim.workloads.trace import write_trace
+
+    path = write_trace(trace, tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["plan", str(path), "--deadline", "2h", "--hardware", "cpu", "--max-gpus", "1"])
+    line = one_line_error(r, "the shipped price table has no price for cpu", "--prices FILE")
+    assert "prices.csv" not in line  # not: edit the package's own file
+
+
 def test_shipped_prices_cover_presets_with_sources():
     from blendsim.sim.hardware import PRESETS
 

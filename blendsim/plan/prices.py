@@ -46,6 +46,10 @@ class PriceTable:
         try:
             return self.prices[hardware]
         except KeyError:
+            if self.path == SHIPPED_PRICES:  # the package's own table: the user's prices go in a file of theirs
+                raise UserError(f"the shipped price table has no price for {hardware} (in the search's --hardware): "
+                                f"give your own with --prices FILE (columns hardware,usd_per_gpu_hour) or leave "
+                                f"{hardware} out of --hardware") from None
             raise UserError(f"{self.path}: no price for {hardware} (in the search's --hardware); add a row "
                             f"'{hardware},USD_PER_GPU_HOUR' or leave {hardware} out of --hardware") from None
 
