@@ -44,7 +44,8 @@ def write_report(run_dirs, out_dir, baseline: str | None = None, steps_workload:
     md_tables: dict[str, tuple] = {}  # title -> (table, spec, markdown text under it)
     csvs: dict[str, pd.DataFrame] = {}
     if len(inputs.runs):
-        _run_sections(inputs.runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs, steps_x)
+        _run_sections(inputs.runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs, steps_x,
+                      notes)
     vrows, vfigs = [], []
     for k, (vdir, vfile) in enumerate(inputs.validations):
         t, rows = V.read_validation(vdir, vfile)
@@ -116,9 +117,10 @@ def write_simple_report(out_dir, title: str, intro: str, items: list, csvs: dict
 
 
 def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_tables, csvs,
-                  steps_x: str = "step") -> None:
+                  steps_x: str = "step", notes: list | None = None) -> None:
     """The simulated runs' sections: the baseline, online workloads by latency, offline ones by
-    throughput (tables, then figures), critical-path warnings, run directories."""
+    throughput (tables, then figures), critical-path warnings, run directories. What a reader of the terminal
+    must know too (baseline runs left without a speedup) is added to ``notes``."""
     base = T.choose_baseline(runs, baseline)
     df = T.with_speedup(runs, base)
     online = T.is_online(df)
@@ -133,16 +135,18 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     pricing = sorted(set(df["pricing"]))
     priced = (f"All runs are priced on one engine: {pricing[0]}. " if len(pricing) == 1 else
               f"Runs are priced by {len(pricing)} engines/cost models ({'; '.join(pricing)}; --mixed): each row "
-              "names its engine, and a speedup across engines mixes pricing with scheduling. ")
+              "names its engine, and a speedup is over the baseline run priced the same way (a ratio across engines "
+              "would mix pricing with scheduling). ")
+    same = "workload, deployment and engine" if len(pricing) > 1 else "workload and deployment"
     ref_note = (f"\"of ref.\" is left blank for {int(below.sum())} run(s) whose blended reference falls below their "
                 "T_o: it prices the work as full blended steps and leaves out the longest request's own chain, so "
                 "there it is no estimate of the makespan (policies.csv keeps the figure).") if below.any() else ""
     expect = " ".join(x for x in (settings_note(df), ref_note, _expected_note(df)) if x)
     intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
-             f"the baseline's on the same workload and deployment.")
+             f"the baseline's on the same {same}.")
     md_intro = priced + (f"Speedups are over **{base}** (choose another with `--baseline POLICY`; policies here: {policies}): "
-                f"{why}. A speedup is a run's throughput over the baseline's on the same workload and deployment.")
+                f"{why}. A speedup is a run's throughput over the baseline's on the same {same}.")
     warn = _critical_notes(df)
     if online.any():
         on = df[online]
@@ -157,12 +161,15 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         md_tables["Online workloads: latency"] = (on, spec, f"{note}\n\n{T.legend(spec)}\n")
     off = df[~online]
     if len(off):
-        summary, notes = T.policy_summary(off, base)
+        summary, pair_notes = T.policy_summary(off, base)
         csvs["policy_summary.csv"] = summary
         sspec = T.present(summary, T.SUMMARY)
         n_w = off["group"].nunique()
+        lone = T.lone_baseline_note(off, base)
+        if lone and notes is not None:  # the command line says it too (on stderr)
+            notes.append(lone[0].lower() + lone[1:-1])
         text = (f"{n_w} offline workload(s). Each row averages over the n workloads on which the policy and "
-                f"{base} both ran" + "".join(f"; {x}" for x in notes) + ".")
+                f"{base} both ran" + "".join(f"; {x}" for x in pair_notes) + "." + (f" {lone}" if lone else ""))
         exp_html, exp_md = (f"<p>{html.escape(expect)}</p>", f"{expect}\n\n") if expect else ("", "")
         sections.append(("Policies across workloads", f"<p>{intro}</p>{exp_html}<p>{html.escape(text)}</p>"
                          f"<p class=legend>{html.escape(T.legend(sspec))}</p>{warn[0]}", [T.to_html(summary, sspec)]))

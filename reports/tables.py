@@ -96,14 +96,29 @@ def policy_order(runs: pd.DataFrame, baseline: str) -> list[str]:
     return [baseline] + sorted(set(runs["policy"].astype(str)) - {baseline})
 
 
+def baseline_keys(df: pd.DataFrame, baseline: str) -> list[str]:
+    """The columns that pair a run with the baseline run its speedup is over: the workload and deployment
+    (``group``); with runs priced by several engines or cost models (``report --mixed``), the pricing too, so a
+    speedup never crosses engines; and the input, where the baseline ran in several inputs on one of those (a sweep
+    and its --engine-of twin)."""
+    keys = ["group"]
+    if "pricing" in df and df["pricing"].nunique() > 1:
+        keys.append("pricing")
+    b = df[df["policy"] == baseline]
+    if "origin" in b and len(b) and b.groupby(keys)["origin"].nunique().max() > 1:
+        keys.append("origin")
+    return keys
+
+
 def with_speedup(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """``runs`` plus ``speedup`` over the baseline of each group (NaN when the group lacks it), sorted
-    by deployment, grid point, workload and policy (baseline first)."""
+    """``runs`` plus ``speedup`` over the baseline run paired with each (:func:`baseline_keys`; NaN when there is
+    none, and for a baseline run no other run is paired with: a run over itself says nothing), sorted by
+    deployment, grid point, workload and policy (baseline first)."""
     df = runs.copy()
     b = df[df["policy"] == baseline]
     # the baseline ran in several inputs on one workload (a sweep and its --engine-of twin): each run is over its own
     # input's baseline run; within one input, the run of the plain policy (not one given --opt) is the baseline
-    keys = ["group", "origin"] if "origin" in b and b.groupby("group")["origin"].nunique().max() > 1 else ["group"]
+    keys = baseline_keys(df, baseline)
     base = {}
     for k, rows in b.groupby(keys, sort=False):
         k = k if isinstance(k, tuple) else (k,)  # one key: pandas gives a scalar or a 1-tuple by version
@@ -115,8 +130,11 @@ def with_speedup(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
                             f"speedup over it would depend on which is taken; report those runs apart, or pick "
                             f"another --baseline")
         base[k] = float(pick["throughput_tok_s"].iloc[0])
-    ref = [base.get(tuple(r), float("nan")) for r in df[keys].itertuples(index=False)]
+    at = [tuple(r) for r in df[keys].itertuples(index=False)]
+    ref = [base.get(k, float("nan")) for k in at]
     df["speedup"] = df["throughput_tok_s"] / pd.Series(ref, index=df.index, dtype=float)
+    alone = pd.Series(at, index=df.index).map(pd.Series(at).value_counts()) == 1  # the only run paired with it
+    df.loc[alone & (df["policy"] == baseline), "speedup"] = float("nan")
     rank = {p: i for i, p in enumerate(policy_order(df, baseline))}
     df["_g"] = df["grid_density"].fillna(-1.0).astype(float)
     df["_s"] = df["grid_sharing"].fillna(-1.0).astype(float)
@@ -155,12 +173,15 @@ def policy_summary(side: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, lis
     throughput is kept only when every row covers the same workloads. Returns the table and notes."""
     rows, notes, cover = [], [], {}
     labels = list(dict.fromkeys(side["label"]))
-    with_base = set(side.loc[side["policy"] == baseline, "group"])
+    keys = baseline_keys(side, baseline)  # paired as the speedups are: on one engine in a --mixed report
+    at = pd.Series([tuple(r) for r in side[keys].itertuples(index=False)], index=side.index)
+    paired = at.isin(set(at[side["policy"] == baseline]))
+    where = " on its engine" if "pricing" in keys else ""
     for p in sorted(labels, key=lambda x: (x != baseline, x)):
-        g = side[(side["label"] == p) & side["group"].isin(with_base)]
-        alone = side[(side["label"] == p) & ~side["group"].isin(with_base)]["group"].nunique()
+        g = side[(side["label"] == p) & paired]
+        alone = side[(side["label"] == p) & ~paired]["group"].nunique()
         if alone:
-            notes.append(f"{p} also ran on {alone} workload(s) without a {baseline} run, left out of its row")
+            notes.append(f"{p} also ran on {alone} workload(s) without a {baseline} run{where}, left out of its row")
         cover[p] = frozenset(g["group"])
         sp = g["speedup"].dropna()
         rows.append({
@@ -178,6 +199,22 @@ def policy_summary(side: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, lis
         notes.append("the rows cover different workloads (column n), so no mean throughput is shown; "
                      "speedups are paired per workload")
     return out, notes
+
+
+def lone_baseline_note(side: pd.DataFrame, baseline: str) -> str:
+    """A sentence for the offline baseline runs left without a speedup (:func:`with_speedup`: no other policy ran
+    beside them), or "". In a --mixed report it adds why no ratio across engines stands in for it."""
+    if "speedup" not in side:
+        return ""
+    n = int((side["speedup"].isna() & (side["policy"] == baseline)).sum())
+    if not n:
+        return ""
+    mixed = "pricing" in side and side["pricing"].nunique() > 1
+    text = (f"No speedup is shown for {n} {baseline} run(s) with no other policy beside them on the same "
+            f"{'engine, ' if mixed else ''}workload and deployment: a run over itself is 1 by definition")
+    if mixed:
+        text += "; a ratio across engines would mix pricing with scheduling, so compare their tok/s"
+    return text + "."
 
 
 def seed_spread(side: pd.DataFrame) -> pd.DataFrame:
@@ -260,6 +297,6 @@ def to_html(df: pd.DataFrame, spec: list) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-__all__ = ["LATENCY", "LEGEND", "PROVENANCE", "SIDE_BY_SIDE", "SUMMARY", "baseline_reason", "choose_baseline", "fmt",
-           "is_online", "legend", "policy_order", "policy_summary", "present", "side_by_side", "to_html",
-           "to_markdown", "with_speedup"]
+__all__ = ["LATENCY", "LEGEND", "PROVENANCE", "SIDE_BY_SIDE", "SUMMARY", "baseline_keys", "baseline_reason",
+           "choose_baseline", "fmt", "is_online", "legend", "lone_baseline_note", "policy_order", "policy_summary",
+           "present", "side_by_side", "to_html", "to_markdown", "with_speedup"]

@@ -22,7 +22,8 @@ def report_cmd(
                                                           "(the step's end, seconds)."),
     mixed: bool = typer.Option(False, "--mixed", help="Rank runs priced by different engines or cost models "
                                                       "together, naming the engine in every row (refused "
-                                                      "otherwise)."),
+                                                      "otherwise); a speedup is over the baseline run on the "
+                                                      "same engine, never across engines."),
 ) -> None:
     """Write REPORT_DIR/index.html (self-contained: tables and plots), report.md and CSV tables.
 
