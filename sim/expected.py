@@ -87,15 +87,15 @@ def groups(profile: str | None, deployment: str, table: dict | None = None) -> l
     """The groups that speak for a run, most specific first: this engine profile on this deployment, this
     deployment with any engine, this profile on any GPU, every run; each ``{"scope", "of", n, loso_median,
     loso_p90, loso_signed_median, in_sample_median}``. A group of fewer than :data:`MIN_RUNS` runs is left out, and
-    so is the deployment's when its runs are all this profile's (the same figures twice). Empty where no table
-    applies (see :func:`load`)."""
+    so is the deployment's when its runs are all this profile's, and the profile's when its runs are all on this
+    deployment (either holds the same runs as this profile on this deployment: the same figures twice). Empty where
+    no table applies (see :func:`load`)."""
     t = table if table is not None else load()
     if not t:
         return []
     g = [x for x in _all_groups(profile, deployment, t) if x["n"] >= MIN_RUNS]
-    if len(g) > 1 and g[0]["scope"] == "profile_deployment" and g[1]["scope"] == "deployment" \
-            and g[1]["n"] == g[0]["n"]:
-        del g[1]
+    if g and g[0]["scope"] == "profile_deployment":  # a wider group of as many runs holds the same ones
+        g = [g[0], *(x for x in g[1:] if x["scope"] == "all" or x["n"] != g[0]["n"])]
     return g
 
 
@@ -112,19 +112,22 @@ def expected(profile: str | None, deployment: str, table: dict | None = None) ->
     return {**x, "profile_runs": t["profile"].get(profile, {}).get("n", 0) if profile else 0}
 
 
-def expected_body(profile: str | None, deployment: str, table: dict | None = None) -> str | None:
+def expected_body(profile: str | None, deployment: str, table: dict | None = None,
+                  alias: str | None = None) -> str | None:
     """:func:`expected_line` without its head (a report names several engines and deployments under one)."""
     t = table if table is not None else load()
     g = groups(profile, deployment, t)
     if not g:
         return None
     every = {x["scope"]: x for x in _all_groups(profile, deployment, t)}
-    parts = []
+    parts = [f"{alias} prices as {profile}"] if alias else []
     if profile and "profile" not in every:
         parts.append(f"no published run of {profile}")
     pd_ = every.get("profile_deployment")
     if pd_ and pd_["n"] < MIN_RUNS:
         parts.append(f"only {_runs(pd_['n'])} of {profile} on {deployment} ({pct(pd_['loso_median'])})")
+    elif not pd_ and "profile" in every and "deployment" in every:  # neither absence above says this one
+        parts.append(f"no published run of {profile} on {deployment}")
     dep = every.get("deployment")
     if not dep:
         parts.append(f"no published run on {deployment}")
@@ -135,12 +138,40 @@ def expected_body(profile: str | None, deployment: str, table: dict | None = Non
     return "; ".join(parts)
 
 
-def expected_line(profile: str | None, deployment: str, table: dict | None = None) -> str | None:
+def expected_line(profile: str | None, deployment: str, table: dict | None = None,
+                  alias: str | None = None) -> str | None:
     """One line: the LOSO median |error| of published runs of this engine profile on this deployment, on this
-    deployment, of this profile and of all, and which of those have too few runs to say; None where no table
-    applies (see :func:`load`)."""
-    body = expected_body(profile, deployment, table)
+    deployment, of this profile and of all, and which of those have too few runs or none; None where no table
+    applies (see :func:`load`). ``alias``: the profile the run was modelled by, where it prices exactly as
+    ``profile`` (:func:`priced_as`), said first."""
+    body = expected_body(profile, deployment, table, alias)
     return HEAD + body if body else None
+
+
+# what names a profile and does not price it
+_NAMING = ("name", "key", "release", "source", "fit_as")
+
+
+def priced_as(engine: str, params: dict | None = None) -> str | None:
+    """The other modelled profile whose published runs a run of ``engine`` has, where it prices exactly as that one:
+    a profile that is another's under another name, sharing its fitted loop (``fit_as``) and every other parameter
+    (``vllm-v0@0.6`` is ``vllm@0.6``, vLLM 0.6's V0 engine under its older name). None otherwise (``trtllm@0.8`` shares
+    TensorRT-LLM's fitted loop, not the newest release's scheduler)."""
+    from dataclasses import asdict
+
+    from blendsim.sim.engines import get_profile, load_params
+    from blendsim.sim.errors import UserError
+
+    params = load_params() if params is None else params
+    try:
+        p = get_profile(engine, params)
+        q = get_profile(p.fit_as, params) if p.fit_as else None
+    except UserError:
+        return None
+    if q is None or q.modelled == p.modelled:
+        return None
+    a, b = asdict(p), asdict(q)
+    return q.modelled if all(a[k] == b[k] for k in a if k not in _NAMING) else None
 
 
 def of_engine(engine, hardware: str, tp: int, pp: int | None = 1, ep: int | None = 1, table: dict | None = None) -> dict | None:
@@ -154,12 +185,15 @@ def of_engine(engine, hardware: str, tp: int, pp: int | None = 1, ep: int | None
     if engine is None or is_profile_file(engine) or ":" in str(engine):
         return None
     t = table if table is not None else load()
-    prof = modelled_profile(str(engine), load_params()) if t else None
+    params = load_params() if t else {}
+    prof = modelled_profile(str(engine), params) if t else None
     if not prof or prof == "ideal":
         return None
     dep = deployment_name(hardware, tp, pp, ep)
-    x = expected(prof, dep, t)
-    return {**x, "profile": prof, "deployment": dep, "line": expected_line(prof, dep, t)} if x else None
+    same = priced_as(str(engine), params)  # vllm-v0@0.6 is vllm@0.6: its runs speak for it
+    x = expected(same or prof, dep, t)
+    line = expected_line(same, dep, t, alias=prof) if same else expected_line(prof, dep, t)
+    return {**x, "profile": prof, "deployment": dep, "line": line} if x else None
 
 
 def of_summary(s: dict) -> dict | None:
@@ -171,4 +205,4 @@ def of_summary(s: dict) -> dict | None:
 
 
 __all__ = ["CV", "HEAD", "KIND", "MIN_RUNS", "SCOPE_WORDS", "TABLE_FILE", "expected", "expected_body", "expected_line",
-           "groups", "load", "of_engine", "of_summary", "params_sha256", "pct", "read_table"]
+           "groups", "load", "of_engine", "of_summary", "params_sha256", "pct", "priced_as", "read_table"]
