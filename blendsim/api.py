@@ -518,6 +518,7 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
         inert_serve,
         inert_server_fields,
         newer_than_modelled,
+        overlap_what_if,
         skew_note,
     )
 
@@ -525,7 +526,7 @@ def step_notes(dep, cm, prefill_tokens: int, decode_seqs: int, context: int, exp
     prefill_tokens, decode_seqs, context = int(prefill_tokens), int(decode_seqs), int(context)  # checked by price_step
     notes = (list(cm.notes()) + dep.topology_notes() + calibrated_elsewhere(cm.engine, dep.hardware.name)
              + inert_server_fields(cm.engine) + inert_serve(cm.engine) + newer_than_modelled(cm.engine) + inert_attn_dp(cm.engine, dep)
-             + skew_note(expert_skew, m))
+             + skew_note(expert_skew, m) + overlap_what_if(cm.mode, cm.engine))
     held = decode_seqs * (context + 1) + (context + prefill_tokens if prefill_tokens else 0)
     if held > dep.kv_capacity_tokens:  # priced all the same: a step's time, not whether a replica can hold it
         notes.append(f"the step holds {held:,} tokens of KV, more than one replica's {dep.kv_capacity_tokens:,} "

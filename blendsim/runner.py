@@ -184,6 +184,15 @@ def attn_dp_ranks(prof, cfg: RunConfig) -> int:
         return 1
 
 
+def overlap_what_if(mode, engine) -> list[str]:
+    """A note where ``--mode overlap`` prices an engine that runs its operators one after another (a what-if):
+    `simulate` and `cost` say the same."""
+    if mode == "overlap" and engine.mode != "overlap" and engine.name != "ideal":
+        return [f"--mode overlap: {engine.label} runs its operators one after another; this prices it with "
+                f"NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)"]
+    return []
+
+
 def _show(v, key: str = "") -> str:
     if key == "max_seqs" and v == 0:  # the sequence cap's 0 is none at all
         return "0 = no cap"
@@ -258,9 +267,7 @@ def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prep
     notes = notes + calibrated_elsewhere(cm.engine, dep.hardware.name) + server_note(cm.engine) + \
         inert_server_fields(cm.engine) + inert_serve(cm.engine) + newer_than_modelled(cm.engine) + \
         inert_attn_dp(cm.engine, dep) + inert_options(cfg, dep)
-    if cfg.mode == "overlap" and cm.engine.mode != "overlap" and cm.engine.name != "ideal":  # a what-if: said
-        notes.append(f"--mode overlap: {cm.engine.label} runs its operators one after another; this run prices it "
-                     f"with NanoFlow-style overlap of compute-, memory- and network-bound operators (a what-if)")
+    notes += overlap_what_if(cfg.mode, cm.engine)
     tree = PrefixTree(trace)
     total = trace.input_len + trace.output_len
     if total.max() > dep.model.max_position_embeddings:

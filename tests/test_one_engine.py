@@ -92,6 +92,10 @@ def test_overlap_mode_on_an_engine_that_does_not_overlap_is_said(tmp_path):
     assert "--mode overlap: vllm" in " ".join(r.output.split()) and "what-if" in r.output
     r = simulate(trace, "fcfs", tmp_path / "n", "--engine", "nanoflow", "--mode", "overlap")
     assert "--mode overlap:" not in r.output
+    # cost says it of one step as simulate does of a run
+    r = cli("cost", "--prefill-tokens", "100", "--engine", "vllm", "--mode", "overlap", "--json")
+    assert "--mode overlap: vllm" in r.stderr and "what-if" in r.stderr
+    assert "--mode overlap:" not in cli("cost", "--prefill-tokens", "100", "--engine", "vllm", "--json").stderr
 
 
 def test_a_report_says_where_its_policies_ran_on_different_scheduler_settings(tmp_path):
