@@ -30,7 +30,7 @@ SIDE_BY_SIDE = [
 # the latency table of online workloads (requests with arrival times); SLO columns when the trace has SLOs
 LATENCY = [
     ("group", "workload", "s"), ("label", "policy", "s"),
-    ("latency_mean_s", "lat. mean s", ",.2f"), ("latency_p50_s", "p50 s", ",.2f"), ("latency_p99_s", "p99 s", ",.2f"),
+    ("latency_mean_s", "lat. mean s", ",.3f"), ("latency_p50_s", "p50 s", ",.3f"), ("latency_p99_s", "p99 s", ",.3f"),
     ("ttft_mean_s", "TTFT s", ",.3f"), ("ttft_p99_s", "TTFT p99 s", ",.3f"), ("tbt_mean_s", "TBT ms", "ms"),
     ("slo_attainment", "SLO met", ".1%"), ("goodput_tok_s", "goodput", ",.0f"),
     ("throughput_tok_s", "tok/s", ",.0f"), ("makespan_s", "makespan s", ",.1f"),

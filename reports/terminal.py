@@ -159,8 +159,8 @@ def run_summary_lines(s: dict) -> list[str]:
              f"{s['steps']:,} steps"]
     online = is_online(s)
     if online:
-        lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p50 {s.get('latency_p50_s', math.nan):,.2f} s, "
-                     f"p99 {s['latency_p99_s']:,.2f} s; TTFT mean {s['ttft_mean_s']:,.3f} s, p99 "
+        lines.append(f"latency mean {s['latency_mean_s']:,.3f} s, p50 {s.get('latency_p50_s', math.nan):,.3f} s, "
+                     f"p99 {s['latency_p99_s']:,.3f} s; TTFT mean {s['ttft_mean_s']:,.3f} s, p99 "
                      f"{s['ttft_p99_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
     if "slo_attainment" in s:
         kinds = ", ".join(f"{k.upper()} {pct(s[f'{k}_slo_attainment'])}" for k in ("ttft", "tbt", "jct")
@@ -196,7 +196,7 @@ def run_summary_lines(s: dict) -> list[str]:
                      f"{s['kv_load_bytes'] / 1e9:,.1f} GB, offloaded {s['kv_offload_bytes'] / 1e9:,.1f} GB, "
                      f"load stall {s['kv_load_stall_s']:,.2f} s")
     if "latency_mean_s" in s and not online:  # offline runs with SLOs: latency after the throughput
-        lines.append(f"latency mean {s['latency_mean_s']:,.2f} s, p99 {s['latency_p99_s']:,.2f} s; TTFT mean "
+        lines.append(f"latency mean {s['latency_mean_s']:,.3f} s, p99 {s['latency_p99_s']:,.3f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
     return lines
 
