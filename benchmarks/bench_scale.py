@@ -3,11 +3,15 @@
     python benchmarks/bench_scale.py [--sizes 100000] [--workloads azure,blendserve] [--policies dfs,sarathi]
                                      [--data DIR] [--repeat 1] [--base PATH/TO/OTHER/blendsim] [--keep DIR]
 
-Two workloads, both on llama-3-8b / a100-80gb, every request at t=0:
+Three workloads, all on llama-3-8b / a100-80gb (the first two with every request at t=0):
 
 * ``azure``: the prompt and output lengths of ../shared/data/azure_llm_inference_2023_conv.csv (``--data``)
   repeated to the size, each request with a prompt of its own (no sharing: the issue's 1M measurement);
-* ``blendserve``: the BlendServe recipe at density 1.4 and sharing 0.35 (shared prefixes), seed 0.
+* ``blendserve``: the BlendServe recipe at density 1.4 and sharing 0.35 (shared prefixes), seed 0;
+* ``accelgen``: the AccelGen recipe (Alpaca + ShareGPT + BookCorpus prompts with TTFT/TBT/JCT SLOs, arrivals at its
+  default rate), seed 0, for the SLO-aware policies' own speed: ``--workloads accelgen --policies accelgen,fcfs
+  --sizes 2000,20000`` (accelgen's urgent scan popped every waiting long prompt each step, quadratic in them: 11 s
+  for 2,000 requests where fcfs takes 0.7 s).
 
 Each trace is written to a Parquet file first (synthesis is not timed), then every (workload, size, policy) runs
 as a whole ``blendsim simulate`` process: start-up, reading the trace, simulating and writing the run directory.
@@ -48,6 +52,7 @@ from _proc import timed  # noqa: E402 (benchmarks/_proc.py, beside this script)
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 AZURE_FILE = "azure_llm_inference_2023_conv.csv"
+WORKLOADS = ("azure", "blendserve", "accelgen")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -85,8 +90,12 @@ def make_trace(kind: str, n: int, data: Path, out: Path) -> Path:
         from blendsim.workloads.recipes import synthesize
 
         trace = synthesize("blendserve", density=1.4, sharing=0.35, requests=n).offline()
+    elif kind == "accelgen":
+        from blendsim.workloads.recipes import synthesize
+
+        trace = synthesize("accelgen", requests=n, seed=0)
     else:
-        sys.exit(f"--workloads: unknown workload {kind!r} (azure, blendserve)")
+        sys.exit(f"--workloads: unknown workload {kind!r} ({', '.join(WORKLOADS)})")
     write_trace(trace, out)
     return out
 
@@ -117,9 +126,9 @@ def main(argv=None) -> int:
     sizes = parse_sizes(a.sizes)
     kinds = [k.strip() for k in a.workloads.split(",") if k.strip()]
     policies = [p.strip() for p in a.policies.split(",") if p.strip()]
-    bad = [k for k in kinds if k not in ("azure", "blendserve")]
+    bad = [k for k in kinds if k not in WORKLOADS]
     if bad:
-        sys.exit(f"--workloads: unknown workload {bad[0]!r} (azure, blendserve)")
+        sys.exit(f"--workloads: unknown workload {bad[0]!r} ({', '.join(WORKLOADS)})")
     if "azure" in kinds and not (a.data / AZURE_FILE).is_file():
         sys.exit(f"{a.data / AZURE_FILE}: not found (pass --data DIR, the folder holding {AZURE_FILE})")
     exe = a.exe or shutil.which("blendsim") or sys.exit("blendsim is not installed (pip install -e .)")

@@ -33,6 +33,7 @@ from __future__ import annotations
 from blendsim.policies.accelgen.batching import chunk_len, new_blocks
 from blendsim.policies.accelgen.budget import clamp_budget, eq4_budget, eq4_chunk, eq6_budget, largest_fit
 from blendsim.policies.accelgen.params import MinBag, Params
+from blendsim.policies.accelgen.queue import LONG, RUNNING, SHORT
 from blendsim.policies.accelgen.select import SelectMixin
 from blendsim.policies.accelgen.slack import INF, Slack, SloBook, StepStats
 from blendsim.sim.batch import Batch
@@ -105,7 +106,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             self._reserve_decode(now)
         self._reserved = True
         left = False
-        if self.q._heap:
+        if self.q.has_entries():
             if self.prm.order == "slack":
                 self._urgent(now, chunks, seqs)
             left = self._select(now, chunks, seqs)
@@ -172,35 +173,78 @@ class AccelGenScheduler(SelectMixin, Scheduler):
 
     # ---- Alg. 1: urgent requests ------------------------------------------------------------
     def _urgent(self, now: float, chunks: list, seqs: list) -> None:
+        """Alg. 1's urgent candidates (T_r < T_max) in T_r order: each gets a chunk or is passed over.
+
+        The queue holds waiting long prompts apart (``queue.LONG``): while ERA holds them back (or the step
+        admits no one, ``_running_only``) every one of them fails its check, so the scan passes over them
+        without popping them, as the plain loop would one by one: ``skip[c]`` is the entry up to which class
+        ``c``'s entries were so passed over (left in place, as if popped and restored). A step's work is
+        then in the candidates that can run, not in the waiting long prompts (the scan was quadratic in
+        them). A chunk that preempts (a victim re-enters the queue) or a class no longer held back first pops
+        the entries passed over, so the scan goes on exactly as the plain loop."""
         limit = now + self.st.t_max * self.prm.urgent_factor
+        q = self.q
+        era = self.prm.era_urgent and self.prm.era != "off"
+        ro = self._running_only
         failed = []
-        while True:
-            e = self.q.pop(below=limit)
-            if e is None:
-                break
-            r = e[2]
-            if self._running_only and r not in self.running:
-                failed.append(e)
-                continue
-            row = self._row(r)
-            if row[4] and self.long_active and self.prm.era_urgent and self.prm.era != "off":
-                self._era_hit = True
-                failed.append(e)
-                continue
-            a_c = self._room(r, row[1])
-            if a_c <= 0:
-                failed.append(e)
-                if self._room(-1) <= 0:
-                    break  # the step is full
-                continue
-            # NOTE: T_r < 0 means its SLO is lost whatever runs now: it goes first, but preempts no one
-            above = e[0] - now if self.prm.urgent_preempt and e[0] >= now else None
-            if self._take(r, a_c, True, now, chunks, seqs, room_above=above):
-                self.counts["urgent"] += 1
-            else:
-                failed.append(e)
+        skip = [None, None]  # SHORT, LONG: entries before this one were passed over
+        pushes = q.pushes
+        q.log = log = set()
+        try:
+            while True:
+                held = (ro, ro or (era and bool(self.long_active)))
+                if q.pushes != pushes or (skip[0] is not None and not held[0]) or (skip[1] is not None
+                                                                                   and not held[1]):
+                    for c in (SHORT, LONG):
+                        if skip[c] is not None:
+                            failed.extend(q.pop_before(c, skip[c], log))
+                            skip[c] = None
+                    pushes = q.pushes
+                    log.clear()
+                e, ec = q.top(RUNNING), RUNNING
+                for c in (SHORT, LONG):
+                    if not held[c]:
+                        t = q.top(c)
+                        if t is not None and (e is None or t < e):
+                            e, ec = t, c
+                if e is not None and not e[0] < limit:
+                    e = None
+                if held[1] and not ro and not self._era_hit:
+                    # the waiting long prompts before e fail for ERA: the plain loop marked the step
+                    t = q.top(LONG)
+                    if t is not None and t[0] < limit and (e is None or t < e):
+                        self._era_hit = True
+                if e is None:
+                    break
+                for c in (SHORT, LONG):
+                    if held[c]:
+                        skip[c] = e
+                q.pop_top(ec)  # e: only entries passed over come before it
+                r = e[2]
+                if ro and r not in self.running:
+                    failed.append(e)
+                    continue
+                row = self._row(r)
+                if row[4] and self.long_active and era:
+                    self._era_hit = True
+                    failed.append(e)
+                    continue
+                a_c = self._room(r, row[1])
+                if a_c <= 0:
+                    failed.append(e)
+                    if self._room(-1) <= 0:
+                        break  # the step is full
+                    continue
+                # NOTE: T_r < 0 means its SLO is lost whatever runs now: it goes first, but preempts no one
+                above = e[0] - now if self.prm.urgent_preempt and e[0] >= now else None
+                if self._take(r, a_c, True, now, chunks, seqs, room_above=above):
+                    self.counts["urgent"] += 1
+                else:
+                    failed.append(e)
+        finally:
+            q.log = None
         for e in failed:
-            self.q.restore(e)
+            q.restore(e)
 
     # ---- placing a chunk ------------------------------------------------------------------
     def _take(self, r: int, n: int, chunkable: bool, now: float, chunks: list, seqs: list,
@@ -239,6 +283,7 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             return 0
         if new:
             self._commit_admission(s, now)
+            self.q.set_class(r, RUNNING)  # its entry, out of the queue now, goes back (if at all) as a running one's
         n = self._grow(s, n, now)
         if new:
             self.q.n_wait -= 1
@@ -360,7 +405,8 @@ class AccelGenScheduler(SelectMixin, Scheduler):
             key = self.book.arrival[r]
         else:
             key = self.slack.key(r, rem, g > 0, self.t_requeue.get(r, 0.0), self.n_chunks[r], max(g - 1, 0))
-        self.q.push(r, key, self.book.arrival[r])
+        cls = RUNNING if r in self.running else LONG if self.P[r] >= self.prm.long_prompt else SHORT
+        self.q.push(r, key, self.book.arrival[r], cls)
 
     def _tr(self, s, now: float) -> float:
         """T_r of a running request."""
