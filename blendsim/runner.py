@@ -7,6 +7,7 @@ cost model, and the metrics module turns the records into summary, step and requ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 from dataclasses import dataclass, field
@@ -499,12 +500,35 @@ def offline_routes(trace, cfg: RunConfig, with_order: bool = False) -> tuple:
     return (out, run.deployment.pp, order) if with_order else (out, run.deployment.pp)
 
 
+@contextlib.contextmanager
+def seeded_global_rngs(seed: int):
+    """Python's and numpy's global generators seeded from the run's seed while it runs, the caller's states given back
+    after: a policy or scheduler that draws from ``random`` or ``np.random`` without a seed of its own (instead of
+    ``self.ctx.seed``) gives the same run every time, and a caller's own random stream is not disturbed."""
+    import random
+
+    py, npy = random.getstate(), np.random.get_state()
+    random.seed(int(seed))
+    np.random.seed(int(seed) % 2**32)
+    try:
+        yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+
+
 def run_simulation(trace, cfg: RunConfig, progress=None, spill_dir=None) -> RunResult:
     """Simulate ``trace`` under ``cfg``. ``progress(finished_requests)`` is called now and then, and at the end.
 
     ``spill_dir``: a folder where the step logs write their rows as the run goes (a temporary folder inside it,
     removed with the result), so a long run's memory does not grow with its steps; the result's ``steps`` are
-    then read from there (``write_run`` streams them into steps.parquet). None: kept in memory."""
+    then read from there (``write_run`` streams them into steps.parquet). None: kept in memory. Python's and
+    numpy's global generators are seeded from ``cfg.seed`` for the run (:func:`seeded_global_rngs`)."""
+    with seeded_global_rngs(cfg.seed):
+        return _run_simulation(trace, cfg, progress, spill_dir)
+
+
+def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster
