@@ -789,3 +789,23 @@ def test_price_files_refuse_underscored_numbers_and_read_a_byte_order_mark(tmp_p
     else:
         with pytest.raises(UserError, match="is not a number"):
             read_prices(p)
+
+
+def test_a_deployment_whose_policy_fails_makes_plan_exit_2_and_the_api_warn(tmp_path, trace, monkeypatch):
+    from blendsim.workloads.trace import write_trace
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_text("import numpy as np\nimport blendsim\n\n\nclass HasNaN(blendsim.Policy):\n"
+                                     "    name = 'has-nan'\n\n    def rank(self):\n"
+                                     "        return np.full(self.ctx.trace.n, np.nan)\n")
+    path = write_trace(trace, tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["plan", str(path), "--deadline", "2h", "--hardware", "a100-80gb",
+                                       "--max-gpus", "1", "--engines", "vllm", "--policies", "dfs,bad.py:HasNaN",
+                                       "--no-fidelity", "-j", "1"])
+    assert r.exit_code == 2, r.output  # as sweep exits for a failed cell; the answer is still printed
+    assert "deployment(s) failed to simulate and are left out of the answer" in r.stderr
+    assert "Warning" not in r.stderr and "failed: " in r.stdout and "Pareto front" in r.stdout
+    with pytest.warns(UserWarning, match=r"1 deployment\(s\) failed to simulate .*HasNaN"):
+        a = blendsim.plan(path, deadline="2h", hardware="a100-80gb", max_gpus=1, engines="vllm",
+                          policies="dfs,bad.py:HasNaN", fidelity=False, jobs=1)
+    assert len(a["failures"]) == 1 and a["recommended"]["policy"] == "dfs"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import typer
@@ -63,7 +64,9 @@ def plan_cmd(
     narrowed = bool(hardware and engines and policies)
     bar = _Progress(tty, hint=not narrowed)
     try:
-        with bar:
+        with bar, warnings.catch_warnings():
+            # the failures line is said below, as an error: not again as a Python warning
+            warnings.filterwarnings("ignore", message=r"\d+ deployment\(s\) failed to simulate")
             answer = plan(trace, model, deadline, hardware=hardware, max_gpus=max_gpus, engines=engines,
                           policies=policies, weights=weights, kv_dtype=kv_dtype, max_tp=tp, max_pp=pp, max_ep=ep,
                           budget=budget, prices=prices, billing_hour=billing_hour, sample=sample, verify=verify,
@@ -85,6 +88,11 @@ def plan_cmd(
         typer.echo(json.dumps(_finite(answer), indent=2, sort_keys=True, allow_nan=False))
     else:
         print_answer(answer)
+    if answer["failures"]:  # a deployment that could not be simulated (a policy's error): exit 2, as sweep does
+        from blendsim.plan import failures_line
+
+        typer.echo(f"blendsim: error: {failures_line(answer, first=as_json)}", err=True)
+        raise typer.Exit(2)
     rec = answer.get("recommended") or {}
     if not (rec.get("meets_deadline") and rec.get("within_budget")):  # no deployment meets the job: exit 1, for scripts
         raise typer.Exit(1)

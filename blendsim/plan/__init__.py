@@ -223,10 +223,24 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
                           margin=margin)
     if out is not None:
         answer["report"] = str(write_report(answer, list(res.points.values()), Path(out)))
+    if answer["failures"]:  # the search left these out: its answer may not be the job's (the CLI exits 2)
+        import warnings
+
+        from blendsim.api import _user_stacklevel
+
+        warnings.warn(failures_line(answer), UserWarning, stacklevel=_user_stacklevel())
     return answer
 
 
-__all__ = ["margin_of", "parse_deadline", "parse_margin", "plan"]
+def failures_line(answer: dict, first: bool = True) -> str:
+    """One line for the deployments that failed to simulate (a policy's own error, most often): how many, and the
+    first (``first``; the CLI has listed them as ``failed:`` lines already)."""
+    f = answer["failures"]
+    return (f"{len(f)} deployment(s) failed to simulate and are left out of the answer"
+            + (f" (first: {f[0]['deployment']}: {f[0]['error']})" if first else " (the failed: lines above)"))
+
+
+__all__ = ["failures_line", "margin_of", "parse_deadline", "parse_margin", "plan"]
 
 
 class _CallablePlan(types.ModuleType):
