@@ -161,6 +161,12 @@ def check_run_config(cfg) -> None:
         keep(name, boolean(getattr(cfg, name), flag_of(name)))
     keep("seed", integer(cfg.seed, "--seed", 0, MAX_SEED))
     keep("kv_capacity_override", integer(cfg.kv_capacity_override, "kv_capacity_override", 0))
+    # KV tiers: numbers, not a string or True (a bool would be a 1 GB tier); sizes and ranges checked in sim.kv_tiers
+    for name in ("host_kv_gb", "disk_kv_gb"):
+        keep(name, optional(number, getattr(cfg, name), flag_of(name), 0.0))
+    for name in ("host_link_gbps", "disk_read_gbps", "disk_write_gbps"):
+        keep(name, optional(number, getattr(cfg, name), flag_of(name), 0.0, lo_open=True))
+    optional(text, cfg.kv_load, flag_of("kv_load"))
     if not isinstance(cfg.options, dict) or not all(isinstance(k, str) for k in cfg.options):
         raise UserError(f"--opt (options) must be a dict of option name -> value, got {describe(cfg.options)}")
 

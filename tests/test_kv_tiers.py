@@ -297,14 +297,14 @@ def test_every_engine_profile_cites_its_kv_load():
 
 
 @pytest.mark.parametrize("kw, needle", [
-    ({"host_kv_gb": -1}, "--host-kv-gb must be a finite number of GB >= 0"),
-    ({"host_kv_gb": math.nan}, "--host-kv-gb must be a finite number of GB >= 0"),
-    ({"disk_kv_gb": math.inf}, "--disk-kv-gb must be a finite number of GB >= 0"),
+    ({"host_kv_gb": -1}, "--host-kv-gb must be a finite number >= 0"),
+    ({"host_kv_gb": math.nan}, "--host-kv-gb must be a finite number >= 0"),
+    ({"disk_kv_gb": math.inf}, "--disk-kv-gb must be a finite number >= 0"),
     ({"host_kv_gb": 5000}, "more than a100-80gb's host memory per node"),
     ({"disk_kv_gb": 9000}, "more than a100-80gb's local NVMe per node"),
     ({"host_kv_gb": 1, "kv_load": "sometimes"}, "--kv-load must be one of stall, overlap"),
-    ({"host_kv_gb": 1, "host_link_gbps": 0}, "--host-link-gbps must be a finite number of GB/s > 0"),
-    ({"disk_kv_gb": 1, "disk_read_gbps": math.nan}, "--disk-read-gbps must be a finite number of GB/s > 0"),
+    ({"host_kv_gb": 1, "host_link_gbps": 0}, "--host-link-gbps must be a finite number > 0"),
+    ({"disk_kv_gb": 1, "disk_read_gbps": math.nan}, "--disk-read-gbps must be a finite number > 0"),
 ])
 def test_bad_tier_values_are_refused(kw, needle):
     trace = _evict_and_rehit()

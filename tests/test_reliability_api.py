@@ -61,6 +61,12 @@ CASES = {
     "simulate progress=5": (lambda t, r: blendsim.simulate(t, progress=5, **TINY), "progress"),
     "simulate replicas=10**9": (lambda t, r: blendsim.simulate(t, replicas=10**9, **TINY), "--replicas must be <= 4,096"),
     "simulate trace=5": (lambda t, r: blendsim.simulate(5, **TINY), "trace: expected"),
+    # a KV tier's size or link is a number: True would be a 1 GB tier, '64' a string taken as one
+    "simulate host_kv_gb=True": (lambda t, r: blendsim.simulate(t, host_kv_gb=True, **TINY),
+                                 "--host-kv-gb must be a finite number >= 0, got True (bool)"),
+    "simulate disk_kv_gb='10'": (lambda t, r: blendsim.simulate(t, disk_kv_gb="10", **TINY), "--disk-kv-gb"),
+    "simulate host_link_gbps='20'": (lambda t, r: blendsim.simulate(t, host_link_gbps="20", **TINY),
+                                     "--host-link-gbps must be a finite number > 0"),
     "cost prefill_tokens='x'": (lambda t, r: blendsim.cost(prefill_tokens="x"), "--prefill-tokens"),
     "cost prefill_tokens=nan": (lambda t, r: blendsim.cost(prefill_tokens=NAN), "--prefill-tokens"),
     "cost prefill_tokens=inf": (lambda t, r: blendsim.cost(prefill_tokens=INF), "--prefill-tokens"),
