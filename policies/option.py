@@ -76,6 +76,12 @@ def _coerce(key: str, value, default):
         if not math.isfinite(v) and not (math.isinf(v) and math.isinf(default) and (v > 0) == (default > 0)):
             raise UserError(f"option {key}: expected a finite number, got {value!r}")
         return v
+    if isinstance(default, str):  # as the command line gives it: text (a number as its digits, "3" for 3)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+            return str(value)
+        raise UserError(f"option {key}: expected text, got {value!r}")
     return value
 
 

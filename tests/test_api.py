@@ -367,6 +367,10 @@ def test_policies_shows_a_users_own_policy_file(tmp_path):
     ("heavier_first", -1, "option heavier_first: expected true/false, got -1"),
     ("sample", True, "option sample: expected a number, got True"),
     ("sample", None, "option sample: expected a number, got None"),
+    # a text option takes text (a number as the command line would give its digits), not None, a list or a switch
+    ("warmup", None, "option warmup: expected text, got None"),
+    ("warmup", ["barrier"], "option warmup: expected text, got ['barrier']"),
+    ("warmup", True, "option warmup: expected text, got True"),
 ])
 def test_options_from_python_are_checked_as_the_command_line_checks_them(trace_file, opt, value, msg):
     """A switch takes True or False (or the command line's words), a number no bool: bool(1.5) and int(True)
