@@ -150,7 +150,8 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
         base["prefix_caching"] = True
         notes.append(f"{who}: prefix_caching on (the policy orders for prefix reuse) over {prof.label}'s off")
     elif not base["prefix_caching"] and cfg.prefix_caching is None and "prefix_caching" in prof.scheduler:
-        notes.append(f"{prof.label}: prefix_caching off (engine): {who} reuses no cached prefix")
+        notes.append(f"{prof.label}: prefix_caching off (engine): {who} reuses no cached prefix (--prefix-cache, "
+                     f"or prefix_caching=True from Python, turns it on)")
     for k in ENGINE_FIELDS:
         v = getattr(cfg, k)
         if v is not None:

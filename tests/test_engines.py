@@ -87,7 +87,8 @@ def test_policy_settings_apply_over_the_engines_and_are_printed():
     assert eng.prefix_caching and "dfs: prefix_caching on (the policy orders for prefix reuse) over trtllm's off" in notes
     # ... others are told what the engine changes
     eng, notes = scheduler_settings(RunConfig(policy="fcfs", engine="trtllm"), get_policy("fcfs"))
-    assert not eng.prefix_caching and notes == ["trtllm: prefix_caching off (engine): fcfs reuses no cached prefix"]
+    assert not eng.prefix_caching and notes == ["trtllm: prefix_caching off (engine): fcfs reuses no cached prefix (--prefix-cache, or "
+                                                 "prefix_caching=True from Python, turns it on)"]
     # and turning it off by hand is refused in one line
     for p in ("dfs", "blendserve", "batchllm", "e2"):
         with pytest.raises(UserError, match=f"policy {p} orders requests for prefix reuse"):

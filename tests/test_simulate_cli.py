@@ -54,6 +54,15 @@ def test_cache_flags_reach_the_engine_and_the_summary(trace_file, tmp_path):
     assert (runs["no-retain"]["prefix_caching"], runs["no-retain"]["prefix_retain"]) == (True, False)
     assert runs["off"]["prefix_caching"] is False
     assert runs["off"]["cached_tokens"] == 0
+    # an engine that runs without it (vLLM 0.6's default) takes --prefix-cache, as its --enable-prefix-caching
+    said = {}
+    for name, flags in (("v06", []), ("v06-on", ["--prefix-cache"])):
+        r = invoke("simulate", trace_file, "--model", "llama-3-8b", "--engine", "vllm@0.6", "-o", tmp_path / name,
+                   "--json", *flags)
+        assert r.exit_code == 0, r.output
+        runs[name], said[name] = json.loads(r.stdout), r.stderr
+    assert runs["v06"]["prefix_caching"] is False and "(--prefix-cache, or prefix_caching=True" in said["v06"]
+    assert runs["v06-on"]["prefix_caching"] is True and "prefix_caching off" not in said["v06-on"]
 
 
 def test_offline_runs_have_no_latency_keys(trace_file, tmp_path):
