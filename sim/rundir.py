@@ -93,10 +93,11 @@ def check_run_dir(run_dir: str | Path, trace_sha256: str | None = None, force: b
         if trace_object:
             if old:
                 raise UserError(f"{d}: holds a run of a trace file (sha256 {old[:12]}...) and this run's trace is a "
-                                f"Trace object; choose another folder, or force=True to replace it")
+                                f"Trace object; choose another folder, or replace it (--force; force=True from Python)")
         elif old != trace_sha256:
             which = "another trace" if old else "a trace it does not record"
-            raise UserError(f"{d}: holds a run of {which}; choose another -o, or --force to replace it")
+            raise UserError(f"{d}: holds a run of {which}; choose another folder, or replace it (--force; force=True "
+                            f"from Python)")
     return d
 
 

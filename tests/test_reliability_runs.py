@@ -173,7 +173,8 @@ def test_simulate_refuses_to_replace_a_run_of_another_trace(tmp_path):
     assert invoke("simulate", a, "--policy", "dfs", *common).exit_code == 0  # same trace: a rerun
     r = invoke("simulate", b, *common)
     assert r.exit_code == 2 and r.output.strip() == (f"blendsim: error: {run}: holds a run of another trace; "
-                                                     "choose another -o, or --force to replace it")
+                                                     "choose another folder, or replace it (--force; force=True "
+                                                     "from Python)")
     assert strict_json(run / "summary.json")["n_requests"] == 2  # untouched
     r = invoke("simulate", b, *common, "--force")
     assert r.exit_code == 0 and strict_json(run / "summary.json")["n_requests"] == 1
