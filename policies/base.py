@@ -21,6 +21,7 @@ the ``blendsim.policies`` entry-point group (name = the policy's name, value = `
 from __future__ import annotations
 
 import inspect
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,8 +262,13 @@ def _rank_problem(out, n: int) -> str | None:
 
 
 def _check_scheduler(policy, out) -> str | None:
+    """A user's ``make_scheduler`` result: a Scheduler, whose class's own hooks are then guarded as a
+    ``scheduler_cls`` is (once per class: the scheduler of each replica is of the same class)."""
     if not isinstance(out, Scheduler):
         return f"returned {_plugins.describe(out)}; it must return a blendsim.sim.scheduler.Scheduler"
+    cls = type(out)
+    if cls not in _GUARDED_SCHEDULERS:
+        guard_scheduler(cls)
     return None
 
 
@@ -394,10 +400,14 @@ _SCHEDULER_RESULTS = {"next_candidate": _check_candidate, "pick_victim": _check_
                       "max_hit_blocks": _check_blocks, "max_insert_blocks": _check_blocks}
 
 
+# Scheduler classes guard_scheduler has seen (weakly held: a class made inside make_scheduler goes with its run)
+_GUARDED_SCHEDULERS: weakref.WeakSet = weakref.WeakSet()
+
+
 def guard_scheduler(sched: type) -> None:
     """A user's Scheduler subclass: every method it defines (its hooks) ends in one line naming the user's file
     and line when it raises or when a hook the engine reads returns something unusable, as a policy's methods do
-    (the built-in Scheduler's own methods stay as they are)."""
+    (the built-in Scheduler's own methods stay as they are, and so do the classes of blendsim's own policies)."""
     for klass in sched.__mro__:
         if klass is Scheduler or not _plugins.is_users(klass):
             continue
@@ -405,6 +415,7 @@ def guard_scheduler(sched: type) -> None:
             if inspect.isfunction(fn) and not getattr(fn, "__blendsim_guarded__", False):
                 setattr(klass, name, _plugins.guard(lambda obj: f"scheduler {type(obj).__qualname__}", name, fn,
                                                     _SCHEDULER_RESULTS.get(name)))
+    _GUARDED_SCHEDULERS.add(sched)
 
 
 def option_records(policy) -> dict[str, Option]:

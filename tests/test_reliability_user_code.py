@@ -190,6 +190,66 @@ def test_a_scheduler_hook_returning_something_unusable_is_one_line(tmp_path, tra
     assert not (tmp_path / "run").exists()
 
 
+# the documented way to bring a scheduler, make_scheduler, is guarded as scheduler_cls is (review E, F1): its
+# class at module level, or a class made inside make_scheduler
+HOOKS = {
+    "next_candidate float": (["def next_candidate(self):", "    c = self.waiting.peek()",
+                              "    return None if c is None else float(c)"],
+                             "next_candidate() returned float 0.0: expected a waiting request's index (0..11)"),
+    "on_admit raises": (["def on_admit(self, s, now):", "    raise RuntimeError('my on_admit broke')  # BOOM"],
+                        "on_admit() raised RuntimeError: my on_admit broke"),
+    "max_hit_blocks negative": (["def max_hit_blocks(self, req):", "    return -1"],
+                                "max_hit_blocks() returned int -1: expected a block count >= 0"),
+}
+MAKE = "def make_scheduler(self, replica, **kw):"
+NEW_S = "return S(queue=WaitQueue(self._rank), replica=replica, **kw)"
+
+
+def _made_scheduler_policy(tmp_path, how: str, hook: str):
+    body = HOOKS[hook][0]
+    lines = ["from blendsim.sim.seq import WaitQueue", "", ""]
+    if how == "module class":
+        lines += ["class S(Scheduler):", *("    " + b for b in body), "", "",
+                  "class P(blendsim.Policy):", "    " + MAKE, "        " + NEW_S]
+    else:
+        lines += ["class P(blendsim.Policy):", "    " + MAKE, "        class S(Scheduler):",
+                  *("            " + b for b in body), "        " + NEW_S]
+    return policy_file(tmp_path, "\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("how", ["module class", "class made in make_scheduler"])
+@pytest.mark.parametrize("hook", list(HOOKS))
+def test_a_scheduler_from_make_scheduler_is_guarded_as_scheduler_cls_is(tmp_path, trace_file, how, hook):
+    src = _made_scheduler_policy(tmp_path, how, hook)
+    needle = HOOKS[hook][1]
+    want = line_of(src, "BOOM") if "raised" in needle else line_of(src, HOOKS[hook][0][0])
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY)
+    assert "scheduler " in one_line_error(r, needle, f"{src}, line {want}")
+    assert not (tmp_path / "run").exists()
+    # the API: a BlendsimError (not the TypeError or RuntimeError from inside the engine), the cause kept
+    with pytest.raises(blendsim.BlendsimError, match=needle.split(":")[0].replace("(", r"\(").replace(")", r"\)")):
+        blendsim.simulate(trace_file, policy=f"{src}:P", model="tiny", hardware="cpu")
+
+
+def test_a_made_scheduler_s_class_is_guarded_once_and_builtin_schedulers_are_not():
+    from blendsim.policies import base
+    from blendsim.policies.accelgen.scheduler import AccelGenScheduler
+    from blendsim.sim.scheduler import Scheduler
+
+    class S(Scheduler):
+        def next_candidate(self):
+            return self.waiting.peek()
+
+    S.__module__ = "users_policy"
+    assert base._check_scheduler(None, S.__new__(S)) is None
+    wrapped = S.__dict__["next_candidate"]
+    assert wrapped.__blendsim_guarded__ and S in base._GUARDED_SCHEDULERS
+    assert base._check_scheduler(None, S.__new__(S)) is None and S.__dict__["next_candidate"] is wrapped
+    own = dict(vars(AccelGenScheduler))
+    base.guard_scheduler(AccelGenScheduler)
+    assert dict(vars(AccelGenScheduler)) == own  # blendsim's own schedulers stay as they are
+
+
 def test_a_victim_must_be_one_of_the_running_sequences():
     from types import SimpleNamespace
 
