@@ -137,7 +137,10 @@ class Router(ABC):
 
     name: ClassVar[str] = "router"
 
-    def __init__(self, ctx: PolicyContext, replicas: list):
+    def __init__(self, ctx: PolicyContext, replicas: list | None = None):
+        if replicas is None:  # MyRouter(replicas): the list taken for the context, the replicas missing
+            raise TypeError(f"{type(self).__qualname__}(...) takes the policy's context and the replicas: "
+                            f"return {type(self).__name__}(self.ctx, replicas) from make_router")
         self.ctx = ctx
         self.replicas = replicas  # sim.engine.Replica objects (read their schedulers' state)
 
@@ -221,7 +224,18 @@ class Policy:
         return get_router(self.router)(self.ctx, replicas)
 
     def make_scheduler(self, replica: int, **kw) -> Scheduler:
+        """Replica ``replica``'s scheduler: ``scheduler_cls(queue=self.wait_queue(), replica=replica, **kw)``, where
+        ``kw`` is the engine's keywords: ``kv``, ``cfg``, ``prompt_len``, ``output_len``, ``records``, ``record``
+        and ``output_hint`` (see ``blendsim.sim.scheduler.Scheduler``). An override passes them on."""
         return self.scheduler_cls(queue=WaitQueue(self._rank), replica=replica, **kw)
+
+    def wait_queue(self) -> WaitQueue:
+        """A new waiting queue in this policy's ``rank()`` order, for the ``queue`` keyword of the scheduler
+        that :meth:`make_scheduler` builds (one per replica: each replica's waiting requests are its own)."""
+        if not hasattr(self, "_rank"):
+            raise UserError(f"{_owner(self)}: wait_queue() is for make_scheduler(): the ranks it orders by are "
+                            "known only after prepare() and rank()")
+        return WaitQueue(self._rank)
 
     def summary_extra(self) -> dict:
         """Policy-specific figures for summary.json (deterministic values only)."""

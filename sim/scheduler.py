@@ -36,6 +36,25 @@ UNLIMITED = 1 << 62
 
 
 class Scheduler:
+    """One replica's scheduler: the engine calls ``schedule(now)`` for each step's Batch and ``update(batch, now)``
+    after it ran.
+
+    Built with keywords only: ``queue`` (the waiting requests: a ``WaitQueue``, from a policy's
+    ``self.wait_queue()``), ``replica`` (its index) and what the engine passes to ``Policy.make_scheduler`` as
+    ``**kw``: ``kv`` (the replica's ``KVCache``), ``cfg`` (the ``EngineConfig`` in force), ``prompt_len`` and
+    ``output_len`` (per request, lists), ``records`` (``RequestRecords``), ``record`` (whether the schedule is
+    recorded) and ``output_hint`` (per request, or None). A subclass that adds keywords of its own takes
+    ``**kw`` and calls ``super().__init__(**kw)``.
+
+    A policy's hooks, each with the default rule: ``next_candidate()`` (the waiting request to admit next, an index
+    or None: the queue's head), ``take_candidate(req)`` (it was admitted: remove it from the queue),
+    ``pick_victim()`` (the running ``Seq`` to preempt when KV runs out, or None: the newest),
+    ``on_admit(s, now)`` and ``on_finish(s, now)`` (nothing), ``requeue(req)`` (a new or preempted request
+    waits: pushed on the queue), ``max_hit_blocks(req)`` and ``max_insert_blocks(s)`` (prefix-cache blocks
+    a request may reuse or add: no limit) and ``free_held(now)``. State to read: ``running`` (request ->
+    ``Seq``, in admission order), ``waiting`` (the queue), ``P`` and ``Dlen`` (prompt and output lengths), ``kv``.
+    """
+
     fast_forward_ok = True  # False for policies whose decisions depend on the clock
     ASYNC_LOADS = True  # False for policies that admit through a path of their own (see self.loading)
 
@@ -232,10 +251,10 @@ class Scheduler:
         return False
 
     def on_admit(self, s: Seq, now: float) -> None:
-        pass
+        """``s`` was admitted at ``now``, into the step being formed (it holds its cached prefix)."""
 
     def on_finish(self, s: Seq, now: float) -> None:
-        pass
+        """``s`` finished in the step that ended at ``now`` (its KV is freed)."""
 
     def requeue(self, req: int) -> None:
         """A request (new, or preempted) goes to waiting."""

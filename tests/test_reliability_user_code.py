@@ -360,3 +360,55 @@ def test_a_policy_defined_in_a_notebook_runs_and_records_its_code(module, monkey
     s2 = blendsim.simulate(trace, again["Reverse"], model="tiny", hardware="cpu").summary
     assert s2["policy_source"] == s["policy_source"]  # the same code records the same digest
     assert s2["makespan_s"] == s["makespan_s"]
+
+
+# ---- building a scheduler or a router as the docs say (review E, F3) ------------------------------------------
+def test_a_router_given_only_the_replicas_says_how_to_build_it(tmp_path, trace_file):
+    src = policy_file(tmp_path, """\
+        class R(blendsim.Router):
+            def route(self, req, now):
+                return 0
+
+
+        class P(blendsim.Policy):
+            def make_router(self, replicas):
+                return R(replicas)  # BOOM
+        """)
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", "--replicas", "2", *TINY)
+    one_line_error(r, "make_router() raised TypeError: R(...) takes the policy's context and the replicas: "
+                      "return R(self.ctx, replicas) from make_router", f"{src}, line {line_of(src, 'BOOM')}")
+
+
+def test_wait_queue_gives_each_scheduler_a_queue_in_rank_order(tmp_path, trace_file):
+    src = policy_file(tmp_path, """\
+        class P(blendsim.Policy):
+            def rank(self):
+                return -np.arange(self.ctx.trace.n)  # the last request first
+
+            def make_scheduler(self, replica, **kw):
+                return Scheduler(queue=self.wait_queue(), replica=replica, **kw)
+
+
+        class Early(blendsim.Policy):
+            def prepare(self):
+                self.wait_queue()
+        """)
+    common = {"model": "tiny", "hardware": "cpu", "max_seqs": 1, "replicas": 2}
+    mine = blendsim.simulate(trace_file, policy=f"{src}:P", **common)
+    first = mine.requests.sort_values("admit_s", kind="stable")["id"].astype(int).tolist()[:2]
+    assert sorted(first) == [10, 11]  # each replica starts with the highest-ranked request it was given
+    with pytest.raises(blendsim.BlendsimError, match=r"policy Early: wait_queue\(\) is for make_scheduler\(\)"):
+        blendsim.simulate(trace_file, policy=f"{src}:Early", **common)
+
+
+def test_the_compiled_scheduler_keeps_its_docs():
+    import inspect
+
+    from blendsim.sim.scheduler import Scheduler
+
+    doc = inspect.getdoc(Scheduler)
+    for word in ("queue", "replica", "kv", "cfg", "prompt_len", "output_len", "records", "record", "output_hint",
+                 "self.wait_queue()", "pick_victim"):
+        assert f"``{word}" in doc, word
+    assert all(inspect.getdoc(getattr(Scheduler, h)) for h in ("next_candidate", "take_candidate", "pick_victim",
+                                                               "on_admit", "on_finish", "requeue"))
