@@ -12,13 +12,13 @@ are the base classes that implement it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass, field
 from typing import Protocol, runtime_checkable
 
 
-@dataclass
+@dataclass(frozen=True)
 class PolicyContext:
-    """What a policy may look at (all read-only)."""
+    """What a policy may look at (all read-only: a policy keeps what it computes on itself, ``self.x = ...``)."""
 
     trace: object  # workloads.trace.Trace
     tree: object  # sim.prefix_tree.PrefixTree of the trace
@@ -30,6 +30,16 @@ class PolicyContext:
     options: dict = field(default_factory=dict)  # policy-specific --opt key=value settings
     num_blocks: int = 0  # KV blocks per replica
     tiers: object = None  # sim.kv_tiers.TierSpec: host/disk KV tiers per replica, or None (GPU only)
+
+
+def _read_only(self, name, value=None) -> None:
+    raise FrozenInstanceError(f"ctx.{name} is read-only: a policy cannot change its context (keep values of "
+                              f"your own on the policy: self.{name} = ...)")
+
+
+# frozen: setting or deleting a field raises, and says what to do instead (the policy's guard adds its file and line)
+PolicyContext.__setattr__ = _read_only
+PolicyContext.__delattr__ = _read_only
 
 
 @runtime_checkable

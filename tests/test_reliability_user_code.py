@@ -412,3 +412,32 @@ def test_the_compiled_scheduler_keeps_its_docs():
         assert f"``{word}" in doc, word
     assert all(inspect.getdoc(getattr(Scheduler, h)) for h in ("next_candidate", "take_candidate", "pick_victim",
                                                                "on_admit", "on_finish", "requeue"))
+
+
+# ---- the policy's context is read-only (review E, F9) ------------------------------------------------------------
+@pytest.mark.parametrize(("stmt", "field"), [
+    ("self.ctx.trace = None", "trace"),  # was: an AttributeError traceback from rank()
+    ("self.ctx.engine = None", "engine"),  # was: silently ignored
+    ("self.ctx.replicas = 7", "replicas"),
+    ("del self.ctx.seed", "seed"),
+])
+def test_reassigning_the_context_is_one_line(tmp_path, trace_file, stmt, field):
+    src = policy_file(tmp_path, f"class P(blendsim.Policy):\n    def prepare(self):\n        {stmt}  # BOOM\n")
+    r = invoke("simulate", trace_file, "-p", f"{src}:P", "-o", tmp_path / "run", *TINY)
+    err = one_line_error(r, f"policy P: prepare() raised FrozenInstanceError: ctx.{field} is read-only",
+                         f"{src}, line {line_of(src, 'BOOM')}")
+    assert "self." in err
+    with pytest.raises(blendsim.BlendsimError, match=f"ctx.{field} is read-only"):
+        blendsim.simulate(trace_file, policy=f"{src}:P", model="tiny", hardware="cpu")
+
+
+def test_the_context_is_built_with_its_fields_and_refuses_changes():
+    import dataclasses
+
+    from blendsim.sim.policy import PolicyContext
+
+    ctx = PolicyContext(trace=None, tree=None, deployment=None, cost_model=None, engine=None, options={"a": 1})
+    assert ctx.replicas == 1 and ctx.options == {"a": 1}
+    with pytest.raises(dataclasses.FrozenInstanceError, match="ctx.seed is read-only"):
+        ctx.seed = 3
+    assert dataclasses.replace(ctx, seed=3).seed == 3 and ctx.seed == 0
