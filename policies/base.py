@@ -372,6 +372,7 @@ def check_policy_class(cls: type) -> None:
     hints = typing.get_type_hints(EngineConfig)
     for k, v in ed.items():  # each value as the same setting given to simulate is checked ("no" is no switch)
         by_type(v, hints[k], f"{where}: engine_defaults[{k!r}]")
+        _engine_default_in_range(k, v, f"{where}: engine_defaults[{k!r}]")
     opts = cls.options
     if not isinstance(opts, dict):
         raise UserError(f"{where}: options must be a dict of name -> (default, help), got {_plugins.describe(opts)}")
@@ -385,6 +386,22 @@ def check_policy_class(cls: type) -> None:
     if not (isinstance(cls.scheduler_cls, type) and issubclass(cls.scheduler_cls, Scheduler)):
         raise UserError(f"{where}: scheduler_cls must be a subclass of blendsim.sim.scheduler.Scheduler")
     guard_scheduler(cls.scheduler_cls)
+
+
+def _engine_default_in_range(key: str, value, label: str) -> None:
+    """One ``engine_defaults`` value within the range the engine takes (EngineConfig's own checks, and the
+    deployment's for gpu_memory_utilization), refused as the policy's, not as a flag the user never gave."""
+    from blendsim.sim.checks import number
+    from blendsim.sim.seq import EngineConfig
+
+    if key == "gpu_memory_utilization":
+        number(value, label, 0.0, 1.0, lo_open=True)
+        return
+    try:
+        EngineConfig(**{key: value})
+    except UserError as e:  # "--token-budget must be >= 1, got -5": the same, said of the policy's setting
+        text = str(e)
+        raise UserError(label + (text[text.index(" must "):] if " must " in text else f": {text}")) from None
 
 
 def _is_index(x) -> bool:

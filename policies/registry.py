@@ -6,6 +6,7 @@ It sits apart from ``policies.base`` because it imports every policy module by n
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 
@@ -32,16 +33,14 @@ def resolve_policy(spec) -> PolicyRef:
         _name_after_class(spec)
         check_policy_class(spec)
         _discover()
-        taken = _base._REGISTRY.get(spec.name)
-        if taken is not None and taken is not spec:  # runs and reports would take it for the built-in
-            raise UserError(f"policy {spec.__qualname__}: its name {spec.name!r} is a registered policy's "
-                            f"({taken.__module__}.{taken.__qualname__}); give your class a name of its own")
+        _name_is_its_own(spec)
         return PolicyRef(spec, spec.name, *_class_source(spec))
     spec = str(spec).strip()
     if _plugins.is_file_spec(spec):
         cls, path, digest = _plugins.load_file(spec, Policy)
         _name_after_class(cls)
         check_policy_class(cls)
+        _name_is_its_own(cls, f" ({path})")
         return PolicyRef(cls, spec, str(path), digest)
     _discover()  # every built-in policy and router registered (cheap after the first call)
     if spec in _base._REGISTRY:
@@ -54,7 +53,31 @@ def resolve_policy(spec) -> PolicyRef:
     if "name" not in cls.__dict__:
         cls.name = spec
     check_policy_class(cls)
+    _name_is_its_own(cls, f" (entry point {ep.value})")
     return PolicyRef(cls, spec, _plugins.entry_point_source(ep), _class_source(cls)[1])
+
+
+def _name_is_its_own(cls: type, where: str = "") -> None:
+    """A user's class (given as a class or a file) may not carry a registered policy's name, as an entry point may
+    not: runs and reports (summary.json's ``policy_name``, a sweep's rows) would take it for blendsim's own."""
+    if cls.name not in _base._REGISTRY and cls.name not in _own_names():
+        return  # no built-in's name: the policy modules stay unimported (a file policy's run imports none of them)
+    _discover()
+    taken = _base._REGISTRY.get(cls.name)
+    if taken is not None and taken is not cls:
+        raise UserError(f"policy {cls.__qualname__}{where}: its name {cls.name!r} is a registered policy's "
+                        f"({taken.__module__}.{taken.__qualname__}); give your class a name of its own")
+
+
+@functools.cache
+def _own_names() -> frozenset:
+    """The names this package's policy modules register, read from their source (``@register("name")``) without
+    importing them; :func:`_discover` imports them where a name is one of these."""
+    import re
+    from pathlib import Path
+
+    pattern = re.compile(r"""^@register\(\s*["']([^"']+)["']""", re.M)
+    return frozenset(m.group(1) for f in Path(_base.__file__).parent.rglob("*.py") for m in pattern.finditer(f.read_text()))
 
 
 def get_policy(spec) -> type:

@@ -15,6 +15,7 @@ stats`` (:func:`print_trace_stats`), the demo (:func:`print_demo_table`) and ``s
 from __future__ import annotations
 
 import math
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -263,9 +264,9 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
     if cls.paper:
         say(c, f"source: {cls.paper}", 2)
     eng = ", ".join(f"{k}={v}" for k, v in cls.engine_defaults.items())
-    say(c, "scheduler: " + (f"{eng} (over the engine's)" if eng else "the engine's defaults")
+    say(c, "scheduler: " + _own_scheduler(cls) + (f"{eng} (over the engine's)" if eng else "the engine's defaults")
         + ("; turns prefix caching on" if cls.needs_prefix_caching else "")
-        + f"; router: {cls.router}", 2)
+        + f"; router: {_own_router(cls)}", 2)
     if not cls.options:
         say(c, "options: none", 2)
         return
@@ -280,6 +281,32 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
         say(c, f"source: {o.source or '–'}", 6)
     say(c, "Sources: the paper's section or algorithm; the public code's behaviour where it differs (offered as "
            "an option); ours where the paper is silent.", 0)
+
+
+def _own_scheduler(cls) -> str:
+    """How a policy's scheduler differs from the engine's default one (``blendsim policies NAME``), as a prefix."""
+    from blendsim.policies.base import Policy
+    from blendsim.sim.scheduler import Scheduler
+
+    if cls.scheduler_cls is not Scheduler:
+        return f"its own, {cls.scheduler_cls.__qualname__} (scheduler_cls), with "
+    if cls.make_scheduler is not Policy.make_scheduler:
+        try:  # the class make_scheduler says it returns, where it says so
+            ret = typing.get_type_hints(cls.make_scheduler).get("return")
+        except Exception:  # an annotation that does not resolve: none
+            ret = None
+        if isinstance(ret, type) and issubclass(ret, Scheduler) and ret is not Scheduler:
+            return f"its own, {ret.__qualname__} (make_scheduler), with "
+        return "its own (make_scheduler), with "
+    return ""
+
+
+def _own_router(cls) -> str:
+    from blendsim.policies.base import Policy
+
+    if cls.make_router is not Policy.make_router and cls.router == Policy.router:
+        return "its own (make_router)"
+    return cls.router
 
 
 def _default(v) -> str:

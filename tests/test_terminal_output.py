@@ -213,3 +213,24 @@ def test_null_bounds_print_as_a_dash(summaries):
     s = {**summaries["offline"], "compute_density": None, "frac_of_opt": None}
     out = render(TT.print_run_summary, 80, s)
     assert "compute density unbounded" in flat(out) and "– of T_o" in flat(out)
+
+
+def test_policies_name_says_when_a_policy_brings_its_own_scheduler_or_router(tmp_path):
+    """Review E, F10: a policy with its own Scheduler subclass was described as using "the engine's defaults"."""
+    src = tmp_path / "mine.py"
+    src.write_text("import blendsim\nfrom blendsim.sim.scheduler import Scheduler\n\n\n"
+                   "class Oldest(Scheduler):\n    def pick_victim(self):\n        return next(iter(self.running.values()), None)\n\n\n"
+                   "class ByAttr(blendsim.Policy):\n    scheduler_cls = Oldest\n\n\n"
+                   "class ByMake(blendsim.Policy):\n    engine_defaults = {'max_seqs': 8}\n\n"
+                   "    def make_scheduler(self, replica, **kw):\n"
+                   "        return Oldest(queue=self.wait_queue(), replica=replica, **kw)\n\n\n"
+                   "class R(blendsim.Router):\n    def route(self, req, now):\n        return 0\n\n\n"
+                   "class ByRouter(blendsim.Policy):\n    def make_router(self, replicas):\n        return R(self.ctx, replicas)\n")
+    line = {k: flat(render(TT.print_policies, 200, f"{src}:{k}")) for k in ("ByAttr", "ByMake", "ByRouter")}
+    assert "scheduler: its own, Oldest (scheduler_cls), with the engine's defaults; router: round-robin" in line["ByAttr"]
+    assert "scheduler: its own (make_scheduler), with max_seqs=8 (over the engine's); router: round-robin" in \
+        line["ByMake"]
+    assert "scheduler: the engine's defaults; router: its own (make_router)" in line["ByRouter"]
+    accelgen = flat(render(TT.print_policies, 200, "accelgen"))
+    assert "scheduler: its own, AccelGenScheduler (make_scheduler), with token_budget=" in accelgen
+    assert "scheduler: the engine's defaults" in flat(render(TT.print_policies, 200, "fcfs"))

@@ -318,3 +318,32 @@ def test_a_policy_cannot_change_the_trace_it_schedules():
         blendsim.simulate(trace, policy=Mutates)
     np.testing.assert_array_equal(trace.output_len, before)
     trace.output_len[0] += 1  # the caller's own arrays stay writable
+
+
+# ---- a file policy's name (review E, F10) ---------------------------------------------------------------------
+def test_a_file_policy_may_not_take_a_built_in_name(workdir):
+    """As a class given to the API and an entry point: a name blendsim's own policies use stays theirs (summary.json's
+    policy_name, a sweep's rows would take the file's policy for the built-in)."""
+    (workdir / "imposter.py").write_text("import blendsim\n\n\nclass Imposter(blendsim.Policy):\n    name = 'dfs'\n")
+    r = invoke("simulate", "t.parquet", "--policy", "imposter.py:Imposter", "-o", "run", *TINY)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.stderr.strip() == (f"blendsim: error: policy Imposter ({workdir.resolve() / 'imposter.py'}): its name "
+                                "'dfs' is a registered policy's (blendsim.policies.dfs.DFS); give your class a name "
+                                "of its own")
+    with pytest.raises(blendsim.BlendsimError, match="its name 'dfs' is a registered policy's"):
+        blendsim.simulate("t.parquet", policy="imposter.py:Imposter", model="tiny", hardware="cpu")
+
+
+def test_the_built_in_names_are_known_without_importing_the_policies(workdir):
+    """A file policy's name is checked against blendsim's own without importing every policy module (a file
+    policy's run imports none of them): the names read from their source are the registered ones."""
+    import subprocess
+
+    from blendsim.policies import base, registry
+
+    registry._discover()
+    assert registry._own_names() == {n for n, c in base._REGISTRY.items() if c.__module__.startswith("blendsim.")}
+    code = ("import sys; from blendsim.policies.registry import resolve_policy; "
+            "print(resolve_policy('mypolicy.py:Reverse').cls.name, 'blendsim.policies.dfs' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workdir, check=True)
+    assert out.stdout.split() == ["Reverse", "False"]
