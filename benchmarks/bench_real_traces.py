@@ -172,9 +172,9 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
         if label not in seq and label not in ovl:
             continue
         a, b, c = seq.get(label), ovl.get(label), onl.get(label)
-        row = [label, f"{a['throughput_tok_s'] / 1e3:.1f}", _frac(a, s_o), f"{a['frac_of_reference']:.3f}"] \
+        row = [label, f"{a['throughput_tok_s'] / 1e3:.1f}", _frac(a, s_o), _ref(a)] \
             if a else [label, "-", "-", "-"]
-        row += [f"{b['throughput_tok_s'] / 1e3:.1f}", _frac(b, s_o), f"{b['frac_of_reference']:.3f}",
+        row += [f"{b['throughput_tok_s'] / 1e3:.1f}", _frac(b, s_o), _ref(b),
                 f"{b['mean_tokens_per_step']:.0f}", f"{b['mean_kv_util']:.2f}"] if b else ["-"] * 5
         if onl:
             row += [f"{c['throughput_tok_s'] / 1e3:.1f}", f"{c['latency_mean_s']:.1f}", f"{c['ttft_mean_s']:.1f}",
@@ -186,6 +186,12 @@ def bench_one(name: str, trace, dep_key: str, dep: tuple, policies: list[str], o
     print("ratios: " + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()))
     out[f"{name}/{dep_key}"] = {"header": head, "ratios": ratios, "seq": seq, "ovl": ovl, "online": onl}
     return head | ratios
+
+
+def _ref(s: dict) -> str:
+    """The fraction of the blended reference, or "-" where a summary holds null (the reference below T_o)."""
+    v = s.get("frac_of_reference")
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _frac(s: dict, s_o: float) -> str:

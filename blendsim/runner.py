@@ -479,9 +479,15 @@ def offline_routes(trace, cfg: RunConfig, with_order: bool = False) -> tuple:
     engines ``i // pp``). Every request of an offline run arrives at 0, so the run's arrival process
     (``sim.engine.Cluster``) hands all of them to the router, in ``route_order``, before any replica's first step;
     this does the same with the same replicas, router and order (``blendsim plan`` splits its work estimate so).
-    ``with_order``: the hand-over order (``Prepared.route_order``) as a third item."""
+    ``with_order``: the hand-over order (``Prepared.route_order``) as a third item. The global generators are seeded as
+    a run seeds them (:func:`seeded_global_rngs`), so a policy drawing from them ranks as in the run."""
     if not cfg.offline:
         raise ValueError("offline_routes: an offline run only (cfg.offline)")
+    with seeded_global_rngs(cfg.seed):
+        return _offline_routes(trace, cfg, with_order)
+
+
+def _offline_routes(trace, cfg: RunConfig, with_order: bool) -> tuple:
     from blendsim.policies.base import Policy, RoundRobin, get_router
 
     run = prepare_run(trace, cfg)

@@ -429,6 +429,8 @@ def test_reuse_finds_the_sharing_of_a_cache_of_a_given_size():
     rnd = Reuse(prefix_pairs(tree), np.random.default_rng(0).permutation(t.n))
     assert dfs.shared(1).sum() == pytest.approx(ideal) and dfs.capacity(0.99 * ideal) == 1
     assert rnd.shared(float("inf")).sum() == pytest.approx(ideal) and rnd.shared(0).sum() == 0
+    # a run that found nothing cached (no prefix cache) implies no cache: the whole trace shares nothing either
+    assert dfs.capacity(0.0) == rnd.capacity(0.0) == 0 and dfs.shared(dfs.capacity(0.0)).sum() == 0
     assert rnd.capacity(ideal) == float("inf") and rnd.shared(1).sum() < rnd.shared(16).sum() < ideal
     c = rnd.capacity(0.5 * ideal)
     assert rnd.shared(c).sum() >= 0.5 * ideal > rnd.shared(c - 1).sum()

@@ -47,3 +47,15 @@ def test_the_callers_random_streams_are_left_as_they_were():
     blendsim.simulate(_trace(), policy=NumpyRandom, model="llama-3-8b")
     blendsim.simulate(_trace(), policy=PythonRandom, model="llama-3-8b")
     assert (random.random(), np.random.rand()) == expect
+
+
+def test_the_planners_replayed_routes_are_the_runs_for_such_a_policy():
+    from blendsim.runner import RunConfig, offline_routes, run_simulation
+
+    t = _trace()
+    cfg = RunConfig(policy=NumpyRandom, model="llama-3-8b", replicas=2, offline=True)
+    np.random.seed(7)
+    before = np.random.get_state()[1].copy()
+    a, b = offline_routes(t, cfg), offline_routes(t, cfg)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(np.random.get_state()[1], before)
+    assert np.array_equal(a[0], run_simulation(t, cfg).requests["replica"])

@@ -53,7 +53,7 @@ def plan_cmd(
 ) -> None:
     """The cheapest deployment (GPU kind, TP/PP/EP, replicas, engine, policy, precision) that finishes TRACE by
     the deadline, with the Pareto front of makespan vs cost. Exits 1 (after the answer) when no deployment in
-    the search space meets the deadline and budget."""
+    the search space meets the deadline and budget, 2 when a deployment failed to simulate (a policy's error)."""
     from blendsim.plan import plan
     from blendsim.plan.report import print_answer
 

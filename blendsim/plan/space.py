@@ -347,6 +347,8 @@ class Reuse:
         run found in its caches); infinite where it is every pair's (the run shared optimally, or more)."""
         import numpy as np
 
+        if shared <= 0.0:  # the run found nothing cached (no prefix cache, or every prefix evicted): no cache
+            return 0.0
         if not len(self._cum) or shared >= self._cum[-1]:
             return float("inf")
         return float(self.distance[int(np.searchsorted(self._cum, shared, side="left"))])
