@@ -773,8 +773,9 @@ def test_the_rerun_line_carries_the_seed_and_quotes_paths(tmp_path):
 def test_failed_deployments_run_once_and_idle_replicas_are_not_in_the_search(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("import blendsim\nclass Bad(blendsim.Policy):\n    def rank(self):\n        raise RuntimeError('boom')\n")
-    out = blendsim.plan(_small(4), model="tiny", deadline="1h", hardware="a100-80gb", max_gpus=2, max_tp=1,
-                        engines="vllm", policies=f"{bad}:Bad", fidelity=False)
+    with pytest.warns(UserWarning, match=r"2 deployment\(s\) failed to simulate"):
+        out = blendsim.plan(_small(4), model="tiny", deadline="1h", hardware="a100-80gb", max_gpus=2, max_tp=1,
+                            engines="vllm", policies=f"{bad}:Bad", fidelity=False)
     assert len(out["failures"]) == 2  # x1 and x2, each once
     few = blendsim.plan(_small(5, n=3), model="tiny", deadline="1h", hardware="a100-80gb", max_gpus=8, max_tp=1,
                         engines="vllm", policies="dfs", fidelity=False)
