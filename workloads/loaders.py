@@ -8,8 +8,9 @@ decompressed (the standard library's gzip, bz2, lzma), and the readers and every
 decompressed text; another compression suffix (``.zip``, ``.zst``, ``.tar.gz``, ...) is refused with one line.
 
 BurstGPT marks failed requests with 0 response tokens (its README); they are skipped and counted in
-``trace.meta["skipped_failed"]`` (the CLI prints the count). ``limit`` keeps the first N requests
-that are loaded.
+``trace.meta["skipped_failed"]`` (the CLI prints the count): every failed row of the file, or, where ``limit`` stopped
+the reading at its N-th request, the failed rows before that one. ``limit`` keeps the first N requests that are
+loaded.
 """
 
 from __future__ import annotations
