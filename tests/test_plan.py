@@ -812,3 +812,18 @@ def test_a_deployment_whose_policy_fails_makes_plan_exit_2_and_the_api_warn(tmp_
         a = blendsim.plan(path, deadline="2h", hardware="a100-80gb", max_gpus=1, engines="vllm",
                           policies="dfs,bad.py:HasNaN", fidelity=False, jobs=1)
     assert len(a["failures"]) == 1 and a["recommended"]["policy"] == "dfs"
+
+
+def test_a_parallelism_limit_that_is_no_power_of_two_is_said(tmp_path, trace):
+    from blendsim.workloads.trace import write_trace
+
+    path = write_trace(trace, tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["plan", str(path), "--deadline", "2h", "--hardware", "a100-80gb",
+                                       "--max-gpus", "4", "--max-tp", "3", "--engines", "vllm", "--policies", "dfs",
+                                       "--no-fidelity", "-j", "1"])
+    assert r.exit_code == 0, r.output
+    assert "note: --max-tp 3: the search tries the powers of two up to it, TP 1..2" in r.stderr
+    r = CliRunner().invoke(get_app(), ["plan", str(path), "--deadline", "2h", "--hardware", "a100-80gb",
+                                       "--max-gpus", "4", "--max-tp", "4", "--engines", "vllm", "--policies", "dfs",
+                                       "--no-fidelity", "-j", "1"])
+    assert "powers of two" not in r.stderr

@@ -57,7 +57,7 @@ def plan_cmd(
     from blendsim.plan import plan
     from blendsim.plan.report import print_answer
 
-    for line in _engine_notes(engines):
+    for line in _engine_notes(engines) + _powers_note(tp=tp, pp=pp, ep=ep):
         typer.echo(f"note: {line}", err=True)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty()
@@ -104,6 +104,16 @@ def _interrupted_line(out: Path | None, done: int) -> str:
     if out is None:
         return f"plan: interrupted; {ran}, none kept (without -o a plan keeps nothing: give -o DIR to make it resumable)"
     return f"plan: interrupted; {ran}, those that succeeded kept in {out}/cells/ -- run the same command again to resume"
+
+
+def _powers_note(**limits) -> list[str]:
+    """A note where a --max-tp/--max-pp/--max-ep limit is no power of two: the search takes the powers of two up to it."""
+    out = []
+    for k, v in limits.items():
+        if isinstance(v, int) and v > 0 and v & (v - 1):
+            p = 1 << (v.bit_length() - 1)
+            out.append(f"--max-{k} {v}: the search tries the powers of two up to it, {k.upper()} 1..{p}")
+    return out
 
 
 def _engine_notes(engines: str | None) -> list[str]:
