@@ -270,7 +270,9 @@ def _infeasible(opts: BlendServeOptions, pools, src: str, dep, rho: float, s: fl
     elif opts.density < rho_bottom:
         why = f"at that sharing the density with every other request a video one is {rho_bottom:.3f}"
     else:
-        why = f"the closest mix gives density {rho:.3f}, sharing {s:.3f}; more --requests refine the mix"
+        why = (f"the closest mix gives density {rho:.4f} ({rho / opts.density - 1:+.1%}) and sharing {s:.4f} "
+               f"({s / opts.sharing - 1:+.1%}), beyond the {opts.tolerance:.0%} tolerance (--tolerance); more "
+               f"--requests refine the mix")
     return f"{head}: {why}"
 
 
