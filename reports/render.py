@@ -290,10 +290,14 @@ def _write(out: Path, sections, md_tables, csvs, md_head: str, html_head: str,
     with atomic_dir(out, MARKER, "blendsim report directory") as tmp:
         (tmp / "figures").mkdir()
         body, md = [], [f"# {page_title}\n\n{md_head}\n"]
+        last = "Run directories"  # listed at the end, as the page says: after the figures' sections
         for name, (df, spec, text) in md_tables.items():
-            md.append(f"## {name}\n\n{text}\n{T.to_markdown(df, spec)}")
+            if name != last:
+                md.append(f"## {name}\n\n{text}\n{T.to_markdown(df, spec)}")
         for title, intro, items in sections:
             body.append(f"<h2>{html.escape(title)}</h2>{intro}")
+            if any(not isinstance(it, str) for it in items) and title not in md_tables:
+                md.append(f"## {title}\n")  # the figures' own section, not under the last table's heading
             for it in items:
                 if isinstance(it, str):
                     body.append(f'<div class="scroll">{it}</div>' if it.startswith("<table") else it)
@@ -305,6 +309,9 @@ def _write(out: Path, sections, md_tables, csvs, md_head: str, html_head: str,
                 body.append(f'<figure><img alt="{html.escape(it.title)}" src="data:image/png;base64,{b64}">'
                             f"<figcaption><b>{html.escape(it.title)}.</b> {html.escape(it.caption)}</figcaption></figure>")
                 md.append(f"### {it.title}\n\n![{it.title}](figures/{png.name})\n\n{it.caption}\n")
+        if last in md_tables:
+            df, spec, text = md_tables[last]
+            md.append(f"## {last}\n\n{text}\n{T.to_markdown(df, spec)}")
         for name, df in csvs.items():
             df.to_csv(tmp / name, index=False)
         (tmp / "report.md").write_text("\n".join(md))
