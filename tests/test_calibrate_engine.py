@@ -43,6 +43,14 @@ def test_fit_on_half_of_an_engines_catalogue_rows_predicts_the_other_half(tmp_pa
     assert {x["id"] for x in prof["profile"]["fitted_on"]} == {r.id for r in train}
     held = _fidelity(tmp_path / "test.csv", out)
     assert held["n_ok"] == 2 and held["median_abs_error"] < 0.15
+    # a catalogue holding its own calibration rows and another GPU's: fidelity says which rows its fit saw
+    write_rows_csv(tmp_path / "mixed.csv", [*train, *test, rows[pre + "8b-h100-80gb-tp1-decode"]])
+    res = CliRunner().invoke(get_app(), ["fidelity", str(tmp_path / "mixed.csv"), "--params-file", str(out),
+                                         "--no-cv"])
+    said = " ".join(res.stderr.split())
+    assert res.exit_code == 0, res.output
+    assert f"2 of the 5 rows predicted are {out}'s own calibration rows: in-sample" in said
+    assert "1 row(s) run on GPUs other than a100-80gb" in said
     # parameters of other GPU architectures and engines are the shipped ones
     shipped = load_params()
     assert prof["arch"]["hopper"] == shipped["arch"]["hopper"]

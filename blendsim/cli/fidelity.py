@@ -259,8 +259,22 @@ def _params_file_gaps(suite, params: dict, params_file) -> list[str]:
         prof = pr.profile
         if not prof.async_scheduling and not prof.fitted_loop(params) and prof.fitted_loop(shipped):
             gaps[prof.overhead_key] = gaps.get(prof.overhead_key, 0) + 1
-    return [f"{params_file} has no fitted loop of {k} ({n} row(s)): they run on that profile's own constants, "
-            f"not the shipped fit" for k, n in sorted(gaps.items())]
+    out = [f"{params_file} has no fitted loop of {k} ({n} row(s)): they run on that profile's own constants, "
+           f"not the shipped fit" for k, n in sorted(gaps.items())]
+    head = params.get("profile") if isinstance(params.get("profile"), dict) else None
+    if head and suite.ok:  # a calibrated engine profile: which rows its fit saw, and which run on another GPU
+        own = {f.get("id") if isinstance(f, dict) else f for f in head.get("fitted_on") or []}
+        ids = [row.id for row, _ in suite.ok]
+        seen = sum(i in own for i in ids)
+        if seen:
+            out.append(f"{seen} of the {len(ids)} rows predicted are {params_file}'s own calibration rows: in-sample "
+                       f"(its fit saw them); the other {len(ids) - seen} are out of its sample")
+        hw = head.get("hardware")
+        elsewhere = sum(pr.dep.hardware.name != hw for _, pr in suite.ok) if hw else 0
+        if elsewhere:
+            out.append(f"{elsewhere} row(s) run on GPUs other than {hw}, the one {params_file} was calibrated on: its "
+                       f"fitted engine loop applies, their kernel efficiencies are the shipped ones")
+    return out
 
 
 def _own_params(path) -> bool:
