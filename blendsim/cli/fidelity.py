@@ -263,16 +263,17 @@ def _params_file_gaps(suite, params: dict, params_file) -> list[str]:
            f"not the shipped fit" for k, n in sorted(gaps.items())]
     head = params.get("profile") if isinstance(params.get("profile"), dict) else None
     if head and suite.ok:  # a calibrated engine profile: which rows its fit saw, and which run on another GPU
+        name = Path(params_file).name
         own = {f.get("id") if isinstance(f, dict) else f for f in head.get("fitted_on") or []}
         ids = [row.id for row, _ in suite.ok]
         seen = sum(i in own for i in ids)
         if seen:
-            out.append(f"{seen} of the {len(ids)} rows predicted are {params_file}'s own calibration rows: in-sample "
+            out.append(f"{seen} of the {len(ids)} rows predicted are {name}'s own calibration rows: in-sample "
                        f"(its fit saw them); the other {len(ids) - seen} are out of its sample")
         hw = head.get("hardware")
         elsewhere = sum(pr.dep.hardware.name != hw for _, pr in suite.ok) if hw else 0
         if elsewhere:
-            out.append(f"{elsewhere} row(s) run on GPUs other than {hw}, the one {params_file} was calibrated on: its "
+            out.append(f"{elsewhere} row(s) run on GPUs other than {hw}, the one {name} was calibrated on: its "
                        f"fitted engine loop applies, their kernel efficiencies are the shipped ones")
     return out
 
