@@ -192,7 +192,10 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
     vw = max((len(f"{v:.4g}") for _n, v, *_ in rows), default=7)  # the values' column, right-aligned
     for n, v, b, a in rows:
         bs = f"[{b[0]:g}, {b[1]:g}]" if b else "(transferred)"
-        flag = f" AT {a.upper()} BOUND" + (" (ceiling)" if ceiling(n, a) else "") if a else ""
+        why = (" (ceiling)" if ceiling(n, a) else
+               " (server stages)" if n.startswith("engine.") and ":server." in n and a == "upper" else
+               " (engine loops)" if n.startswith("engine.") and a == "upper" else "")
+        flag = f" AT {a.upper()} BOUND{why}" if a else ""  # the tag the notes below explain
         flag += " (measured)" if was_measured(n, b) else ""
         line = (f"  {n:{w}s} {v:{vw}.4g}  {bs:12s}" + flag).rstrip()
         if len(line) > cols and flag:  # the flag on a line of its own rather than past the edge
