@@ -197,7 +197,7 @@ def _label(e: dict) -> str:
 def _usd(x: float) -> str:
     """Dollars to the cent, or to three significant figures below $10 (a small job's deployments differ by less
     than a cent, and a table rounded to cents showed the recommended one as dearer than another)."""
-    return f"${x:,.2f}" if x >= 10 else f"${x:.3g}" if x >= 0.001 else f"${x:.2g}"
+    return f"${x:,.2f}" if x >= 9.995 else f"${x:#.3g}" if x >= 0.001 else f"${x:.2g}"
 
 
 def _dur(s: float) -> str:
