@@ -381,7 +381,10 @@ def _print_table(res: dict, suite, bounds: dict, fit_label: str) -> None:
                          f"skipped: {x['reason']}"))
     cols = [("engine", "left"), ("predicted", "right"), ("measured", "right"), ("unit", "left"), ("error", "right"),
             ("bound by", "left")]
-    out = ["predicted vs measured (each row's metric, of the whole deployment)", *records(width, cols, rows, "id")]
+    out = ["predicted vs measured (each row's metric, of the whole deployment)", *records(width, cols, rows, "id"),
+           "bound by: the largest share of the row's simulated time, by operator class (compute: GEMMs and prompt "
+           "attention; memory: decode attention and KV writes; other: norms, activations, rotary; comm: collectives; "
+           "overhead: the engine's own per-step work; server: steps its API server paces)"]
     cvs = res.get("cv", {})
     heads = [(h, k, cvs[f"leave_one_{k}_out"]) for h, k in CV_HEADS if f"leave_one_{k}_out" in cvs]
     fit_head = fit_label
