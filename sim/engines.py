@@ -1253,8 +1253,8 @@ def describe_profile(prof: EngineProfile, params: dict | None = None) -> dict:
         d["cuda_graph_sizes"] = sizes_text([x for x in prof.cuda_graph_sizes if x <= max(prof.cuda_graph_max, 1)])
     d["kernel_regime"] = prof.regime or "plain roofline at the hardware preset's efficiencies"
     if prof.attn_dp or prof.attn_dp_since:
-        d["attention_dp"] = (f"on: {prof.attn_dp}" + (f"; modelled from {prof.attn_dp_since}"
-                                                       if prof.attn_dp_since else "")
+        d["attention_dp"] = (("on" if prof.attn_dp else f"off unless asked ({prof.name}:attn_dp=1)")
+                             + (f"; modelled from {prof.attn_dp_since}" if prof.attn_dp_since else "")
                              + ("; limits per rank" if prof.limits_per_rank else ""))
     d["all_reduce"] = CUSTOM_ALLREDUCE_SOURCES.get(prof.name, "not modelled: every all-reduce at the link price")
     why = pipeline_unmodelled(prof)

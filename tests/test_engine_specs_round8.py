@@ -177,3 +177,10 @@ def test_cost_json_reconciles_in_overlap_mode_and_per_pipeline_stage():
     for st in json.loads(r.stdout)["stages"]:
         parts = st["compute_s"] + st["memory_s"] + st["other_s"] + st["comm_s"] + st["overhead_s"]
         assert parts == pytest.approx(st["step_time_s"], rel=1e-9)
+
+
+def test_engines_says_whether_attention_data_parallelism_is_on_and_how_to_ask_for_it():
+    said = {e: json.loads(CliRunner().invoke(get_app(), ["engines", e, "--json"]).stdout).get("attention_dp")
+            for e in ("sglang@0.4", "trtllm")}
+    assert said["sglang@0.4"] == "off unless asked (sglang:attn_dp=1); modelled from 0.4.4"  # was "on: False"
+    assert said["trtllm"].startswith("on")
