@@ -300,6 +300,8 @@ def test_cli_answer_and_report(tmp_path, trace):
     price = read_prices().price_of(rec["hardware"]).usd_per_gpu_hour
     assert rec["cost_usd"] == pytest.approx(rec["gpus"] * price * rec["makespan_s"] / 3600, rel=1e-12)
     assert (tmp_path / "plan" / "report.html").exists() and (tmp_path / "plan" / "pareto.png").exists()
+    page = (tmp_path / "plan" / "report.html").read_text()
+    assert 'src="data:image/png;base64,' in page and 'src="pareto.png"' not in page  # the page stands alone
     assert a["candidates"] == 2 * 3 and isinstance(a["pruned"], dict)
     # re-simulating the recommended deployment with its settings gives its makespan
     import blendsim

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 from pathlib import Path
@@ -371,7 +372,8 @@ def _plain_log_ticks(axis, lims, text) -> None:
 
 
 def write_report(answer: dict, points: list, folder: Path) -> Path:
-    """``folder/report.html`` (the figure ``pareto.png`` beside it) and ``folder/plan_answer.json``."""
+    """``folder/report.html`` (the figure embedded, as every report embeds its figures, and ``pareto.png`` beside it) and
+    ``folder/plan_answer.json``."""
     from blendsim.sim.io import write_json
 
     folder = Path(folder)
@@ -389,7 +391,7 @@ def write_report(answer: dict, points: list, folder: Path) -> Path:
 table{{border-collapse:collapse}}tr:nth-child(even){{background:#f3f3f3}}</style></head><body>
 <h1>blendsim plan: {html.escape(answer['model'])}, {answer['n_requests']:,} requests, deadline {_dur(answer['deadline_s'])}{html.escape(_margin_words(answer.get('deadline_margin')))}</h1>
 <p><b>{html.escape(answer['recommendation'])}</b></p>{rerun}
-<img src="pareto.png" alt="makespan vs cost of every simulated deployment">
+<img src="data:image/png;base64,{base64.b64encode((folder / 'pareto.png').read_bytes()).decode()}" alt="makespan vs cost of every simulated deployment">
 <h2>Pareto front {html.escape(_front_of(answer))}</h2><table><tr>{head}</tr>{body}</table>
 <ul>{notes_html}</ul>
 <p>Cost = GPUs x makespan x price per GPU-hour ({html.escape(answer['prices']['file'])}); prices used:
