@@ -551,10 +551,17 @@ def engine_memory_settings(engine: str, hardware: str, token_budget: int | None 
     the largest step's tokens and sequences), as `simulate` sizes a replica under a policy that changes none of them
     (fcfs): so `cost` says the same of whether a model fits, and how much KV is left. ``run``: the RunConfig's model,
     tp and precision, where the engine's limits are each attention-DP rank's (``runner.attn_dp_ranks``)."""
+    return _engine_limits(engine, hardware, token_budget, max_seqs, **run)[1]
+
+
+def _engine_limits(engine: str, hardware: str, token_budget: int | None = None, max_seqs: int | None = None,
+                   **run) -> tuple:
+    """``(EngineConfig, Deployment settings)`` of a run under a policy that changes none of the engine's (fcfs):
+    :func:`engine_memory_settings` with the scheduler's own caps beside them (`cost` reports them)."""
     from blendsim.runner import RunConfig, run_limits
 
     return run_limits(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
-                                max_seqs=max_seqs, **run))[1]
+                                max_seqs=max_seqs, **run))
 
 
 def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mode, engine, profile, dtype, weights,
@@ -584,11 +591,8 @@ def price_step(model, hardware, *, prefill_tokens, decode_seqs, context, tp, mod
         raise UserError("give --prefill-tokens and/or --decode-seqs")
     token_budget = C.optional(C.integer, token_budget, "--token-budget", 1, MAX_TOKENS)
     max_seqs = C.optional(C.integer, max_seqs, "--max-seqs", 0, MAX_TOKENS)
-    from blendsim.runner import RunConfig, run_limits
-
-    sched, limits = run_limits(RunConfig(policy="fcfs", engine=engine, hardware=hardware, token_budget=token_budget,
-                                         max_seqs=max_seqs, model=model, tp=tp, dtype=dtype, weights=weights,
-                                         kv_dtype=kv_dtype))  # as engine_memory_settings, keeping the scheduler's caps
+    sched, limits = _engine_limits(engine, hardware, token_budget, max_seqs, model=model, tp=tp, dtype=dtype,
+                                   weights=weights, kv_dtype=kv_dtype)
     dep = make_deployment(model, hardware, tp, dtype, weights, kv_dtype, ep=ep, expert_skew=expert_skew, pp=pp,
                           **limits)
     cm = build_cost_model(dep, mode, engine, str(profile) if profile is not None else None)

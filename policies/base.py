@@ -227,7 +227,7 @@ class Policy:
         """Replica ``replica``'s scheduler: ``scheduler_cls(queue=self.wait_queue(), replica=replica, **kw)``, where
         ``kw`` is the engine's keywords: ``kv``, ``cfg``, ``prompt_len``, ``output_len``, ``records``, ``record``
         and ``output_hint`` (see ``blendsim.sim.scheduler.Scheduler``). An override passes them on."""
-        return self.scheduler_cls(queue=WaitQueue(self._rank), replica=replica, **kw)
+        return self.scheduler_cls(queue=self.wait_queue(), replica=replica, **kw)
 
     def wait_queue(self) -> WaitQueue:
         """A new waiting queue in this policy's ``rank()`` order, for the ``queue`` keyword of the scheduler

@@ -192,7 +192,7 @@ def of_engine(engine, hardware: str, tp: int, pp: int | None = 1, ep: int | None
     dep = deployment_name(hardware, tp, pp, ep)
     same = priced_as(str(engine), params)  # vllm-v0@0.6 is vllm@0.6: its runs speak for it
     x = expected(same or prof, dep, t)
-    line = expected_line(same, dep, t, alias=prof) if same else expected_line(prof, dep, t)
+    line = expected_line(same or prof, dep, t, alias=prof if same else None)
     return {**x, "profile": prof, "deployment": dep, "line": line} if x else None
 
 

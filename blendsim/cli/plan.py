@@ -54,7 +54,7 @@ def plan_cmd(
     """The cheapest deployment (GPU kind, TP/PP/EP, replicas, engine, policy, precision) that finishes TRACE by
     the deadline, with the Pareto front of makespan vs cost. Exits 1 (after the answer) when no deployment in
     the search space meets the deadline and budget, 2 when a deployment failed to simulate (a policy's error)."""
-    from blendsim.plan import plan
+    from blendsim.plan import FailedDeploymentsWarning, plan
     from blendsim.plan.report import print_answer
 
     for line in _engine_notes(engines) + _powers_note(tp=tp, pp=pp, ep=ep):
@@ -66,7 +66,7 @@ def plan_cmd(
     try:
         with bar, warnings.catch_warnings():
             # the failures line is said below, as an error: not again as a Python warning
-            warnings.filterwarnings("ignore", message=r"\d+ deployment\(s\) failed to simulate")
+            warnings.simplefilter("ignore", FailedDeploymentsWarning)
             answer = plan(trace, model, deadline, hardware=hardware, max_gpus=max_gpus, engines=engines,
                           policies=policies, weights=weights, kv_dtype=kv_dtype, max_tp=tp, max_pp=pp, max_ep=ep,
                           budget=budget, prices=prices, billing_hour=billing_hour, sample=sample, verify=verify,

@@ -228,8 +228,12 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
 
         from blendsim.api import _user_stacklevel
 
-        warnings.warn(failures_line(answer), UserWarning, stacklevel=_user_stacklevel())
+        warnings.warn(failures_line(answer), FailedDeploymentsWarning, stacklevel=_user_stacklevel())
     return answer
+
+
+class FailedDeploymentsWarning(UserWarning):
+    """Raised by :func:`plan` when deployments failed to simulate (the CLI says it as an error instead)."""
 
 
 def failures_line(answer: dict, first: bool = True) -> str:
@@ -240,7 +244,7 @@ def failures_line(answer: dict, first: bool = True) -> str:
             + (f" (first: {f[0]['deployment']}: {f[0]['error']})" if first else " (the failed: lines above)"))
 
 
-__all__ = ["failures_line", "margin_of", "parse_deadline", "parse_margin", "plan"]
+__all__ = ["FailedDeploymentsWarning", "failures_line", "margin_of", "parse_deadline", "parse_margin", "plan"]
 
 
 class _CallablePlan(types.ModuleType):
