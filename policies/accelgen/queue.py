@@ -15,7 +15,6 @@ of them every step (``AccelGenScheduler._urgent``).
 from __future__ import annotations
 
 import heapq
-from heapq import heappop
 
 SHORT, LONG, RUNNING = 0, 1, 2  # classes of a candidate (its entry's heap)
 
@@ -72,23 +71,15 @@ class SlackQueue:
 
     def pop(self, below: float | None = None):
         """Remove and return the first live entry (with key < ``below`` when given), or None."""
-        st, cl = self._stamp, self._cls
-        best = bh = None
-        c = 0
-        for h in self._heaps:  # each heap's first live entry (top(), inlined: the per-step path)
-            while h:
-                e = h[0]
-                r = e[2]
-                if e[3] == st[r] and cl[r] == c:
-                    if best is None or e < best:
-                        best, bh = e, h
-                    break
-                heappop(h)
-            c += 1
+        best, bc = None, -1
+        for c in (SHORT, LONG, RUNNING):
+            e = self.top(c)
+            if e is not None and (best is None or e < best):
+                best, bc = e, c
         if best is None or (below is not None and not best[0] < below):
             return None
         self.pops += 1
-        return heappop(bh)
+        return heapq.heappop(self._heaps[bc])
 
     def pop_top(self, cls: int):
         """Remove and return the first live entry of class ``cls``, which :meth:`top` just returned."""
