@@ -151,14 +151,10 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
     full_arg = backend.trace_arg(files.full)
     sub_arg = backend.trace_arg(files.sample) if sampled else full_arg
 
-    bounds, scale, cands, split_args = {}, {}, [], {}
+    bounds, cands, split_args = {}, [], {}
     for shape, dep in feasible:
-        rf, rs = (read_full, read_sub) if shape.policy in once else (None, None)
-        sb = shape_bounds(trace, dep, s_full, shape.engine, rf)
+        sb = shape_bounds(trace, dep, s_full, shape.engine, read_full if shape.policy in once else None)
         split_args[shape] = (dep, sb.interference, shape.policy in once)
-        # the whole trace's work over the sample's, combined as this engine's steps combine them
-        scale[shape] = (work_estimate(trace, dep, s_full, sb.interference, rf)
-                        / work_estimate(sub, dep, s_sub, sb.interference, rs)) if sampled else 1.0
         most = space.max_gpus // shape.gpus_per_replica
         if most > trace.n:  # a replica beyond one per request idles: never faster, always dearer
             out.pruned[IDLE] = out.pruned.get(IDLE, 0) + most - trace.n
@@ -189,8 +185,13 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
         compared (``space.split_work_estimate``); the one-replica ratio counted the trace's sharing as one cache's,
         which a split run loses (a prefix group over R replicas is prefilled up to R times) differently from its
         sample. A trace without shared prefixes has nothing to realize or split: the one-replica ratio."""
-        if s_full == 0.0:
-            return scale[c.shape]
+        if s_full == 0.0:  # the whole trace's work over the sample's, combined as this engine's steps combine them
+            if c.shape not in split_scale:
+                dep, interference, once_ = split_args[c.shape]
+                rf, rs = (read_full, read_sub) if once_ else (None, None)
+                split_scale[c.shape] = (work_estimate(trace, dep, s_full, interference, rf)
+                                        / work_estimate(sub, dep, s_sub, interference, rs))
+            return split_scale[c.shape]
         if c not in split_scale:
             from blendsim.runner import RunConfig, offline_routes
 
