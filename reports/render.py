@@ -140,7 +140,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     same = "workload, deployment and engine" if len(pricing) > 1 else "workload and deployment"
     ref_note = (f"\"of ref.\" is left blank for {int(below.sum())} run(s) whose blended reference falls below their "
                 "T_o: it prices the work as full blended steps and leaves out the longest request's own chain, so "
-                "there it is no estimate of the makespan (policies.csv keeps the figure).") if below.any() else ""
+                "there it is no estimate of the makespan.") if below.any() else ""
     expect = " ".join(x for x in (settings_note(df), ref_note, _expected_note(df)) if x)
     intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
