@@ -171,9 +171,11 @@ class Result:
 
     run: object  # sim.rundir.RunResult
 
-    @property
+    @cached_property
     def summary(self) -> dict:
-        return self.run.summary
+        from blendsim.sim.rundir import json_safe
+
+        return json_safe(self.run.summary)  # summary.json's values: Python numbers, None for a figure a run lacks
 
     @property
     def notes(self) -> list:

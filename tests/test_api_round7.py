@@ -101,3 +101,15 @@ def test_warnings_point_at_the_caller_and_plan_keeps_its_signature(tmp_path, mon
     assert caught and all(w.filename == __file__ for w in caught), [w.filename for w in caught]
     blendsim.simulate(blendsim.make_trace(input_len=[5], output_len=[2]), model="tiny").cost_usd()  # imports .plan
     assert "deadline" in inspect.signature(blendsim.plan).parameters
+
+
+def test_a_result_s_summary_holds_what_summary_json_holds(tmp_path):
+    """r.summary is summary.json's dict: Python numbers (no np.float64 in a notebook's repr), None for a figure the
+    run lacks."""
+    import json
+
+    tr = blendsim.make_trace(input_len=[50] * 20, output_len=[1] * 20)  # one-token outputs: no compute density
+    r = blendsim.simulate(tr, policy="fcfs", **TINY)
+    assert not [k for k, v in r.summary.items() if isinstance(v, np.generic)]
+    assert None in r.summary.values()
+    assert r.summary == json.loads((r.write(tmp_path / "run") / "summary.json").read_text())
