@@ -539,7 +539,7 @@ def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster
-    from blendsim.sim.kv_tiers import tier_summary
+    from blendsim.sim.kv_tiers import tier_notes, tier_summary
     from blendsim.sim.metrics import per_request_table, summarize
 
     run = prepare_run(trace, cfg)
@@ -569,7 +569,8 @@ def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     tiers = {"host_kv_gb": float(cfg.host_kv_gb or 0.0), "disk_kv_gb": float(cfg.disk_kv_gb or 0.0),
              **tier_summary([r.scheduler.kv for r in replicas], run.tiers,
-                            sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas))}
+                            sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas),
+                            dep.pp)}
     # the options given (--opt), as the policy read them: two runs of one policy that differ only there say why
     given = {k: policy.opt[k] for k in sorted(cfg.options) if k in getattr(policy, "opt", {})}
     own = policy.summary_extra()  # the policy's figures: beside the run's, never in place of them (below)
@@ -601,7 +602,8 @@ def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     if schedule is not None:
         schedule["_meta"] = {"block_size": B, "kv_capacity_blocks": blocks, "model": dep.model.name,
                              "policy": run.policy_ref.label, "dtype": dep.model.dtype, "tp": dep.tp}
-    return RunResult(summary, steps, requests, schedule, run.notes + cm.notes() + dep.topology_notes(), trace)
+    return RunResult(summary, steps, requests, schedule, run.notes + cm.notes() + dep.topology_notes()
+                     + tier_notes(summary), trace)
 
 
 def _strs(a: np.ndarray) -> np.ndarray:

@@ -303,7 +303,7 @@ class PipelinedReplica:
     earlier batch (stages serve batches in the order they entered the pipe, as the point-to-point sends do).
     With one virtual engine busy a step costs the sum of the stages and hand-offs; with the pipe full it costs
     the slowest stage; at the end of a job, as virtual engines run dry, the bubble shows. A step that loads KV
-    from host/disk tiers delays each stage by that stage's own load (:meth:`_wait_loads`).
+    from host/disk tiers delays each stage by what is left of that stage's own load when it takes the batch up (:meth:`_through`).
     """
 
     def __init__(self, idx: int, ves: list[Replica], pricer, fast_forward: bool = True):
@@ -333,10 +333,16 @@ class PipelinedReplica:
     def queue_counts(self) -> tuple[int, int]:
         return (sum(len(ve.scheduler.waiting) for ve in self.ves), sum(len(ve.scheduler.running) for ve in self.ves))
 
-    def _through(self, t: float, times, xfer, server: float = 0.0) -> float:
+    def _through(self, t: float, times, xfer, server: float = 0.0, loads=None, ve=None) -> float:
         """Send a batch ready at ``t`` through the stages; the time it leaves the last one. With an API server beside
         the engine (``server``: its work for the batch), the batch enters no sooner than the server has done the
-        previous batch's: the server paces the pipe, its work not in series with the stages."""
+        previous batch's: the server paces the pipe, its work not in series with the stages.
+
+        ``loads`` (a step that loads KV from host/disk tiers): when each stage's own loads of the step arrive
+        (``TieredKVCache.stage_ready``; every stage moves its own layers' share over its own links, from when the
+        step was scheduled). A stage waits for what is left of its load when it takes the batch up: it computes
+        after it (stall) or for the longer of the two (overlap); ``ve.load_stall_s`` adds the wait, in
+        stage-seconds (the summary divides by the stages)."""
         if server:
             if self.server_free > t:
                 t = self.server_free
@@ -347,21 +353,18 @@ class PipelinedReplica:
                 t += xfer[s - 1]
             if free[s] > t:
                 t = free[s]
+            if loads is not None and loads[s] > t:
+                w = loads[s] - t  # what is left of the stage's load when it starts the batch
+                if ve.overlap_loads:
+                    if w > dt:
+                        ve.load_stall_s += w - dt
+                        dt = w
+                else:
+                    ve.load_stall_s += w
+                    dt += w
             t += dt
             free[s] = t
         return t
-
-    @staticmethod
-    def _wait_loads(ve: Replica, times: list, loads: list) -> list:
-        """Each stage's time for a step whose KV loads from host/disk take ``loads[i]`` seconds on stage ``i``'s
-        own links (sim.kv_tiers: every stage loads its own layers): the stage computes after its load (stall),
-        or for the longer of the two (overlap). ``ve.load_stall_s`` adds the stage-seconds waited."""
-        out = []
-        for dt, ld in zip(times, loads):
-            t = (ld if ld > dt else dt) if ve.overlap_loads else ld + dt
-            ve.load_stall_s += t - dt
-            out.append(t)
-        return out
 
     def run_until(self, now: float, horizon: float) -> float:
         """Issue batches that their virtual engines are ready to start before ``horizon``; the next time the
@@ -398,9 +401,8 @@ class PipelinedReplica:
             if sched.kv.tiered:
                 check_step_waits(sched, b, bt)
             times, xfer, comp, mem = self.pricer.run(b)
-            if b.load_s:
-                times = self._wait_loads(ve, times, ve.scheduler.kv.stage_load_s(bt))
-            end = self._through(bt, times, xfer, self.pricer.server_s(b.num_logits, b.num_decode))
+            end = self._through(bt, times, xfer, self.pricer.server_s(b.num_logits, b.num_decode),
+                                sched.kv.stage_loads(bt) if b.load_s else None, ve)
             sched.update(b, end)
             ready[best] = end
             ve.log.append(end, end - bt, comp, mem, b.num_tokens, b.num_tokens - b.num_decode, b.num_decode,

@@ -45,8 +45,9 @@ The replica's ``pp`` virtual engines split the tier's blocks evenly, as they spl
 share the stages' links. A load delays only the stage that waits for it: ``stall`` adds stage ``i``'s load
 seconds before that stage's compute for the step, ``overlap`` makes the stage's time the longer of the two
 (``sim.engine.PipelinedReplica``). A stage's transfers queue on its links from when the step is scheduled
-(as without PP); under ``stall`` its wait is added when the batch reaches the stage (the worker loads before
-its forward pass), not hidden behind the earlier stages' compute.
+(as without PP), and the stage waits for what is left of them when it takes the batch up: the part of a load
+that ran while the earlier stages computed is hidden, so a stage never waits longer than its links worked. (An
+engine whose stage starts its load only when it takes the batch up would wait up to the whole load there.)
 
 Attention data parallelism (``Deployment.dp`` > 1: SGLang's --enable-dp-attention, TensorRT-LLM's
 enable_attention_dp on MoE models): a sequence's KV is whole on one GPU of the group rather than split over its
@@ -508,11 +509,11 @@ class TieredKVCache(KVCache):
                 t = a
         return t
 
-    def stage_load_s(self, now: float) -> list[float]:
-        """Seconds from ``now`` until each stage's loads of the step scheduled at ``now`` have arrived."""
+    def stage_loads(self, now: float) -> list[float]:
+        """When each stage's loads of the step scheduled at ``now`` have arrived (``now`` where it loads none)."""
         if now != self.stage_ready_at:
-            return [0.0] * len(self.stage_ready)
-        return [t - now for t in self.stage_ready]
+            return [now] * len(self.stage_ready)
+        return list(self.stage_ready)
 
     def evict(self, n: int) -> int:
         """Free at least ``n`` GPU blocks of unreferenced cache (deepest, oldest first): they move to host."""
@@ -656,10 +657,12 @@ def make_kv(tree, num_blocks: int, block_size: int, caching: bool, retain: bool,
     return TieredKVCache(tree, num_blocks, block_size, caching, spec, retain=retain, links=links)
 
 
-def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: float) -> dict:
-    """summary.json's tier fields over a run's replicas (the same keys with no tier)."""
+def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: float, pp: int = 1) -> dict:
+    """summary.json's tier fields over a run's replicas (the same keys with no tier). ``stall_s``: the
+    stage-seconds its steps waited for loads, summed over the (virtual) engines; reported over the ``pp``
+    stages, so that a replica's stall is at most its makespan."""
     host_hit = disk_hit = load = off_h = off_d = 0
-    link_busy = 0.0
+    link_busy = disk_busy = 0.0
     seen = set()
     for kv in kvs:
         if getattr(kv, "tiered", False):
@@ -668,19 +671,43 @@ def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: f
             load += kv.load_blocks
             off_h += kv.offload_host_blocks
             off_d += kv.offload_disk_blocks
-            if id(kv.links) not in seen:  # a pipelined replica's virtual engines share their stages' links
-                seen.add(id(kv.links))
-                link_busy += max(ch.busy_s for ch in kv.links.host + kv.links.host_w)  # busiest stage and direction
+            L = kv.links
+            if id(L) not in seen:  # a pipelined replica's virtual engines share their stages' links
+                seen.add(id(L))
+                # the run's busiest link (replica, stage, direction) and drive (its reads and writes take turns)
+                link_busy = max(link_busy, *(ch.busy_s for ch in L.host + L.host_w))
+                disk_busy = max(disk_busy, *(_drive_busy(r, w) for r, w in zip(L.disk, L.disk_w)))
     bb = spec.block_bytes if spec else 0
     return {
         "prefix_hit_tokens": {"gpu": int(hit_tokens - (host_hit + disk_hit) * B), "host": int(host_hit * B),
                               "disk": int(disk_hit * B)},
         "kv_load_bytes": int(load * bb),
         "kv_offload_bytes": int((off_h + off_d) * bb),
-        "kv_load_stall_s": float(stall_s),
+        "kv_load_stall_s": float(stall_s / pp),
         "host_link_busy_s": float(link_busy),
+        "disk_busy_s": float(disk_busy),
     }
 
 
+def tier_notes(summary: dict) -> list[str]:
+    """A note where the drive sets the run's pace: its reads and write-backs take most of the makespan and steps
+    waited for loads. Loads that evict wait for the writes that carry the evicted blocks down (module docstring),
+    as an offloader does that frees a GPU block only once it has a place below: a drive slower to write than the
+    GPU evicts can cost more than recomputing, which the run then shows."""
+    busy, span = summary.get("disk_busy_s", 0.0), summary.get("makespan_s", 0.0)
+    if not (span > 0 and busy > 0.5 * span and summary.get("kv_load_stall_s", 0.0) > 0.1 * span):
+        return []
+    return [f"KV tiers: the drive was busy {busy:,.1f} s of the {span:,.1f} s run (reads and the write-backs that "
+            f"evictions wait for) and steps waited {summary['kv_load_stall_s']:,.1f} s for loads; a run without "
+            f"the disk tier, or with a larger host tier or a faster drive (--disk-write-gbps), may finish sooner"]
+
+
+def _drive_busy(reads, writes) -> float:
+    """Seconds one stage's drive (under attention DP: its busiest rank's NVMe share) spent reading and writing."""
+    if isinstance(reads, RankChannels):
+        return max(r.busy_s + w.busy_s for r, w in zip(reads.lanes, writes.lanes))
+    return reads.busy_s + writes.busy_s
+
+
 __all__ = ["Channel", "LOAD_MODES", "RankChannels", "StageLinks", "TIER_OPTIONS", "TierSpec", "TieredKVCache", "check_tier_gb", "make_kv",
-           "tier_spec", "tier_summary"]
+           "tier_notes", "tier_spec", "tier_summary"]
