@@ -10,8 +10,35 @@ from __future__ import annotations
 
 import numpy as np
 
-from blendsim.policies.base import Policy, register
-from blendsim.policies.option import Option
+from blendsim.policies.base import Policy, Router, register, register_router
+from blendsim.policies.option import OURS, Option
+
+ROUTERS = ("round-robin", "contiguous")
+
+
+@register_router("dfs-contiguous")
+class ContiguousRouter(Router):
+    """Each engine (replica, or a pipelined replica's virtual engine) takes one stretch of the depth-first order."""
+
+    def __init__(self, ctx, replicas, assign):
+        super().__init__(ctx, replicas)
+        self.assign = assign.tolist()
+
+    def route(self, req: int, now: float) -> int:
+        return self.assign[req]
+
+
+def contiguous_split(order: np.ndarray, work: np.ndarray, engines: int) -> np.ndarray:
+    """The engine of each request when ``engines`` engines take consecutive stretches of ``order`` of about equal
+    ``work``: a request goes to the stretch its work starts in, so at most ``engines - 1`` prefix groups are cut."""
+    w = np.asarray(work, dtype=np.float64)[order]
+    before = np.cumsum(w) - w
+    total = float(w.sum())
+    seg = (np.floor(before * engines / total).astype(np.int64) if total > 0
+           else np.arange(len(order), dtype=np.int64) * engines // max(len(order), 1))
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.minimum(seg, engines - 1)
+    return out
 
 
 @register("dfs")
@@ -19,12 +46,29 @@ class DFS(Policy):
     description = "prefix-tree depth-first order (maximal prefix sharing)"
     paper = "SGLang's dfs-weight schedule"
     needs_prefix_caching = True
-    options = {"heavier_first": Option(False, "visit children with more requests first (SGLang dfs-weight)", source='SGLang code (dfs-weight); off = plain DFS')}
+    options = {
+        "heavier_first": Option(False, "visit children with more requests first (SGLang dfs-weight)", source='SGLang code (dfs-weight); off = plain DFS'),
+        "router": Option("round-robin", "how requests go to replicas and PP virtual engines: round-robin (every n-th "
+                                        "request of the order in turn, so a prefix group of n or more requests is "
+                                        "computed on every engine) or contiguous (each engine takes one stretch of the "
+                                        "order, of about equal prompt + output tokens: a group is computed on one "
+                                        "engine, at most engines - 1 groups are cut)",
+                         source="round-robin: SGLang's default --load-balance-method for data parallelism; "
+                                f"contiguous: {OURS}", choices=ROUTERS),
+    }
 
     def rank(self) -> np.ndarray:
         tree = self.ctx.tree
         key = -tree.requests_below if self.opt["heavier_first"] else None
         order = tree.dfs_order(key)
+        self._order = order
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
         return rank
+
+    def make_router(self, replicas: list) -> Router:
+        if self.opt["router"] == "round-robin" or len(replicas) == 1:
+            return super().make_router(replicas)
+        t = self.ctx.trace
+        work = np.asarray(t.input_len, dtype=np.int64) + np.asarray(t.output_len, dtype=np.int64)
+        return ContiguousRouter(self.ctx, replicas, contiguous_split(self._order, work, len(replicas)))
