@@ -12,10 +12,20 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
              model: str = "llama-3-8b", hardware: str = "a100-80gb", mode: str = "overlap",
              policies: tuple = DEMO_POLICIES, seed: int = 0, echo=print) -> dict:
     """Synthesise the workload, simulate each policy, write run dirs (and a report); return summaries."""
-    from blendsim.sim.io import add_to_manifest, check_output_dir, write_manifest
+    from blendsim.sim.deployment import make_deployment
+    from blendsim.sim.io import MANIFEST, add_to_manifest, check_output_dir, json_value, write_manifest
+    from blendsim.workloads.recipes import get_recipe
 
-    # a new or empty folder, or an earlier demo's: never the current folder or one of the user's own
-    out = check_output_dir(out, "blendsim demo folder (trace.parquet, runs/)", ("trace.parquet", "runs"))
+    # the options first: a typo is refused before the folder exists
+    get_recipe("blendserve").check(density=density, sharing=sharing, requests=requests, model=model,
+                                   hardware=hardware, seed=seed)
+    make_deployment(model, hardware)
+    # a new or empty folder, or an earlier demo's: never the current folder or one of the user's own. A folder
+    # whose record is a demo's is one (an interrupted or failed demo's, maybe holding nothing but the record);
+    # check_output_dir still refuses it when it holds anything the record does not list
+    out = check_output_dir(out, "blendsim demo folder (trace.parquet, runs/)",
+                           lambda d: ((d / "trace.parquet").exists() and (d / "runs").exists())
+                           or json_value(d / MANIFEST, "kind") == "blendsim demo folder")
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, "blendsim demo folder")  # recorded as written: an interrupted demo's folder is still ours
 
@@ -28,8 +38,9 @@ def run_demo(out: Path, requests: int = 40_000, density: float = 1.1, sharing: f
     except KeyboardInterrupt:
         import sys
 
-        print(f"demo: interrupted; run it again to start over in {out} (what it wrote there is replaced)",
-              file=sys.stderr)
+        wrote = bool(json_value(out / MANIFEST, "files"))
+        print(f"demo: interrupted; run it again to start over in {out}"
+              + (" (what it wrote there is replaced)" if wrote else ""), file=sys.stderr)
         raise
 
 

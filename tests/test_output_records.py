@@ -134,6 +134,42 @@ def test_a_second_demo_into_its_folder_replaces_it_but_not_a_users_file(tmp_path
     assert r.exit_code == 2 and "mynotes.txt" in one_line_error(r) and snapshot(out) == before
 
 
+def test_a_failed_demo_leaves_a_folder_a_retry_may_use(tmp_path):
+    """A bad option is refused before the folder exists; a demo that fails later (a density out of reach) leaves
+    a folder holding nothing but its own record, which a retry takes (was: "not a blendsim demo folder")."""
+    out = tmp_path / "demo"
+    one_line_error(invoke("demo", "--requests", "5", "-o", out), "--requests must be at least 10")
+    assert not out.exists()
+    one_line_error(invoke("demo", "--requests", "400", "--density", "5", "-o", out), "density")
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST]
+    r = invoke("demo", "--requests", "400", "-o", out)
+    assert r.exit_code == 0, r.output
+    assert (out / "runs" / "dfs" / "summary.json").exists() and foreign_entries(out) == []
+
+
+def test_an_interrupted_demo_says_it_replaces_only_what_it_wrote(tmp_path, monkeypatch, capsys):
+    import blendsim.demo as demo
+
+    def stop(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "_demo", stop)
+    with pytest.raises(KeyboardInterrupt):
+        demo.run_demo(tmp_path / "d", requests=400)
+    err = capsys.readouterr().err
+    assert "run it again to start over in" in err and "replaced" not in err, err
+
+    def wrote(out, record, *a):
+        (out / "trace.parquet").write_bytes(b"x")
+        record(out / "trace.parquet")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "_demo", wrote)
+    with pytest.raises(KeyboardInterrupt):
+        demo.run_demo(tmp_path / "d", requests=400)
+    assert "(what it wrote there is replaced)" in capsys.readouterr().err
+
+
 def test_a_new_trace_replaces_a_trace_but_never_a_users_file(tmp_path):
     mine = tmp_path / "a.parquet"
     mine.write_text("my own notes")

@@ -23,6 +23,15 @@ class Recipe:
 
     def make(self, **options):
         """Validate ``options`` (UserError on a bad one) and build the trace."""
+        trace = self.build(self.check(**options))
+        # what its options make must be a trace blendsim reads back (each length and time within MAX_TOKENS /
+        # MAX_TIME_S, a prompt's segments summed too): refused here rather than written and refused on reading
+        trace.validate(f"recipe {self.name} (these options make a trace beyond blendsim's limits)")
+        return trace
+
+    def check(self, **options):
+        """The options instance of ``options``, validated (UserError on a bad one), without building anything: a
+        command checks them before it creates its output."""
         names = {f.name for f in dataclasses.fields(self.options)}
         unknown = sorted(set(options) - names)
         if unknown:
@@ -46,11 +55,7 @@ class Recipe:
         opts = self.options(**options)  # the recipe's own checks first: its minimum is the one to name
         if "requests" in options:
             integer(options["requests"], "--requests", 0, MAX_REQUESTS)  # a recipe refuses 0 if 0 is no default
-        trace = self.build(opts)
-        # what its options make must be a trace blendsim reads back (each length and time within MAX_TOKENS /
-        # MAX_TIME_S, a prompt's segments summed too): refused here rather than written and refused on reading
-        trace.validate(f"recipe {self.name} (these options make a trace beyond blendsim's limits)")
-        return trace
+        return opts
 
 
 def option_help(options_cls: type) -> dict[str, str]:
