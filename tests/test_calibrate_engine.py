@@ -197,7 +197,25 @@ def test_too_few_runs_fit_the_engines_loop_alone_and_one_run_is_refused(tmp_path
     assert json.loads(out.read_text())["profile"]["fitted"] == ["engine.vllm@0.6.fixed_s", "engine.vllm@0.6.per_seq_s"]
     res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "one.csv"), "--engine", "vllm@0.6",
                                          "--hardware", "a100-80gb", "-o", str(tmp_path / "q.json")])
-    assert res.exit_code == 2 and "only 1 run(s)" in res.output and not (tmp_path / "q.json").exists()
+    assert res.exit_code == 2 and "only 1 distinct run(s)" in res.output and not (tmp_path / "q.json").exists()
+
+
+def test_runs_of_one_shape_are_one_run_of_the_fit(tmp_path):
+    """Two files measuring one workload on one deployment cannot tell fixed_s from per_seq_s: refused, naming how
+    many distinct runs and parameters there are (was: "fitted ... on 2 run(s)", arbitrary values written)."""
+    for name, e in (("a", 10.0), ("b", 12.0)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"elapsed_time": e, "num_requests": 100, "total_num_tokens": 50000}))
+    out = tmp_path / "mine.json"
+    args = ["calibrate", "engine", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--engine", "vllm@0.10",
+            "--hardware", "h100-80gb", "--model", "llama-3-8b", "--workload", "const:400/100", "-o", str(out)]
+    r = CliRunner().invoke(get_app(), args)
+    assert r.exit_code == 2 and not out.exists(), r.output
+    line = " ".join(r.output.split())
+    assert "only 1 distinct run(s) (2 measurements) for 2 free parameters" in line, line
+    (tmp_path / "b.json").write_text(json.dumps({"elapsed_time": 22.0, "num_requests": 200, "total_num_tokens": 100000}))
+    r = CliRunner().invoke(get_app(), args)  # another request count is another point
+    assert r.exit_code == 0 and out.exists(), r.output
 
 
 def test_catalogue_rows_of_other_versions_are_not_fitted_and_user_files_not_replaced(tmp_path):
@@ -281,10 +299,10 @@ def test_one_profile_file_named_two_ways_is_one_engine_in_a_report(tmp_path, mon
 def test_result_files_of_one_name_in_two_folders_are_two_runs(tmp_path):
     """r1/result.json and r2/result.json (the usual layout of benchmark outputs) are told apart by their folder;
     one file given twice is named in the error."""
-    for d, elapsed in (("r1", 10.0), ("r2[tp2]", 12.0)):  # brackets print as they are (no console markup)
+    for d, elapsed, n in (("r1", 10.0, 100), ("r2[tp2]", 22.0, 200)):  # brackets print as they are (no markup)
         (tmp_path / d).mkdir()
         (tmp_path / d / "result.json").write_text(json.dumps(
-            {"elapsed_time": elapsed, "num_requests": 100, "total_num_tokens": 50000}))
+            {"elapsed_time": elapsed, "num_requests": n, "total_num_tokens": 500 * n}))
     args = ["calibrate", "engine", "--engine", "vllm@0.10", "--hardware", "h100-80gb", "--model", "llama-3-8b",
             "--workload", "const:400/100"]
     res = CliRunner().invoke(get_app(), [*args, str(tmp_path / "r1" / "result.json"),
@@ -330,9 +348,9 @@ def test_a_measurement_far_from_any_engine_is_refused_and_nothing_written(tmp_pa
 
 
 def test_a_release_beyond_every_modelled_one_is_noted(tmp_path):
-    for name, e in (("a", 10.0), ("b", 12.0)):
+    for name, e, n in (("a", 10.0, 100), ("b", 22.0, 200)):
         (tmp_path / f"{name}.json").write_text(json.dumps(
-            {"elapsed_time": e, "num_requests": 100, "total_num_tokens": 50000}))
+            {"elapsed_time": e, "num_requests": n, "total_num_tokens": 500 * n}))
     r = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
                                        "--engine", "vllm@9.9", "--hardware", "h100-80gb", "--model", "llama-3-8b",
                                        "--workload", "const:400/100", "-o", str(tmp_path / "mine.json")])

@@ -407,13 +407,17 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
     select = owned(engine, hardware)
     free = [p for p in free_params(pairs) if select(p)]
     notes = []
-    if len(pairs) < len(free):  # too few runs for the GPU's efficiencies too: the engine's own loop alone
+    # NOTE: runs of one shape (workload, request count, deployment) are one point of the fit however many files
+    # measure it: two of them cannot tell fixed_s from per_seq_s
+    n = len({_shape(r) for r, _pr in pairs})
+    runs = f"{n} distinct run(s)" + (f" ({len(pairs)} measurements)" if n < len(pairs) else "")
+    if n < len(free):  # too few runs for the GPU's efficiencies too: the engine's own loop alone
         loop = [p for p in free if p.path[0] == "engine"]
-        if not loop or len(pairs) < len(loop):
-            raise UserError(f"only {len(pairs)} run(s) for {len(loop) or len(free)} free parameters ("
+        if not loop or n < len(loop):
+            raise UserError(f"only {runs} for {len(loop) or len(free)} free parameters ("
                             f"{', '.join('.'.join(p.path) for p in loop or free)}); a fit needs at least one run per "
                             f"parameter, so nothing was written: give more runs (other lengths, batch sizes or models)")
-        notes.append(f"only {len(pairs)} run(s) for the {len(free)} parameters of the engine and the GPU: fitted the "
+        notes.append(f"only {runs} for the {len(free)} parameters of the engine and the GPU: fitted the "
                      f"engine's loop alone and kept the shipped {hardware} efficiencies (give {len(free)} runs or "
                      f"more to fit them too)")
         select = (lambda keep: lambda p: keep(p) and p.path[0] == "engine")(select)
@@ -430,6 +434,11 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
                "error": predict(r, pr, fitted) / r.value - 1} for r, pr in pairs]
     report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
     return fitted, report
+
+
+def _shape(r: Row) -> tuple:
+    """What the fit sees of a run: its workload, request count, model, GPU, parallelism and precisions."""
+    return r.workload, r.requests, r.model, r.hardware, r.tp, r.pp, r.ep, r.weights, r.kv_dtype
 
 
 # A measurement this many times faster or slower than the shipped model's prediction is refused: the worst
