@@ -285,6 +285,9 @@ def _not_a_sweep(tmp_path) -> str:
     (["--recipe-opt", "source=nope"], "--recipe-opt source must be one of"),
     (["--recipe-opt", "colour=red"], "no such option"),
     (["--recipe-opt", "requests=5"], "set it with --requests"),
+    (["--recipe-opt", "tp=2"], "--recipe-opt tp: set it with --tp (and --pp)"),  # was: density on TP2, cells on TP1
+    (["--tp", "2", "--recipe-opt", "tp=1"], "--recipe-opt tp: set it with --tp"),
+    (["--recipe-opt", "colour=red"], "options are source, tolerance\n"),  # tp is no longer offered
     (["--recipe-opt", "novalue"], "--recipe-opt 'novalue': expected key=value"),
     (["--jobs", "0"], "--jobs must be >= 1"),
     (["--tp", "3"], "--tp 3 does not divide llama-3-8b's 32 attention heads"),

@@ -12,9 +12,10 @@ import math
 from blendsim.sim.errors import UserError
 from blendsim.sweep.grid import SweepSpec
 
-# Recipe options the sweep sets itself (from its own flags), so --recipe-opt may not.
+# Recipe options the sweep sets itself (from its own flags), so --recipe-opt may not. tp: the recipe measures
+# density on the cells' replica (SweepSpec._density_tp), --tp or --tp x --pp GPUs.
 SWEEP_SET = {"density": "--densities", "sharing": "--sharing", "requests": "--requests", "model": "--models",
-             "hardware": "--hardware", "seed": "--seed"}
+             "hardware": "--hardware", "seed": "--seed", "tp": "--tp (and --pp)"}
 
 
 def check_spec(spec: SweepSpec) -> SweepSpec:
