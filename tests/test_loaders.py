@@ -178,6 +178,11 @@ JSONL_CASES = {
     "string output": ('{"prompt_token_ids": [3], "output_len": "4"}\n', ["line 1", "field output_len"]),
     "negative arrival": ('{"prompt_token_ids": [3], "output_len": 4, "arrival_s": -2}\n', ["line 1", "field arrival_s"]),
     "zero slo": ('{"prompt_token_ids": [3], "output_len": 4, "tbt_slo_s": 0}\n', ["line 1", "field tbt_slo_s"]),
+    "misspelt field": ('{"prompt_token_ids": [3], "output_len": 4}\n{"prompt_token_ids": [3], "output_len": 4, '
+                       '"ttft_slo": 0.5}\n', ["line 2", "field 'ttft_slo'", "the fields are id, prompt_token_ids, "
+                                                "output_len, output_len_hint, arrival_s, ttft_slo_s, tbt_slo_s, "
+                                                "jct_slo_s, source"]),
+    "misspelt required field": ('{"prompt_token_ids": [3], "outputlen": 4}\n', ["line 1", "field 'outputlen'"]),
     "not an object": ("[1, 2]\n", ["line 1", "expected a JSON object"]),
     "empty": ("\n\n", ["no requests"]),
 }

@@ -324,13 +324,15 @@ def _trace(p, d, arrival, rows, source, meta):
 
 # ---- JSONL --------------------------------------------------------------------------------
 _OPTIONAL_FLOATS = ("arrival_s", "ttft_slo_s", "tbt_slo_s", "jct_slo_s")
+_JSONL_FIELDS = ("id", "prompt_token_ids", "output_len", "output_len_hint", *_OPTIONAL_FLOATS, "source")
 
 
 def load_jsonl(path, limit: int | None = None):
     """JSON Lines, one request per line: ``prompt_token_ids`` (list of ints) and ``output_len``.
 
     Optional per line: ``id`` (a string or an integer, unique; a line without one gets its request number,
-    from 0), ``arrival_s``, ``output_len_hint``, ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s``, ``source``.
+    from 0), ``arrival_s``, ``output_len_hint``, ``ttft_slo_s``, ``tbt_slo_s``, ``jct_slo_s``, ``source``; any
+    other field is refused (a misspelt one would be lost unsaid).
     ``arrival_s`` is kept as given (seconds on the trace's own clock, as a blendsim trace's are: not shifted
     to start at 0), and is on every line or on none (none: offline, all at t = 0). Blank lines are skipped,
     a UTF-8 byte-order mark is allowed and a ``.gz``, ``.bz2`` or ``.xz`` file is decompressed (as for CSVs);
@@ -394,6 +396,11 @@ def _repeated_id(path: Path, lineno: int, rid: str, given: bool, first: int, fir
 def _record(path: Path, lineno: int, line: str, max_token: int) -> dict:
     where = f"{path}: line {lineno}"
     rec = json_object(where, line, loads_strict)
+    # NOTE: a misspelt field (ttft_slo for ttft_slo_s) is refused, not dropped: its SLO or hint would vanish unsaid
+    unknown = next((k for k in rec if k not in _JSONL_FIELDS), None)
+    if unknown is not None:
+        raise UserError(f"{where}, field {short_repr(unknown)}: not a field of a jsonl request; the fields are "
+                        f"{', '.join(_JSONL_FIELDS)}")
     for key in ("prompt_token_ids", "output_len"):
         if key not in rec:
             raise UserError(f"{where}, field {key}: missing")

@@ -96,7 +96,7 @@ def load_cmd(
                             "Response tokens), azure (CSV: TIMESTAMP, ContextTokens, GeneratedTokens), vidur (CSV: "
                             "arrived_at, num_prefill_tokens, num_decode_tokens), jsonl (prompt_token_ids, "
                             "output_len per line; optional id, arrival_s (kept as given; on every line or none), "
-                            "output_len_hint, ttft_slo_s, tbt_slo_s, jct_slo_s, source), mooncake (JSONL: "
+                            "output_len_hint, ttft_slo_s, tbt_slo_s, jct_slo_s, source; no other), mooncake (JSONL: "
                             "timestamp in ms, input_length, output_length, hash_ids of 512-token blocks) or hashed "
                             "(JSONL: input_length, hash_ids of "
                             "--block-size blocks; optional output_length, timestamp, request_id) or trace (a "
