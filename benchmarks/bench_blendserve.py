@@ -32,7 +32,8 @@ TRACES = (("#1", 1.4, 0.35), ("#2", 0.9, 0.35), ("#3", 1.4, 0.05), ("#4", 0.9, 0
 
 
 def _num(v) -> float:
-    """A summary figure that may be null (frac_of_reference where the reference is below T_o) as a number: NaN."""
+    """A summary figure that may be null (frac_of_reference where the reference is below T_o, sharing_frac_of_opt
+    on a trace without shared prefixes) as a number: NaN."""
     return float("nan") if v is None else float(v)
 
 
@@ -132,14 +133,14 @@ def main() -> None:
                 thr = summ["throughput_tok_s"]
                 print(f"{name:5s} {label:24s} {thr:8.0f} {thr / res['dfs']['throughput_tok_s']:7.3f} "
                       f"{thr / res['random']['throughput_tok_s'] if 'random' in res else float('nan'):7.3f} "
-                      f"{summ['sharing_frac_of_opt']:9.3f} {summ['prefix_sharing_ratio']:7.3f} "
+                      f"{_num(summ['sharing_frac_of_opt']):9.3f} {summ['prefix_sharing_ratio']:7.3f} "
                       f"{_num(summ['frac_of_reference']):9.3f} "
                       f"{summ['preemptions']:7d} {wall:7.1f}", flush=True)
             print(f"{name:5s} (trace: rho {rho}, s {s}, synthesised in {t_synth:.1f} s)")
             b, d, r, rn = res["blendserve"], res["dfs"], res["random"], res["random no-retain"]
             checks.append((name, s, b["throughput_tok_s"] > max(d["throughput_tok_s"], r["throughput_tok_s"]),
-                           b["sharing_frac_of_opt"], _num(b["frac_of_reference"]), r["sharing_frac_of_opt"],
-                           r["prefix_sharing_ratio"], rn["sharing_frac_of_opt"],
+                           _num(b["sharing_frac_of_opt"]), _num(b["frac_of_reference"]), _num(r["sharing_frac_of_opt"]),
+                           r["prefix_sharing_ratio"], _num(rn["sharing_frac_of_opt"]),
                            b["throughput_tok_s"] / rn["throughput_tok_s"]))
         print("\ntargets: blendserve beats dfs and random; keeps >= 97% of the optimal sharing; reaches >= 85% of "
               "the blended reference; random keeps < 30% of the optimal sharing on high-sharing traces (the "

@@ -418,11 +418,23 @@ def critical_path_lines(runs: list[tuple[str, dict]]) -> str | None:
 # ---- sweep ---------------------------------------------------------------------------------------------
 
 def sweep_warnings(sweep_dir: str | Path) -> list[str]:
-    """The warning lines about the sweep's finished cells (none when no critical path dominates)."""
+    """The warning lines about the sweep's finished cells (none when no critical path dominates). A cell is named
+    by its workload and policy, and by its model and hardware (and engine) where the grid has more than one."""
     from blendsim.reports.sweep_results import collect_rows
 
     rows = collect_rows(sweep_dir)
-    w = critical_path_lines([(f"{r.get('workload', '?')}/{r.get('policy', '?')}", r) for r in rows])
+
+    def varies(k: str) -> bool:
+        return len({str(r.get(k)) for r in rows}) > 1
+
+    keys = (["model", "hardware"] if varies("model") or varies("hardware") else []) + \
+        (["engine"] if varies("engine") else [])
+
+    def name(r: dict) -> str:
+        where = "/".join(str(r.get(k, "?")) for k in keys)
+        return f"{r.get('workload', '?')}/{r.get('policy', '?')}" + (f" on {where}" if where else "")
+
+    w = critical_path_lines([(name(r), r) for r in rows])
     return [w] if w else []
 
 

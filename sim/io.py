@@ -309,6 +309,13 @@ def plain_suffix(path: str | Path) -> str:
     return Path(path.stem).suffix.lower() if last in _DECOMPRESS else last
 
 
+def plain_stem(path: str | Path) -> str:
+    """``path``'s stem once a compression suffix (.gz, .bz2, .xz) is taken off: ``x`` for ``x.csv.gz``, as for
+    ``x.csv`` (a loaded trace is named by it)."""
+    path = Path(path)
+    return Path(path.stem).stem if path.suffix.lower() in _DECOMPRESS else path.stem
+
+
 def decompress_errors() -> tuple:
     """What reading a compressed file that is not what its name says raises (gzip, bz2, lzma, zlib)."""
     import lzma

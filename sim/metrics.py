@@ -3,7 +3,7 @@
 * throughput = (all input + output tokens) / makespan (BlendServe's definition);
 * prefix sharing ratio s = 1 - (prefill tokens computed - recomputed) / prompt tokens (BatchLLM Eq. 2,
   recomputation of preempted requests excluded as BlendServe sec. 6.4 does), shown against the optimal
-  s_o of the trace;
+  s_o of the trace as sharing_frac_of_opt = s / s_o (null, with ``sharing_frac_of_opt_note``, where s_o = 0);
 * frac_of_opt = T_o / makespan, T_o a lower bound on the makespan priced by the run's own cost model, engine,
   mode, parallelism and precision (``blendsim.sim.bounds``; docs/DESIGN.md "Bounds that bound"): <= 1 always;
 * frac_of_reference = blended reference / makespan: the trace's work as perfectly blended full steps,
@@ -313,7 +313,8 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "output_tok_s_per_gpu": d_tot / makespan / gpus if makespan > 0 else 0.0,
         "prefix_sharing_ratio": s,
         "optimal_sharing_ratio": bounds.sharing,
-        "sharing_frac_of_opt": s / bounds.sharing if bounds.sharing > 0 else 1.0,
+        # a trace without shared prefixes has no sharing to reach: null (with a note), not 0 / 0 read as 100%
+        "sharing_frac_of_opt": s / bounds.sharing if bounds.sharing > 0 else None,
         "cached_tokens": cached,
         "prefill_tokens_computed": computed,
         "recomputed_tokens": recomputed,
@@ -341,6 +342,9 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
             f"the blended reference ({t_ref:.6g} s) is below T_o ({t_opt:.6g} s), a bound no schedule beats: it leaves "
             f"out what T_o counts (the longest request's chain, the tail's small steps), so it estimates nothing here "
             f"and frac_of_reference is null; frac_of_opt is the run's fraction of its bound")
+    if not bounds.sharing > 0:
+        out["sharing_frac_of_opt_note"] = ("the trace shares no prefix (optimal sharing ratio s_o = 0), so there is no "
+                                           "sharing to reach and sharing_frac_of_opt is null")
     if trace.has_arrivals:
         out["last_arrival_s"] = float(trace.arrival_s.max())
     if trace.has_arrivals or trace.has_slos:

@@ -184,7 +184,9 @@ def test_cuda_without_gpu_is_one_line_and_keeps_the_old_output(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--model", "tiny"], "give --model and -o"),
+    # only what is missing is named (was: "give --model and -o/--out" to a user who gave --model)
+    (["--model", "tiny"], "calibrate: give -o/--out (the profile JSON to write) (or a subcommand"),
+    (["--device", "cpu"], "calibrate: give --model (a preset or a config.json) (or a subcommand"),
     (["--device", "tpu", "--model", "tiny"], "--device 'tpu'"),
     (["--device", "cpu", "--model", "tiny", "--dtype", "fp8"], "--dtype fp8"),
     (["--device", "cpu", "--model", "no-such-model"], "unknown model"),
@@ -194,7 +196,7 @@ def test_cuda_without_gpu_is_one_line_and_keeps_the_old_output(tmp_path):
 def test_bad_calibrate_options(tmp_path, args, needle):
     out = tmp_path / "p.json"
     out.write_text(PRECIOUS)
-    cmd = ["calibrate", *args] + (["-o", str(out)] if "give --model" not in needle else [])
+    cmd = ["calibrate", *args] + (["-o", str(out)] if "give -o" not in needle else [])
     one_line_error(run(*cmd), needle)
     assert out.read_text() == PRECIOUS
 

@@ -110,6 +110,15 @@ def test_reads_each_engines_benchmark_output(tmp_path):
     ({"elapsed_time": 1.0, "num_requests": 10, "total_num_tokens": 1000}, [], "give --workload const:ISL/OSL"),
     ({"elapsed_time": 1.0, "num_requests": 10, "total_num_tokens": 1000}, ["--workload", "const:500/500"],
      "more than 5% apart"),
+    # rates that contradict the counts beside them (was: fitted on total_num_tokens / elapsed_time, unsaid)
+    ({"elapsed_time": 400.0, "num_requests": 1000, "total_num_tokens": 2000000, "tokens_per_second": 16666.7},
+     ["--workload", "const:1000/1000"], "field 'tokens_per_second' is 16,666.7, but total_num_tokens / elapsed_time is "
+                                        "5,000.0 (more than 5% apart)"),
+    ({"elapsed_time": 400.0, "num_requests": 1000, "total_num_tokens": 2000000, "tokens_per_second": 5000.0,
+      "requests_per_second": 8.3}, ["--workload", "const:1000/1000"],
+     "field 'requests_per_second' is 8.3, but num_requests / elapsed_time is 2.5"),
+    ({"elapsed_time": 400.0, "num_requests": 1000, "total_num_tokens": 2000000, "tokens_per_second": "fast"},
+     ["--workload", "const:1000/1000"], "field 'tokens_per_second' missing or not a positive number"),
     ({"elapsed_time": 1.0}, [], "not a vLLM 'bench throughput' JSON"),
     ({"elapsed_time": -1.0, "num_requests": 10, "total_num_tokens": 1000}, ["--workload", "const:50/50"],
      "field 'elapsed_time' missing or not a positive number"),

@@ -8,7 +8,9 @@ results is intended (the summary digests were last regenerated when summary.json
 were regenerated on 28 Nov 2026 when fast-forward became exact: before, 30 of the 40 cases took other steps with it
 than step by step (makespans up to 23% longer in the small-KV cases, the last bit elsewhere); now every case is the
 same either way, and the digests are the step-by-step run's. On 30 Nov 2026 the ten timed cases' summary digests
-were regenerated when an online run's summary gained ``tbt_p50_s`` (no step or request digest moved). The slow-path test runs cases with a list-backed step
+were regenerated when an online run's summary gained ``tbt_p50_s`` (no step or request digest moved); the ten
+"alone" cases' (a trace without shared prefixes) when their ``sharing_frac_of_opt`` became null, with a note, instead
+of 1.0 (each summary is otherwise the same byte for byte; no step or request digest moved). The slow-path test runs cases with a list-backed step
 log (the old representation) and compares.
 """
 

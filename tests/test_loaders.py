@@ -116,6 +116,31 @@ def test_burstgpt_limit_reads_past_many_failures(tmp_path):
     assert t.n == 1 and t.input_len.tolist() == [11] and t.meta["skipped_failed"] == 3000
 
 
+@pytest.mark.parametrize("limit", [None, 5])  # pyarrow's reader, and the text reader a limit takes
+def test_burstgpt_nan_timestamp_is_not_a_number_and_an_empty_one_is_missing(tmp_path, limit):
+    path = _burst(tmp_path, ["0,ChatGPT,100,20,120,API log", "nan,ChatGPT,100,20,120,API log"])
+    with pytest.raises(UserError) as err:
+        load(path, "burstgpt", limit)
+    assert "data row 2, field Timestamp" in str(err.value) and "is not a number" in str(err.value), str(err.value)
+    assert "missing" not in str(err.value)
+    path = _burst(tmp_path, ["0,ChatGPT,100,20,120,API log", ",ChatGPT,100,20,120,API log"])
+    with pytest.raises(UserError, match="data row 2, field Timestamp: is missing"):
+        load(path, "burstgpt", limit)
+
+
+def test_a_compressed_trace_is_named_by_its_stem_without_the_compression(tmp_path):
+    import gzip
+
+    rows = BURST_HEADER + "0,ChatGPT,100,20,120,API log\n"
+    (tmp_path / "bg.csv").write_text(rows)
+    (tmp_path / "bg.csv.gz").write_bytes(gzip.compress(rows.encode()))
+    assert load(tmp_path / "bg.csv", "burstgpt").meta["name"] == "bg"
+    assert load(tmp_path / "bg.csv.gz", "burstgpt").meta["name"] == "bg"  # was "bg.csv"
+    line = json.dumps({"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}) + "\n"
+    (tmp_path / "mc.jsonl.gz").write_bytes(gzip.compress(line.encode()))
+    assert load(tmp_path / "mc.jsonl.gz", "mooncake").meta["name"] == "mc"
+
+
 def _jsonl(tmp_path, lines: list, name="reqs.jsonl") -> Path:
     path = tmp_path / name
     path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
@@ -166,6 +191,11 @@ CSV_CASES = {
     "burst all failed": ("burstgpt", BURST_HEADER + "5,ChatGPT,4,0,4,API log\n", ["no successful requests"]),
     "burst bad time": ("burstgpt", BURST_HEADER + "5,ChatGPT,4,3,7,API log\nsoon,ChatGPT,4,3,7,API log\n",
                        ["data row 2", "field Timestamp", "'soon'"]),
+    "burst total": ("burstgpt", BURST_HEADER + "1.0,ChatGPT,800,50,999,API log\n",
+                    ["data row 1", "field Total tokens", "999 is not Request tokens + Response tokens (800 + 50 = 850)"]),
+    "burst backwards": ("burstgpt", BURST_HEADER + "0.5,ChatGPT,4,3,7,API log\n0.2,ChatGPT,4,0,4,API log\n"
+                        "0.1,ChatGPT,4,3,7,API log\n", ["data row 3", "field Timestamp", "0.1 is before data row 1's 0.5",
+                                                      "time order"]),
 }
 JSONL_CASES = {
     "bad json": ('{"prompt_token_ids": [1], "output_len": 2}\n{"prompt_token_ids": [1, "output_len": 2}\n',

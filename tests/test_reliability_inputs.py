@@ -102,7 +102,7 @@ def test_csv_times_must_be_finite_and_bounded(tmp_path, fmt, body, field, why):
 
 def test_burstgpt_large_but_valid_values_still_load(tmp_path):
     src = tmp_path / "in.csv"
-    src.write_text(BURST + f"0,ChatGPT,{MAX_TOKENS},1,1,x\n1e8,ChatGPT,1,{MAX_TOKENS},1,x\n")
+    src.write_text(BURST + f"0,ChatGPT,{MAX_TOKENS},1,{MAX_TOKENS + 1},x\n1e8,ChatGPT,1,{MAX_TOKENS},{MAX_TOKENS + 1},x\n")
     t = load(src, "burstgpt")
     assert t.input_len.tolist() == [MAX_TOKENS, 1] and t.output_len.tolist() == [1, MAX_TOKENS]
     assert t.arrival_s.tolist() == [0.0, 1e8]

@@ -153,6 +153,28 @@ def test_loose_run_dirs_with_latency(tmp_path):
     assert pd.read_csv(again.parent / "policies.csv").equals(side)
 
 
+def test_a_trace_without_sharing_has_no_fraction_of_s_o_and_stays_out_of_its_mean(tmp_path):
+    """s_o = 0: sharing_frac_of_opt is null with a note (was 1.0, 0 / 0 read as 100%), shown as – in the table and
+    left out of "mean of s_o" (which it inflated)."""
+    from blendsim.workloads.trace import unique_prompts
+    from tests.helpers import random_trace
+
+    shared = random_trace(np.random.default_rng(5), n=40)
+    rng = np.random.default_rng(9)
+    alone = unique_prompts(rng.integers(1, 300, 40), rng.integers(1, 80, 40))
+    shared.meta["name"], alone.meta["name"] = "shared", "alone"
+    runs = [_simulate(t, p, tmp_path / "runs" / f"{t.meta['name']}-{p}") for t in (shared, alone) for p in ("dfs", "fcfs")]
+    s = json.loads((runs[2] / "summary.json").read_text())
+    assert s["optimal_sharing_ratio"] == 0 and s["sharing_frac_of_opt"] is None
+    assert "sharing_frac_of_opt is null" in s["sharing_frac_of_opt_note"]
+    assert json.loads((runs[0] / "summary.json").read_text())["sharing_frac_of_opt"] > 0
+    page = write_report(runs, tmp_path / "rep")
+    side = pd.read_csv(page.parent / "policies.csv").set_index(["group", "label"])["sharing_frac_of_opt"]
+    assert side.loc["alone"].isna().all() and side.loc["shared"].notna().all()
+    summ = pd.read_csv(page.parent / "policy_summary.csv").set_index("policy")["sharing_frac_of_opt"]
+    assert summ.loc["fcfs"] == pytest.approx(side.loc[("shared", "fcfs")], rel=1e-12)
+
+
 def test_cli_writes_to_the_default_folder(sweep_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = report_cli(str(sweep_dir), "--steps-workload", "d0.9-s0.35", "--steps-policies", "dfs,random")

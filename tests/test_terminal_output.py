@@ -208,6 +208,23 @@ def test_sweep_warns_once_for_dominated_cells(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("2 of 3 runs (d1-s0.1/blendserve, d1-s0.1/dfs)")
 
 
+
+def test_sweep_warnings_name_the_deployment_of_a_grid_of_several(tmp_path):
+    """Two models on two GPUs: each cell named with its model and hardware (was: one label for four cells)."""
+    for m in ("m1", "m2"):
+        for h in ("h1", "h2"):
+            cell = tmp_path / "runs" / m / h / "d1-s0.1" / "dfs"
+            cell.mkdir(parents=True)
+            label = {"workload": "d1-s0.1", "model": m, "hardware": h, "grid_density": 1.0, "grid_sharing": 0.1,
+                     "policy": "dfs", "run_dir": f"runs/{m}/{h}/d1-s0.1/dfs"}
+            (cell / "cell.json").write_text(json.dumps(label))
+            (cell / "summary.json").write_text(json.dumps({"throughput_tok_s": 1.0, "makespan_s": 100.0,
+                                                           "t_critical_s": 80.0, "offline": True, "engine": "vllm"}))
+    lines = TT.sweep_warnings(tmp_path)
+    assert len(lines) == 1 and lines[0].startswith(
+        "4 of 4 runs (d1-s0.1/dfs on m1/h1, d1-s0.1/dfs on m1/h2, d1-s0.1/dfs on m2/h1, d1-s0.1/dfs on m2/h2)"), lines
+
+
 def test_null_bounds_print_as_a_dash(summaries):
     """A summary whose density JSON could not hold (no decode work: written as null) still prints."""
     s = {**summaries["offline"], "compute_density": None, "frac_of_opt": None}

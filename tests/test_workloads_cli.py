@@ -61,6 +61,8 @@ def test_synth_blendserve_writes_the_trace_and_prints_measured_values(tmp_path):
     (["batchllm", "--prefix-len", "200", "--distinct-len", "2000", "--share-degree", "4", "--requests", "64"],
      lambda t: np.all(t.input_len == 2200)),
     (["preble", "--kind", "loogle", "--requests", "100", "--rate", "2"], lambda t: t.has_arrivals),
+    (["preble", "--kind", "loogle"], lambda t: t.n == 673 and t.meta["rate"] == 6.0),  # Preble's size and rate
+    (["preble", "--kind", "loogle", "--requests", "50", "--rate", "0"], lambda t: t.n == 50 and not t.has_arrivals),
     (["accelgen", "--requests", "300", "--rate", "0"], lambda t: t.has_slos and not t.has_arrivals),
 ])
 def test_synth_other_recipes(tmp_path, args, check):
@@ -75,6 +77,10 @@ def test_synth_other_recipes(tmp_path, args, check):
     (["blendserve", "--density", "1.0", "--sharing", "0.9", "--requests", "2000"], "mmlu can lift sharing"),
     (["blendserve", "--density", "1.0", "--sharing", "0.2", "--source", "mmlu"], "--source must be one of"),
     (["preble", "--kind", "chat"], "--kind must be one of"),
+    # a sign typo or 0 is refused, not read as Preble's figure (absence is)
+    (["preble", "--kind", "toolbench", "--rate", "-5"], "--rate must be a finite number >= 0"),
+    (["preble", "--kind", "toolbench", "--requests", "0"], "--requests must be >= 1, got 0 (leave it out for Preble's)"),
+    (["preble", "--kind", "toolbench", "--prefixes", "0"], "--prefixes must be >= 1"),
     (["batchllm", "--prefix-len", "-1", "--distinct-len", "2", "--share-degree", "2"], "--prefix-len must be >= 0"),
     (["accelgen", "--jct-share", "2"], "--jct-share must be in [0, 1]"),
     (["blendserve", "--density", "1.0", "--sharing", "0.2", "--model", "gpt-9"], "unknown model"),

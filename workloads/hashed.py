@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import loads_strict
+from blendsim.sim.io import loads_strict, plain_stem
 from blendsim.workloads.jsonl import check_text, json_object, jsonl_lines, short_repr
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LONG
 
@@ -145,7 +145,7 @@ def load_hashed(path, fmt: str = "hashed", *, block_size: int | None = None, tim
     trace = from_segment_arrays(p, d, offsets, seg_ids, seg_lens, ids=ids, arrival_s=arrival,
                                 source=np.full(n, fmt, dtype=object))
     trace.meta = {
-        "loader": fmt, "file": str(path), "name": path.stem, "block_size": int(block_size),
+        "loader": fmt, "file": str(path), "name": plain_stem(path), "block_size": int(block_size),
         **({"time_unit": time_unit} if ts is not None else {}), "output_len": out_meta,
         "hashed": {"blocks": int(len(flat)), "unique_blocks": unique_blocks,
                    "unique_block_tokens": unique_tokens + int(tail[tails].sum()),

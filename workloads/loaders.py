@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from blendsim.sim.errors import UserError
-from blendsim.sim.io import check_csv_aligned, input_stream, loads_strict, read_input
+from blendsim.sim.io import check_csv_aligned, input_stream, loads_strict, plain_stem, read_input
 from blendsim.workloads.jsonl import check_text, json_object, jsonl_lines, short_repr
 from blendsim.workloads.trace import MAX_TIME_S, MAX_TOKENS, TOO_LATE, TOO_LONG
 
@@ -29,7 +29,7 @@ FORMATS = ("burstgpt", "azure", "vidur", "jsonl", "mooncake", "hashed", "trace")
 
 def load(path: str | Path, fmt: str, limit: int | None = None, **hashed_options):
     """Load ``path`` in format ``fmt`` (one of :data:`FORMATS`); the trace's ``meta["name"]`` is the file's
-    stem. ``mooncake`` and ``hashed`` (block-hash JSONL) take :func:`blendsim.workloads.hashed.load_hashed`'s options."""
+    stem (``x`` for ``x.csv`` and ``x.csv.gz``). ``mooncake`` and ``hashed`` (block-hash JSONL) take :func:`blendsim.workloads.hashed.load_hashed`'s options."""
     loaders = {"burstgpt": load_burstgpt, "azure": load_azure, "vidur": load_vidur, "jsonl": load_jsonl,
                "trace": load_blendsim}
     if fmt not in loaders and fmt not in ("mooncake", "hashed"):
@@ -45,7 +45,7 @@ def load(path: str | Path, fmt: str, limit: int | None = None, **hashed_options)
         if given:
             raise UserError(f"--{given[0].replace('_', '-')} applies to --format mooncake or hashed, not {fmt}")
         trace = loaders[fmt](path, limit)
-    trace.meta.setdefault("name", Path(path).stem)
+    trace.meta.setdefault("name", plain_stem(path))
     trace.validate(str(path))  # every loader's checks name the row first; this guards what they build
     return trace
 
@@ -68,10 +68,13 @@ _ZONE = r"\d:\d{2}(?::\d{2}(?:\.\d*)?)?\s*(?:Z|UTC|[+-]\d{2}(?::?\d{2})?)$"  # a
 
 # ---- CSV formats --------------------------------------------------------------------------
 def load_burstgpt(path, limit: int | None = None):
-    """BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens`` (optional ``Model``).
+    """BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens`` (optional ``Model``, ``Total
+    tokens``).
 
     ``Model`` is read as text, by either reader (so ``--limit`` does not change a label): each request's
-    source is ``burstgpt/<Model>``, or ``burstgpt`` where the cell is empty."""
+    source is ``burstgpt/<Model>``, or ``burstgpt`` where the cell is empty. A request's ``Total tokens``, where the
+    column is there, must be its request + response tokens, and the timestamps must not go backwards (BurstGPT's
+    files are in time order): either is refused, naming the row, as an edited or mismatched file."""
     path = Path(path)
     nrows = None if limit is None else 2 * limit + 1000
     while True:  # with a limit, read only as many rows as the first `limit` successes need
@@ -89,6 +92,18 @@ def load_burstgpt(path, limit: int | None = None):
     sub = df.iloc[rows]
     p = _ints(path, sub, "Request tokens", minimum=1, rows=rows)
     t = _times(path, sub, "Timestamp", rows=rows)
+    if "Total tokens" in sub:  # each field's own checks first, then what they say together
+        total = _numbers(path, sub, "Total tokens", rows)  # a number (up to twice MAX_TOKENS) equal to the sum
+        off = np.flatnonzero(total != p + resp[rows])
+        if len(off):
+            i = int(off[0])
+            _fail(path, rows[i], "Total tokens", f"{_fmt(total[i])} is not Request tokens + Response tokens "
+                  f"({p[i]} + {resp[rows[i]]} = {p[i] + resp[rows[i]]})")
+    back = np.flatnonzero(np.diff(t) < 0)
+    if len(back):
+        i = int(back[0]) + 1
+        _fail(path, rows[i], "Timestamp", f"{_fmt(t[i])} is before data row {int(rows[i - 1]) + 1}'s {_fmt(t[i - 1])} "
+              f"(BurstGPT files are in time order: an edited or merged file; sort it by Timestamp)")
     source = np.full(len(rows), "burstgpt", dtype=object)
     if "Model" in sub:
         import pandas as pd
@@ -246,9 +261,11 @@ def _read_arrow(src, text_columns: tuple[str, ...] = ()):
     import pyarrow.csv as pcsv
 
     try:
+        # no cell is read as null (pyarrow's default would take "", "nan", "NA" and "null" alike): an empty or "NA" cell
+        # leaves its column text, whose check names it as the text path does, and "nan" stays a number that is none
         table = pcsv.read_csv(pa.BufferReader(src) if isinstance(src, bytes) else src,
-                              convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(text_columns,
-                                                                                             pa.string())))
+                              convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(text_columns, pa.string()),
+                                                                  null_values=[], strings_can_be_null=False))
     except (pa.ArrowInvalid, UnicodeDecodeError, OSError):
         return None
     types = table.schema.types
@@ -264,16 +281,18 @@ def _numbers(path: Path, df, col: str, rows=None) -> np.ndarray:
     if pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
         x = df[col].to_numpy(dtype=np.float64, na_value=np.nan)
         bad = np.flatnonzero(~np.isfinite(x))
-        if len(bad):
+        if len(bad):  # an empty cell makes the column text (_read_arrow): a NaN here is a cell that says nan
             i = int(bad[0])
-            _fail(path, i if rows is None else rows[i], col, "is missing" if np.isnan(x[i]) else f"{x[i]} is not finite")
+            _fail(path, i if rows is None else rows[i], col, "nan is not a number" if np.isnan(x[i])
+                  else f"{x[i]} is not finite")
         return x
     raw = df[col].astype(str).str.strip()
     x = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(x))
     if len(bad):
         i = int(bad[0])
-        what = "is missing" if raw.iloc[i] == "" else f"{raw.iloc[i]!r} is not a finite number"
+        what = "is missing" if raw.iloc[i] == "" else f"{raw.iloc[i]!r} is not a number" if np.isnan(x[i]) \
+            else f"{raw.iloc[i]!r} is not a finite number"
         _fail(path, i if rows is None else rows[i], col, what)
     return x
 

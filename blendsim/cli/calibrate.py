@@ -48,8 +48,10 @@ def calibrate_cmd(
                             f"{'is' if len(given) == 1 else 'are'} the kernel profiling's; give the subcommand's "
                             f"options after its name (blendsim calibrate {ctx.invoked_subcommand} --help)")
         return
-    if model is None or out is None:
-        raise UserError("calibrate: give --model and -o/--out (or a subcommand: show, import-vidur, engine)")
+    missing = [what for what, v in (("--model (a preset or a config.json)", model),
+                                    ("-o/--out (the profile JSON to write)", out)) if v is None]
+    if missing:  # only what is missing: a user who gave --model is not sent to look at it
+        raise UserError(f"calibrate: give {' and '.join(missing)} (or a subcommand: show, import-vidur, engine)")
     if holdout < 0:
         raise UserError(f"--holdout must be >= 0, got {holdout}")
     _check_out(out)

@@ -273,6 +273,14 @@ def _vllm(path: Path, obj: dict, setup: Setup) -> Row:
     n = _count(path, obj, "num_requests")
     elapsed = _num(path, obj, "elapsed_time")
     total = _num(path, obj, "total_num_tokens")
+    # the rates vLLM writes beside the counts must agree with them: otherwise the file was edited or mixes two runs
+    for key, derived, of in (("tokens_per_second", total / elapsed, "total_num_tokens / elapsed_time"),
+                             ("requests_per_second", n / elapsed, "num_requests / elapsed_time")):
+        if key in obj:
+            v = _num(path, obj, key)
+            if abs(v / derived - 1) > 0.05:
+                raise UserError(f"{path}: field {key!r} is {v:,.1f}, but {of} is {derived:,.1f} (more than 5% apart): "
+                                f"an edited file, or one mixing two runs; give the run's own file")
     if not setup.workload:
         raise UserError(f"{path}: vLLM's bench throughput JSON does not record the prompt/output split; give "
                         f"--workload const:ISL/OSL (the --input-len/--output-len of that run)")

@@ -50,10 +50,11 @@ class Recipe:
         hints = typing.get_type_hints(self.options)
         for k, v in options.items():  # each of its declared type, before the recipe reads it (Python callers)
             by_type(v, hints[k], flag_of(k))
-            if hints[k] is int and k != "seed":  # token counts, request counts, degrees: bounded (10**30 would
-                integer(v, flag_of(k), None, MAX_TOKENS)  # overflow numpy, 10**12 allocate terabytes)
+            if hints[k] in (int, int | None) and k != "seed" and v is not None:  # token counts, request counts,
+                integer(v, flag_of(k), None, MAX_TOKENS)  # degrees: bounded (10**30 would overflow numpy, 10**12
+                # allocate terabytes)
         opts = self.options(**options)  # the recipe's own checks first: its minimum is the one to name
-        if "requests" in options:
+        if options.get("requests") is not None:  # None: the recipe's own default
             integer(options["requests"], "--requests", 0, MAX_REQUESTS)  # a recipe refuses 0 if 0 is no default
         return opts
 

@@ -65,11 +65,14 @@ KINDS = {
 @dataclass(frozen=True, slots=True)
 class PrebleOptions:
     kind: str = field(metadata={"help": f"Workload: {', '.join(KINDS)}."})
-    requests: int = field(default=0, metadata={"help": "Number of requests (0: Preble's size for the kind)."})
-    rate: float = field(default=-1.0, metadata={
-        "help": "Poisson arrival rate, requests/s (negative: Preble's rate for the kind; 0: all at t=0)."})
-    prefixes: int = field(default=0, metadata={
-        "help": "Shared prefixes (tools, episodes, problems, videos, documents); 0 scales Preble's count."})
+    # NOTE: absent (None), not 0 or a negative number, means Preble's figure: a sign typo is refused, not defaulted
+    requests: int | None = field(default=None, metadata={
+        "help": "Number of requests (default: Preble's size for the kind)."})
+    rate: float | None = field(default=None, metadata={
+        "help": "Poisson arrival rate, requests/s (default: Preble's rate for the kind; 0: all at t=0)."})
+    prefixes: int | None = field(default=None, metadata={
+        "help": "Shared prefixes (tools, episodes, problems, videos, documents; default: Preble's count, scaled "
+                "to --requests)."})
     zipf: float = field(default=0.0, metadata={"help": "Prefix popularity skew: 0 uniform, else rank^-zipf (1.1)."})
     seed: int = field(default=0, metadata={"help": "Random seed (same seed, same trace)."})
 
@@ -77,8 +80,11 @@ class PrebleOptions:
         if self.kind not in KINDS:
             raise UserError(f"--kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         for name in ("requests", "prefixes"):
-            if getattr(self, name) < 0:
-                raise UserError(f"--{name} must be >= 0, got {getattr(self, name)}")
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UserError(f"--{name} must be >= 1, got {getattr(self, name)} (leave it out for Preble's)")
+        if self.rate is not None and not (np.isfinite(self.rate) and self.rate >= 0):
+            raise UserError(f"--rate must be a finite number >= 0 (requests/s; 0: all at t=0), got {self.rate} "
+                            f"(leave it out for Preble's)")
         if self.zipf < 0:
             raise UserError(f"--zipf must be >= 0, got {self.zipf}")
 
@@ -87,9 +93,9 @@ def build(opts: PrebleOptions):
     from blendsim.workloads.trace import from_segment_arrays
 
     kind = KINDS[opts.kind]
-    n = opts.requests or kind.requests
-    k = opts.prefixes or max(1, round(n * kind.prefixes / kind.requests))
-    rate = kind.rate if opts.rate < 0 else opts.rate
+    n = kind.requests if opts.requests is None else opts.requests
+    k = max(1, round(n * kind.prefixes / kind.requests)) if opts.prefixes is None else opts.prefixes
+    rate = kind.rate if opts.rate is None else opts.rate
     r_len, r_pick, r_out, r_time = rngs(opts.seed, 4)
     weight = popularity(k, opts.zipf)
     gap = None
