@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from blendsim.policies.base import Policy, Router, register, register_router
+from blendsim.policies.base import Policy, Router, register
 from blendsim.policies.option import OURS, Option
+from blendsim.sim.errors import UserError
 
 ROUTERS = ("round-robin", "contiguous")
 
 
-@register_router("dfs-contiguous")
 class ContiguousRouter(Router):
-    """Each engine (replica, or a pipelined replica's virtual engine) takes one stretch of the depth-first order."""
+    """Each engine (replica, or a pipelined replica's virtual engine) takes one stretch of the depth-first order
+    (built by :meth:`DFS.make_router`, not by name: it needs the split)."""
+
+    name = "dfs-contiguous"
 
     def __init__(self, ctx, replicas, assign):
         super().__init__(ctx, replicas)
@@ -26,6 +29,13 @@ class ContiguousRouter(Router):
 
     def route(self, req: int, now: float) -> int:
         return self.assign[req]
+
+
+def added_work(tree, order: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """Per request, the tokens it adds when the requests run in ``order`` with every prefix kept
+    (``PrefixTree.prompt_tokens_added``; at least its prompt's last token, which an engine always computes) plus
+    its output."""
+    return np.maximum(tree.prompt_tokens_added(order), 1.0) + np.asarray(output_len, dtype=np.float64)
 
 
 def contiguous_split(order: np.ndarray, work: np.ndarray, engines: int) -> np.ndarray:
@@ -50,9 +60,9 @@ class DFS(Policy):
         "heavier_first": Option(False, "visit children with more requests first (SGLang dfs-weight)", source='SGLang code (dfs-weight); off = plain DFS'),
         "router": Option("round-robin", "how requests go to replicas and PP virtual engines: round-robin (every n-th "
                                         "request of the order in turn, so a prefix group of n or more requests is "
-                                        "computed on every engine) or contiguous (each engine takes one stretch of the "
-                                        "order, of about equal prompt + output tokens: a group is computed on one "
-                                        "engine, at most engines - 1 groups are cut)",
+                                        "computed on every engine) or contiguous (offline runs: each engine takes one "
+                                        "stretch of the order, of about equal work, a shared prefix counted once: a "
+                                        "group is computed on one engine, at most engines - 1 groups are cut)",
                          source="round-robin: SGLang's default --load-balance-method for data parallelism; "
                                 f"contiguous: {OURS}", choices=ROUTERS),
     }
@@ -70,5 +80,9 @@ class DFS(Policy):
         if self.opt["router"] == "round-robin" or len(replicas) == 1:
             return super().make_router(replicas)
         t = self.ctx.trace
-        work = np.asarray(t.input_len, dtype=np.int64) + np.asarray(t.output_len, dtype=np.int64)
+        if t.n and np.any(t.arrival_s > 0):  # the split is made up front: online it would give each engine a stretch
+            # of time (one burst of a group after another) rather than a share of the work
+            raise UserError("dfs --opt router=contiguous splits the whole trace's order before the run, for offline "
+                            "runs: add --offline, or keep router=round-robin for a trace with arrivals")
+        work = added_work(self.ctx.tree, self._order, t.output_len)
         return ContiguousRouter(self.ctx, replicas, contiguous_split(self._order, work, len(replicas)))

@@ -695,11 +695,14 @@ def tier_notes(summary: dict) -> list[str]:
     as an offloader does that frees a GPU block only once it has a place below: a drive slower to write than the
     GPU evicts can cost more than recomputing, which the run then shows."""
     busy, span = summary.get("disk_busy_s", 0.0), summary.get("makespan_s", 0.0)
-    if not (span > 0 and busy > 0.5 * span and summary.get("kv_load_stall_s", 0.0) > 0.1 * span):
+    replicas = max(1, int(summary.get("replicas", 1)))
+    stall = summary.get("kv_load_stall_s", 0.0) / replicas  # the summary's is summed over the replicas
+    if not (span > 0 and busy > 0.5 * span and stall > 0.1 * span):
         return []
-    return [f"KV tiers: the drive was busy {busy:,.1f} s of the {span:,.1f} s run (reads and the write-backs that "
-            f"evictions wait for) and steps waited {summary['kv_load_stall_s']:,.1f} s for loads; a run without "
-            f"the disk tier, or with a larger host tier or a faster drive (--disk-write-gbps), may finish sooner"]
+    who = "a replica's steps" if replicas > 1 else "steps"
+    return [f"KV tiers: the busiest drive was busy {busy:,.1f} s of the {span:,.1f} s run (reads and the write-backs "
+            f"that evictions wait for) and {who} waited {stall:,.1f} s for loads; a run without the disk tier, or with "
+            f"a larger host tier or a faster drive (--disk-write-gbps), may finish sooner"]
 
 
 def _drive_busy(reads, writes) -> float:

@@ -123,6 +123,21 @@ class PrefixTree:
         pre = self.preorder(child_key)
         return np.lexsort((np.arange(self.n_requests), pre[self.req_node]))
 
+    def prompt_tokens_added(self, order: np.ndarray) -> np.ndarray:
+        """Per request, the prompt tokens it adds when the requests run in ``order`` with every prefix kept: those of the
+        nodes it is the first in ``order`` to reach (a shared prefix counts once, at its group's first request)."""
+        n = len(order)
+        pos = np.empty(n, dtype=np.int64)
+        pos[order] = np.arange(n)
+        first = np.full(self.num_nodes, n, dtype=np.int64)  # per node, the earliest position of a request below it
+        np.minimum.at(first, self.req_node, pos)
+        for lvl in range(int(self.level.max(initial=0)), 0, -1):  # children before parents
+            idx = self._by_level[lvl]
+            np.minimum.at(first, self.parent[idx], first[idx])
+        nodes = np.flatnonzero(first < n)
+        nodes = nodes[nodes > 0]
+        return np.bincount(order[first[nodes]], weights=self.tokens[nodes].astype(np.float64), minlength=n)
+
     def path(self, node: int) -> list[int]:
         """Nodes from the root's child down to ``node``."""
         out = []

@@ -383,3 +383,14 @@ def test_a_repeated_catalogue_row_is_named_without_its_citation(tmp_path):
                                        "--hardware", "a100-80gb", "-o", str(tmp_path / "mine.json")])
     line = r.output.strip().splitlines()[-1]
     assert r.exit_code == 2 and "appear twice" in line and rows[0]["source"] not in line and len(line) < 400, line
+
+
+def test_runs_on_more_gpus_or_with_kv_tiers_are_other_runs_of_the_fit():
+    """Eight replicas of a run share its requests (other batch sizes), and KV tiers change its steps: each is another
+    point of the fit, not a second measurement of one (review of 1 Dec 2026)."""
+    from blendsim.fidelity.engine_calibration import _shape
+
+    row = next(r for r in read_catalogue(SHIPPED_CATALOGUE) if r.gpus == r.tp == r.pp == 1)
+    shapes = {_shape(row), _shape(dataclasses.replace(row, gpus=8)), _shape(dataclasses.replace(row, host_kv_gb=100.0)),
+              _shape(dataclasses.replace(row, disk_kv_gb=500.0)), _shape(dataclasses.replace(row, id="other"))}
+    assert len(shapes) == 4  # the id alone does not make another run

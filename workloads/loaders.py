@@ -283,7 +283,7 @@ def _numbers(path: Path, df, col: str, rows=None) -> np.ndarray:
         bad = np.flatnonzero(~np.isfinite(x))
         if len(bad):  # an empty cell makes the column text (_read_arrow): a NaN here is a cell that says nan
             i = int(bad[0])
-            _fail(path, i if rows is None else rows[i], col, "nan is not a number" if np.isnan(x[i])
+            _fail(path, i if rows is None else rows[i], col, "'nan' is not a number" if np.isnan(x[i])
                   else f"{x[i]} is not finite")
         return x
     raw = df[col].astype(str).str.strip()

@@ -445,8 +445,10 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
 
 
 def _shape(r: Row) -> tuple:
-    """What the fit sees of a run: its workload, request count, model, GPU, parallelism and precisions."""
-    return r.workload, r.requests, r.model, r.hardware, r.tp, r.pp, r.ep, r.weights, r.kv_dtype
+    """What the fit sees of a run: its workload, request count, model, GPU, GPU count and parallelism (replicas share
+    the requests), precisions and KV tiers."""
+    return (r.workload, r.requests, r.model, r.hardware, r.gpus, r.tp, r.pp, r.ep, r.weights, r.kv_dtype,
+            r.host_kv_gb, r.disk_kv_gb)
 
 
 # A measurement this many times faster or slower than the shipped model's prediction is refused: the worst
