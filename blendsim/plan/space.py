@@ -349,7 +349,9 @@ class Reuse:
 
         if shared <= 0.0:  # the run found nothing cached (no prefix cache, or every prefix evicted): no cache
             return 0.0
-        if not len(self._cum) or shared >= self._cum[-1]:
+        # every pair's tokens, up to the rounding of ratio x prompt tokens the caller passes (277,999.99999999994 for
+        # 278,000: read as short, a run that found every shared prefix was priced at the sample's largest distance)
+        if not len(self._cum) or shared >= self._cum[-1] * (1.0 - 1e-9):
             return float("inf")
         return float(self.distance[int(np.searchsorted(self._cum, shared, side="left"))])
 
