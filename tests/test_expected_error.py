@@ -161,10 +161,15 @@ def test_plan_warns_when_the_deadline_is_within_the_error():
     ok = margin_note({"recommended": {**rec, "makespan_s": 3000.0}, "deadline_s": 3600.0})
     assert ok.startswith("expected error of the recommended: 10% median |error| over 12 published runs on h100-80gb")
     assert "10% slower it still meets the deadline (55.0 min)" in ok
+    faster = {**rec, "makespan_s": 2000.0}  # a faster deployment on the front
     early = margin_note({"recommended": {**rec, "expected_error": {**x, "loso_signed_median": -0.2}},
-                         "deadline_s": 3600.0})
+                         "deadline_s": 3600.0, "pareto": [faster, rec]})
     assert early.endswith("such runs typically came out 20% faster than predicted, so the run is more likely early. "
                           "Allow a margin (--margin expected) or take a faster deployment from the front")
+    # the recommended is the front's fastest: no faster one to take (review of 1 Dec 2026)
+    alone = margin_note({"recommended": rec, "deadline_s": 3600.0, "pareto": [rec]})
+    assert alone.endswith("Allow a margin (--margin expected); no faster deployment was found (a larger --max-gpus, "
+                          "other --hardware or --engines may give one)")
     assert margin_note({"recommended": {**rec, "meets_deadline": False}, "deadline_s": 3600.0}) is None
     assert margin_note({"recommended": {**rec, "expected_error": None}, "deadline_s": 3600.0}) is None
 

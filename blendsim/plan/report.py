@@ -97,8 +97,10 @@ def margin_note(answer: dict) -> str | None:
     if worst <= dl:
         return (f"expected error of the recommended: {said}; {pct(x['loso_median'])} slower it still meets the "
                 f"deadline ({_dur(worst)}){lean}")
-    act = ("take a larger --margin or a faster deployment from the front" if answer.get("deadline_margin") is not None
-           else "allow a margin (--margin expected) or take a faster deployment from the front")
+    faster = (answer.get("pareto") or [r])[0]["makespan_s"] < r["makespan_s"]  # the front is fastest first
+    act = ("take a larger --margin" if answer.get("deadline_margin") is not None else "allow a margin (--margin expected)")
+    act += (" or take a faster deployment from the front" if faster
+            else "; no faster deployment was found (a larger --max-gpus, other --hardware or --engines may give one)")
     return (f"warning: the recommended meets the {_dur(dl)} deadline by less than the error to expect: {said}; "
             f"{pct(x['loso_median'])} slower it takes {_dur(worst)}{lean}. {act[0].upper()}{act[1:]}")
 
@@ -155,15 +157,19 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
         why = (f"the {_dur(deadline_s)} deadline" + _margin_words(margin)
                + (f" within the ${budget:,.2f} budget" if budget is not None else ""))
         say = f"NO deployment in the search space meets {why}"
-        in_time = [p for p in out.points.values() if out.meets(p, deadline_s)] if budget is not None else []
-        if in_time:  # the budget alone fails: what meeting the deadline costs
-            c = min(in_time, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
-            ce = mk(c)
-            over_budget = {"deployment": ce, "over_budget_usd": c.cost_usd - budget}
-            say += (f"; the cheapest simulated one that meets the deadline{_margin_words(margin)} is {_label(ce)}: "
-                    f"{_dur(c.makespan_s)} for {_usd(c.cost_usd)} ({_usd(c.cost_usd - budget)} over the budget)")
-        say += f"; the fastest is {_label(recd)}: {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)}"
-    checks = out.checks
+        fastest = f[0]
+        if budget is not None and out.meets(rec, deadline_s):  # the budget alone fails: recommended is the cheapest
+            # that meets the deadline, the least over the budget
+            over_budget = {"deployment": recd, "over_budget_usd": rec.cost_usd - budget}
+            say += (f"; recommended: the cheapest simulated one that meets the deadline{_margin_words(margin)}, "
+                    f"{_label(recd)}: {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)} "
+                    f"({_usd(rec.cost_usd - budget)} over the budget)")
+        if fastest is not rec:
+            say += f"; the fastest is {_label(mk(fastest))}: {_dur(fastest.makespan_s)} for {_usd(fastest.cost_usd)}"
+        else:
+            say += f"; recommended: the fastest, {_label(recd)}: {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)}"
+    checks = [{**c, "label": _short(out.points[c["deployment"]].cand)} if c["deployment"] in out.points else c
+              for c in out.checks]
     sampling = None
     if out.sample_requests is not None:
         sampling = {"sample_requests": out.sample_requests, "full_requests": n_requests, "seed": seed,
@@ -185,6 +191,14 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     }
     answer["expected_error_note"] = margin_note(answer)
     return answer
+
+
+def _short(c) -> str:
+    """A deployment as the front's table names it: ``2 x TP1 on 2 a100-80gb vllm random``."""
+    from blendsim.sim.deployment import split_label
+
+    sh = c.shape
+    return f"{c.replicas} x {split_label(sh.tp, sh.pp, sh.ep)} on {c.gpus} {sh.hardware} {sh.engine} {sh.policy}"
 
 
 def _label(e: dict) -> str:
@@ -248,9 +262,10 @@ def notes(answer: dict) -> list[str]:
     s = answer["sampling"]
     if s is not None:
         if s["checks"]:
-            errs = ", ".join(f"{c['deployment']}: {100 * c['error']:+.1f}%" for c in s["checks"])
+            errs = ", ".join(f"{c.get('label', c['deployment'])}: {100 * c['error']:+.1f}%" for c in s["checks"])
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests (seed {s['seed']}); "
-                         f"sampled-vs-full makespan error on {len(s['checks'])} full run(s): {errs}")
+                         f"sampled-vs-full makespan error on {len(s['checks'])} full run(s), the recommended and its "
+                         f"neighbours on the front (deployments off it were not re-run): {errs}")
         elif s.get("extrapolated", 1):
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests; no full run checked "
                          f"the extrapolation")

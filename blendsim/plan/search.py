@@ -335,13 +335,16 @@ def front(out: Search, deadline_s: float, budget: float | None) -> list:
 
 
 def recommend(out: Search, deadline_s: float, budget: float | None):
-    """The cheapest deployment that meets the deadline (and budget); else the fastest."""
+    """The cheapest deployment that meets the deadline (and budget); where only the budget fails, the cheapest that
+    meets the deadline (the least over the budget); else the fastest."""
     f = front(out, deadline_s, budget)
     if not f:
         return None
+    cheapest = lambda ps: min(ps, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))  # noqa: E731
     if out.meets_any:
-        return min(f, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
-    return f[0]
+        return cheapest(f)
+    in_time = [p for p in f if out.meets(p, deadline_s)] if budget is not None else []
+    return cheapest(in_time) if in_time else f[0]
 
 
 def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, verify: int) -> None:

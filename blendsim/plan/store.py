@@ -26,6 +26,7 @@ class PlanStore:
         if d.exists() and any(d.iterdir()) and not marker.exists():
             raise UserError(f"{d}: exists and is not a blendsim plan directory (no {MARKER}); choose another -o")
         settings = json.loads(json.dumps(settings, sort_keys=True))
+        made_by = simulator_digest()
         if marker.exists():
             old = read_json(marker, "plan marker")
             was = old.get("settings") if isinstance(old, dict) else None
@@ -34,8 +35,13 @@ class PlanStore:
             if was != settings:
                 diff = ", ".join(f"{k}={was.get(k)!r}" for k in sorted(settings) if was.get(k) != settings[k])
                 raise UserError(f"{d}: was planned with other settings ({diff}); choose another -o")
+            if old.get("simulator") != made_by:  # its cells' figures would mix with this version's
+                raise UserError(f"{d}: its simulations were made by another version of blendsim's simulator or its "
+                                f"fitted parameters (an upgrade or a refit since): choose another -o, so that no "
+                                f"figure of the old version enters this plan")
         else:
-            write_json(marker, {"kind": "blendsim-plan", "schema_version": 1, "settings": settings})
+            write_json(marker, {"kind": "blendsim-plan", "schema_version": 1, "settings": settings,
+                                "simulator": made_by})
         self.settings = settings
 
     def _cell(self, key: str, kind: str) -> Path:
@@ -66,6 +72,32 @@ class PlanStore:
         if sample is not None and not s.exists():
             write_trace(sample, s)
         return _Files(full, s if sample is not None else None)
+
+
+_DIGEST: list = []
+
+
+def simulator_digest() -> str:
+    """A digest of what a simulation's figures depend on besides its inputs: the sources of the simulator, the
+    policies and the trace code, and the shipped fitted parameters and presets beside them (sim/*.json). A plan
+    folder made by another version is not resumed."""
+    if not _DIGEST:
+        import hashlib
+
+        import blendsim.policies
+        import blendsim.sim
+        import blendsim.workloads
+
+        h = hashlib.sha256()
+        for mod in (blendsim.sim, blendsim.policies, blendsim.workloads):
+            root = Path(mod.__file__).parent
+            files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json", ".csv") and p.is_file()
+                           and "__pycache__" not in p.parts and p.name != "_compiled_manifest.json")
+            for f in files:
+                h.update(f"{mod.__name__}/{f.relative_to(root).as_posix()}\0".encode())
+                h.update(f.read_bytes())
+        _DIGEST.append(h.hexdigest()[:16])
+    return _DIGEST[0]
 
 
 def worker_readable(path) -> Path | None:
