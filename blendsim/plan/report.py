@@ -265,7 +265,7 @@ def notes(answer: dict) -> list[str]:
             errs = ", ".join(f"{c.get('label', c['deployment'])}: {100 * c['error']:+.1f}%" for c in s["checks"])
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests (seed {s['seed']}); "
                          f"sampled-vs-full makespan error on {len(s['checks'])} full run(s), the recommended and its "
-                         f"neighbours on the front (deployments off it were not re-run): {errs}")
+                         f"neighbours on the front, and cheaper ones whose estimates missed by less than the sampling error: {errs}")
         elif s.get("extrapolated", 1):
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests; no full run checked "
                          f"the extrapolation")

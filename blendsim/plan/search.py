@@ -347,11 +347,20 @@ def recommend(out: Search, deadline_s: float, budget: float | None):
     return cheapest(in_time) if in_time else f[0]
 
 
+# a sampled estimate within this share of the deadline and the recommended's cost may be the true answer (at least;
+# more where the full runs checked so far were further off)
+NEAR_MISS = 0.10
+
+
 def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, verify: int) -> None:
     """Simulate the recommended deployment and its front neighbours (by cost) on the whole trace; again
     while the recommendation moves to a deployment known only by its estimate, until it rests on a full run
-    (each round runs the recommended whole, so this ends; the bound only guards against full runs that fail)."""
-    for _ in range(len(out.points) + verify + 3):
+    (each round runs the recommended whole, so this ends; the bound only guards against full runs that fail).
+    Then the near misses, cheapest first and up to ``verify`` of them: deployments whose estimate misses the deadline
+    (or budget), or the recommended's cost, by less than the sampling error (the larger of :data:`NEAR_MISS` and the
+    checks' largest |error|), which an over-estimate would otherwise keep from the answer for good."""
+    missed = 0
+    for _ in range(len(out.points) + 2 * verify + 3):
         out.meets_any = any(out.meets(p, deadline_s, budget) for p in out.points.values())
         rec = recommend(out, deadline_s, budget)
         if rec is None:
@@ -360,9 +369,23 @@ def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, veri
         todo = [p.cand for p in near if not p.full][:max(0, verify - len(out.checks))]
         if not rec.full and rec.cand not in todo:
             todo.insert(0, rec.cand)
+        if not todo and missed < verify:
+            band = max([NEAR_MISS] + [abs(c["error"]) for c in out.checks])
+            todo = [p.cand for p in _near_misses(out, rec, deadline_s, budget, band)][:verify - missed]
+            missed += len(todo)
         if not todo:
             return
         evaluate(todo, whole=True)
+
+
+def _near_misses(out: Search, rec: Point, deadline_s: float, budget: float | None, band: float) -> list:
+    """Sampled deployments that would cost less than ``rec`` and meet the deadline (and budget) were their estimates
+    ``band`` too slow, cheapest first."""
+    return sorted((p for p in out.points.values()
+                   if not p.full and p is not rec and p.cost_usd * (1.0 - band) < rec.cost_usd
+                   and out.grown(p.cand, p.makespan_s) * (1.0 - band) <= deadline_s
+                   and (budget is None or p.cost_usd * (1.0 - band) <= budget)),
+                  key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
 
 
 def _progress_call(progress, at_most: int):
