@@ -16,11 +16,14 @@ def check_seed(seed: int) -> None:
 def parse_names(text: str, flag: str, engines: bool = False) -> tuple[str, ...]:
     """A comma list of names (order kept, duplicates dropped). With ``engines``, a ``field=value`` part continues
     the engine key before it, so ``vllm:fixed_s=0.001,per_seq_s=1e-6,sglang`` is two engines (an engine's
-    overrides are themselves a comma list; no engine name has an ``=``)."""
+    overrides are themselves a comma list; no engine name has an ``=``). A part with an unclosed ``[`` goes on to its
+    ``]``: ``dfs[router=contiguous,heavier_first=true],random`` is two policies (``plan --policies``)."""
     parts: list[str] = []
     for p in str(text).split(","):
         p = p.strip()
-        if engines and parts and "=" in p and not any(c in p.partition("=")[0] for c in ":@"):
+        if parts and parts[-1].count("[") > parts[-1].count("]"):  # a policy's options: dfs[router=contiguous,...]
+            parts[-1] = f"{parts[-1]},{p}"
+        elif engines and parts and "=" in p and not any(c in p.partition("=")[0] for c in ":@"):
             parts[-1] = f"{parts[-1]},{p}"
         elif p:
             parts.append(p)

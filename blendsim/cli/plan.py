@@ -20,7 +20,9 @@ def plan_cmd(
                                                          "price in the price file)."),
     max_gpus: int = typer.Option(64, "--max-gpus", help="Most GPUs for the job (replicas x TP x PP)."),
     engines: str = typer.Option(None, "--engines", help="Engine profiles, comma list (default: vllm,sglang,trtllm)."),
-    policies: str = typer.Option(None, "--policies", help="Policies, comma list (default: dfs,random,blendserve)."),
+    policies: str = typer.Option(None, "--policies", help="Policies, comma list (default: dfs,random,blendserve); "
+                                                             "a policy's options as NAME[key=value,...], e.g. "
+                                                             "'dfs[router=contiguous]'."),
     weights: str = typer.Option(None, "--weights", help="Weight precisions to try, comma list (default: the "
                                                        "model's)."),
     kv_dtype: str = typer.Option(None, "--kv-dtype", help="KV-cache dtypes to try, comma list (default: the "

@@ -109,6 +109,28 @@ def trace_sha256(trace) -> str:
     return h.hexdigest()
 
 
+def check_policy_spec(spec: str) -> None:
+    """A plan's policy, ``NAME`` or ``NAME[key=value,...]``: the policy exists, takes those options and accepts their
+    values (one line each otherwise, before any simulation)."""
+    from blendsim.policies.base import option_records
+    from blendsim.policies.registry import resolve_policy
+
+    from .space import split_policy
+
+    name, opts = split_policy(spec)
+    ref = resolve_policy(name)
+    records = option_records(ref.cls)
+    unknown = sorted(set(opts) - set(records))
+    if unknown:
+        raise UserError(f"--policies {spec}: policy {ref.label!r} has no option(s) {', '.join(unknown)}; it takes: "
+                        f"{', '.join(records) or 'none'}")
+    for k, v in opts.items():
+        try:
+            records[k].coerce(k, v)
+        except UserError as e:
+            raise UserError(f"--policies {spec}: {e}") from None
+
+
 @_boundary  # the API's call check: a misspelt argument is one line
 def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max_gpus: int = 64, engines=None,
          policies=None, weights=None, kv_dtype=None, max_tp: int | None = None, max_pp: int | None = None,
@@ -169,7 +191,6 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
         raise UserError(f"plan: progress must be a function of (simulated, deployment), got {C.describe(progress)}")
     table = read_prices(prices)
     hw = names(hardware, "--hardware") or tuple(h for h in table.prices)
-    from blendsim.policies.registry import resolve_policy
     from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
 
@@ -181,7 +202,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
         get_profile(e)  # an unknown engine or version is one line
     pols = names(policies, "--policies", _policy_spec) or default_policies()
     for p in pols:
-        resolve_policy(p)
+        check_policy_spec(p)
     get_model(model)
     w = names(weights, "--weights") or ()
     kv = names(kv_dtype, "--kv-dtype") or ()

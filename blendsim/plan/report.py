@@ -120,11 +120,15 @@ def simulate_command(trace_path, model: str, e: dict, seed: int = 0) -> str:
             first = f"blendsim workloads load {quote(str(trace_path))} -f jsonl -o TRACE.parquet && "
         else:
             t = quote(str(trace_path))
+    from .space import split_policy
+
     prec = ((f" --weights {e['weights']}" if e["weights"] in WEIGHT_PRECISIONS else "")
             + (f" --kv-dtype {e['kv_dtype']}" if e["kv_dtype"] in KV_DTYPES else ""))
+    policy, opts = split_policy(str(e["policy"]))
+    prec += "".join(f" --opt {quote(f'{k}={v}')}" for k, v in opts.items())
     return (f"{first}blendsim simulate {t} --model {quote(str(model))} --hardware {e['hardware']} --tp {e['tp']} "
             f"--pp {e['pp']} --ep {e['ep']} --replicas {e['replicas']} --engine {quote(str(e['engine']))} "
-            f"--policy {quote(str(e['policy']))}{prec}{f' --seed {seed}' if seed else ''} --offline -o RUN_DIR")
+            f"--policy {quote(policy)}{prec}{f' --seed {seed}' if seed else ''} --offline -o RUN_DIR")
 
 
 def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: float, budget, prices,

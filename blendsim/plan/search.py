@@ -195,7 +195,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
         if c not in split_scale:
             from blendsim.runner import RunConfig, offline_routes
 
-            cfg = RunConfig(policy=c.shape.policy, model=space.model, seed=seed, **c.run_options())
+            cfg = RunConfig(policy=c.shape.policy_name, model=space.model, seed=seed, **c.run_options())
             dep, interference, once_ = split_args[c.shape]
             routes = [offline_routes(t, cfg, with_order=True) for t in (trace, sub)]
             reuse = [Reuse(p, order, eng) for p, (eng, _pp, order) in zip(pairs, routes)]
@@ -225,7 +225,8 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             if cached is not None:
                 results[c] = cached
             else:
-                handles[backend.submit(simulate_task, space.model, c.shape.policy, c.run_options(), seed, arg)] = c
+                handles[backend.submit(simulate_task, space.model, c.shape.policy_name, c.run_options(), seed,
+                                       arg)] = c
         while handles:
             for h, res in backend.wait():
                 c = handles.pop(h)

@@ -21,10 +21,28 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from blendsim.sim.errors import UserError
+
+
+def split_policy(spec: str) -> tuple[str, dict]:
+    """A plan's policy ``NAME[key=value,...]`` as its name and its options (strings, as --opt gives them)."""
+    m = re.fullmatch(r"\s*(.+?)\s*\[(.*)\]\s*", spec)
+    if not m:
+        return spec, {}
+    opts = {}
+    for part in m.group(2).split(","):
+        k, eq, v = part.partition("=")
+        k = k.strip()
+        if not eq or not k:
+            raise UserError(f"--policies {spec!r}: options go as NAME[key=value,...], got {part.strip()!r}")
+        if k in opts:
+            raise UserError(f"--policies {spec!r}: option {k} is given twice")
+        opts[k] = v.strip()
+    return m.group(1), opts
 
 
 @dataclass(frozen=True, order=True)
@@ -43,6 +61,11 @@ class Shape:
     @property
     def gpus_per_replica(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def policy_name(self) -> str:
+        """The policy without its options (``dfs`` of ``dfs[router=contiguous]``)."""
+        return split_policy(self.policy)[0]
 
 
 @dataclass(frozen=True, order=True)
@@ -85,11 +108,14 @@ class Candidate:
 
     def run_options(self) -> dict:
         """``blendsim.simulate``'s options for this deployment (an offline job: every request at t=0); the precisions
-        where an option names them (a model's own fp32 is no option's value, and is what it runs at anyway)."""
+        where an option names them (a model's own fp32 is no option's value, and is what it runs at anyway); the
+        policy's own options where its spec gives some (``dfs[router=contiguous]``)."""
         from blendsim.sim.models import KV_DTYPES, WEIGHT_PRECISIONS
 
         s = self.shape
+        opts = split_policy(s.policy)[1]
         return {"hardware": s.hardware, "tp": s.tp, "pp": s.pp, "replicas": self.replicas, "engine": s.engine,
+                **({"options": opts} if opts else {}),
                 **({"weights": s.weights} if s.weights in WEIGHT_PRECISIONS else {}),
                 **({"kv_dtype": s.kv_dtype} if s.kv_dtype in KV_DTYPES else {}), "ep": s.ep, "offline": True}
 
@@ -152,7 +178,8 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                                 shape = Shape(hw_name, tp, pp, ep, engine, policy, model.weights, model.kv_dtype)
                                 n = space.max_gpus // shape.gpus_per_replica
                                 # the scheduler settings the run will have: an engine's limits depend on the GPU
-                                eng, limits = run_limits(RunConfig(policy=policy, engine=engine, hardware=hw_name,
+                                eng, limits = run_limits(RunConfig(policy=shape.policy_name, engine=engine,
+                                                                   hardware=hw_name,
                                                                    model=space.model, tp=tp, pp=pp, weights=w,
                                                                    kv_dtype=kv))
                                 try:
@@ -207,11 +234,14 @@ def _policy_label(spec: str) -> str:
     its file's name, class and content digest, so an edited file is simulated again."""
     import re
 
+    spec, opts = split_policy(spec)
+    tail = "".join(f"+{re.sub(r'[^A-Za-z0-9._-]', '-', k)}={re.sub(r'[^A-Za-z0-9._-]', '-', v)}"
+                   for k, v in sorted(opts.items()))  # a policy's options in the name: another run, another cell
     path = spec.rpartition(":")[0] if ".py:" in spec else spec if spec.endswith(".py") else ""
     if not path:
-        return re.sub(r"[^A-Za-z0-9._@=-]", "-", spec)
+        return re.sub(r"[^A-Za-z0-9._@=-]", "-", spec) + tail
     cls = spec.rpartition(":")[2] if ".py:" in spec else ""
-    return _file_label(path) + (f"-{re.sub(r'[^A-Za-z0-9._-]', '-', cls)}" if cls else "")
+    return _file_label(path) + (f"-{re.sub(r'[^A-Za-z0-9._-]', '-', cls)}" if cls else "") + tail
 
 
 def peak_rates(dep):
@@ -371,7 +401,7 @@ def reads_shared_prefix_once(policy: str) -> bool:
     from blendsim.policies.base import Policy
     from blendsim.policies.registry import resolve_policy
 
-    return resolve_policy(policy).cls.reads_shared_prefix_once is not Policy.reads_shared_prefix_once
+    return resolve_policy(split_policy(policy)[0]).cls.reads_shared_prefix_once is not Policy.reads_shared_prefix_once
 
 
 def read_lengths(trace, tree):
