@@ -394,3 +394,36 @@ def test_runs_on_more_gpus_or_with_kv_tiers_are_other_runs_of_the_fit():
     shapes = {_shape(row), _shape(dataclasses.replace(row, gpus=8)), _shape(dataclasses.replace(row, host_kv_gb=100.0)),
               _shape(dataclasses.replace(row, disk_kv_gb=500.0)), _shape(dataclasses.replace(row, id="other"))}
     assert len(shapes) == 4  # the id alone does not make another run
+
+
+def test_vllm_jsons_of_different_lengths_take_a_workload_each(tmp_path):
+    """FILE=WORKLOAD gives each vLLM JSON its run's lengths (was: one --workload for every file, and a mismatch told
+    the user to run one command each, which a single run cannot fit)."""
+    def vllm(name, n, isl, osl, elapsed):
+        (tmp_path / name).write_text(json.dumps({"elapsed_time": elapsed, "num_requests": n,
+                                                 "total_num_tokens": n * (isl + osl)}))
+        return str(tmp_path / name)
+
+    a, b = vllm("a.json", 1000, 1024, 128, 35.2), vllm("b.json", 1000, 512, 512, 80.0)
+    c = vllm("c.json", 500, 1024, 128, 18.0)
+    out = tmp_path / "o.json"
+    args = ["calibrate", "engine", "--engine", "vllm@0.6", "--hardware", "h100-80gb", "--model", "llama-3.1-8b",
+            "-o", str(out)]
+    res = CliRunner().invoke(get_app(), [*args, a, b, "--workload", "const:1024/128"])
+    assert res.exit_code == 2 and "give each file its run's lengths as FILE=const:ISL/OSL" in res.output
+    assert "one command each" not in res.output and "catalogue CSV with a row per run" in res.output
+    # b's own workload; a and c (plain) take --workload
+    res = CliRunner().invoke(get_app(), [*args, a, f"{b}=const:512/512", c, "--workload", "const:1024/128"])
+    assert res.exit_code == 0, res.output
+    assert {x["id"] for x in json.loads(out.read_text())["profile"]["fitted_on"]} == {"a", "b", "c"}
+    s = Setup("vllm", "0.6", "h100-80gb", "llama-3.1-8b", None, "", "", None)
+    rows = read_results([f"{a}=const:1024/128", f"{b}=random:512/512?range_ratio=0.5"], s)
+    assert [r.workload for r in rows] == ["const:1024/128", "random:512/512?range_ratio=0.5"]
+    # a file's own workload is checked as --workload is, and named as given
+    res = CliRunner().invoke(get_app(), [*args, f"{b}=const:1024/128"])
+    assert res.exit_code == 2 and f"{b}=const:1024/128 gives 1,152,000 tokens" in res.output
+    res = CliRunner().invoke(get_app(), [*args, a])  # none given: both ways named
+    assert res.exit_code == 2 and "give --workload const:ISL/OSL" in res.output and f"{a}=const:ISL/OSL" in res.output
+    write_rows_csv(tmp_path / "c.csv", [rows[0]])
+    res = CliRunner().invoke(get_app(), [*args, f"{tmp_path / 'c.csv'}=const:1024/128"])
+    assert res.exit_code == 2 and "a catalogue CSV's rows state their own workloads" in res.output

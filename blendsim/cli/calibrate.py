@@ -128,9 +128,11 @@ def import_vidur_cmd(
 
 @cal_app.command("engine")
 def engine_cmd(
-    results: list[Path] = typer.Argument(..., help="Benchmark results: vLLM bench throughput JSON, SGLang "
-                                                   "bench_offline_throughput JSONL, trtllm-bench report JSON, or "
-                                                   "a catalogue CSV."),
+    results: list[str] = typer.Argument(..., help="Benchmark results: vLLM bench throughput JSON, SGLang "
+                                                  "bench_offline_throughput JSONL, trtllm-bench report JSON, or "
+                                                  "a catalogue CSV; FILE=WORKLOAD gives one file its run's workload "
+                                                  "(a.json=const:1024/128 b.json=const:512/512), a plain FILE "
+                                                  "takes --workload."),
     engine: str = typer.Option(..., "--engine", help="NAME or NAME@VERSION of the engine that ran them."),
     hardware: str = typer.Option(..., "--hardware", help="GPU preset the runs used."),
     out: Path = typer.Option(..., "-o", "--out", help="Profile JSON to write (a parameters file with a "
@@ -143,8 +145,9 @@ def engine_cmd(
     kv_dtype: str = typer.Option("", "--kv-dtype", help="KV-cache precision of the runs (default: what a "
                                                          "trtllm-bench report states, else the model's 16-bit)."),
     workload: str = typer.Option(None, "--workload", help="const:ISL/OSL, random:..., file:PATH or synth:RECIPE?... "
-                                                          "of the runs (required for vLLM JSON; for a result that "
-                                                          "records its lengths, checked against them)."),
+                                                          "of the runs given as plain FILE (required for vLLM JSON; "
+                                                          "for a result that records its lengths, checked against "
+                                                          "them)."),
     params_file: Path = typer.Option(None, "--params-file", help="Parameters to start from (default: shipped)."),
 ) -> None:
     """Fit ENGINE's step overhead and the GPU's efficiencies to your own benchmark runs; write a profile."""

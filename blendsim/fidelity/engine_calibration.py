@@ -3,8 +3,10 @@
 Results it reads (one measurement per run; the format is told by the file's content):
 
 * vLLM ``bench throughput --output-json`` (``elapsed_time``, ``num_requests``, ``total_num_tokens``, ...): the JSON
-  does not record how the tokens split into prompt and output, so ``--workload const:ISL/OSL`` (the
-  ``--input-len``/``--output-len`` of the run) is required; its total is checked against ``total_num_tokens``;
+  does not record how the tokens split into prompt and output, so the run's workload (``const:ISL/OSL``, the
+  ``--input-len``/``--output-len`` of the run) is required: ``--workload`` for every file, or ``FILE=WORKLOAD``
+  for one file (``a.json=const:1024/128 b.json=const:512/512``: runs of different lengths in one command); its
+  total is checked against ``total_num_tokens``;
 * SGLang ``bench_offline_throughput --result-filename`` JSONL (``successful_requests``, ``total_latency``,
   ``total_input_tokens``, ``total_output_tokens``, ...): one run per line, workload = the mean lengths unless
   ``--workload`` is given;
@@ -27,6 +29,7 @@ import copy
 import csv
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +55,27 @@ class Setup:
     weights: str  # "": not given (what a trtllm-bench report's quantization states, else bf16)
     kv_dtype: str  # "": not given (the model's 16-bit KV, or what a trtllm-bench report states)
     workload: str | None
+    workload_of: str = ""  # the results argument FILE=WORKLOAD that gave ``workload`` ("": --workload)
+
+
+# a results argument FILE=WORKLOAD: the file, then a workload of a kind catalogue.build_workload reads (the first
+# '=' before one: a workload's own options hold '=' too, random:1024/128?range_ratio=0.5)
+_FILE_WORKLOAD = re.compile(r"^(.+?)=((?:const|random|file|synth):.+)$", re.S)
+
+
+def split_result(arg: str | Path, setup: Setup) -> tuple[Path, Setup]:
+    """A results argument as (file, setup): ``FILE=WORKLOAD`` gives that file its own workload in place of
+    ``--workload``; a plain FILE (or a file whose name holds '=') keeps the command's."""
+    text = str(arg)
+    m = _FILE_WORKLOAD.match(text)
+    if m is None or Path(text).exists():
+        return Path(text), setup
+    return Path(m.group(1)), dataclasses.replace(setup, workload=m.group(2), workload_of=text)
+
+
+def _given(setup: Setup) -> str:
+    """How the run's workload was given, for messages: ``--workload W`` or ``FILE=W``."""
+    return setup.workload_of or f"--workload {setup.workload}"
 
 
 def split_engine(spec: str) -> tuple[str, str]:
@@ -73,15 +97,20 @@ def split_engine(spec: str) -> tuple[str, str]:
     return k.name, k.version
 
 
-def read_results(paths: list[Path], setup: Setup, notes: list | None = None) -> list[Row]:
-    """Every measurement in ``paths`` as a catalogue Row (UserError naming the file for anything unreadable); a
-    catalogue's rows of the engine left out (another GPU, another modelled version) are counted in ``notes``."""
+def read_results(paths: list, setup: Setup, notes: list | None = None) -> list[Row]:
+    """Every measurement in ``paths`` (files, or ``FILE=WORKLOAD``: :func:`split_result`) as a catalogue Row
+    (UserError naming the file for anything unreadable); a catalogue's rows of the engine left out (another GPU,
+    another modelled version) are counted in ``notes``."""
     rows: list[Row] = []
-    for path in paths:
-        path = Path(path)
+    command = setup
+    for arg in paths:
+        path, setup = split_result(arg, command)
         if not path.exists():
             raise UserError(f"{path}: no such results file")
         if path.suffix == ".csv":
+            if setup.workload_of:
+                raise UserError(f"{setup.workload_of}: a catalogue CSV's rows state their own workloads; give the "
+                                f"file alone")
             every = [r for r in read_catalogue(path) if r.engine == setup.engine]
             got = [r for r in every if not setup.hardware or r.hardware == setup.hardware]
             if not got:
@@ -243,7 +272,7 @@ def _row(path: Path, n: int, setup: Setup, rid: str, workload: str, requests: in
 
 
 def _workload_means(setup: Setup, requests: int, where: str) -> tuple[float, float]:
-    """The mean prompt and output lengths of ``--workload`` for ``requests`` requests (the trace a run of it would
+    """The mean prompt and output lengths of the workload given (``--workload``, ``FILE=WORKLOAD``) for ``requests`` requests (the trace a run of it would
     simulate)."""
     from .catalogue import build_workload
 
@@ -253,18 +282,19 @@ def _workload_means(setup: Setup, requests: int, where: str) -> tuple[float, flo
     try:
         t = build_workload(row)
     except UserError as e:
-        raise UserError(f"--workload {setup.workload}: {str(e).split(': ', 1)[-1]}") from None
+        raise UserError(f"{_given(setup)}: {str(e).split(': ', 1)[-1]}") from None
     return float(t.input_len.mean()), float(t.output_len.mean())
 
 
 def _const(path: Path, setup: Setup, isl: float, osl: float, requests: int, where: str = "") -> str:
-    """The run's workload: the file's mean lengths, or ``--workload`` where its means agree with them (5%)."""
+    """The run's workload: the file's mean lengths, or the one given (``--workload``, ``FILE=WORKLOAD``) where its
+    means agree with them (5%)."""
     if setup.workload:
         mi, mo = _workload_means(setup, requests, where)
         if abs(mi / isl - 1) > 0.05 or abs(mo / osl - 1) > 0.05:
-            raise UserError(f"{path}{where}: --workload {setup.workload} has mean lengths {mi:,.0f}/{mo:,.0f}, the file "
-                            f"records {isl:,.0f}/{osl:,.0f} (more than 5% apart): drop --workload to use the file's "
-                            f"own lengths, or give this run's")
+            raise UserError(f"{path}{where}: {_given(setup)} has mean lengths {mi:,.0f}/{mo:,.0f}, the file "
+                            f"records {isl:,.0f}/{osl:,.0f} (more than 5% apart): drop the workload to use the "
+                            f"file's own lengths, or give this run's")
         return setup.workload
     return f"const:{max(1, round(isl))}/{max(1, round(osl))}"
 
@@ -283,12 +313,14 @@ def _vllm(path: Path, obj: dict, setup: Setup) -> Row:
                                 f"an edited file, or one mixing two runs; give the run's own file")
     if not setup.workload:
         raise UserError(f"{path}: vLLM's bench throughput JSON does not record the prompt/output split; give "
-                        f"--workload const:ISL/OSL (the --input-len/--output-len of that run)")
+                        f"--workload const:ISL/OSL (the --input-len/--output-len of that run), or {path}=const:ISL/OSL "
+                        f"for this file alone")
     mi, mo = _workload_means(setup, n, "")
     if abs(n * (mi + mo) / total - 1) > 0.05:
-        raise UserError(f"{path}: --workload {setup.workload} gives {n * (mi + mo):,.0f} tokens for {n} requests, the "
-                        f"JSON's total_num_tokens is {total:,.0f} (more than 5% apart); runs of different lengths "
-                        f"take one command each, or one catalogue CSV with a row per run")
+        raise UserError(f"{path}: {_given(setup)} gives {n * (mi + mo):,.0f} tokens for {n} requests, the JSON's "
+                        f"total_num_tokens is {total:,.0f} (more than 5% apart); give each file its run's lengths as "
+                        f"FILE=const:ISL/OSL (runs of different lengths in one command), or a catalogue CSV with a "
+                        f"row per run (workload const:ISL/OSL, requests, metric total_tok_s, value tokens_per_second)")
     return _row(path, 1, setup, path.stem, setup.workload, n, "total_tok_s", total / elapsed,
                 note="vLLM bench throughput: total (prompt + output) tokens / elapsed_time")
 
@@ -512,5 +544,5 @@ def write_rows_csv(path: Path, rows: list[Row]) -> None:
 
 
 
-__all__ = ["PROFILE_KIND", "Setup", "calibrate", "owned", "read_results", "split_engine", "write_profile",
-           "write_rows_csv"]
+__all__ = ["PROFILE_KIND", "Setup", "calibrate", "owned", "read_results", "split_engine", "split_result",
+           "write_profile", "write_rows_csv"]
