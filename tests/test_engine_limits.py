@@ -161,3 +161,16 @@ def test_sglang_05_chunks_prefill_by_device_memory(hw, budget):
     # the 0.5 series' server_args: chunked_prefill_size 2,048 under 35 GiB, 8,192 under 160 GiB, 16,384 above
     assert get_profile("sglang@0.5", {}).scheduler_for(get_hardware(hw), tp=8)["token_budget"] == budget
     assert get_profile("sglang@0.4", {}).scheduler_for(get_hardware(hw), tp=8)["token_budget"] == 8192
+
+
+def test_a_trtllm_bench_rows_stated_limits_replace_the_tools_own():
+    # trtllm-bench sizes max_batch_size / max_num_tokens from the dataset unless the command gives them (bench/benchmark/
+    # utils/general.py get_settings); a row stating them ran under them (was: the tool's sizes, the flags unread)
+    from blendsim.fidelity.catalogue import build_workload
+    from blendsim.fidelity.runner import simulate_row
+
+    plain = replace(_row(engine="trtllm", version="1.0", model="llama-3.1-8b", requests=40), workload="const:256/32")
+    capped = replace(plain, engine_version="1.0 --max_batch_size 4 --max_num_tokens 2048")
+    trace = build_workload(plain)
+    free, four = simulate_row(plain, trace).makespan_s, simulate_row(capped, trace).makespan_s
+    assert four > 4 * free  # ten waves of four requests against one batch of forty

@@ -152,7 +152,7 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
     from blendsim.sim.pipeline import StagePricer
     from blendsim.sim.seq import RequestRecords
 
-    from .catalogue import build_dataset, client_concurrency, engine_settings, row_engine_key
+    from .catalogue import build_dataset, client_concurrency, engine_flags, engine_settings, row_engine_key
 
     key = row_engine_key(row)  # the row's engine at its version (NAME alone: the newest modelled), at its entry point
     prof = get_profile(key, params)
@@ -168,6 +168,10 @@ def simulate_row(row, trace, params: dict | None = None) -> RowSchedule:
         built = build_dataset(row)
         isl, osl = built or (float(trace.input_len.mean()), float(trace.output_len.mean()))
         bs, tok = trtllm_bench_settings(dep, isl, osl, row.pp, prof.scheduler.get("gpu_memory_utilization", 0.95))
+        # limits the row's command states (--max_batch_size / --max_num_tokens) replace the tool's own, as
+        # trtllm-bench takes the user's over its heuristic (tensorrt_llm/bench/benchmark/utils/general.py get_settings)
+        stated = engine_flags(row)
+        bs, tok = stated.get("max_seqs", bs), stated.get("token_budget", tok)
         # each attention-DP rank runs its own executor under these limits (the tool sizes them without attention DP)
         limits = {"max_seqs": bs * dep.dp, "token_budget": tok * dep.dp}
         cap = client_concurrency(row)  # a client's cap on requests in flight (--max-concurrency / --concurrency)
