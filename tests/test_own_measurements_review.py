@@ -5,6 +5,7 @@ refuses cells past its header, ``1_000`` and an engine name written in capitals.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -141,3 +142,34 @@ def _catalogue(tmp_path, edit=None, tail="") -> str:
 def test_a_user_catalogue_refuses_what_it_cannot_read_as_written(tmp_path, edit, tail, needles):
     r = CliRunner().invoke(get_app(), ["fidelity", _catalogue(tmp_path, edit, tail), "--no-cv"])
     one_line_error(r, *needles)
+
+
+def test_a_trtllm_report_s_limits_are_run_and_latency_or_capped_runs_refused(tmp_path):
+    """A trtllm-bench report's max_batch_size / max_num_tokens set the run's limits as a catalogue row's flags do (was:
+    the tool's sizes from the dataset, whatever the run had); a latency report (max_batch_size 1) and a run whose
+    client capped the requests in flight (--concurrency) are refused in one line instead of fitted as offline runs."""
+    from blendsim.fidelity.catalogue import engine_flags
+
+    s = Setup("trtllm", "0.13", "h100-80gb", "llama-3-8b", None, "", "", None)
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(_trt(world_info={"max_batch_size": 256, "max_num_tokens": 4096})))
+    row = read_results([t], s)[0]
+    assert engine_flags(row) == {"max_seqs": 256, "token_budget": 4096}
+    t.write_text(json.dumps(_trt(world_info={"max_batch_size": 256}, engine={"version": ""})))  # no version, no tokens
+    assert read_results([t], dataclasses.replace(s, version=""))[0].engine_version == "--max_batch_size 256"
+    lat = tmp_path / "lat.json"
+    lat.write_text(json.dumps(_trt(world_info={"max_batch_size": 1, "max_num_tokens": 8192})))
+    one_line_error(_cal(tmp_path, lat), "world_info.max_batch_size is 1", "trtllm-bench latency report")
+    # --concurrency 8 of 30 requests: about 8 in flight, issued as others finished (issue rate near the completion rate)
+    capped = _trt(world_info={"max_batch_size": 2048, "issue_rate": 3.1},
+                  request_info={"avg_num_concurrent_requests": 7.8},
+                  performance={"request_throughput_req_s": 2.4})
+    t.write_text(json.dumps(capped))
+    one_line_error(_cal(tmp_path, t), "avg_num_concurrent_requests is 7.8 for 30 requests and max_batch_size 2,048",
+                   "--concurrency N", "catalogue CSV row")
+    # as few in flight on average, but every request issued at the start (outputs of very uneven lengths): taken
+    t.write_text(json.dumps({**capped, "world_info": {**capped["world_info"], "issue_rate": 1.2e5}}))
+    assert read_results([t], s)[0].requests == 30
+    # one that queued them all (about half in flight on average or more) is taken without an issue rate
+    t.write_text(json.dumps(_trt(request_info={"avg_num_concurrent_requests": 19.5})))
+    assert read_results([t], s)[0].requests == 30

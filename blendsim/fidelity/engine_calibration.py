@@ -11,8 +11,11 @@ Results it reads (one measurement per run; the format is told by the file's cont
   ``total_input_tokens``, ``total_output_tokens``, ...): one run per line, workload = the mean lengths unless
   ``--workload`` is given;
 * ``trtllm-bench throughput --report_json`` (``request_info``: ``num_requests``, ``avg_input_length``,
-  ``avg_output_length``; ``performance``: ``system_output_throughput_tok_s``; ``world_info``: ``tp_size``):
-  workload = the mean lengths;
+  ``avg_output_length``; ``performance``: ``system_output_throughput_tok_s``; ``world_info``: ``tp_size``,
+  ``max_batch_size``, ``max_num_tokens``): workload = the mean lengths, run under the report's batch and token
+  limits (as a catalogue row's ``--max_batch_size`` / ``--max_num_tokens``); a ``trtllm-bench latency`` report
+  (``max_batch_size`` 1) and a run whose client capped the requests in flight (``--concurrency``, seen in
+  ``avg_num_concurrent_requests``) are refused: blendsim prices a report's requests all queued at once;
 * a fidelity catalogue CSV: its rows of ``--engine`` (and ``--hardware``).
 
 The fit is :func:`blendsim.fidelity.fit.fit` -- the same least squares, bounds and prior as ``fidelity
@@ -260,13 +263,15 @@ def _distinct_ids(rows: list) -> list:
 
 def _row(path: Path, n: int, setup: Setup, rid: str, workload: str, requests: int, metric: str, value: float,
          tp: int | None = None, note: str = "", pp: int = 1, ep: int = 1, weights: str | None = None,
-         kv_dtype: str | None = None) -> Row:
+         kv_dtype: str | None = None, flags: str = "") -> Row:
+    """The measurement as a catalogue row; ``flags``: engine flags the run stated (``--max_batch_size 2048``), written
+    after the version in ``engine_version`` as a catalogue row's command states them (catalogue.engine_flags)."""
     if not setup.model:
         raise UserError(f"{path}: give --model (a preset or a config.json) for benchmark result files")
     tp = tp or setup.tp or 1
     return Row(id=rid, source=str(path), model=setup.model, hardware=setup.hardware, gpus=tp * pp, tp=tp, pp=pp, ep=ep,
                weights=weights or setup.weights or "bf16", kv_dtype=setup.kv_dtype if kv_dtype is None else kv_dtype,
-               engine=setup.engine, engine_version=setup.version,
+               engine=setup.engine, engine_version=f"{setup.version} {flags}".strip(),
                policy="", workload=workload, requests=requests, metric=metric, scope="system", value=value,
                note=note, folder=Path.cwd(), line=n)
 
@@ -347,7 +352,8 @@ def _section(path: Path, obj: dict, key: str, required: bool = True) -> dict:
 
 
 def _degree(path: Path, world: dict, key: str) -> int | None:
-    """A parallel degree the report states (None: not stated); one line for anything but a whole number >= 1."""
+    """A parallel degree or limit the report's world_info states (None: not stated); one line for anything but a
+    whole number >= 1."""
     v = world.get(key)
     if v is None:
         return None
@@ -383,6 +389,12 @@ def _trtllm(path: Path, obj: dict, setup: Setup) -> Row:
     osl = _num(path, info, "avg_output_length", where=" request_info")
     v = _num(path, perf, "system_output_throughput_tok_s", where=" performance")
     tp, pp, ep = (_degree(path, world, k) for k in ("tp_size", "pp_size", "ep_size"))
+    mbs, mnt = (_degree(path, world, k) for k in ("max_batch_size", "max_num_tokens"))
+    if mbs == 1:
+        raise UserError(f"{path}: field world_info.max_batch_size is 1: a trtllm-bench latency report (one request "
+                        f"at a time); calibrate engine fits offline throughput runs: give trtllm-bench throughput "
+                        f"--report_json reports")
+    _check_queued(path, info, world, perf, n, mbs)
     if tp and setup.tp and tp != setup.tp:
         raise UserError(f"{path}: field world_info.tp_size: the report ran TP {tp}, but --tp {setup.tp}")
     version = eng.get("version")
@@ -396,9 +408,35 @@ def _trtllm(path: Path, obj: dict, setup: Setup) -> Row:
                             f"{ran}), but --engine {asked} (modelled by {modelled_profile(asked)})")
     weights = _stated(path, "engine.quantization", eng.get("quantization"), setup.weights, "--weights")
     kv = _stated(path, "engine.kv_cache_dtype", eng.get("kv_cache_dtype"), setup.kv_dtype, "--kv-dtype")
+    # the limits the run had (the user's, else the tool's own from the dataset), as a catalogue row's command states them
+    flags = " ".join(f"--{k} {v}" for k, v in (("max_batch_size", mbs), ("max_num_tokens", mnt)) if v)
     return _row(path, 1, setup, path.stem, _const(path, setup, isl, osl, n), n, "output_tok_s", v, tp=tp, pp=pp or 1,
-                ep=ep or 1, weights=weights, kv_dtype=kv,
+                ep=ep or 1, weights=weights, kv_dtype=kv, flags=flags,
                 note="trtllm-bench report: performance.system_output_throughput_tok_s")
+
+
+def _check_queued(path: Path, info: dict, world: dict, perf: dict, n: int, mbs: int | None) -> None:
+    """One line for a run whose client capped the requests in flight (``trtllm-bench throughput --concurrency N``): the
+    report does not state N, but its ``avg_num_concurrent_requests`` (the requests' summed latencies over the run's,
+    tensorrt_llm/bench/dataclasses/statistics.py) stays near it, where a run that queues every request at once -- what
+    blendsim prices -- averages about half the requests or more. Requests of very uneven lengths can average less
+    with none capped: such a run issued every request at the start, which ``world_info.issue_rate`` (requests over
+    the time from the first issue to the last) shows far above the completion rate, so it is taken."""
+    conc = info.get("avg_num_concurrent_requests")
+    if not _positive(conc) or conc >= min(n, mbs or n) / 2:
+        return
+    issue, done = world.get("issue_rate"), perf.get("request_throughput_req_s")
+    if _positive(issue) and _positive(done) and issue >= 10 * done:  # every request issued at the start
+        return
+    cap = f" and max_batch_size {mbs:,}" if mbs else ""
+    raise UserError(f"{path}: field request_info.avg_num_concurrent_requests is {conc:,.1f} for {n:,} requests{cap}: "
+                    f"a run whose client capped the requests in flight (trtllm-bench throughput --concurrency N); "
+                    f"calibrate engine prices a report's requests all queued at once, so give this run as a "
+                    f"catalogue CSV row whose engine_version states '--concurrency N'")
+
+
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v)) and v > 0
 
 
 def owned(engine: str, hardware: str):
@@ -478,9 +516,11 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
 
 def _shape(r: Row) -> tuple:
     """What the fit sees of a run: its workload, request count, model, GPU, GPU count and parallelism (replicas share
-    the requests), precisions and KV tiers."""
+    the requests), precisions, KV tiers and the limits its command states (batch and token caps, client concurrency)."""
+    from .catalogue import client_concurrency, engine_flags
+
     return (r.workload, r.requests, r.model, r.hardware, r.gpus, r.tp, r.pp, r.ep, r.weights, r.kv_dtype,
-            r.host_kv_gb, r.disk_kv_gb)
+            r.host_kv_gb, r.disk_kv_gb, tuple(sorted(engine_flags(r).items())), client_concurrency(r))
 
 
 # A measurement this many times faster or slower than the shipped model's prediction is refused: the worst
