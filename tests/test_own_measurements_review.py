@@ -173,3 +173,29 @@ def test_a_trtllm_report_s_limits_are_run_and_latency_or_capped_runs_refused(tmp
     # one that queued them all (about half in flight on average or more) is taken without an issue rate
     t.write_text(json.dumps(_trt(request_info={"avg_num_concurrent_requests": 19.5})))
     assert read_results([t], s)[0].requests == 30
+
+
+@pytest.mark.parametrize("algo, weights", [("FP8_BLOCK_SCALES", "fp8"), ("FP8_PER_CHANNEL_PER_TOKEN", "fp8"),
+                                           ("W4A8_NVFP4_FP8", "fp4"), ("W4A8_MXFP4_MXFP8", "fp4"),
+                                           ("W4A16_AWQ", "int4"), ("NVFP4", "fp4"), ("NO_QUANT", "bf16")])
+def test_tensorrt_llms_own_precision_names_are_read(tmp_path, algo, weights):
+    """TensorRT-LLM's QuantAlgo names as blendsim's precisions (was: FP8_BLOCK_SCALES, the default of DeepSeek-V3 and
+    Qwen3 FP8 checkpoints, refused as a precision blendsim does not model)."""
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(_trt(engine={"quantization": algo, "kv_cache_dtype": "FP8"})))
+    s = Setup("trtllm", "0.13", "h100-80gb", "llama-3-8b", None, "", "", None)
+    assert (read_results([t], s)[0].weights, read_results([t], s)[0].kv_dtype) == (weights, "fp8")
+
+
+def test_an_unmodelled_trtllm_precision_is_named_with_tensorrt_llms_names(tmp_path):
+    t = tmp_path / "t.json"
+    t.write_text(json.dumps(_trt(engine={"quantization": "W8A8_SQ_PER_CHANNEL"})))
+    line = one_line_error(_cal(tmp_path, t), "field engine.quantization", "'W8A8_SQ_PER_CHANNEL' is a precision",
+                          "FP8_BLOCK_SCALES", "W4A8_NVFP4_FP8")
+    assert "BFLOAT16" not in line and "FLOAT16" not in line  # names TensorRT-LLM never writes there
+    # an NVFP4 or INT8 KV cache stops with the field and file (was: every run skipped, naming a --kv-dtype never given)
+    for kv in ("NVFP4", "INT8"):
+        t.write_text(json.dumps(_trt(engine={"kv_cache_dtype": kv})))
+        line = one_line_error(_cal(tmp_path, t), f"t.json: field engine.kv_cache_dtype: '{kv}' is a KV-cache precision "
+                                                 f"blendsim does not model (it models FP8 or none)")
+        assert "--kv-dtype" not in line

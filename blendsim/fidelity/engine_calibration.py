@@ -363,19 +363,31 @@ def _degree(path: Path, world: dict, key: str) -> int | None:
 
 
 # trtllm-bench's engine.quantization / engine.kv_cache_dtype (TensorRT-LLM tensorrt_llm/bench/dataclasses/
-# reporting.py, the report's "engine" section) as blendsim's precisions; None/"None" is the model's own 16-bit
-_TRT_PRECISION = {"FP8": "fp8", "NVFP4": "fp4", "FP4": "fp4", "W4A8_MXFP4_FP8": "fp4", "W4A16_MXFP4": "fp4",
-                  "FP16": "fp16", "BF16": "bf16", "BFLOAT16": "bf16", "FLOAT16": "fp16"}
+# reporting.py, the report's "engine" section) hold TensorRT-LLM's QuantAlgo names (tensorrt_llm/quantization/mode.py);
+# None/"None"/NO_QUANT is the model's own 16-bit. The weights' names blendsim models, as its precisions: FP8 whatever
+# its scaling (per tensor, per channel and token, DeepSeek's 128x128 blocks: the scales add < 0.01% of the bytes);
+# 4-bit floats as fp4, the W4A8 formats too -- their 4-bit weights are what blendsim prices (bytes, and the GEMM at
+# the fp4 path's rate: FP4 tensor cores where the GPU has them, else dequantised to 16-bit), not FP8 activations';
+# AWQ/GPTQ 4-bit integers as int4 (the layout sim/models.py prices).
+_TRT_WEIGHTS = {"FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8", "FP8_BLOCK_SCALES": "fp8", "NVFP4": "fp4",
+                "W4A8_NVFP4_FP8": "fp4", "W4A8_MXFP4_FP8": "fp4", "W4A8_MXFP4_MXFP8": "fp4", "W4A16_MXFP4": "fp4",
+                "W4A16_AWQ": "int4", "W4A16_GPTQ": "int4"}
+# the KV cache's: FP8 (INT8 and NVFP4 KV caches are not modelled)
+_TRT_KV = {"FP8": "fp8"}
+# names no TensorRT-LLM report writes there but a hand-made one may: taken, never offered
+_ALIASES = {"FP16": "fp16", "BF16": "bf16", "BFLOAT16": "bf16", "FLOAT16": "fp16"}
 
 
-def _stated(path: Path, field: str, v, given: str, flag: str) -> str:
-    """The precision a report states, checked against the one given (``given`` "" = not given): the report's."""
+def _stated(path: Path, field: str, v, given: str, flag: str, names: dict) -> str:
+    """The precision a report states (``names``: the TensorRT-LLM names blendsim models there), checked against the one
+    given (``given`` "" = not given): the report's."""
     if v is None or str(v).upper() in ("NONE", "", "AUTO", "NO_QUANT"):
         return given
-    mine = _TRT_PRECISION.get(str(v).upper())
+    mine = names.get(str(v).upper()) or _ALIASES.get(str(v).upper())
     if mine is None:
-        raise UserError(f"{path}: field {field}: {v!r} is a precision blendsim does not model "
-                        f"({', '.join(sorted(_TRT_PRECISION))} or none)")
+        what = "a KV-cache precision" if names is _TRT_KV else "a precision"
+        raise UserError(f"{path}: field {field}: {v!r} is {what} blendsim does not model (it models "
+                        f"{', '.join(names)} or none)")
     if given and given not in (mine, "bf16" if mine == "fp16" else mine):
         raise UserError(f"{path}: field {field}: the report says {v}, but {flag} {given}")
     return mine
@@ -406,8 +418,8 @@ def _trtllm(path: Path, obj: dict, setup: Setup) -> Row:
         if ran is not None and ran != modelled_profile(asked):
             raise UserError(f"{path}: field engine.version: the report ran TensorRT-LLM {version.strip()} (modelled by "
                             f"{ran}), but --engine {asked} (modelled by {modelled_profile(asked)})")
-    weights = _stated(path, "engine.quantization", eng.get("quantization"), setup.weights, "--weights")
-    kv = _stated(path, "engine.kv_cache_dtype", eng.get("kv_cache_dtype"), setup.kv_dtype, "--kv-dtype")
+    weights = _stated(path, "engine.quantization", eng.get("quantization"), setup.weights, "--weights", _TRT_WEIGHTS)
+    kv = _stated(path, "engine.kv_cache_dtype", eng.get("kv_cache_dtype"), setup.kv_dtype, "--kv-dtype", _TRT_KV)
     # the limits the run had (the user's, else the tool's own from the dataset), as a catalogue row's command states them
     flags = " ".join(f"--{k} {v}" for k, v in (("max_batch_size", mbs), ("max_num_tokens", mnt)) if v)
     return _row(path, 1, setup, path.stem, _const(path, setup, isl, osl, n), n, "output_tok_s", v, tp=tp, pp=pp or 1,
