@@ -15,6 +15,7 @@ from blendsim.fidelity.engine_calibration import Setup, read_results, write_rows
 from blendsim.fidelity.fit import predict
 from blendsim.fidelity.suite import SHIPPED_CATALOGUE, load_suite
 from blendsim.sim.engines import load_params
+from tests.helpers import one_line_error
 from tests.test_fidelity import _row, _write
 
 
@@ -427,3 +428,43 @@ def test_vllm_jsons_of_different_lengths_take_a_workload_each(tmp_path):
     write_rows_csv(tmp_path / "c.csv", [rows[0]])
     res = CliRunner().invoke(get_app(), [*args, f"{tmp_path / 'c.csv'}=const:1024/128"])
     assert res.exit_code == 2 and "a catalogue CSV's rows state their own workloads" in res.output
+
+
+def test_a_results_file_is_read_by_its_content_not_its_name(tmp_path):
+    """The reader is chosen by the JSON's keys (was: any .jsonl read as SGLang, anything else as one JSON document):
+    SGLang appends one line per run to its result file whatever its name; other tools' results are named."""
+    s = Setup("vllm", "0.6", "h100-80gb", "llama-3.1-8b", None, "", "", "const:1024/128")
+    v = {"elapsed_time": 35.2, "num_requests": 1000, "total_num_tokens": 1_152_000}
+    (tmp_path / "v.jsonl").write_text(json.dumps(v, indent=4))  # a vLLM JSON saved as .jsonl, pretty-printed
+    assert read_results([tmp_path / "v.jsonl"], s)[0].metric == "total_tok_s"
+    sgl = {"backend": "engine", "successful_requests": 50, "total_latency": 5.0, "total_input_tokens": 50 * 300,
+           "total_output_tokens": 50 * 90}
+    sg = dataclasses.replace(s, engine="sglang", version="0.4", workload=None)
+    for name in ("results.json", "sg.txt"):  # two runs appended, named otherwise
+        (tmp_path / name).write_text(json.dumps(sgl) + "\n" + json.dumps({**sgl, "total_latency": 4.0}) + "\n")
+        assert [r.id for r in read_results([tmp_path / name], sg)] == [f"{name.split('.')[0]}-1",
+                                                                       f"{name.split('.')[0]}-2"]
+    # the catalogue's CSV by its header whatever its name
+    write_rows_csv(tmp_path / "rows.txt", read_results([tmp_path / "v.jsonl"], s))
+    assert read_results([tmp_path / "rows.txt"], s)[0].workload == "const:1024/128"
+
+    def refused(content, *needles, name="r.json", engine="vllm@0.6", workload="const:1024/128"):
+        (tmp_path / name).write_text(content)
+        res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / name), "--engine", engine,
+                                             "--hardware", "h100-80gb", "--model", "llama-3.1-8b", "--workload",
+                                             workload, "-o", str(tmp_path / "o.json")])
+        one_line_error(res, *needles)
+
+    serve = {"date": "20250101", "backend": "vllm", "model_id": "m", "completed": 1000, "duration": 30.1,
+             "total_input_tokens": 1024000, "total_output_tokens": 128000, "total_token_throughput": 38272.4}
+    refused(json.dumps(serve), "a vLLM bench serve result", "reads vLLM's offline bench throughput --output-json")
+    serving = {"backend": "sglang", "request_rate": "inf", "duration": 30.1, "completed": 1000,
+               "total_input_tokens": 1024000, "total_output_tokens": 128000, "input_throughput": 34019.9}
+    refused(json.dumps(serving) + "\n" + json.dumps(serving) + "\n", "line 1: an SGLang bench_serving result",
+            "bench_offline_throughput", name="serving.jsonl", engine="sglang@0.4")
+    refused(json.dumps([{"benchmark": {"name": "vLLM benchmark"}, "metric": {"name": "requests_per_second"}}]),
+            "vLLM's PyTorch-benchmark-format copy", "give the plain --output-json file", name="v.pytorch.json")
+    refused(json.dumps(v) + "\n" + json.dumps(v) + "\n", "line 1: a vLLM bench throughput result, one of 2 JSON lines")
+    refused(json.dumps(sgl) + "\n" + json.dumps({"x": 1}) + "\n", "line 2: not a vLLM 'bench throughput' JSON",
+            "one of 2 JSON lines: an SGLang bench_offline_throughput result file?", engine="sglang@0.4",
+            workload="const:300/90")

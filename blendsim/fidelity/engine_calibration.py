@@ -1,6 +1,7 @@
 """``blendsim calibrate engine``: fit one engine's free parameters to your own benchmark runs.
 
-Results it reads (one measurement per run; the format is told by the file's content):
+Results it reads (one measurement per run; the format is told by the file's content, never its name: the whole
+text as one JSON value, else one JSON value per line, each read by its keys; other text is a catalogue CSV):
 
 * vLLM ``bench throughput --output-json`` (``elapsed_time``, ``num_requests``, ``total_num_tokens``, ...): the JSON
   does not record how the tokens split into prompt and output, so the run's workload (``const:ISL/OSL``, the
@@ -110,56 +111,18 @@ def read_results(paths: list, setup: Setup, notes: list | None = None) -> list[R
         path, setup = split_result(arg, command)
         if not path.exists():
             raise UserError(f"{path}: no such results file")
-        if path.suffix == ".csv":
-            if setup.workload_of:
-                raise UserError(f"{setup.workload_of}: a catalogue CSV's rows state their own workloads; give the "
-                                f"file alone")
-            every = [r for r in read_catalogue(path) if r.engine == setup.engine]
-            got = [r for r in every if not setup.hardware or r.hardware == setup.hardware]
-            if not got:
-                raise UserError(f"{path}: no catalogue row of engine {setup.engine!r} on {setup.hardware!r}")
-            # only the rows of the version being calibrated: another version's loop is another profile
-            asked = f"{setup.engine}@{setup.version}" if setup.version else setup.engine
-            want = modelled_profile(asked)
-            mine = [r for r in got if modelled_profile(engine_release_key(r)) == want]
-            if not mine:
-                have = sorted({engine_version_key(r) for r in got})
-                what = asked if want == asked else f"{asked} (modelled by {want})"
-                raise UserError(f"{path}: no catalogue row of {what} on {setup.hardware!r} (its rows of "
-                                f"{setup.engine} are of {', '.join(have)}); give --engine NAME@VERSION of one of them")
-            rows += mine
-            other_hw, other_ver = len(every) - len(got), len(got) - len(mine)
-            if notes is not None and (other_hw or other_ver):
-                left = ([f"{other_hw} on other GPUs (a calibration fits one GPU: run it again with their "
-                         f"--hardware)"] if other_hw else []) + \
-                       ([f"{other_ver} of other {setup.engine} versions"] if other_ver else [])
-                notes.append(f"{path}: {len(mine)} row(s) of {asked} on {setup.hardware} taken; left out: "
-                             + "; ".join(left))
-            continue
         try:
             text = path.read_text(encoding="utf-8-sig")  # a byte-order mark allowed, as for a catalogue CSV
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"{path}: cannot read: {e}") from None
-        if path.suffix == ".jsonl":
-            _engine_is(path, "sglang", "an SGLang bench_offline_throughput result", setup)
-            for i, line in enumerate(text.splitlines()):
-                if line.strip():
-                    rows.append(_sglang(path, i + 1, _json(path, line, i + 1), setup))
+        if _is_catalogue(path, text):
+            if setup.workload_of:
+                raise UserError(f"{setup.workload_of}: a catalogue CSV's rows state their own workloads; give the "
+                                f"file alone")
+            rows += _catalogue_rows(path, setup, notes)
             continue
-        obj = _json(path, text, None)
-        if isinstance(obj, dict) and "performance" in obj and "request_info" in obj:
-            _engine_is(path, "trtllm", "a trtllm-bench report", setup)
-            rows.append(_trtllm(path, obj, setup))
-        elif isinstance(obj, dict) and "elapsed_time" in obj and "num_requests" in obj:
-            _engine_is(path, "vllm", "a vLLM bench throughput result", setup)
-            rows.append(_vllm(path, obj, setup))
-        elif isinstance(obj, dict) and "successful_requests" in obj:
-            _engine_is(path, "sglang", "an SGLang bench_offline_throughput result", setup)
-            rows.append(_sglang(path, 1, obj, setup))
-        else:
-            raise UserError(f"{path}: not a vLLM 'bench throughput' JSON, an SGLang bench_offline_throughput "
-                            f"result or a trtllm-bench report (no elapsed_time/num_requests, successful_requests "
-                            f"or performance/request_info keys)")
+        objs = _objects(path, text)
+        rows += [_measurement(path, line, obj, setup, len(objs)) for line, obj in objs]
     if not rows:
         raise UserError("no measurements in the given results")
     if notes is not None:
@@ -173,6 +136,102 @@ def read_results(paths: list, setup: Setup, notes: list | None = None) -> list[R
         raise UserError(f"measurement id(s) {', '.join(dup[:5])}{more} appear twice{where}: a results file given "
                         f"twice, or a catalogue row repeating one")
     return rows
+
+
+def _is_catalogue(path: Path, text: str) -> bool:
+    """Whether a results file is a catalogue CSV: not JSON (which opens with '{' or '['), and named .csv or headed by
+    the catalogue's columns."""
+    if text.lstrip().startswith(("{", "[")):
+        return False
+    head = {c.strip() for c in (text.splitlines() or [""])[0].split(",")}
+    return path.suffix.lower() == ".csv" or {"id", "engine", "workload", "value"} <= head
+
+
+def _catalogue_rows(path: Path, setup: Setup, notes: list | None) -> list[Row]:
+    """A catalogue's rows of the engine and version being calibrated, on ``setup.hardware`` (the others counted in
+    ``notes``)."""
+    every = [r for r in read_catalogue(path) if r.engine == setup.engine]
+    got = [r for r in every if not setup.hardware or r.hardware == setup.hardware]
+    if not got:
+        raise UserError(f"{path}: no catalogue row of engine {setup.engine!r} on {setup.hardware!r}")
+    # only the rows of the version being calibrated: another version's loop is another profile
+    asked = f"{setup.engine}@{setup.version}" if setup.version else setup.engine
+    want = modelled_profile(asked)
+    mine = [r for r in got if modelled_profile(engine_release_key(r)) == want]
+    if not mine:
+        have = sorted({engine_version_key(r) for r in got})
+        what = asked if want == asked else f"{asked} (modelled by {want})"
+        raise UserError(f"{path}: no catalogue row of {what} on {setup.hardware!r} (its rows of "
+                        f"{setup.engine} are of {', '.join(have)}); give --engine NAME@VERSION of one of them")
+    other_hw, other_ver = len(every) - len(got), len(got) - len(mine)
+    if notes is not None and (other_hw or other_ver):
+        left = ([f"{other_hw} on other GPUs (a calibration fits one GPU: run it again with their "
+                 f"--hardware)"] if other_hw else []) + \
+               ([f"{other_ver} of other {setup.engine} versions"] if other_ver else [])
+        notes.append(f"{path}: {len(mine)} row(s) of {asked} on {setup.hardware} taken; left out: " + "; ".join(left))
+    return mine
+
+
+def _objects(path: Path, text: str) -> list[tuple[int | None, object]]:
+    """The JSON values of a results file, by its content whatever its name: the whole text as one value (line None),
+    else -- where JSON reports extra data after the first -- one value per non-blank line (line numbers from 1), as
+    SGLang's bench_offline_throughput appends a line per run to its --result-filename."""
+    from blendsim.sim.io import DuplicateKey, loads_strict
+
+    try:
+        return [(None, loads_strict(text))]
+    except json.JSONDecodeError as e:
+        if e.msg != "Extra data":
+            raise UserError(f"{path}: not JSON: {e.msg}") from None
+    except DuplicateKey as e:
+        raise UserError(f"{path}: {e}") from None
+    return [(i + 1, _json(path, line, i + 1)) for i, line in enumerate(text.splitlines()) if line.strip()]
+
+
+def _measurement(path: Path, line: int | None, obj, setup: Setup, count: int) -> Row:
+    """One JSON value of a results file as a Row, its reader chosen by its keys; one line naming another tool's result
+    (and what calibrate reads instead) or an unknown one."""
+    where = f"{path}: line {line}" if line else str(path)
+    if isinstance(obj, list) and obj and all(isinstance(x, dict) and "benchmark" in x and "metric" in x for x in obj):
+        raise UserError(f"{where}: vLLM's PyTorch-benchmark-format copy of a result (NAME.pytorch.json, written beside "
+                        f"it when SAVE_TO_PYTORCH_BENCHMARK_FORMAT is set): give the plain --output-json file")
+    if not isinstance(obj, dict):
+        raise UserError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if "successful_requests" in obj:
+        _engine_is(path, "sglang", "an SGLang bench_offline_throughput result", setup)
+        return _sglang(path, line or 1, obj, setup)
+    if "performance" in obj and "request_info" in obj:
+        kind, engine, read = "a trtllm-bench report", "trtllm", _trtllm
+    elif "elapsed_time" in obj and "num_requests" in obj:
+        kind, engine, read = "a vLLM bench throughput result", "vllm", _vllm
+    else:
+        other = _foreign(obj)
+        if other:
+            raise UserError(f"{where}: {other}")
+        many = f" (one of {count} JSON lines: an SGLang bench_offline_throughput result file?)" if line else ""
+        raise UserError(f"{where}: not a vLLM 'bench throughput' JSON, an SGLang bench_offline_throughput "
+                        f"result or a trtllm-bench report (no elapsed_time/num_requests, successful_requests "
+                        f"or performance/request_info keys){many}")
+    if line:
+        raise UserError(f"{where}: {kind}, one of {count} JSON lines: give each such result in a file of its own")
+    _engine_is(path, engine, kind, setup)
+    return read(path, obj, setup)
+
+
+def _foreign(obj: dict) -> str | None:
+    """Another benchmark tool's result, named with what calibrate engine reads instead; None when not recognised.
+    vLLM's ``bench serve`` (benchmark_serving.py) and SGLang's ``bench_serving`` write ``completed`` and
+    ``duration``; vLLM's adds ``total_token_throughput`` (and ``model_id``), SGLang's ``input_throughput``."""
+    if "completed" not in obj or "duration" not in obj:
+        return None
+    if "total_token_throughput" in obj or "model_id" in obj:
+        return ("a vLLM bench serve result (completed, duration, total_token_throughput): calibrate engine reads "
+                "vLLM's offline bench throughput --output-json file")
+    if "input_throughput" in obj:
+        return ("an SGLang bench_serving result (completed, duration, input_throughput): calibrate engine reads "
+                "SGLang's offline bench_offline_throughput --result-filename file")
+    return ("a serving benchmark's result (completed, duration: vLLM bench serve or SGLang bench_serving): calibrate "
+            "engine reads offline runs, vLLM bench throughput --output-json or SGLang bench_offline_throughput")
 
 
 def _engine_is(path: Path, engine: str, what: str, setup: Setup) -> None:
