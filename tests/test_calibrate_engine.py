@@ -468,3 +468,40 @@ def test_a_results_file_is_read_by_its_content_not_its_name(tmp_path):
     refused(json.dumps(sgl) + "\n" + json.dumps({"x": 1}) + "\n", "line 2: not a vLLM 'bench throughput' JSON",
             "one of 2 JSON lines: an SGLang bench_offline_throughput result file?", engine="sglang@0.4",
             workload="const:300/90")
+
+
+def _trt_report(n, isl, osl, seconds):
+    return {"engine": {"version": "1.0.0", "quantization": None, "kv_cache_dtype": None},
+            "world_info": {"tp_size": 1, "pp_size": 1, "max_batch_size": 2048, "max_num_tokens": 8192},
+            "request_info": {"num_requests": n, "avg_num_concurrent_requests": 0.6 * n, "avg_input_length": isl,
+                             "avg_output_length": osl},
+            "performance": {"system_output_throughput_tok_s": n * osl / seconds}}
+
+
+def test_a_fit_no_better_than_the_shipped_parameters_keeps_them_and_says_so(tmp_path):
+    """Two offline trtllm-bench runs the shipped loop under-predicts: least squares with its prior drifts the loop
+    slower, which is worse in-sample (was: written and reported as fitted, 27.0% against the shipped 26.4%). The shipped
+    error is printed beside the fitted one, and a fit that does not beat it keeps the shipped values."""
+    for name, rep in (("a", _trt_report(1000, 1024.0, 128.0, 28.4)), ("b", _trt_report(1000, 512.0, 512.0, 39.8))):
+        (tmp_path / f"{name}.json").write_text(json.dumps(rep))
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+                                         "--engine", "trtllm@1.0", "--hardware", "h100-80gb", "--model",
+                                         "llama-3.1-8b", "-o", str(out)])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    head = json.loads(out.read_text())["profile"]
+    assert head["kept_shipped"] and head["median_abs_error"] == pytest.approx(head["shipped_median_abs_error"])
+    assert json.loads(out.read_text())["engine"]["trtllm"] == load_params()["engine"]["trtllm"]
+    shipped = f"{100 * head['shipped_median_abs_error']:.1f}%"
+    assert f"(shipped parameters: {shipped})" in said and "kept the shipped engine.trtllm.fixed_s" in said
+    assert f"is no better than the shipped parameters' ({shipped}): kept the shipped values" in said
+    # a fit that is better keeps its values, beside the shipped error
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    pre = "vllm-0.6.0-blog-llama-3-"
+    write_rows_csv(tmp_path / "train.csv", [rows[pre + "8b-a100-80gb-tp1-decode"], rows[pre + "70b-a100-80gb-tp4-prefill"]])
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "train.csv"), "--engine", "vllm@0.6",
+                                         "--hardware", "a100-80gb", "-o", str(out)])
+    head = json.loads(out.read_text())["profile"]
+    assert res.exit_code == 0 and not head["kept_shipped"], res.output
+    assert head["median_abs_error"] < head["shipped_median_abs_error"] and "shipped parameters:" in res.output

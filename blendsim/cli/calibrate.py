@@ -211,8 +211,11 @@ def engine_cmd(
         if "error" not in x:
             say(c, f"skipped {x['skipped']}")
     errs = [abs(x["error"]) for x in fitted]
-    say(c, f"fitted {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample median "
-           f"|error| {100 * float(np.median(errs)):.1f}%", indent=0)
+    ship = [abs(x["shipped"] / x["measured"] - 1) for x in fitted]
+    verb = "kept the shipped" if params.get("_kept_shipped") else "fitted"
+    say(c, f"{verb} {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample median "
+           f"|error| {100 * float(np.median(errs)):.1f}% (shipped parameters: {100 * float(np.median(ship)):.1f}%)",
+        indent=0)
     prec = sorted({(r.weights or "bf16", r.kv_dtype or "the model's 16-bit", r.tp, r.pp) for r in rows})
     say(c, "priced as " + "; ".join(f"{w} weights, {kv} KV, TP {t}" + (f" x PP {p}" if p > 1 else "")
                                     for w, kv, t, p in prec), indent=0)

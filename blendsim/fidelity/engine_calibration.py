@@ -552,7 +552,7 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
         pairs.append((r, pr))
     if not pairs:
         raise UserError("no measurement could be simulated: " + "; ".join(skipped[:3]))
-    _check_plausible(pairs, base, predict)
+    shipped = _check_plausible(pairs, base, predict)
     select = owned(engine, hardware)
     free = [p for p in free_params(pairs) if select(p)]
     notes = []
@@ -576,13 +576,48 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
     new_bounds = fitted.pop("bounds", {})
     fitted["bounds"] = {**base.get("bounds", {}), **new_bounds}
     fitted["_fitted"] = sorted(new_bounds)
+    predicted = [predict(r, pr, fitted) for r, pr in pairs]
+    fit_err, ship_err = _median_error(pairs, predicted), _median_error(pairs, shipped)
+    if not fit_err < ship_err:  # nothing silently worse: the profile prices these runs as the shipped parameters do
+        _keep_shipped(fitted, base, [p for p in free if select(p)], pairs)
+        predicted = [predict(r, pr, fitted) for r, pr in pairs]
+        fitted["_kept_shipped"] = True
+        notes.append(f"the fit's in-sample median |error| ({100 * fit_err:.1f}%) is no better than the shipped "
+                     f"parameters' ({100 * ship_err:.1f}%): kept the shipped values of {', '.join(fitted['_fitted'])} "
+                     f"(these runs constrain them too little, or pull them against their prior)")
     fitted["_notes"] = notes + [f"{p.name} sits at its {side} bound {p.lo if side == 'lower' else p.hi:g}"
                                 for p in free if select(p)
                                 for side in [at_bound(float(get_value(fitted, p.path)), (p.lo, p.hi))] if side]
-    report = [{"id": r.id, "measured": r.value, "predicted": predict(r, pr, fitted),
-               "error": predict(r, pr, fitted) / r.value - 1} for r, pr in pairs]
+    report = [{"id": r.id, "measured": r.value, "predicted": v, "error": v / r.value - 1, "shipped": s}
+              for (r, _pr), v, s in zip(pairs, predicted, shipped)]
     report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
     return fitted, report
+
+
+def _median_error(pairs: list, predicted: list) -> float:
+    """The median |predicted / measured - 1| of the runs."""
+    return float(np.median([abs(v / r.value - 1) for (r, _pr), v in zip(pairs, predicted)]))
+
+
+def _keep_shipped(params: dict, base: dict, free: list, pairs: list) -> None:
+    """Put back in ``params`` the values ``base`` prices the runs with, for every fitted parameter: the engine's loop as
+    the shipped profile runs it (under the calibrated version's key, which the profile file must hold), any other
+    parameter as ``base`` has it (or none, where ``base`` has none: the model's own default)."""
+    from .fit import get_value, set_value
+
+    for p in free:
+        v = get_value(base, p.path)
+        if v is None and p.path[0] == "engine":
+            prof = next(pr.profile for _r, pr in pairs if pr.profile.overhead_key == p.path[1])
+            v = getattr(prof.with_params(prof.fitted_overhead(base)), p.path[-1])
+        if v is not None:
+            set_value(params, p.path, v)
+            continue
+        d = params
+        for k in p.path[:-1]:
+            d = d.get(k) if isinstance(d, dict) else None
+        if isinstance(d, dict):
+            d.pop(p.path[-1], None)
 
 
 def _shape(r: Row) -> tuple:
@@ -601,16 +636,20 @@ def _shape(r: Row) -> tuple:
 IMPLAUSIBLE = 20.0
 
 
-def _check_plausible(pairs: list, base: dict, predict) -> None:
-    """UserError naming the first run whose measurement is IMPLAUSIBLE times off the shipped prediction."""
+def _check_plausible(pairs: list, base: dict, predict) -> list[float]:
+    """The shipped parameters' predictions of the runs; UserError naming the first run whose measurement is
+    IMPLAUSIBLE times off its prediction."""
+    out = []
     for r, pr in pairs:
         p = predict(r, pr, base)
+        out.append(p)
         ratio = r.value / p if p > 0 else float("inf")
         if not (1 / IMPLAUSIBLE <= ratio <= IMPLAUSIBLE):
             raise UserError(f"{r.id}: measured {r.value:.6g} {r.metric} is {ratio:.3g}x what the shipped model "
                             f"predicts for this setup ({p:.6g}), more than {IMPLAUSIBLE:g}x off in either "
                             f"direction: check the run's units, request count, lengths and elapsed time; nothing "
                             f"was fitted or written")
+    return out
 
 
 def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) -> None:
@@ -618,12 +657,17 @@ def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) ->
     out = copy.deepcopy(params)
     names = out.pop("_fitted", [])
     out.pop("_notes", None)
+    kept = bool(out.pop("_kept_shipped", False))
     errs = [abs(x["error"]) for x in report if "error" in x]
+    ship = [abs(x["shipped"] / x["measured"] - 1) for x in report if "shipped" in x]
     out["profile"] = {"kind": PROFILE_KIND, "engine": setup.engine, "version": setup.version,
                       "hardware": setup.hardware, "fitted": names,
-                      "fitted_on": [{k: x[k] for k in ("id", "measured", "predicted", "error") if k in x}
+                      "fitted_on": [{k: x[k] for k in ("id", "measured", "predicted", "error", "shipped") if k in x}
                                     for x in report if "error" in x],
-                      "median_abs_error": float(np.median(errs)) if errs else None}
+                      "median_abs_error": float(np.median(errs)) if errs else None,
+                      # the shipped parameters' in-sample error on the same runs; kept_shipped: the fit was no better,
+                      # so the file holds the shipped values
+                      "shipped_median_abs_error": float(np.median(ship)) if ship else None, "kept_shipped": kept}
     out.pop("fitted_on", None)
     path = check_profile_out(path)
     with atomic_path(path) as tmp:
