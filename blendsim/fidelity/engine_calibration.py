@@ -384,7 +384,9 @@ def _vllm(path: Path, obj: dict, setup: Setup) -> Row:
         raise UserError(f"{path}: {_given(setup)} gives {n * (mi + mo):,.0f} tokens for {n} requests, the JSON's "
                         f"total_num_tokens is {total:,.0f} (more than 5% apart); give each file its run's lengths as "
                         f"FILE=const:ISL/OSL (runs of different lengths in one command), or a catalogue CSV with a "
-                        f"row per run (workload const:ISL/OSL, requests, metric total_tok_s, value tokens_per_second)")
+                        f"row per run (workload const:ISL/OSL, requests, metric total_tok_s, value tokens_per_second); "
+                        f"or parallel sampling: from vLLM 0.8, a run with --n above 1 counts every sample's output "
+                        f"tokens in total_num_tokens")
     return _row(path, 1, setup, path.stem, setup.workload, n, "total_tok_s", total / elapsed,
                 note="vLLM bench throughput: total (prompt + output) tokens / elapsed_time")
 
