@@ -419,6 +419,10 @@ def test_vllm_jsons_of_different_lengths_take_a_workload_each(tmp_path):
     # b's own workload; a and c (plain) take --workload
     res = CliRunner().invoke(get_app(), [*args, a, f"{b}=const:512/512", c, "--workload", "const:1024/128"])
     assert res.exit_code == 0, res.output
+    # the table says what it compares: vLLM's JSON measures prompt and output tokens
+    table = res.stdout.splitlines()
+    assert table[0].split() == ["run", "metric", "measured", "predicted", "error"]
+    assert all("total tok/s" in line for line in table[2:5]), res.stdout
     assert {x["id"] for x in json.loads(out.read_text())["profile"]["fitted_on"]} == {"a", "b", "c"}
     s = Setup("vllm", "0.6", "h100-80gb", "llama-3.1-8b", None, "", "", None)
     rows = read_results([f"{a}=const:1024/128", f"{b}=random:512/512?range_ratio=0.5"], s)
@@ -498,6 +502,7 @@ def test_a_fit_no_better_than_the_shipped_parameters_keeps_them_and_says_so(tmp_
     assert json.loads(out.read_text())["engine"]["trtllm"] == load_params()["engine"]["trtllm"]
     shipped = f"{100 * head['shipped_median_abs_error']:.1f}%"
     assert f"(shipped parameters: {shipped})" in said and "kept the shipped engine.trtllm.fixed_s" in said
+    assert "a output tok/s 4,507.0" in said and head["fitted_on"][0]["metric"] == "output tok/s"
     assert f"is no better than the shipped parameters' ({shipped}): kept the shipped values" in said
     # a fit that is better keeps its values, beside the shipped error
     rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}

@@ -203,9 +203,11 @@ def engine_cmd(
     c = console()  # the terminal's width (80 piped): every id whole, its figures beside it or under it
     fitted = [x for x in report if "error" in x]
     if fitted:
-        for line in records(c.width, [("measured", "right"), ("predicted", "right"), ("error", "right")],
-                            [(x["id"], [f"{x['measured']:,.1f}", f"{x['predicted']:,.1f}", f"{100 * x['error']:+.1f}%"],
-                              "") for x in fitted], name_head="run"):
+        # what each figure measures: vLLM's JSON gives total (prompt + output) tok/s, the other tools output tok/s
+        for line in records(c.width, [("metric", "left"), ("measured", "right"), ("predicted", "right"),
+                                      ("error", "right")],
+                            [(x["id"], [x["metric"], f"{x['measured']:,.1f}", f"{x['predicted']:,.1f}",
+                                        f"{100 * x['error']:+.1f}%"], "") for x in fitted], name_head="run"):
             c.print(line, soft_wrap=True, highlight=False, markup=False)  # ids verbatim: bench[tp2] is no markup
     for x in report:
         if "error" not in x:

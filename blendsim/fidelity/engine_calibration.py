@@ -590,10 +590,17 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
     fitted["_notes"] = notes + [f"{p.name} sits at its {side} bound {p.lo if side == 'lower' else p.hi:g}"
                                 for p in free if select(p)
                                 for side in [at_bound(float(get_value(fitted, p.path)), (p.lo, p.hi))] if side]
-    report = [{"id": r.id, "measured": r.value, "predicted": v, "error": v / r.value - 1, "shipped": s}
-              for (r, _pr), v, s in zip(pairs, predicted, shipped)]
+    report = [{"id": r.id, "metric": metric_name(r), "measured": r.value, "predicted": v, "error": v / r.value - 1,
+               "shipped": s} for (r, _pr), v, s in zip(pairs, predicted, shipped)]
     report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
     return fitted, report
+
+
+def metric_name(r: Row) -> str:
+    """What a run's figure measures, in words: ``total tok/s`` (vLLM's JSON: prompt and output), ``output tok/s``,
+    ``req/s``; ``per GPU`` after it for a per-GPU figure."""
+    words = {"total_tok_s": "total tok/s", "output_tok_s": "output tok/s", "req_s": "req/s"}.get(r.metric, r.metric)
+    return words + (" per GPU" if r.scope == "per_gpu" else "")
 
 
 def _median_error(pairs: list, predicted: list) -> float:
@@ -664,8 +671,8 @@ def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) ->
     ship = [abs(x["shipped"] / x["measured"] - 1) for x in report if "shipped" in x]
     out["profile"] = {"kind": PROFILE_KIND, "engine": setup.engine, "version": setup.version,
                       "hardware": setup.hardware, "fitted": names,
-                      "fitted_on": [{k: x[k] for k in ("id", "measured", "predicted", "error", "shipped") if k in x}
-                                    for x in report if "error" in x],
+                      "fitted_on": [{k: x[k] for k in ("id", "metric", "measured", "predicted", "error", "shipped")
+                                     if k in x} for x in report if "error" in x],
                       "median_abs_error": float(np.median(errs)) if errs else None,
                       # the shipped parameters' in-sample error on the same runs; kept_shipped: the fit was no better,
                       # so the file holds the shipped values
@@ -701,5 +708,5 @@ def write_rows_csv(path: Path, rows: list[Row]) -> None:
 
 
 
-__all__ = ["PROFILE_KIND", "Setup", "calibrate", "owned", "read_results", "split_engine", "split_result",
+__all__ = ["PROFILE_KIND", "Setup", "calibrate", "metric_name", "owned", "read_results", "split_engine", "split_result",
            "write_profile", "write_rows_csv"]
