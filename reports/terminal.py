@@ -195,7 +195,9 @@ def run_summary_lines(s: dict) -> list[str]:
         lines.append(f"KV tiers host {s['host_kv_gb']:g} GB / disk {s['disk_kv_gb']:g} GB: prefix hits gpu "
                      f"{h['gpu']:,} / host {h['host']:,} / disk {h['disk']:,} tokens, loaded "
                      f"{s['kv_load_bytes'] / 1e9:,.1f} GB, offloaded {s['kv_offload_bytes'] / 1e9:,.1f} GB, "
-                     f"load stall {s['kv_load_stall_s']:,.2f} s")
+                     f"load stall {s['kv_load_stall_s']:,.2f} s"
+                     + (f", busiest host link {s['host_link_busy_s']:,.2f} s" if s.get("host_link_busy_s") else "")
+                     + (f", busiest drive {s['disk_busy_s']:,.2f} s" if s.get("disk_busy_s") else ""))
     if "latency_mean_s" in s and not online:  # offline runs with SLOs: latency after the throughput
         lines.append(f"latency mean {s['latency_mean_s']:,.3f} s, p99 {s['latency_p99_s']:,.3f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")

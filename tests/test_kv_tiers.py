@@ -549,6 +549,11 @@ def test_the_drive_s_busy_time_is_reported_and_a_drive_that_sets_the_pace_says_s
     assert not any("drive" in n for n in fast.notes)
     host = run_simulation(trace, _cfg(host_kv_gb=gb(16)))
     assert host.summary["disk_busy_s"] == 0.0
+    from blendsim.reports.terminal import run_summary_lines
+
+    said = " ".join(run_summary_lines(dict(s)))
+    assert f"busiest drive {s['disk_busy_s']:,.2f} s" in said and "busiest host link" in said
+    assert "busiest drive" not in " ".join(run_summary_lines(dict(host.summary)))
 
 
 def test_link_busy_is_the_busiest_link_not_a_sum_over_replicas():
