@@ -879,6 +879,7 @@ def test_a_sampled_deployment_that_missed_by_less_than_the_sampling_error_is_re_
 
     _verify(out, evaluate, 60.0, None, verify=2)
     assert ran == [b.key]  # the near miss, not the far one
+    assert out.near_misses == 1
     assert recommend(out, 60.0, None).cand == b
     out.points[b.key] = Point(b, 61.0, 0.0992, 1, full=False)  # verify=0: the user asked for no full runs
     ran.clear()
@@ -913,3 +914,27 @@ def test_a_policy_s_options_are_planned_as_a_policy_of_their_own(tmp_path):
                       ("dfs[router]", "NAME[key=value,...]")):
         with pytest.raises(UserError, match=re.escape(says)):
             blendsim.plan(t, "llama-3-8b", "1h", hardware="a100-80gb", engines="vllm", max_gpus=2, policies=bad)
+
+
+def test_policy_specs_are_canonical_and_their_cells_lossless():
+    """Review of 1 Dec 2026: relocate=1e+1 and relocate=1e-1 shared one cell (a plan answered one with the other's run),
+    and two spellings of one policy were two deployments; batchllm[shared_attention=false] was priced as reading shared
+    prefixes once."""
+    from blendsim.plan import check_policy_spec
+    from blendsim.plan.space import _policy_label, reads_shared_prefix_once
+
+    assert check_policy_spec("dfs[router=contiguous, heavier_first=1]") == check_policy_spec(
+        "dfs[heavier_first=true,router=contiguous]") == "dfs[heavier_first=true,router=contiguous]"
+    assert check_policy_spec("dfs") == "dfs"
+    a, b = check_policy_spec("blendserve[relocate=1e+1]"), check_policy_spec("blendserve[relocate=1e-1]")
+    assert a != b and _policy_label(a) != _policy_label(b)
+    assert reads_shared_prefix_once("batchllm") and not reads_shared_prefix_once("batchllm[shared_attention=false]")
+    assert not reads_shared_prefix_once("dfs[router=contiguous]")
+
+
+def test_brackets_outside_plan_say_where_options_go():
+    from blendsim.policies.registry import resolve_policy
+
+    for spec in ("dfs[router=contiguous]", "dfs[router=contiguous,random"):
+        with pytest.raises(UserError, match=r"in plan --policies only \(closed by '\]'\); simulate takes them with --opt"):
+            resolve_policy(spec)

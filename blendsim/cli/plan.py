@@ -41,8 +41,10 @@ def plan_cmd(
     billing_hour: bool = typer.Option(False, "--billing-hour", help="Bill every started hour in full."),
     sample: int = typer.Option(20_000, "--sample", help="Traces with more requests are searched on a seeded "
                                                         "sample of this many, extrapolated, and checked on full runs."),
-    verify: int = typer.Option(2, "--verify", help="Full-trace runs that check the sampled estimates (the "
-                                                   "recommended one always)."),
+    verify: int = typer.Option(2, "--verify", help="Full-trace runs that check the sampled estimates: the "
+                                                   "recommended one always, up to VERIFY - 1 front neighbours, then "
+                                                   "up to VERIFY near misses (estimates within the sampling error of "
+                                                   "the deadline or the recommended's cost)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the policies."),
     jobs: int = typer.Option(None, "--jobs", "-j", help="Parallel simulations (default: CPU count)."),
     backend: str = typer.Option("local", "--backend", help="local (processes) or ray."),

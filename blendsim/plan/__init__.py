@@ -109,9 +109,11 @@ def trace_sha256(trace) -> str:
     return h.hexdigest()
 
 
-def check_policy_spec(spec: str) -> None:
+def check_policy_spec(spec: str) -> str:
     """A plan's policy, ``NAME`` or ``NAME[key=value,...]``: the policy exists, takes those options and accepts their
-    values (one line each otherwise, before any simulation)."""
+    values (one line each otherwise, before any simulation). Returns it canonical: the options sorted, each value as
+    the policy reads it (``dfs[router=contiguous, heavier_first=1]`` -> ``dfs[heavier_first=true,router=contiguous]``),
+    so two spellings of one policy are one set of deployments."""
     from blendsim.policies.base import option_records
     from blendsim.policies.registry import resolve_policy
 
@@ -119,16 +121,21 @@ def check_policy_spec(spec: str) -> None:
 
     name, opts = split_policy(spec)
     ref = resolve_policy(name)
+    if not opts:
+        return spec
     records = option_records(ref.cls)
     unknown = sorted(set(opts) - set(records))
     if unknown:
         raise UserError(f"--policies {spec}: policy {ref.label!r} has no option(s) {', '.join(unknown)}; it takes: "
                         f"{', '.join(records) or 'none'}")
+    out = {}
     for k, v in opts.items():
         try:
-            records[k].coerce(k, v)
+            x = records[k].coerce(k, v)
         except UserError as e:
             raise UserError(f"--policies {spec}: {e}") from None
+        out[k] = str(x).lower() if isinstance(x, bool) else repr(x) if isinstance(x, float) else str(x)
+    return f"{name}[{','.join(f'{k}={out[k]}' for k in sorted(out))}]"
 
 
 @_boundary  # the API's call check: a misspelt argument is one line
@@ -200,9 +207,8 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     eng = names(engines, "--engines") or DEFAULT_ENGINES
     for e in eng:
         get_profile(e)  # an unknown engine or version is one line
-    pols = names(policies, "--policies", _policy_spec) or default_policies()
-    for p in pols:
-        check_policy_spec(p)
+    pols = tuple(dict.fromkeys(check_policy_spec(p)
+                               for p in (names(policies, "--policies", _policy_spec) or default_policies())))
     get_model(model)
     w = names(weights, "--weights") or ()
     kv = names(kv_dtype, "--kv-dtype") or ()

@@ -177,7 +177,7 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     sampling = None
     if out.sample_requests is not None:
         sampling = {"sample_requests": out.sample_requests, "full_requests": n_requests, "seed": seed,
-                    "checks": checks, "tail_dominated": out.tail_dominated,
+                    "checks": checks, "near_misses": out.near_misses, "tail_dominated": out.tail_dominated,
                     # deployments whose figures are the sample's, scaled (every other was simulated whole)
                     "extrapolated": sum(not p.full for p in out.points.values()),
                     "max_abs_error": max((abs(c["error"]) for c in checks), default=None)}
@@ -267,9 +267,12 @@ def notes(answer: dict) -> list[str]:
     if s is not None:
         if s["checks"]:
             errs = ", ".join(f"{c.get('label', c['deployment'])}: {100 * c['error']:+.1f}%" for c in s["checks"])
+            near = s.get("near_misses", 0)
+            which = "the recommended and its neighbours on the front" + (
+                f", and {near} whose estimate missed the deadline or the recommended's cost by less than the sampling "
+                f"error" if near else "")
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests (seed {s['seed']}); "
-                         f"sampled-vs-full makespan error on {len(s['checks'])} full run(s), the recommended and its "
-                         f"neighbours on the front, and cheaper ones whose estimates missed by less than the sampling error: {errs}")
+                         f"sampled-vs-full makespan error on {len(s['checks'])} full run(s) ({which}): {errs}")
         elif s.get("extrapolated", 1):
             lines.append(f"sampled: {s['sample_requests']:,} of {s['full_requests']:,} requests; no full run checked "
                          f"the extrapolation")

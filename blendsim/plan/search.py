@@ -92,6 +92,7 @@ class Search:
     sample_requests: int | None = None
     tail_dominated: int = 0  # deployments simulated whole because their sample's makespan was its longest request's
     margin: dict = field(default_factory=dict)  # deployment key -> share of its makespan held back (plan --margin)
+    near_misses: int = 0  # of the checks, deployments re-run because their estimate missed by less than its error
 
     def grown(self, cand: Candidate, makespan_s: float) -> float:
         """``makespan_s`` grown by ``cand``'s margin: what must fit before the deadline."""
@@ -351,6 +352,7 @@ def recommend(out: Search, deadline_s: float, budget: float | None):
 # a sampled estimate within this share of the deadline and the recommended's cost may be the true answer (at least;
 # more where the full runs checked so far were further off)
 NEAR_MISS = 0.10
+NEAR_MISS_CAP = 0.5  # an estimate off by more (a check at +100%) would make every deployment a near miss
 
 
 def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, verify: int) -> None:
@@ -371,9 +373,10 @@ def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, veri
         if not rec.full and rec.cand not in todo:
             todo.insert(0, rec.cand)
         if not todo and missed < verify:
-            band = max([NEAR_MISS] + [abs(c["error"]) for c in out.checks])
+            band = min(NEAR_MISS_CAP, max([NEAR_MISS] + [abs(c["error"]) for c in out.checks]))
             todo = [p.cand for p in _near_misses(out, rec, deadline_s, budget, band)][:verify - missed]
             missed += len(todo)
+            out.near_misses += len(todo)
         if not todo:
             return
         evaluate(todo, whole=True)
@@ -382,10 +385,12 @@ def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, veri
 def _near_misses(out: Search, rec: Point, deadline_s: float, budget: float | None, band: float) -> list:
     """Sampled deployments that would cost less than ``rec`` and meet the deadline (and budget) were their estimates
     ``band`` too slow, cheapest first."""
+    # where only the budget fails, the recommended is the least over it: a cheaper one still over budget may beat it
+    budget_bound = budget is not None and out.meets_any
     return sorted((p for p in out.points.values()
                    if not p.full and p is not rec and p.cost_usd * (1.0 - band) < rec.cost_usd
                    and out.grown(p.cand, p.makespan_s) * (1.0 - band) <= deadline_s
-                   and (budget is None or p.cost_usd * (1.0 - band) <= budget)),
+                   and (not budget_bound or p.cost_usd * (1.0 - band) <= budget)),
                   key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
 
 

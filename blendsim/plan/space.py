@@ -233,10 +233,11 @@ def _policy_label(spec: str) -> str:
     """A policy as a file-name-safe label: a registered name as it is; a policy file (``path/to/file.py:Class``) by
     its file's name, class and content digest, so an edited file is simulated again."""
     import re
+    from urllib.parse import quote
 
     spec, opts = split_policy(spec)
-    tail = "".join(f"+{re.sub(r'[^A-Za-z0-9._-]', '-', k)}={re.sub(r'[^A-Za-z0-9._-]', '-', v)}"
-                   for k, v in sorted(opts.items()))  # a policy's options in the name: another run, another cell
+    # a policy's options in the name, percent-encoded (1e+1 and 1e-1 are two cells): another run, another cell
+    tail = "".join(f"+{quote(k, safe='')}={quote(v, safe='')}" for k, v in sorted(opts.items()))
     path = spec.rpartition(":")[0] if ".py:" in spec else spec if spec.endswith(".py") else ""
     if not path:
         return re.sub(r"[^A-Za-z0-9._@=-]", "-", spec) + tail
@@ -398,10 +399,20 @@ def reads_shared_prefix_once(policy: str) -> bool:
     (``Policy.reads_shared_prefix_once`` overridden: BatchLLM's prefix-shared attention, on by default): its
     deployments' memory bound then counts each request's prompt less its shared prefix, or it would exceed the
     run (a BatchLLM microbenchmark: 19.2 s bound, 17.6 s run, pruned as unable to meet a 19 s deadline)."""
-    from blendsim.policies.base import Policy
+    from blendsim.policies.base import Policy, option_records
     from blendsim.policies.registry import resolve_policy
 
-    return resolve_policy(split_policy(policy)[0]).cls.reads_shared_prefix_once is not Policy.reads_shared_prefix_once
+    name, opts = split_policy(policy)
+    cls = resolve_policy(name).cls
+    if cls.reads_shared_prefix_once is Policy.reads_shared_prefix_once:
+        return False
+    # where it depends on the policy's options (BatchLLM's shared_attention), ask a policy holding them
+    probe = cls.__new__(cls)
+    probe.opt = {k: o.coerce(k, opts.get(k, o.default)) for k, o in option_records(cls).items()}
+    try:
+        return bool(probe.reads_shared_prefix_once())
+    except Exception:  # it reads more of the policy than its options: take it as reading prefixes once, as before
+        return True
 
 
 def read_lengths(trace, tree):

@@ -79,22 +79,27 @@ _DIGEST: list = []
 
 def simulator_digest() -> str:
     """A digest of what a simulation's figures depend on besides its inputs: the sources of the simulator, the
-    policies and the trace code, and the shipped fitted parameters and presets beside them (sim/*.json). A plan
-    folder made by another version is not resumed."""
+    policies and the trace code, with the shipped fitted parameters and presets beside them (sim/*.json), and of the
+    run's set-up and the plan's worker (blendsim/runner.py, options.py, plan/tasks.py). A plan folder made by another
+    version is not resumed."""
     if not _DIGEST:
         import hashlib
 
+        import blendsim
         import blendsim.policies
         import blendsim.sim
         import blendsim.workloads
 
         h = hashlib.sha256()
-        for mod in (blendsim.sim, blendsim.policies, blendsim.workloads):
-            root = Path(mod.__file__).parent
-            files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json", ".csv") and p.is_file()
-                           and "__pycache__" not in p.parts and p.name != "_compiled_manifest.json")
+        top = Path(blendsim.__file__).parent
+        for name, root, files in [(m.__name__, Path(m.__file__).parent, None)
+                                  for m in (blendsim.sim, blendsim.policies, blendsim.workloads)] + [
+                ("blendsim", top, [top / "runner.py", top / "options.py", top / "plan" / "tasks.py"])]:
+            if files is None:
+                files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json", ".csv") and p.is_file()
+                               and "__pycache__" not in p.parts and p.name != "_compiled_manifest.json")
             for f in files:
-                h.update(f"{mod.__name__}/{f.relative_to(root).as_posix()}\0".encode())
+                h.update(f"{name}/{f.relative_to(root).as_posix()}\0".encode())
                 h.update(f.read_bytes())
         _DIGEST.append(h.hexdigest()[:16])
     return _DIGEST[0]
