@@ -1371,8 +1371,11 @@ def _from_file(path: str) -> EngineProfile:
         raise UserError(f"{path}: field engine: holds a loop under {', '.join(moved)} but none under "
                         f"{prof.overhead_key}, the release its profile header names ({base}); put the fitted loop "
                         f"under that key")
+    how = (f"values kept by blendsim calibrate engine from {head.get('started_from') or 'the shipped parameters'} "
+           f"(the fit on its runs was no better) ({path})" if head.get("kept_shipped")
+           else f"fitted by blendsim calibrate engine ({path})")
     return replace(prof, key=str(path), params_file=str(p.resolve()), release=str(head.get("version") or ""),
-                   source=f"{prof.source}; fitted by blendsim calibrate engine ({path})")
+                   source=f"{prof.source}; {how}")
 
 
 def modelled_profile(key: str, params: dict | None = None) -> str | None:

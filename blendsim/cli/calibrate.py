@@ -194,7 +194,9 @@ def engine_cmd(
         if tty:
             typer.echo(f"\r  simulating {i + 1}/{n} {rid[:60]:60s}", err=True, nl=False)
 
-    params, report = calibrate(rows, name, hardware, base, progress)
+    params, report = calibrate(rows, name, hardware, base, progress,
+                               start=f"the starting parameters (--params-file {params_file})" if params_file
+                               else "the shipped parameters")
     if tty:
         typer.echo("", err=True)
     write_profile(out, params, setup, report)
@@ -214,10 +216,11 @@ def engine_cmd(
             say(c, f"skipped {x['skipped']}")
     errs = [abs(x["error"]) for x in fitted]
     ship = [abs(x["shipped"] / x["measured"] - 1) for x in fitted]
-    verb = "kept the shipped" if params.get("_kept_shipped") else "fitted"
+    start = params.get("_start", "the shipped parameters")
+    verb = f"kept {start}' values of" if params.get("_kept_shipped") else "fitted"
     say(c, f"{verb} {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample median "
-           f"|error| {100 * float(np.median(errs)):.1f}% (shipped parameters: {100 * float(np.median(ship)):.1f}%)",
-        indent=0)
+           f"|error| {100 * float(np.median(errs)):.1f}% ({start.removeprefix('the ')}: "
+           f"{100 * float(np.median(ship)):.1f}%)", indent=0)
     prec = sorted({(r.weights or "bf16", r.kv_dtype or "the model's 16-bit", r.tp, r.pp) for r in rows})
     say(c, "priced as " + "; ".join(f"{w} weights, {kv} KV, TP {t}" + (f" x PP {p}" if p > 1 else "")
                                     for w, kv, t, p in prec), indent=0)

@@ -530,8 +530,10 @@ def owned(engine: str, hardware: str):
     return keep
 
 
-def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=None) -> tuple[dict, list[dict]]:
-    """Fitted parameters (``base`` with this engine's and GPU's values refitted) and the per-row errors."""
+def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=None,
+              start: str = "the shipped parameters") -> tuple[dict, list[dict]]:
+    """Fitted parameters (``base`` with this engine's and GPU's values refitted) and the per-row errors. ``start``
+    names ``base`` in what the fit says (the shipped parameters, or the user's --params-file)."""
     from .catalogue import Skip
     from .fit import at_bound, fit, free_params, get_value, predict
     from .suite import prepare_row
@@ -584,9 +586,10 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
         _keep_shipped(fitted, base, [p for p in free if select(p)], pairs)
         predicted = [predict(r, pr, fitted) for r, pr in pairs]
         fitted["_kept_shipped"] = True
-        notes.append(f"the fit's in-sample median |error| ({100 * fit_err:.1f}%) is no better than the shipped "
-                     f"parameters' ({100 * ship_err:.1f}%): kept the shipped values of {', '.join(fitted['_fitted'])} "
+        notes.append(f"the fit's in-sample median |error| ({100 * fit_err:.1f}%) is no better than {start}' "
+                     f"({100 * ship_err:.1f}%): kept their values of {', '.join(fitted['_fitted'])} "
                      f"(these runs constrain them too little, or pull them against their prior)")
+    fitted["_start"] = start
     fitted["_notes"] = notes + [f"{p.name} sits at its {side} bound {p.lo if side == 'lower' else p.hi:g}"
                                 for p in free if select(p)
                                 for side in [at_bound(float(get_value(fitted, p.path)), (p.lo, p.hi))] if side]
@@ -667,6 +670,7 @@ def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) ->
     names = out.pop("_fitted", [])
     out.pop("_notes", None)
     kept = bool(out.pop("_kept_shipped", False))
+    start = out.pop("_start", "the shipped parameters")
     errs = [abs(x["error"]) for x in report if "error" in x]
     ship = [abs(x["shipped"] / x["measured"] - 1) for x in report if "shipped" in x]
     out["profile"] = {"kind": PROFILE_KIND, "engine": setup.engine, "version": setup.version,
@@ -674,9 +678,11 @@ def write_profile(path: Path, params: dict, setup: Setup, report: list[dict]) ->
                       "fitted_on": [{k: x[k] for k in ("id", "metric", "measured", "predicted", "error", "shipped")
                                      if k in x} for x in report if "error" in x],
                       "median_abs_error": float(np.median(errs)) if errs else None,
-                      # the shipped parameters' in-sample error on the same runs; kept_shipped: the fit was no better,
-                      # so the file holds the shipped values
-                      "shipped_median_abs_error": float(np.median(ship)) if ship else None, "kept_shipped": kept}
+                      # the in-sample error on the same runs of the parameters the fit started from (started_from:
+                      # the shipped ones or a --params-file); kept_shipped: the fit was no better, so the file holds
+                      # those values
+                      "shipped_median_abs_error": float(np.median(ship)) if ship else None, "kept_shipped": kept,
+                      "started_from": start}
     out.pop("fitted_on", None)
     path = check_profile_out(path)
     with atomic_path(path) as tmp:
