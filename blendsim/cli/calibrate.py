@@ -217,10 +217,10 @@ def engine_cmd(
     errs = [abs(x["error"]) for x in fitted]
     ship = [abs(x["shipped"] / x["measured"] - 1) for x in fitted]
     start = params.get("_start", "the shipped parameters")
-    verb = f"kept {start}' values of" if params.get("_kept_shipped") else "fitted"
-    say(c, f"{verb} {', '.join(params.get('_fitted', [])) or 'nothing'} on {len(errs)} run(s); in-sample median "
-           f"|error| {100 * float(np.median(errs)):.1f}% ({start.removeprefix('the ')}: "
-           f"{100 * float(np.median(ship)):.1f}%)", indent=0)
+    names = ", ".join(params.get("_fitted", [])) or "nothing"
+    what = (f"kept {names} at their starting values" if params.get("_kept_shipped") else f"fitted {names}")
+    say(c, f"{what} on {len(errs)} run(s); in-sample median |error| {100 * float(np.median(errs)):.1f}%, "
+           f"{100 * float(np.median(ship)):.1f}% with {start}", indent=0)
     prec = sorted({(r.weights or "bf16", r.kv_dtype or "the model's 16-bit", r.tp, r.pp) for r in rows})
     say(c, "priced as " + "; ".join(f"{w} weights, {kv} KV, TP {t}" + (f" x PP {p}" if p > 1 else "")
                                     for w, kv, t, p in prec), indent=0)
