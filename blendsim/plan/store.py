@@ -85,13 +85,12 @@ def simulator_digest() -> str:
     if not _DIGEST:
         import hashlib
 
-        import blendsim
         import blendsim.policies
         import blendsim.sim
         import blendsim.workloads
 
         h = hashlib.sha256()
-        top = Path(blendsim.__file__).parent
+        top = Path(__file__).resolve().parent.parent  # the blendsim package (not imported here: it imports plan)
         for name, root, files in [(m.__name__, Path(m.__file__).parent, None)
                                   for m in (blendsim.sim, blendsim.policies, blendsim.workloads)] + [
                 ("blendsim", top, [top / "runner.py", top / "options.py", top / "plan" / "tasks.py"])]:
