@@ -184,6 +184,18 @@ class RoundRobin(Router):
         return i
 
 
+class AssignedRouter(Router):
+    """Each request goes to the replica an offline policy assigned it before the run (``assign[req]``: BlendServe's
+    subtree shares, dfs's contiguous stretches). Built by the policy's ``make_router``, not by name."""
+
+    def __init__(self, ctx, replicas, assign):
+        super().__init__(ctx, replicas)
+        self.assign = np.asarray(assign).tolist()
+
+    def route(self, req: int, now: float) -> int:
+        return self.assign[req]
+
+
 class Policy:
     """Base policy: FCFS order, round-robin routing, the default scheduler."""
 
@@ -454,5 +466,6 @@ def option_records(policy) -> dict[str, Option]:
     return {k: Option.of(v) for k, v in policy.options.items()}
 
 
-__all__ = ["Option", "option_records", "Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin", "get_router",
+__all__ = ["AssignedRouter", "Option", "option_records", "Policy", "PolicyContext", "PolicyRef", "Router", "RoundRobin",
+           "get_router",
            "register", "register_router"]

@@ -10,25 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from blendsim.policies.base import Policy, Router, register
+from blendsim.policies.base import AssignedRouter, Policy, Router, register
 from blendsim.policies.option import OURS, Option
 from blendsim.sim.errors import UserError
 
 ROUTERS = ("round-robin", "contiguous")
-
-
-class ContiguousRouter(Router):
-    """Each engine (replica, or a pipelined replica's virtual engine) takes one stretch of the depth-first order
-    (built by :meth:`DFS.make_router`, not by name: it needs the split)."""
-
-    name = "dfs-contiguous"
-
-    def __init__(self, ctx, replicas, assign):
-        super().__init__(ctx, replicas)
-        self.assign = assign.tolist()
-
-    def route(self, req: int, now: float) -> int:
-        return self.assign[req]
 
 
 def added_work(tree, order: np.ndarray, output_len: np.ndarray) -> np.ndarray:
@@ -85,4 +71,4 @@ class DFS(Policy):
             raise UserError("dfs --opt router=contiguous splits the whole trace's order before the run, for offline "
                             "runs: add --offline, or keep router=round-robin for a trace with arrivals")
         work = added_work(self.ctx.tree, self._order, t.output_len)
-        return ContiguousRouter(self.ctx, replicas, contiguous_split(self._order, work, len(replicas)))
+        return AssignedRouter(self.ctx, replicas, contiguous_split(self._order, work, len(replicas)))

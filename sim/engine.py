@@ -340,9 +340,9 @@ class PipelinedReplica:
 
         ``loads`` (a step that loads KV from host/disk tiers): when each stage's own loads of the step arrive
         (``TieredKVCache.stage_ready``; every stage moves its own layers' share over its own links, from when the
-        step was scheduled). A stage waits for what is left of its load when it takes the batch up: it computes
-        after it (stall) or for the longer of the two (overlap); ``ve.load_stall_s`` adds the wait, in
-        stage-seconds (the summary divides by the stages)."""
+        step was scheduled). A stage waits for what is left of its load when it takes the batch up, by the rule of
+        one stage (``Replica._wait_loads``: after it, or the longer of the two under overlap); ``ve.load_stall_s``
+        adds the wait, in stage-seconds (the summary divides by the stages)."""
         if server:
             if self.server_free > t:
                 t = self.server_free
@@ -353,15 +353,8 @@ class PipelinedReplica:
                 t += xfer[s - 1]
             if free[s] > t:
                 t = free[s]
-            if loads is not None and loads[s] > t:
-                w = loads[s] - t  # what is left of the stage's load when it starts the batch
-                if ve.overlap_loads:
-                    if w > dt:
-                        ve.load_stall_s += w - dt
-                        dt = w
-                else:
-                    ve.load_stall_s += w
-                    dt += w
+            if loads is not None and loads[s] > t:  # what is left of the stage's load when it starts the batch
+                dt = ve._wait_loads(dt, loads[s] - t)
             t += dt
             free[s] = t
         return t

@@ -600,10 +600,11 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
 
 
 def metric_name(r: Row) -> str:
-    """What a run's figure measures, in words: ``total tok/s`` (vLLM's JSON: prompt and output), ``output tok/s``,
-    ``req/s``; ``per GPU`` after it for a per-GPU figure."""
-    words = {"total_tok_s": "total tok/s", "output_tok_s": "output tok/s", "req_s": "req/s"}.get(r.metric, r.metric)
-    return words + (" per GPU" if r.scope == "per_gpu" else "")
+    """What a run's figure measures, in words (``sim.metrics.METRIC_UNITS``: ``total tok/s`` for vLLM's JSON, prompt
+    and output; ``output tok/s``; ``requests/s``), ``per GPU`` after it for a per-GPU figure."""
+    from blendsim.sim.metrics import METRIC_UNITS
+
+    return METRIC_UNITS.get(r.metric, r.metric) + (" per GPU" if r.scope == "per_gpu" else "")
 
 
 def _median_error(pairs: list, predicted: list) -> float:

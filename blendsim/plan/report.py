@@ -172,8 +172,8 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
             say += f"; the fastest is {_label(mk(fastest))}: {_dur(fastest.makespan_s)} for {_usd(fastest.cost_usd)}"
         else:
             say += f"; recommended: the fastest, {_label(recd)}: {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)}"
-    checks = [{**c, "label": _short(out.points[c["deployment"]].cand)} if c["deployment"] in out.points else c
-              for c in out.checks]
+    checks = [{**c, "label": _label(out.points[c["deployment"]].cand.settings())} if c["deployment"] in out.points
+              else c for c in out.checks]
     sampling = None
     if out.sample_requests is not None:
         sampling = {"sample_requests": out.sample_requests, "full_requests": n_requests, "seed": seed,
@@ -195,14 +195,6 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
     }
     answer["expected_error_note"] = margin_note(answer)
     return answer
-
-
-def _short(c) -> str:
-    """A deployment as the front's table names it: ``2 x TP1 on 2 a100-80gb vllm random``."""
-    from blendsim.sim.deployment import split_label
-
-    sh = c.shape
-    return f"{c.replicas} x {split_label(sh.tp, sh.pp, sh.ep)} on {c.gpus} {sh.hardware} {sh.engine} {sh.policy}"
 
 
 def _label(e: dict) -> str:

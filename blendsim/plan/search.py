@@ -342,11 +342,14 @@ def recommend(out: Search, deadline_s: float, budget: float | None):
     f = front(out, deadline_s, budget)
     if not f:
         return None
-    cheapest = lambda ps: min(ps, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))  # noqa: E731
     if out.meets_any:
-        return cheapest(f)
+        return _cheapest(f)
     in_time = [p for p in f if out.meets(p, deadline_s)] if budget is not None else []
-    return cheapest(in_time) if in_time else f[0]
+    return _cheapest(in_time) if in_time else f[0]
+
+
+def _cheapest(points: list) -> Point:
+    return min(points, key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))
 
 
 # a sampled estimate within this share of the deadline and the recommended's cost may be the true answer (at least;

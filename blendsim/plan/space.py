@@ -30,19 +30,12 @@ from blendsim.sim.errors import UserError
 
 def split_policy(spec: str) -> tuple[str, dict]:
     """A plan's policy ``NAME[key=value,...]`` as its name and its options (strings, as --opt gives them)."""
+    from blendsim.options import parse_opts
+
     m = re.fullmatch(r"\s*(.+?)\s*\[(.*)\]\s*", spec)
     if not m:
         return spec, {}
-    opts = {}
-    for part in m.group(2).split(","):
-        k, eq, v = part.partition("=")
-        k = k.strip()
-        if not eq or not k:
-            raise UserError(f"--policies {spec!r}: options go as NAME[key=value,...], got {part.strip()!r}")
-        if k in opts:
-            raise UserError(f"--policies {spec!r}: option {k} is given twice")
-        opts[k] = v.strip()
-    return m.group(1), opts
+    return m.group(1), parse_opts(m.group(2).split(","), f"--policies {spec!r}: options go as NAME[key=value,...];")
 
 
 @dataclass(frozen=True, order=True)

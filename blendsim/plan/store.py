@@ -7,6 +7,7 @@ simulation). A directory of another plan, or one that is no plan directory, is r
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -74,34 +75,32 @@ class PlanStore:
         return _Files(full, s if sample is not None else None)
 
 
-_DIGEST: list = []
-
-
+@functools.cache
 def simulator_digest() -> str:
     """A digest of what a simulation's figures depend on besides its inputs: the sources of the simulator, the
     policies and the trace code, with the shipped fitted parameters and presets beside them (sim/*.json), and of the
     run's set-up and the plan's worker (blendsim/runner.py, options.py, plan/tasks.py). A plan folder made by another
     version is not resumed."""
-    if not _DIGEST:
-        import hashlib
+    import hashlib
 
-        import blendsim.policies
-        import blendsim.sim
-        import blendsim.workloads
+    import blendsim.policies
+    import blendsim.sim
+    import blendsim.workloads
 
-        h = hashlib.sha256()
-        top = Path(__file__).resolve().parent.parent  # the blendsim package (not imported here: it imports plan)
-        for name, root, files in [(m.__name__, Path(m.__file__).parent, None)
-                                  for m in (blendsim.sim, blendsim.policies, blendsim.workloads)] + [
-                ("blendsim", top, [top / "runner.py", top / "options.py", top / "plan" / "tasks.py"])]:
-            if files is None:
-                files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json", ".csv") and p.is_file()
-                               and "__pycache__" not in p.parts and p.name != "_compiled_manifest.json")
-            for f in files:
-                h.update(f"{name}/{f.relative_to(root).as_posix()}\0".encode())
-                h.update(f.read_bytes())
-        _DIGEST.append(h.hexdigest()[:16])
-    return _DIGEST[0]
+    def tree(mod) -> tuple:
+        root = Path(mod.__file__).parent
+        return mod.__name__, root, sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json", ".csv")
+                                          and p.is_file() and "__pycache__" not in p.parts
+                                          and p.name != "_compiled_manifest.json")
+
+    top = Path(__file__).resolve().parent.parent  # the blendsim package (not imported here: it imports plan)
+    h = hashlib.sha256()
+    for name, root, files in [tree(m) for m in (blendsim.sim, blendsim.policies, blendsim.workloads)] + [
+            ("blendsim", top, [top / "runner.py", top / "options.py", top / "plan" / "tasks.py"])]:
+        for f in files:
+            h.update(f"{name}/{f.relative_to(root).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def worker_readable(path) -> Path | None:

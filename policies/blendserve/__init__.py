@@ -33,7 +33,7 @@ Choices the paper leaves open (each is also noted where it is made):
 
 from __future__ import annotations
 
-from blendsim.policies.base import Policy, Router, register, register_router
+from blendsim.policies.base import AssignedRouter, Policy, register, register_router
 from blendsim.policies.blendserve.plan import Plan, build_plan
 from blendsim.policies.blendserve.scanner import DualScanScheduler, own_prompt_list
 from blendsim.policies.blendserve.split import SPLIT_MODES
@@ -43,16 +43,16 @@ WARMUP_MODES = ("barrier", "none")
 
 
 @register_router("blendserve-dp")
-class PartitionRouter(Router):
+class PartitionRouter(AssignedRouter):
     """Offline: every request goes to the replica whose subtree share holds it (sec. 5.5)."""
 
     def __init__(self, ctx, replicas, assign=None):
-        super().__init__(ctx, replicas)
-        self.assign = None if assign is None else assign.tolist()
+        super().__init__(ctx, replicas, () if assign is None else assign)
+        self.planned = assign is not None
         self._rr = 0
 
     def route(self, req: int, now: float) -> int:
-        if self.assign is None:  # used without a plan: round-robin
+        if not self.planned:  # used without a plan: round-robin
             self._rr = (self._rr + 1) % len(self.replicas)
             return self._rr
         return self.assign[req]
@@ -110,7 +110,7 @@ class BlendServe(Policy):
     def rank(self):
         return self.plan.rank
 
-    def make_router(self, replicas: list) -> Router:
+    def make_router(self, replicas: list) -> AssignedRouter:
         return PartitionRouter(self.ctx, replicas, self.plan.replica)
 
     def make_scheduler(self, replica: int, **kw):
