@@ -350,7 +350,8 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
           ray_address: str | None = None, resume: bool = True, progress=None,
           fixed_trace: bool | None = None, seeds: int = 1, tp: int = 1, ep: int = 1, pp: int = 1,
           weights: str | None = None, kv_dtype: str | None = None, host_kv_gb: float = 0.0,
-          disk_kv_gb: float = 0.0) -> SweepResult:
+          disk_kv_gb: float = 0.0, replicas: int = 1, kv_load: str | None = None, host_link_gbps: float | None = None,
+          disk_read_gbps: float | None = None, disk_write_gbps: float | None = None) -> SweepResult:
     """`blendsim sweep -o OUT`: every policy on a density x sharing grid of synthetic workloads.
 
     ``densities`` and ``sharing`` take a ``"start:stop:step"`` string, a comma list or numbers;
@@ -361,12 +362,13 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     kept in ``out`` (a rerun resumes); the error's ``result`` is the SweepResult of the cells that ran. ``progress(done, total)`` is called as cells finish.
     ``fixed_trace``: one trace per grid point, synthesised for the first model and hardware, run on
     every one (None: so when several models or hardware are given). ``seeds``: replicates per grid point.
-    ``tp``, ``ep``, ``pp``, ``weights``, ``kv_dtype``, ``host_kv_gb``, ``disk_kv_gb``: as the command's
-    options, for every cell.
+    ``tp``, ``ep``, ``pp``, ``replicas``, ``weights``, ``kv_dtype``, ``host_kv_gb``, ``disk_kv_gb``, ``kv_load``,
+    ``host_link_gbps``, ``disk_read_gbps``, ``disk_write_gbps``: as the command's options, for every cell. A policy's
+    options go in its name, ``"dfs[router=contiguous]"``, as in the command's ``--policies``.
     """
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import failure_line, run_sweep
-    from blendsim.sweep.grid import SweepSpec, default_policies, precision_settings
+    from blendsim.sweep.grid import SweepSpec, default_policies, precision_settings, tier_settings
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
@@ -387,19 +389,23 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
                         f"{C.describe(recipe_options)}")
     C.integer(seeds, "--seeds", 1)
     C.optional(C.boolean, fixed_trace, "--fixed-trace")
-    for v, flag in ((tp, "--tp"), (ep, "--ep"), (pp, "--pp")):
+    for v, flag in ((tp, "--tp"), (ep, "--ep"), (pp, "--pp"), (replicas, "--replicas")):
         C.integer(v, flag, 1)
     for v, flag in ((weights, "--weights"), (kv_dtype, "--kv-dtype")):
         C.optional(C.text, v, flag)
-    tiers = {k: float(C.number(v, flag, 0)) for k, v, flag in (("host_kv_gb", host_kv_gb, "--host-kv-gb"),
-                                                             ("disk_kv_gb", disk_kv_gb, "--disk-kv-gb")) if v != 0}
+    C.optional(C.text, kv_load, "--kv-load")
+    tiers = tier_settings(
+        kv_load=kv_load, **{k: None if v is None else float(C.number(v, flag, 0)) for k, v, flag in (
+            ("host_kv_gb", host_kv_gb, "--host-kv-gb"), ("disk_kv_gb", disk_kv_gb, "--disk-kv-gb"),
+            ("host_link_gbps", host_link_gbps, "--host-link-gbps"), ("disk_read_gbps", disk_read_gbps, "--disk-read-gbps"),
+            ("disk_write_gbps", disk_write_gbps, "--disk-write-gbps"))})
     pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),
         policies=pols, models=_names(models, "--models"), hardware=_names(hardware, "--hardware"),
         requests=C.integer(requests, "--requests", 1), mode=mode, engine=engine, engine_of=engine_of,
         seed=C.integer(seed, "--seed", 0, C.MAX_SEED), recipe_options=dict(recipe_options or {}),
-        fixed_trace=fixed_trace, seeds=seeds, precision=precision_settings(weights, kv_dtype, tp, ep, pp),
+        fixed_trace=fixed_trace, seeds=seeds, precision=precision_settings(weights, kv_dtype, tp, ep, pp, replicas),
         tiers=tiers))
     check_sweep_dir(out, spec, resume)
     outcome = run_sweep(spec, out, make_backend(backend, jobs, ray_address), resume=resume,

@@ -421,7 +421,11 @@ def inert_attn_dp(prof, dep) -> list[str]:
 def inert_options(cfg: RunConfig, dep) -> list[str]:
     """Notes for options this run accepts but that cannot change it: routing skew on a model with no routed experts,
     tier settings with no KV tier."""
-    notes = skew_note(cfg.expert_skew, dep.model)
+    return skew_note(cfg.expert_skew, dep.model) + inert_tier_options(cfg)
+
+
+def inert_tier_options(cfg: RunConfig) -> list[str]:
+    """A note for KV-tier settings (load mode, link and drive speeds) given to a run with no tier they act on."""
     flags = (("--kv-load", cfg.kv_load), ("--host-link-gbps", cfg.host_link_gbps),
              ("--disk-read-gbps", cfg.disk_read_gbps), ("--disk-write-gbps", cfg.disk_write_gbps))
     if not (cfg.host_kv_gb or cfg.disk_kv_gb):
@@ -429,7 +433,8 @@ def inert_options(cfg: RunConfig, dep) -> list[str]:
     elif not cfg.disk_kv_gb:  # a host tier: only the disk's speeds are idle
         lacking, flags = "no disk tier (--disk-kv-gb 0)", flags[2:]
     else:
-        return notes
+        return []
+    notes = []
     given = [flag for flag, v in flags if v is not None]
     if given:
         notes.append(f"{', '.join(given)}: {lacking}; {'it changes' if len(given) == 1 else 'they change'} nothing")
@@ -539,7 +544,7 @@ def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     from blendsim.sim.bounds import trace_work
     from blendsim.sim.density import Rates, bounds
     from blendsim.sim.engine import Cluster
-    from blendsim.sim.kv_tiers import tier_notes, tier_summary
+    from blendsim.sim.kv_tiers import tier_notes, tier_settings_used, tier_summary
     from blendsim.sim.metrics import per_request_table, summarize
 
     run = prepare_run(trace, cfg)
@@ -568,6 +573,7 @@ def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     steps = [r.log.cols for r in replicas]
     kv_stats = {"total": blocks, "evicted": int(sum(r.scheduler.kv.evicted_blocks for r in replicas))}
     tiers = {"host_kv_gb": float(cfg.host_kv_gb or 0.0), "disk_kv_gb": float(cfg.disk_kv_gb or 0.0),
+             **tier_settings_used(run.tiers, dep),
              **tier_summary([r.scheduler.kv for r in replicas], run.tiers,
                             sum(r.scheduler.hit_tokens for r in replicas), B, sum(r.load_stall_s for r in replicas),
                             dep.pp)}

@@ -47,9 +47,9 @@ def resolve_policy(spec) -> PolicyRef:
         return PolicyRef(_base._REGISTRY[spec], spec, *_class_source(_base._REGISTRY[spec]))
     ep = _plugins.entry_points().get(spec)
     if ep is None:
-        if "[" in spec:  # plan's NAME[key=value,...] given elsewhere, or its bracket left open
-            raise UserError(f"policy {spec!r}: a policy's options go as NAME[key=value,...] in plan --policies only "
-                            f"(closed by ']'); simulate takes them with --opt key=value")
+        if "[" in spec:  # plan's and sweep's NAME[key=value,...] given elsewhere, or its bracket left open
+            raise UserError(f"policy {spec!r}: a policy's options go as NAME[key=value,...] in plan's and sweep's "
+                            f"--policies only (closed by ']'); simulate takes them with --opt key=value")
         raise UserError(f"unknown policy {spec!r}; choose one of {', '.join(policy_names())}, "
                         f"or give a file: path/to/file.py:ClassName")
     cls = _plugins.load_entry_point(ep, Policy, _base._REGISTRY)

@@ -657,6 +657,20 @@ def make_kv(tree, num_blocks: int, block_size: int, caching: bool, retain: bool,
     return TieredKVCache(tree, num_blocks, block_size, caching, spec, retain=retain, links=links)
 
 
+def tier_settings_used(spec: TierSpec | None, dep) -> dict:
+    """summary.json's record of how a run's tiers moved blocks: the load mode and the per-GPU link and drive speeds
+    (the preset's or the ones given), so a run says what it assumed; nothing without a tier."""
+    if spec is None:
+        return {}
+    def per_gpu(bw: float) -> float:  # the spec's are the stage's GPUs together
+        return round(bw / dep.tp / GB, 9)
+
+    out = {"kv_load": spec.load_mode, "host_link_gbps": per_gpu(spec.link_bw)}
+    if spec.disk_blocks:
+        out.update(disk_read_gbps=per_gpu(spec.disk_read_bw), disk_write_gbps=per_gpu(spec.disk_write_bw))
+    return out
+
+
 def tier_summary(kvs, spec: TierSpec | None, hit_tokens: int, B: int, stall_s: float, pp: int = 1) -> dict:
     """summary.json's tier fields over a run's replicas (the same keys with no tier). ``stall_s``: the
     stage-seconds its steps waited for loads, summed over the (virtual) engines; reported over the ``pp``
@@ -713,4 +727,4 @@ def _drive_busy(reads, writes) -> float:
 
 
 __all__ = ["Channel", "LOAD_MODES", "RankChannels", "StageLinks", "TIER_OPTIONS", "TierSpec", "TieredKVCache", "check_tier_gb", "make_kv",
-           "tier_notes", "tier_spec", "tier_summary"]
+           "tier_notes", "tier_settings_used", "tier_spec", "tier_summary"]

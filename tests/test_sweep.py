@@ -514,3 +514,69 @@ def test_a_killed_sweeps_writability_probe_is_cleaned_and_a_users_hidden_file_ke
     (t / ".mine").write_text("keep")
     assert clean_stale(tmp_path) == 1
     assert sorted(p.name for p in t.iterdir()) == [".mine"]
+
+
+# ---- a policy's options, replicas and tier settings on every cell ------------------------------
+def test_policy_options_and_replicas_reach_every_cell(tmp_path):
+    """`--policies 'dfs,dfs[router=contiguous]' --replicas 2`: two policies (each its own cells, folder and row),
+    run as `simulate --replicas 2 --opt router=contiguous` would; two spellings of one spec are one cell."""
+    out = tmp_path / "s"
+    r = sweep("--densities", "1.1", "--sharing", "0.35", "--requests", "600", "--replicas", "2", "-j", "1", "-q",
+              "--policies", "dfs,dfs[ router=contiguous ],dfs[router=contiguous]", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert "2 policies = 2 cells" in r.output
+    rows = {row["policy"]: row for row in pq.read_table(out / "results.parquet").to_pylist()}
+    assert set(rows) == {"dfs", "dfs[router=contiguous]"}
+    assert all(row["replicas"] == 2 for row in rows.values())
+    assert json.loads(rows["dfs[router=contiguous]"]["policy_options"]) == {"router": "contiguous"}
+    assert rows["dfs"]["policy_options"] is None
+    assert (out / rows["dfs[router=contiguous]"]["run_dir"] / "summary.json").is_file()
+    assert rows["dfs[router=contiguous]"]["run_dir"].endswith("/dfs_router_contiguous")
+    # the contiguous split keeps more of the sharing on two replicas than round robin does
+    assert rows["dfs[router=contiguous]"]["prefix_sharing_ratio"] > rows["dfs"]["prefix_sharing_ratio"]
+    settings = json.loads((out / "sweep.json").read_text())["settings"]
+    assert settings["precision"] == {"replicas": 2}
+    # the same sweep with one replica is another sweep: the folder refuses it instead of mixing the two
+    r = sweep("--densities", "1.1", "--sharing", "0.35", "--requests", "600", "-j", "1", "-q",
+              "--policies", "dfs,dfs[router=contiguous]", "-o", str(out))
+    assert r.exit_code != 0 and "replicas" in r.output, r.output
+
+
+@pytest.mark.parametrize("policies, words", [
+    ("dfs[router=nowhere]", "--policies dfs[router=nowhere]: "),
+    ("dfs[speed=1]", "policy 'dfs' has no option(s) speed; it takes: "),
+    ("dfs[router]", "expected key=value"),
+])
+def test_bad_policy_options_stop_the_sweep_before_any_cell(tmp_path, policies, words):
+    r = sweep("--densities", "1.1", "--sharing", "0.35", "--requests", "200", "--policies", policies,
+              "-o", str(tmp_path / "s"))
+    assert r.exit_code == 2 and words in r.output, r.output
+    assert not (tmp_path / "s" / "runs").exists()
+
+
+def test_tier_settings_are_checked_and_reach_the_cells(tmp_path):
+    base = ["--densities", "1.1", "--sharing", "0.35", "--requests", "300", "--policies", "dfs", "-j", "1", "-q"]
+    r = sweep(*base, "--kv-load", "eventually", "-o", str(tmp_path / "a"))
+    assert r.exit_code == 2 and "--kv-load must be one of" in r.output, r.output
+    r = sweep(*base, "--host-kv-gb", "20", "--host-link-gbps", "0", "-o", str(tmp_path / "b"))
+    assert r.exit_code == 2 and "--host-link-gbps must be a finite number > 0" in r.output, r.output
+    r = sweep(*base, "--disk-read-gbps", "3", "-o", str(tmp_path / "c"))  # no tier: said, not silently ignored
+    assert r.exit_code == 0 and "--disk-read-gbps: no KV tier" in r.output, r.output
+    r = sweep(*base, "--host-kv-gb", "20", "--kv-load", "overlap", "--host-link-gbps", "7.5", "-o", str(tmp_path / "d"))
+    assert r.exit_code == 0, r.output
+    settings = json.loads((tmp_path / "d" / "sweep.json").read_text())["settings"]
+    assert settings["tiers"] == {"host_kv_gb": 20.0, "host_link_gbps": 7.5, "kv_load": "overlap"}
+    cell = next((tmp_path / "d" / "runs").glob("*/*/*/*/summary.json"))
+    summary = json.loads(cell.read_text())  # the run records what it assumed: the load mode, the link's speed per GPU
+    assert (summary["kv_load"], summary["host_link_gbps"]) == ("overlap", 7.5) and "disk_read_gbps" not in summary
+
+
+def test_the_api_sweep_takes_replicas_and_policy_options(tmp_path):
+    import blendsim
+
+    res = blendsim.sweep(tmp_path / "s", densities=1.1, sharing=0.35, requests=300, jobs=1, replicas=2,
+                         policies=["dfs[router=contiguous]"])
+    df = res.results
+    assert list(df["policy"]) == ["dfs[router=contiguous]"] and list(df["replicas"]) == [2]
+    with pytest.raises(UserError, match="--replicas must be >= 1"):
+        blendsim.sweep(tmp_path / "t", densities=1.1, sharing=0.35, requests=300, replicas=0)

@@ -19,6 +19,10 @@ KV_DTYPE_HELP = "KV-cache dtype: bf16, fp16 or fp8 (default: the model's)."
 SKEW_HELP = "MoE routing skew: 0 uniform, else the Zipf exponent of expert popularity."
 EP_HELP = "Expert-parallel degree for MoE models (divides --tp; default 1: experts split like a dense MLP)."
 # the fields an --engine key may override (sim.engines.OVERRIDABLE), for the help of every command taking --engine
+KV_LOAD_HELP = "stall, overlap or async: how a tier load meets the step (default: the engine profile's)."
+HOST_LINK_HELP = "Host link GB/s per GPU per direction (default: the hardware preset's, cited)."
+DISK_READ_HELP = "NVMe read GB/s per GPU (default: the preset's, cited)."
+DISK_WRITE_HELP = "NVMe write GB/s per GPU (default: the preset's, cited)."
 ENGINE_FIELDS_HELP = ("fields fixed_s, per_seq_s, per_token_s, cuda_graph_max, serve (1: behind its API server), "
                       "server_token_s and server_request_s (that server's own work beside the engine, with serve=1), "
                       "async_scheduling (1: vLLM >= 0.10's), attn_dp (1: attention data-parallel over the TP "
@@ -168,14 +172,10 @@ def simulate_cmd(
                                                              "evicted prefix blocks spill there and load back."),
     disk_kv_gb: float = typer.Option(0.0, "--disk-kv-gb", help="Local-NVMe KV tier per replica, GB (0: none), "
                                                              "below the host tier."),
-    kv_load: str = typer.Option(None, "--kv-load", help="stall, overlap or async: how a tier load meets the "
-                                                       "step (default: the engine profile's)."),
-    host_link_gbps: float = typer.Option(None, "--host-link-gbps", help="Host link GB/s per GPU per direction "
-                                                                       "(default: the hardware preset's, cited)."),
-    disk_read_gbps: float = typer.Option(None, "--disk-read-gbps", help="NVMe read GB/s per GPU (default: the "
-                                                                       "preset's, cited)."),
-    disk_write_gbps: float = typer.Option(None, "--disk-write-gbps", help="NVMe write GB/s per GPU (default: the "
-                                                                         "preset's, cited)."),
+    kv_load: str = typer.Option(None, "--kv-load", help=KV_LOAD_HELP),
+    host_link_gbps: float = typer.Option(None, "--host-link-gbps", help=HOST_LINK_HELP),
+    disk_read_gbps: float = typer.Option(None, "--disk-read-gbps", help=DISK_READ_HELP),
+    disk_write_gbps: float = typer.Option(None, "--disk-write-gbps", help=DISK_WRITE_HELP),
     out: Path = typer.Option(..., "-o", "--out", help="Run directory to write."),
     force: bool = typer.Option(False, "--force", help="Replace an -o run directory made from another trace."),
     as_json: bool = typer.Option(False, "--json", help="Print summary.json instead of a table."),

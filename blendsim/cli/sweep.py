@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from blendsim.cli.run import ENGINE_FIELDS_HELP, MODE_HELP
+from blendsim.cli.run import (
+    DISK_READ_HELP,
+    DISK_WRITE_HELP,
+    ENGINE_FIELDS_HELP,
+    HOST_LINK_HELP,
+    KV_LOAD_HELP,
+    MODE_HELP,
+)
 from blendsim.sweep.grid import DEFAULT_POLICIES
 
 
@@ -20,7 +27,8 @@ def sweep_cmd(
     policies: str = typer.Option(None, "--policies",
                                  help=f"Comma list of policies (default: those of {','.join(DEFAULT_POLICIES)} "
                                       "that are registered; see `blendsim policies`); your own as "
-                                      "path/to/file.py:ClassName."),
+                                      "path/to/file.py:ClassName; a policy's options as NAME[key=value,...], e.g. "
+                                      "'dfs,dfs[router=contiguous]' (each its own cells)."),
     models: str = typer.Option("llama-3-8b", "--models", "-m", help="Comma list of model presets or config.json paths."),
     hardware: str = typer.Option("a100-80gb", "--hardware", help="Comma list of hardware presets."),
     weights: str = typer.Option(None, "--weights", help="GEMM weight precision of every model: bf16, fp16, fp8, "
@@ -30,6 +38,8 @@ def sweep_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree: GPUs per pipeline stage (a replica is --tp x --pp GPUs; default 1)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
+    replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism) of every cell; a "
+                                                      "workload's density is of one replica (default 1)."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     engine: str = typer.Option(None, "--engine", help="Engine profile NAME[@VERSION][:field=value,...] (trtllm, vllm, "
@@ -46,6 +56,10 @@ def sweep_cmd(
     seed: int = typer.Option(0, "--seed", help="Seed of the workloads and the policies."),
     host_kv_gb: float = typer.Option(0.0, "--host-kv-gb", help="Host-memory KV tier per replica, GB (0: none)."),
     disk_kv_gb: float = typer.Option(0.0, "--disk-kv-gb", help="Local-NVMe KV tier per replica, GB (0: none)."),
+    kv_load: str = typer.Option(None, "--kv-load", help=KV_LOAD_HELP),
+    host_link_gbps: float = typer.Option(None, "--host-link-gbps", help=HOST_LINK_HELP),
+    disk_read_gbps: float = typer.Option(None, "--disk-read-gbps", help=DISK_READ_HELP),
+    disk_write_gbps: float = typer.Option(None, "--disk-write-gbps", help=DISK_WRITE_HELP),
     jobs: int = typer.Option(None, "--jobs", "-j", help="Cells in parallel (local: worker processes, default: "
                                                         "CPU count; ray: tasks in flight, default: cluster CPUs)."),
     backend: str = typer.Option("local", "--backend", help="local (process pool) or ray (a Ray cluster)."),
@@ -74,7 +88,13 @@ def sweep_cmd(
     from blendsim.sim.errors import UserError
     from blendsim.sweep.backends import make_backend
     from blendsim.sweep.driver import describe, failure_line, run_sweep
-    from blendsim.sweep.grid import SweepSpec, default_policies, parse_values, precision_settings
+    from blendsim.sweep.grid import (
+        SweepSpec,
+        default_policies,
+        parse_values,
+        precision_settings,
+        tier_settings,
+    )
     from blendsim.sweep.spec_check import check_spec
     from blendsim.sweep.store import check_sweep_dir
 
@@ -87,8 +107,10 @@ def sweep_cmd(
         policies=parse_names(policies, "--policies") if policies is not None else default_policies(),
         models=parse_names(models, "--models"), hardware=parse_names(hardware, "--hardware"), requests=requests,
         mode=mode, engine=engine, engine_of=engine_of, seed=seed, recipe_options=parse_opts(recipe_opt, "--recipe-opt"),
-        precision=precision_settings(weights, kv_dtype, tp, ep, pp), fixed_trace=fixed_trace, seeds=seeds,
-        tiers={k: float(v) for k, v in (("host_kv_gb", host_kv_gb), ("disk_kv_gb", disk_kv_gb)) if v != 0}))
+        precision=precision_settings(weights, kv_dtype, tp, ep, pp, replicas), fixed_trace=fixed_trace, seeds=seeds,
+        tiers=tier_settings(host_kv_gb=host_kv_gb, disk_kv_gb=disk_kv_gb, kv_load=kv_load,
+                            host_link_gbps=host_link_gbps, disk_read_gbps=disk_read_gbps,
+                            disk_write_gbps=disk_write_gbps)))
     check_sweep_dir(out, spec, resume)  # before a Ray cluster is started for nothing
     be = make_backend(backend, jobs, ray_address)
     n = len(spec.cells())
@@ -150,7 +172,7 @@ def policy_notes(spec) -> list[str]:
     """The scheduler settings each policy of ``spec`` changes over its engine (on the first model and GPU),
     each once: ``simulate``'s notes, before the cells run."""
     from blendsim.policies.registry import resolve_policy
-    from blendsim.runner import RunConfig, newer_than_modelled, scheduler_settings
+    from blendsim.runner import inert_tier_options, newer_than_modelled, scheduler_settings
     from blendsim.sim.engines import DEFAULT_ENGINE, get_profile
     from blendsim.sim.errors import UserError
 
@@ -158,9 +180,9 @@ def policy_notes(spec) -> list[str]:
     out: list[str] = newer_than_modelled(get_profile(spec.engine or DEFAULT_ENGINE, {}))
     for p in spec.policies:
         try:
-            cfg = RunConfig(policy=p, model=spec.models[0], hardware=spec.hardware[0], **spec.run_settings())
-            _, notes = scheduler_settings(cfg, resolve_policy(p).cls)
+            cfg = spec.run_config(p, spec.models[0], spec.hardware[0])
+            _, notes = scheduler_settings(cfg, resolve_policy(cfg.policy).cls)
         except UserError:
             continue  # the cells say what is wrong with it
-        out += [n for n in notes if n not in out]
+        out += [n for n in notes + inert_tier_options(cfg) if n not in out]
     return out

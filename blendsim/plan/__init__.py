@@ -110,32 +110,11 @@ def trace_sha256(trace) -> str:
 
 
 def check_policy_spec(spec: str) -> str:
-    """A plan's policy, ``NAME`` or ``NAME[key=value,...]``: the policy exists, takes those options and accepts their
-    values (one line each otherwise, before any simulation). Returns it canonical: the options sorted, each value as
-    the policy reads it (``dfs[router=contiguous, heavier_first=1]`` -> ``dfs[heavier_first=true,router=contiguous]``),
+    """A plan's policy, ``NAME`` or ``NAME[key=value,...]``, checked and canonical (:func:`blendsim.policy_spec.canonical_policy`),
     so two spellings of one policy are one set of deployments."""
-    from blendsim.policies.base import option_records
-    from blendsim.policies.registry import resolve_policy
+    from blendsim.policy_spec import canonical_policy
 
-    from .space import split_policy
-
-    name, opts = split_policy(spec)
-    ref = resolve_policy(name)
-    if not opts:
-        return spec
-    records = option_records(ref.cls)
-    unknown = sorted(set(opts) - set(records))
-    if unknown:
-        raise UserError(f"--policies {spec}: policy {ref.label!r} has no option(s) {', '.join(unknown)}; it takes: "
-                        f"{', '.join(records) or 'none'}")
-    out = {}
-    for k, v in opts.items():
-        try:
-            x = records[k].coerce(k, v)
-        except UserError as e:
-            raise UserError(f"--policies {spec}: {e}") from None
-        out[k] = str(x).lower() if isinstance(x, bool) else repr(x) if isinstance(x, float) else str(x)
-    return f"{name}[{','.join(f'{k}={out[k]}' for k in sorted(out))}]"
+    return canonical_policy(spec)
 
 
 @_boundary  # the API's call check: a misspelt argument is one line

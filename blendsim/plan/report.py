@@ -120,7 +120,7 @@ def simulate_command(trace_path, model: str, e: dict, seed: int = 0) -> str:
             first = f"blendsim workloads load {quote(str(trace_path))} -f jsonl -o TRACE.parquet && "
         else:
             t = quote(str(trace_path))
-    from .space import split_policy
+    from blendsim.policy_spec import split_policy
 
     prec = ((f" --weights {e['weights']}" if e["weights"] in WEIGHT_PRECISIONS else "")
             + (f" --kv-dtype {e['kv_dtype']}" if e["kv_dtype"] in KV_DTYPES else ""))

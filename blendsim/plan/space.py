@@ -25,17 +25,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from blendsim.policy_spec import split_policy
 from blendsim.sim.errors import UserError
-
-
-def split_policy(spec: str) -> tuple[str, dict]:
-    """A plan's policy ``NAME[key=value,...]`` as its name and its options (strings, as --opt gives them)."""
-    from blendsim.options import parse_opts
-
-    m = re.fullmatch(r"\s*(.+?)\s*\[(.*)\]\s*", spec)
-    if not m:
-        return spec, {}
-    return m.group(1), parse_opts(m.group(2).split(","), f"--policies {spec!r}: options go as NAME[key=value,...];")
 
 
 @dataclass(frozen=True, order=True)
@@ -204,7 +195,6 @@ class ShapeBounds:
 def _file_label(path: str) -> str:
     """A file as a file-name-safe label: its name and the first 12 hex digits of its SHA-256 (read once per content:
     a plan names each deployment's cell before and after simulating it)."""
-    import re
 
     p = Path(path)
     try:
@@ -225,7 +215,6 @@ def _digest(path: str, mtime_ns: int, size: int) -> str:
 def _policy_label(spec: str) -> str:
     """A policy as a file-name-safe label: a registered name as it is; a policy file (``path/to/file.py:Class``) by
     its file's name, class and content digest, so an edited file is simulated again."""
-    import re
     from urllib.parse import quote
 
     spec, opts = split_policy(spec)

@@ -161,9 +161,12 @@ class SweepSpec:
     engine_of: str | None = None  # run every cell on this policy's engine settings (None: each its own)
     seed: int = 0
     recipe_options: dict = field(default_factory=dict)  # further recipe options (e.g. source)
-    precision: dict = field(default_factory=dict)  # weights / kv_dtype / tp / ep / pp given on the command line
+    # weights / kv_dtype / tp / ep / pp / replicas given on the command line (the deployment of every cell)
+    precision: dict = field(default_factory=dict)
     model_names: dict = field(default_factory=dict)  # model argument -> resolved name (filled by validate)
-    tiers: dict = field(default_factory=dict)  # host_kv_gb / disk_kv_gb given on the command line (KV tiers)
+    # KV tiers given on the command line: host_kv_gb / disk_kv_gb, and kv_load / host_link_gbps / disk_read_gbps /
+    # disk_write_gbps (how loads meet the step, the link's and drive's speeds)
+    tiers: dict = field(default_factory=dict)
     # one trace for every model and hardware, synthesised for the first of each (None: so when there are
     # several models or hardware, else each workload its own)
     fixed_trace: bool | None = None
@@ -203,6 +206,16 @@ class SweepSpec:
             pol = get_policy(self.engine_of)
             out.update({k: v for k, v in pol.engine_defaults.items() if k in ENGINE_FIELDS})
         return out
+
+    def run_config(self, policy: str, model: str, hardware: str, seed: int | None = None):
+        """The RunConfig of ``policy`` (a spec, ``NAME[key=value,...]``: its options are the run's --opt) on
+        ``model`` and ``hardware`` with the settings every cell shares; ``seed``: a replicate's own."""
+        from blendsim.policy_spec import split_policy
+        from blendsim.runner import RunConfig
+
+        name, opts = split_policy(policy)
+        return RunConfig(policy=name, model=model, hardware=hardware, options=opts,
+                         **{**self.run_settings(), **({"seed": seed} if seed is not None else {})})
 
     def workloads(self) -> list[Workload]:
         """Every workload, in a fixed order (model, hardware, density, sharing)."""
@@ -251,11 +264,25 @@ def _fits_tp(model: str, hardware: str, tp: int) -> bool:
     return True
 
 
-def precision_settings(weights=None, kv_dtype=None, tp: int = 1, ep: int = 1, pp: int = 1) -> dict:
-    """SweepSpec.precision from the options: only those given (degrees other than 1), so a sweep made
-    before an option existed still resumes."""
-    return {k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("tp", tp), ("ep", ep), ("pp", pp))
-            if v is not None and not (k in ("tp", "ep", "pp") and v == 1)}
+def precision_settings(weights=None, kv_dtype=None, tp: int = 1, ep: int = 1, pp: int = 1, replicas: int = 1) -> dict:
+    """SweepSpec.precision from the options: only those given (degrees and replica counts other than 1), so a sweep
+    made before an option existed still resumes."""
+    return {k: v for k, v in (("weights", weights), ("kv_dtype", kv_dtype), ("tp", tp), ("ep", ep), ("pp", pp),
+                              ("replicas", replicas))
+            if v is not None and not (k in ("tp", "ep", "pp", "replicas") and v == 1)}
 
 
-__all__ = ["Cell", "SweepSpec", "Workload", "parse_values", "precision_settings", "slug", "workload_name"]
+TIER_SETTINGS = ("host_kv_gb", "disk_kv_gb", "kv_load", "host_link_gbps", "disk_read_gbps", "disk_write_gbps")
+
+
+def tier_settings(**given) -> dict:
+    """SweepSpec.tiers from the options (:data:`TIER_SETTINGS`): only those given (sizes other than 0), so a sweep
+    made before an option existed still resumes."""
+    unknown = set(given) - set(TIER_SETTINGS)
+    if unknown:
+        raise TypeError(f"tier_settings: no setting(s) {', '.join(sorted(unknown))}")
+    return {k: v for k, v in given.items() if v is not None and not (k in ("host_kv_gb", "disk_kv_gb") and v == 0)}
+
+
+__all__ = ["TIER_SETTINGS", "Cell", "SweepSpec", "Workload", "parse_values", "precision_settings", "slug", "tier_settings",
+           "workload_name"]

@@ -47,8 +47,12 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
             for k in opts:
                 msg = msg.replace(f"--{k.replace('_', '-')} ", f"--recipe-opt {k} ", 1)
             raise UserError(msg) from None
-    for p in spec.policies + ((spec.engine_of,) if spec.engine_of else ()):
-        get_policy(p)
+    from blendsim.policy_spec import canonical_policy, split_policy
+
+    # NAME[key=value,...]: the policy with those options; checked and written one way, so two spellings are one cell
+    spec = dataclasses.replace(spec, policies=tuple(dict.fromkeys(canonical_policy(p) for p in spec.policies)))
+    if spec.engine_of:
+        get_policy(spec.engine_of)
     from blendsim.sim.rundir import check_distinct_run_dirs
 
     check_distinct_run_dirs(spec.policies)  # each policy's cells get a folder named after it (sweep.grid.slug)
@@ -74,13 +78,19 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
     require_pipeline(prof, pr.get("pp", 1))  # pipeline stages on an engine that runs none, before any cell
     for m in spec.models:
         for h in spec.hardware:
-            limits = dict.fromkeys(tuple(sorted(run_limits(RunConfig(policy=p, model=m, hardware=h, **run))[1].items()))
-                                   for p in spec.policies)  # in policy order; the same limits checked once
+            limits = dict.fromkeys(tuple(sorted(run_limits(RunConfig(
+                policy=split_policy(p)[0], options=split_policy(p)[1], model=m, hardware=h, **run))[1].items()))
+                for p in spec.policies)  # in policy order; the same limits checked once
             for lim in limits:
                 dep = make_deployment(m, h, pr.get("tp", 1), None, pr.get("weights"), pr.get("kv_dtype"),
                                       ep=pr.get("ep", 1), pp=pr.get("pp", 1), **dict(lim))
                 # the tier sizes against what this deployment's nodes hold, as each cell's run checks them
                 tier_sizes(dep, spec.tiers.get("host_kv_gb"), spec.tiers.get("disk_kv_gb"))
+    from blendsim.sim.kv_tiers import kv_load_mode
+
+    kv_load_mode(spec.tiers.get("kv_load"), spec.engine)  # a load mode that is none: one line
+    for p in spec.policies:  # every RunConfig field of a cell (replicas, link and drive speeds) checked once
+        spec.run_config(p, spec.models[0], spec.hardware[0])
     if spec.mode is not None and spec.mode not in MODES:
         raise UserError(f"--mode {spec.mode!r}: use one of {', '.join(MODES)}")
     if spec.seed < 0:

@@ -91,15 +91,14 @@ def _synth(spec, workload, sweep_dir):
 
 
 def _cell(spec, cell, trace, sweep_dir):
-    from blendsim.runner import RunConfig, run_simulation, write_run
+    from blendsim.runner import run_simulation, write_run
     from blendsim.sweep import store
     from blendsim.workloads.trace import read_trace
 
     if isinstance(trace, dict):
         trace = trace["value"]
     w = cell.workload
-    cfg = RunConfig(policy=cell.policy, model=w.model, hardware=w.hardware,
-                    **{**spec.run_settings(), **({"seed": w.seed} if w.seed >= 0 else {})})
+    cfg = spec.run_config(cell.policy, w.model, w.hardware, w.seed if w.seed >= 0 else None)
     # the step log's rows go to disk as the run goes (a large cell's log would otherwise fill the worker's memory),
     # so the run is written before its scratch folder goes
     if sweep_dir is None:  # a remote worker: the run comes back as bytes
