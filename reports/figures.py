@@ -29,10 +29,51 @@ class Figure:
     fig: object  # matplotlib Figure
 
 
-def colors(order: list[str]) -> dict[str, tuple]:
-    """One colour per policy label, the same in every figure."""
-    cmap = plt.get_cmap("tab10")
-    return {p: cmap(i % 10) for i, p in enumerate(order)}
+# Paul Tol's "muted" scheme (personal.sron.nl/~pault, "Colour schemes and templates", 2021): nine colours told
+# apart under the common colour-vision deficiencies, unlike matplotlib's tab10 (whose green and red merge for a
+# deuteranope). Each built-in policy keeps its colour in every report; other labels take the free ones in order.
+PALETTE = ("#332288", "#117733", "#DDCC77", "#88CCEE", "#CC6677", "#AA4499", "#44AA99", "#999933", "#882255")
+POLICY_COLOURS = {"dfs": 0, "blendserve": 1, "random": 2, "fcfs": 3, "batchllm": 4, "e2": 5, "accelgen": 6,
+                  "sarathi": 7, "vllm": 8}
+HATCHES = ("", "//", "..", "xx", "\\\\", "oo")  # past the palette: the colours again, each cycle with its own hatch
+
+
+def _base_name(label: str) -> str:
+    """The policy a label names: ``dfs`` of ``dfs (A)``, ``dfs [vllm]`` and ``dfs[router=contiguous]``."""
+    return str(label).partition(" ")[0].partition("[")[0]
+
+
+def _styles(order: list[str]) -> dict[str, tuple[str, str]]:
+    """(colour, hatch) per label: a built-in policy's own colour where no earlier label of this figure set took it,
+    else the next free colour; past the palette's nine, the colours again with a hatch."""
+    taken: set[int] = set()
+    slots: dict[str, int] = {}
+    for p in order:  # the built-in policies first, so a user's label never takes one's colour
+        k = POLICY_COLOURS.get(_base_name(p))
+        if k is not None and k not in taken:
+            slots[p] = k
+            taken.add(k)
+    nxt = 0
+    for p in order:  # then the others, each the first index free (past the palette's: a colour again, hatched)
+        if p in slots:
+            continue
+        while nxt in taken:
+            nxt += 1
+        slots[p] = nxt
+        taken.add(nxt)
+    n = len(PALETTE)
+    return {p: (PALETTE[k % n], HATCHES[(k // n) % len(HATCHES)]) for p, k in slots.items()}
+
+
+def colors(order: list[str]) -> dict[str, str]:
+    """One colour per label, the same in every figure of a report and, for the built-in policies, in every report
+    (:func:`_styles`; labels past nine share colours and differ by :func:`hatches`)."""
+    return {p: c for p, (c, _) in _styles(order).items()}
+
+
+def hatches(order: list[str]) -> dict[str, str]:
+    """The hatch of each label's bars: none for the first nine, then one per cycle of the palette."""
+    return {p: h for p, (_, h) in _styles(order).items()}
 
 
 def _chunks(df: pd.DataFrame):
@@ -46,11 +87,13 @@ def _chunks(df: pd.DataFrame):
 def _bars(ax, g: pd.DataFrame, order: list[str], col: dict, value: str, scale: float = 1.0) -> tuple[list, float]:
     groups = list(dict.fromkeys(g["group"]))
     labels = [p for p in order if p in set(g["label"])]
+    hatch = hatches(order)
     width = 0.8 / max(len(labels), 1)
     for j, p in enumerate(labels):
         rows = g[g["label"] == p].set_index("group")
         vals = [rows[value].get(w, np.nan) * scale for w in groups]
-        ax.bar(np.arange(len(groups)) - 0.4 + width * (j + 0.5), vals, width, label=p, color=col[p])
+        ax.bar(np.arange(len(groups)) - 0.4 + width * (j + 0.5), vals, width, label=p, color=col[p],
+               hatch=hatch.get(p, "") or None, edgecolor="white" if hatch.get(p) else None, linewidth=0)
     ax.set_xticks(np.arange(len(groups)))
     ax.set_xticklabels([_short(w) for w in groups])
     ax.set_xlim(-0.6, len(groups) - 0.4)
@@ -205,16 +248,18 @@ def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str, span: float)
     v = m.to_numpy(dtype=float)
     fig, ax = plt.subplots(figsize=(1.0 * v.shape[1] + 3.4, 0.45 * v.shape[0] + 2.0), layout="constrained")
     finite = v[np.isfinite(v)]
-    im = ax.imshow(np.ma.masked_invalid(v), origin="lower", aspect="auto", cmap="RdYlGn",
-                   norm=TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span))
+    # red (slower) to blue (faster): a diverging map colour-vision deficiencies keep apart, unlike red-green
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span)
+    im = ax.imshow(np.ma.masked_invalid(v), origin="lower", aspect="auto", cmap="RdBu", norm=norm)
     quiet = 0
     for (i, j), x in np.ndenumerate(v):
         tie = bool(np.isfinite(x) and abs(x - 1.0) < NOISE)
         quiet += tie
         if tie:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
-        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.2f}", ha="center", va="center", fontsize=8,
-                color="0.45" if tie else "black")
+        dark = bool(np.isfinite(x) and abs(float(norm(x)) - 0.5) > 0.35)  # the map's deep ends: white text
+        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.{_digits(v)}f}", ha="center", va="center", fontsize=8,
+                color="0.45" if tie else "white" if dark else "black")
     ax.set_xticks(range(v.shape[1]))
     ax.set_xticklabels([f"{s:g}" for s in m.columns])
     ax.set_yticks(range(v.shape[0]))
@@ -233,6 +278,16 @@ def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str, span: float)
                   f"same recipe moves a speedup, and count as no difference.", fig)
 
 
+def _digits(v: np.ndarray) -> int:
+    """Decimals that tell a heatmap's cells apart: 2, or 3 where every finite cell would read the same with 2."""
+    finite = v[np.isfinite(v)]
+    return 3 if finite.size > 1 and len({f"{x:.2f}" for x in finite}) == 1 and np.ptp(finite) > 0 else 2
+
+
+# one shade per statistic, the same in both panels of a latency figure
+LATENCY_SHADES = {"p50": 0.35, "mean": 0.6, "p99": 0.85}
+
+
 def latency_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
     """Per online workload: each policy's latency (p50, mean, p99) and TTFT (mean, p99), side by side."""
     out = []
@@ -246,8 +301,9 @@ def latency_bars(df: pd.DataFrame, order: list[str]) -> list[Figure]:
             have = [c for c in stats if c in rows and rows[c].notna().any()]
             w = 0.8 / max(len(have), 1)
             for k, c in enumerate(have):
-                ax.bar(x - 0.4 + w * (k + 0.5), rows.loc[labels, c].to_numpy(float), w, label=c.split("_")[1],
-                       color=plt.get_cmap("Blues")(0.45 + 0.25 * k))
+                stat = c.split("_")[1]
+                ax.bar(x - 0.4 + w * (k + 0.5), rows.loc[labels, c].to_numpy(float), w, label=stat,
+                       color=plt.get_cmap("Blues")(LATENCY_SHADES[stat]))
             ax.set_xticks(x)
             ax.set_xticklabels(labels)
             ax.set_ylabel(name)
@@ -270,4 +326,4 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "_", s).strip("_")
 
 
-__all__ = ["Figure", "colors", "latency_bars", "sharing_bars", "speedup_heatmaps", "throughput_bars"]
+__all__ = ["PALETTE", "Figure", "colors", "hatches", "latency_bars", "sharing_bars", "speedup_heatmaps", "throughput_bars"]

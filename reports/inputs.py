@@ -66,7 +66,7 @@ def load_inputs(paths: list) -> Inputs:
         if k in runs:  # checked numbers or null (check_summary): a column of nulls alone stays numeric (NaN)
             runs[k] = pd.to_numeric(runs[k]).astype(float)
     if len(runs):
-        runs = _label(_tier_columns(runs))
+        runs = _label(_tier_columns(runs), notes)
     return Inputs(runs, validations, sources, notes)
 
 
@@ -333,9 +333,53 @@ def _deployment_detail(df: pd.DataFrame) -> pd.Series:
             + " w:" + col("weights", col("dtype", "?")).astype(str) + " kv:" + col("kv_dtype", col("dtype", "?")).astype(str))
 
 
-def _label(df: pd.DataFrame) -> pd.DataFrame:
+# what makes two runs of one policy on one workload and deployment the same run made twice (a re-run): the same
+# result under the same settings, engine and seed
+RERUN_KEYS = ("throughput_tok_s", "makespan_s", "n_requests", "input_tokens", "output_tokens", "engine", "mode",
+              "cost_model", "seed", "policy_options", "token_budget", "max_seqs", "block_size", "round_tokens", "mix",
+              "prefix_caching", "prefix_retain", "admission", "reserve_ratio", "kv_full", "gpu_memory_utilization",
+              "host_kv_gb", "disk_kv_gb")
+
+
+def _drop_reruns(df: pd.DataFrame, notes: list | None) -> pd.DataFrame:
+    """``df`` without the runs that repeat another of its group and label (:data:`RERUN_KEYS` all equal): one run
+    given twice in one input (a folder holding a copy or a re-run) would count twice in every mean and split the
+    policy into rows of its folders. Runs of two inputs stay (a sweep and its --engine-of twin share the cells of
+    the policy whose settings the twin took; each input is paired with its own baseline). A note names each one
+    dropped."""
+    keys = ["group", "label", *[k for k in ("origin", *RERUN_KEYS) if k in df]]
+    same = df[keys].astype(str).duplicated(keep="first")
+    if not same.any():
+        return df
+    first = df[keys].astype(str).drop_duplicates(keep="first")
+    kept = {tuple(r[1:]): df.loc[r[0], "run_path"] for r in first.itertuples()}
+    for i in df.index[same]:
+        twin = kept[tuple(df.loc[[i], keys].astype(str).iloc[0])]
+        if notes is not None:
+            notes.append(f"{df.loc[i, 'run_path']} repeats {twin} (the same policy, workload, deployment, settings "
+                         f"and result): counted once")
+    return df[~same].reset_index(drop=True)
+
+
+def _one_trace_two_names(df: pd.DataFrame, deploy: pd.Series) -> list[str]:
+    """A note where one trace on one deployment is two workloads (two sweeps of one grid point: ``d1-s0.15`` and a
+    --seeds sweep's ``d1-s0.15-seed0``): its runs count twice in every mean, heatmap and summary row."""
+    cols = [c for c in ("n_requests", "input_tokens", "output_tokens", "optimal_sharing_ratio", "compute_density")
+            if c in df]
+    key = df[cols].astype(str).agg("|".join, axis=1) + " @ " + deploy
+    names = df["workload"].astype(str).groupby(key).unique()
+    twice = [sorted(v) for v in names if len(v) > 1]
+    if not twice:
+        return []
+    said = "; ".join(" and ".join(v) for v in twice[:3]) + (f"; and {len(twice) - 3} more" if len(twice) > 3 else "")
+    return [f"{len(twice)} trace(s) are each two workloads here ({said}: the same requests, tokens and sharing on one "
+            f"deployment), so their runs count twice in the means and heatmaps; report those inputs apart"]
+
+
+def _label(df: pd.DataFrame, notes: list | None = None) -> pd.DataFrame:
     """Add ``workload`` (runs of one trace share it), ``group`` (workload x deployment x mode: the
-    runs compared side by side) and ``label`` (the policy, made unique within its group)."""
+    runs compared side by side) and ``label`` (the policy, made unique within its group). A run that repeats
+    another (:func:`_drop_reruns`) is dropped, with a note in ``notes``."""
     df = df.copy()
     for c in ("grid_density", "grid_sharing"):
         if c not in df:
@@ -369,6 +413,8 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
         df.loc[loose, "workload"] = [names[k] for k in fp]
     deploy = df["model"].astype(str) + "/" + df["hardware"].astype(str) + "/" + df["mode"].astype(str) + " " \
         + _deployment_detail(df)
+    if notes is not None:
+        notes += _one_trace_two_names(df, deploy)
     many = deploy.nunique() > 1
     df["deployment"] = deploy
     df["group"] = (df["workload"] + " · " + deploy) if many else df["workload"]
@@ -377,6 +423,13 @@ def _label(df: pd.DataFrame) -> pd.DataFrame:
     if dup.any() and "policy_options" in df:  # runs of one policy told apart by the options given (--opt)
         opts = df.loc[dup, "policy_options"].map(_options_text)
         df.loc[dup, "label"] = [f"{p} ({o})" if o else p for p, o in zip(df.loc[dup, "policy"], opts, strict=True)]
+        dup = df.duplicated(["group", "label"], keep=False)
+    if dup.any():  # one run given twice (copied, or in two inputs): once
+        df = _drop_reruns(df, notes)
+        dup = df.duplicated(["group", "label"], keep=False)
+    if dup.any() and "engine" in df:  # runs that differ in their engine (report --mixed): named by it, on every workload
+        eng = df.groupby("label")["engine"].transform("nunique") > 1
+        df.loc[eng, "label"] = df.loc[eng, "label"] + " [" + df.loc[eng, "engine"].astype(str) + "]"
         dup = df.duplicated(["group", "label"], keep=False)
     if dup.any() and "origin" in df:  # one policy in two inputs (a sweep and its --engine-of twin): named by input,
         # the same name on every workload of that input, so its rows still add up across the grid

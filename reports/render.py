@@ -88,7 +88,10 @@ def one_pricing(runs: pd.DataFrame, mixed: bool) -> pd.DataFrame:
             raise UserError(f"the runs were priced differently ({'; '.join(kinds)}), so their ranking would mix "
                             "pricing with scheduling; simulate them all with one --engine, or pass --mixed to "
                             "show them side by side with the engine in every row")
-        runs["label"] = runs["label"].astype(str) + " [" + runs["engine"].astype(str) + "]"
+        tag = " [" + runs["engine"].astype(str) + "]"
+        said = pd.Series([lab.endswith(t) for lab, t in zip(runs["label"].astype(str), tag, strict=True)],
+                         index=runs.index)  # labelled by engine already (reports.inputs._label)
+        runs.loc[~said, "label"] = runs.loc[~said, "label"].astype(str) + tag[~said]
     return runs
 
 
@@ -156,6 +159,9 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
                 "Offline bounds (T_o) do not apply and are left out.")
         if "slo_attainment" not in on or on["slo_attainment"].isna().all():
             note += " The traces have no SLOs: no SLO attainment or goodput."
+        # what the offline section's intro says of every run, said here where no offline run follows
+        lead = " ".join(x for x in (priced.strip(), settings_note(on)) if x) if online.all() else ""
+        note = f"{lead} {note}" if lead else note
         sections.append(("Online workloads: latency", f"<p>{html.escape(note)}</p><p class=legend>"
                          f"{html.escape(T.legend(spec))}</p>", [T.to_html(on, spec), *F.latency_bars(on, order)]))
         md_tables["Online workloads: latency"] = (on, spec, f"{note}\n\n{T.legend(spec)}\n")
@@ -165,11 +171,17 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
         csvs["policy_summary.csv"] = summary
         sspec = T.present(summary, T.SUMMARY)
         n_w = off["group"].nunique()
+        n_dep = off["deployment"].nunique() if "deployment" in off else 1
         lone = T.lone_baseline_note(off, base)
         if lone and notes is not None:  # the command line says it too (on stderr)
             notes.append(lone[0].lower() + lone[1:-1])
-        text = (f"{n_w} offline workload(s). Each row averages over the n workloads on which the policy and "
-                f"{base} both ran" + "".join(f"; {x}" for x in pair_notes) + "." + (f" {lone}" if lone else ""))
+        if n_dep > 1:  # a row per deployment and policy (T.policy_summary): a workload counted once per deployment
+            head = (f"{off['workload'].nunique()} offline workload(s) on {n_dep} deployments, a row per deployment "
+                    f"and policy. Each row averages over the n workloads of its deployment on which the policy and "
+                    f"{base} both ran")
+        else:
+            head = f"{n_w} offline workload(s). Each row averages over the n workloads on which the policy and {base} both ran"
+        text = head + "".join(f"; {x}" for x in pair_notes) + "." + (f" {lone}" if lone else "")
         exp_html, exp_md = (f"<p>{html.escape(expect)}</p>", f"{expect}\n\n") if expect else ("", "")
         sections.append(("Policies across workloads", f"<p>{intro}</p>{exp_html}<p>{html.escape(text)}</p>"
                          f"<p class=legend>{html.escape(T.legend(sspec))}</p>{warn[0]}", [T.to_html(summary, sspec)]))
@@ -223,7 +235,9 @@ def settings_note(df: pd.DataFrame) -> str:
     if all(len(g[key].astype(str).drop_duplicates()) == 1 for _, g in df.groupby("group")):
         return ""
 
-    def value(v) -> str:
+    def value(col: str, v) -> str:
+        if col == "max_seqs" and v == 0:
+            return "no cap"
         return "on" if v is True else "off" if v is False else f"{int(v):,}" if isinstance(v, (int, float)) and \
             float(v).is_integer() else str(v)
 
@@ -232,12 +246,12 @@ def settings_note(df: pd.DataFrame) -> str:
         for row in g[key].drop_duplicates().itertuples(index=False):
             per.setdefault(tuple(row), []).append(str(label))
     differ = [i for i in range(len(key)) if len({t[i] for t in per}) > 1]
-    which = "; ".join(", ".join(sorted(set(labels))) + ": " + ", ".join(f"{cols[i][1]} {value(t[i])}" for i in differ)
+    which = "; ".join(", ".join(sorted(set(labels))) + ": " + ", ".join(f"{cols[i][1]} {value(cols[i][0], t[i])}" for i in differ)
                       for t, labels in per.items())
     return (f"The policies ran on different scheduler settings ({which}): each policy's declared settings over "
             "the engine's, so a speedup here mixes those settings with the order. For the order alone, give every "
-            "policy one set (sweep --engine-of POLICY, or the same --token-budget / --block-size / --round-tokens "
-            "options to each simulate).")
+            "policy one set (sweep --engine-of POLICY, or the same --token-budget / --block-size / --round-tokens / "
+            "--admission options to each simulate).")
 
 
 def _expected_note(df: pd.DataFrame) -> str:
@@ -272,7 +286,8 @@ def _critical_notes(df: pd.DataFrame) -> tuple[str, str]:
     w = critical_path_lines([(f"{r['label']} on {r['group']}", r.to_dict()) for _, r in df.iterrows()])
     if not w:
         return "", ""
-    text = f"Warning: {w[0].upper()}{w[1:]}. Speedups between these runs say little about the schedules."
+    # the line as it is: it starts with a policy or a count, whose case is its own (dfs, path/to/mine.py:Mine)
+    text = f"Warning: {w}." + (" Speedups between these runs say little about the schedules." if len(df) > 1 else "")
     return f'<p class="warn">{html.escape(text)}</p>', f"\n**{text}**\n"
 
 
@@ -326,9 +341,13 @@ def _provenance(inputs, markdown: bool) -> str:
     r = inputs.runs
     if len(r):
         how = sorted({f"{a} cost model, {b} mode" for a, b in zip(r["cost_model"], r["mode"], strict=True)})
-        text += (f" {len(r)} simulated run(s), {r['group'].nunique()} workload(s); {'; '.join(how)}; engine "
-                 f"overhead: {', '.join(sorted(set(r['engine'].astype(str))))}. Run directories are listed at "
-                 "the end.")
+        deps = list(dict.fromkeys(r["deployment"].astype(str))) if "deployment" in r else []
+        on = (f" on {deps[0]}" if len(deps) == 1 else f" on {len(deps)} deployments ({'; '.join(deps[:4])}"
+              f"{f'; and {len(deps) - 4} more' if len(deps) > 4 else ''})") if deps else ""
+        n_w = r["workload"].nunique() if "workload" in r else r["group"].nunique()
+        text += (f" {len(r)} simulated run(s), {n_w} workload(s){on} (model/GPU/mode, then TP, PP, EP, replicas "
+                 f"and weight/KV precision); {'; '.join(how)}; engine: "
+                 f"{', '.join(sorted(set(r['engine'].astype(str))))}. Run directories are listed at the end.")
         text += _trace_note(r)
     for note in inputs.notes:
         text += f" Note: {note}."

@@ -39,11 +39,17 @@ LATENCY = [
 ]
 PROVENANCE = [("cost_model", "cost model", "s"), ("mode", "mode", "s"), ("engine", "engine", "s"),
               ("run_path", "run directory", "s")]
+# what a run ran on, for the CSV: a table kept apart from its report still says what it measured
+DEPLOYMENT = [("model", "model", "s"), ("hardware", "hardware", "s"), ("tp", "tp", "d"), ("pp", "pp", "d"),
+              ("ep", "ep", "d"), ("replicas", "replicas", "d"), ("weights", "weights", "s"), ("kv_dtype", "kv dtype", "s"),
+              ("deployment", "deployment", "s")]
 # the scheduler settings a run took (its policy's declared ones over the engine's, or the options'): the CSV keeps
 # them, and a report says where a comparison's policies ran on different ones (reports.render.settings_note)
 SETTINGS = [("token_budget", "token budget", "d"), ("max_seqs", "max seqs", "d"), ("block_size", "block size", "d"),
             ("round_tokens", "rounding", "d"), ("mix", "mix", "s"), ("prefix_caching", "prefix caching", "s"),
-            ("prefix_retain", "prefix kept", "s")]
+            ("prefix_retain", "prefix kept", "s"), ("admission", "admission", "s"),
+            ("reserve_ratio", "reserve ratio", "g"), ("kv_full", "KV full", "s"),
+            ("gpu_memory_utilization", "GPU memory", "g")]
 LEGEND = {
     "tok/s": "throughput, (input + output tokens) / makespan",
     "speedup": "throughput over the baseline's on the same workload",
@@ -52,7 +58,7 @@ LEGEND = {
     "s_o": "the trace's optimal sharing ratio (DFS, unbounded cache)",
     "of s_o": "sharing / s_o (–: the trace shares no prefix)",
     "of T_o": "T_o / makespan; T_o: the run's lower bound on its own engine, mode and deployment (<= 100%)",
-    "of ref.": "blended reference / makespan (an estimate, not a bound: may pass 100%)", "recomp.": "prompt tokens recomputed after preemption",
+    "of ref.": "blended reference / makespan (an estimate, not a bound: may pass 100%)", "recomp.": "tokens recomputed after preemption (the prompt and what was generated before it)",
     "preempt.": "preemptions",
     "host hits": "prompt tokens loaded from the host-memory KV tier (--host-kv-gb)",
     "disk hits": "prompt tokens loaded from the disk KV tier (--disk-kv-gb)",
@@ -65,6 +71,7 @@ LEGEND = {
     "n": "workloads the row averages over (those where the policy and the baseline both ran)",
     "geo. mean": "geometric mean speedup over those workloads", "lowest": "lowest speedup", "highest": "highest speedup",
     "mean tok/s": "mean throughput over those workloads",
+    "tok/s over seeds": "mean throughput over the seeds",
     "± 95% CI": "half-width of the 95% confidence interval of the mean throughput over the seeds (Student t)",
     "CI low": "95% confidence interval of the geometric-mean speedup over the seeds (t on log speedups)",
     "seeds": "seed replicates (sweep --seeds)",
@@ -153,7 +160,7 @@ def is_online(df: pd.DataFrame) -> pd.Series:
 
 def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
     """Every column a table or the CSV shows, of ``with_speedup``'s rows (absent ones left out)."""
-    cols = list(dict.fromkeys(c for c, _, _ in SIDE_BY_SIDE + LATENCY + PROVENANCE + SETTINGS
+    cols = list(dict.fromkeys(c for c, _, _ in SIDE_BY_SIDE + LATENCY + DEPLOYMENT + PROVENANCE + SETTINGS
                               if c in df and df[c].notna().any()))
     return df[cols].reset_index(drop=True)
 
@@ -171,7 +178,20 @@ def present(df: pd.DataFrame, spec: list) -> list:
 def policy_summary(side: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list[str]]:
     """Each policy over the workloads where it and the baseline both ran (like with like): the number
     of those workloads, geometric-mean, lowest and highest speedup, mean fractions. The mean
-    throughput is kept only when every row covers the same workloads. Returns the table and notes."""
+    throughput is kept only when every row covers the same workloads. With several deployments (model, GPU,
+    split, precision), a row per deployment and policy: a mean over deployments would describe none of them.
+    Returns the table and notes."""
+    if "deployment" not in side or side["deployment"].nunique() < 2:
+        return _policy_summary(side, baseline)
+    parts, notes = [], []
+    for dep, g in side.groupby("deployment", sort=False):
+        t, said = _policy_summary(g, baseline)
+        parts.append(t.assign(deployment=dep))
+        notes += [f"on {dep}, {x}" for x in said]
+    return pd.concat(parts, ignore_index=True), notes
+
+
+def _policy_summary(side: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, list[str]]:
     rows, notes, cover = [], [], {}
     labels = list(dict.fromkeys(side["label"]))
     keys = baseline_keys(side, baseline)  # paired as the speedups are: on one engine in a --mixed report
@@ -244,11 +264,11 @@ def seed_spread(side: pd.DataFrame) -> pd.DataFrame:
 
 
 SEEDS = [("grid_point", "grid point", "s"), ("deployment", "deployment", "s"), ("label", "policy", "s"),
-         ("seeds", "seeds", ",.0f"), ("throughput_tok_s", "mean tok/s", ",.0f"), ("throughput_ci", "± 95% CI", ",.0f"),
+         ("seeds", "seeds", ",.0f"), ("throughput_tok_s", "tok/s over seeds", ",.0f"), ("throughput_ci", "± 95% CI", ",.0f"),
          ("speedup", "speedup", ".3f×"), ("speedup_lo", "CI low", ".3f×"), ("speedup_hi", "CI high", ".3f×")]
 
 
-SUMMARY = [("policy", "policy", "s"), ("n", "n", ",.0f"),
+SUMMARY = [("deployment", "deployment", "s"), ("policy", "policy", "s"), ("n", "n", ",.0f"),
            ("speedup_geomean", "geo. mean", ".3f×"), ("speedup_min", "lowest", ".3f×"), ("speedup_max", "highest", ".3f×"),
            ("throughput_tok_s", "mean tok/s", ",.0f"), ("frac_of_opt", "mean of T_o", ".1%"),
            ("frac_of_reference", "mean of ref.", ".1%"), ("sharing_frac_of_opt", "mean of s_o", ".1%")]
@@ -285,7 +305,8 @@ def to_markdown(df: pd.DataFrame, spec: list) -> str:
     heads, rows = _layout(df, spec)
     esc = [[v.replace("|", "\\|") for v in r] for r in rows]
     heads = [h.replace("|", "\\|") for h in heads]
-    lines = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" if i < 2 else "---:" for i in range(len(heads))) + "|"]
+    text = [f == "s" for c, _, f in spec if c in df]  # text columns left, numbers right (as the HTML aligns them)
+    lines = ["| " + " | ".join(heads) + " |", "|" + "|".join("---" if t else "---:" for t in text) + "|"]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in esc]) + "\n"
 
 
@@ -298,6 +319,6 @@ def to_html(df: pd.DataFrame, spec: list) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-__all__ = ["LATENCY", "LEGEND", "PROVENANCE", "SIDE_BY_SIDE", "SUMMARY", "baseline_keys", "baseline_reason",
+__all__ = ["DEPLOYMENT", "LATENCY", "LEGEND", "PROVENANCE", "SIDE_BY_SIDE", "SUMMARY", "baseline_keys", "baseline_reason",
            "choose_baseline", "fmt", "is_online", "legend", "lone_baseline_note", "policy_order", "policy_summary",
            "present", "side_by_side", "to_html", "to_markdown", "with_speedup"]

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 from rich import box
 from rich.console import Console
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -39,9 +38,24 @@ def err_console() -> Console:
     return console(stderr=True)
 
 
+class Paragraph:
+    """Text wrapped on words at the console's width, every line indented by ``indent`` and none padded with spaces
+    to the width (a log or a pipe keeps no trailing blanks, as rich's Padding would leave)."""
+
+    def __init__(self, text: str, indent: int = 0, style: str = "") -> None:
+        self.text, self.indent, self.style = text, indent, style
+
+    def __rich_console__(self, console, options):
+        for line in Text(self.text, style=self.style).wrap(console, max(options.max_width - self.indent, 20)):
+            line.rstrip()
+            out = Text(" " * self.indent) + line
+            out.no_wrap = True
+            yield out
+
+
 def say(c: Console, text: str, indent: int = 2) -> None:
     """One paragraph, wrapped on words, continuation lines under its first word."""
-    c.print(Padding(Text(text), (0, 0, 0, indent)))
+    c.print(Paragraph(text, indent))
 
 
 def table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str]],
@@ -50,15 +64,15 @@ def table(title: str | None, columns: list[tuple[str, str]], rows: list[list[str
 
     No cell wraps: the table is built to fit 80 columns by its headers being short; a legend entry
     (header, meaning) explains each abbreviation."""
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title_justify="left",
-              title_style="bold")
+    # the title above the table as a paragraph of the console's width (a table's own title wraps at the table's)
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for i, (head, justify) in enumerate(columns):
         t.add_column(head, justify=justify, no_wrap=True if i == 0 or justify == "right" else False)
     for r in rows:
         t.add_row(*r)
-    out: list = [t]
+    out: list = ([Paragraph(title, style="bold")] if title else []) + [t]
     if legend:
-        out.append(Padding(Text("; ".join(f"{h}: {m}" for h, m in legend) + "."), (0, 0, 0, 0)))
+        out.append(Paragraph("; ".join(f"{h}: {m}" for h, m in legend) + "."))
     return out
 
 
@@ -235,7 +249,7 @@ def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None
     """``simulate``'s summary: what ran, then latency (online) or throughput (offline), then sharing."""
     c = c or console()
     lines = run_summary_lines(s)
-    c.print(Text(lines[0], style="bold"))
+    c.print(Paragraph(lines[0], style="bold"))
     for line in lines[1:]:
         say(c, line, 2)
     warn = critical_path_warning(s)
@@ -262,7 +276,7 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
     from blendsim.policies.registry import resolve_policy
 
     cls = resolve_policy(name).cls  # as simulate takes it: a name, an entry point, path/to/file.py[:ClassName]
-    c.print(Text(f"{name}: {cls.description or '(no description)'}", style="bold"))
+    c.print(Paragraph(f"{name}: {cls.description or '(no description)'}", style="bold"))
     if cls.paper:
         say(c, f"source: {cls.paper}", 2)
     eng = ", ".join(f"{k}={v}" for k, v in cls.engine_defaults.items())
@@ -274,7 +288,7 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
         return
     say(c, f"options ({len(cls.options)}; set with --opt key=value, true/false for switches):", 2)
     for k, o in option_records(cls).items():
-        c.print(Text(f"  {k} = {_default(o.default)}", style="bold"))
+        c.print(Paragraph(f"{k} = {_default(o.default)}", 2, style="bold"))
         say(c, o.meaning, 6)
         if o.choices or o.lo is not None or o.hi is not None:
             say(c, "accepts: " + (", ".join(map(str, o.choices)) if o.choices else

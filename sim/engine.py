@@ -237,6 +237,7 @@ class Replica:
             if b.load_s:
                 dt = self._wait_loads(dt, b.load_s)
             now += dt
+            used = kv.used  # what the step held: before update frees the requests it finished
             sched.update(b, now)
             comp, mem = ex.last
             a_t(now)
@@ -247,7 +248,7 @@ class Replica:
             a_pt(b.num_tokens - b.num_decode)
             a_d(b.num_decode)
             a_ps(len(b.prefill))
-            a_kv(kv.used)
+            a_kv(used)
             if self.on_step is not None:
                 self.on_step(self, b, now)
             if every_4096 and not b.step & mask:
@@ -396,10 +397,11 @@ class PipelinedReplica:
             times, xfer, comp, mem = self.pricer.run(b)
             end = self._through(bt, times, xfer, self.pricer.server_s(b.num_logits, b.num_decode),
                                 sched.kv.stage_loads(bt) if b.load_s else None, ve)
+            used = sched.kv.used  # what the step held: before update frees the requests it finished
             sched.update(b, end)
             ready[best] = end
             ve.log.append(end, end - bt, comp, mem, b.num_tokens, b.num_tokens - b.num_decode, b.num_decode,
-                          len(b.prefill), sched.kv.used)
+                          len(b.prefill), used)
             if ve.on_step is not None:
                 ve.on_step(ve, b, end)
             if not b.step & CHECK_MASK:

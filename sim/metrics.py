@@ -297,6 +297,12 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "mix": engine_cfg.mix,
         "prefix_caching": engine_cfg.prefix_caching,
         "prefix_retain": engine_cfg.prefix_retain,
+        # admission and memory: what a policy may set over the engine's (batchllm admits greedily), so a
+        # comparison can say where its runs differ there too (reports.tables.SETTINGS)
+        "admission": engine_cfg.admission,
+        "reserve_ratio": engine_cfg.reserve_ratio,
+        "kv_full": engine_cfg.kv_full,
+        "gpu_memory_utilization": engine_cfg.gpu_memory_utilization,
         "kv_capacity_blocks": kv_stats["total"],
         "seed": cfg.seed,
         "offline": bool(cfg.offline or not trace.has_arrivals),

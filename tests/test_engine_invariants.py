@@ -118,3 +118,18 @@ def test_every_request_gets_its_output_length(monkeypatch):
                                         kv_capacity_override=300 * 4096, token_budget=64))
     assert r.summary["preemptions"] > 0 and r.summary["recomputed_tokens"] > 0
     assert list(seen["rec"].generated) == list(range(1, 31))
+
+
+def test_kv_use_is_logged_before_the_step_frees_its_finished_requests():
+    """A step's kv_used_blocks (and so peak_kv_blocks) is what it held: three prompt-only requests finished in one
+    step held ceil(100/16) + ceil(200/16) + ceil(300/16) = 39 blocks, not the 0 left after they were freed."""
+    import warnings
+
+    import blendsim
+
+    tr = blendsim.make_trace(input_len=[100, 200, 300], output_len=[1, 1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = blendsim.simulate(tr, policy="fcfs")
+    assert res.summary["peak_kv_blocks"] == 39 and res.summary["mean_kv_util"] > 0
+    assert res.steps["kv_used_blocks"].tolist() == [39]

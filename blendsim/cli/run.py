@@ -151,6 +151,10 @@ def simulate_cmd(
     round_tokens: int = typer.Option(None, "--round-tokens", help="Trim step sizes to multiples of this "
                                                                   "(NanoFlow: 128)."),
     mix: str = typer.Option(None, "--mix", help="decode-first (chunked prefill) or prefill-first."),
+    admission: str = typer.Option(None, "--admission", help="reserve (admit a request only where memory also "
+                                                            "covers its expected decode growth) or greedy (admit "
+                                                            "while its prompt fits, preempt later; default: the "
+                                                            "policy's, else the engine's)."),
     prefix_cache: bool = typer.Option(None, "--prefix-cache/--no-prefix-cache",
                                       help="Turn prefix caching on or off (default: the engine's, or on for a policy "
                                            "that orders for prefix reuse)."),
@@ -195,7 +199,7 @@ def simulate_cmd(
                     engine=engine, profile=str(profile) if profile else None, dtype=dtype,
                     weights=weights, kv_dtype=kv_dtype, ep=ep, pp=pp, expert_skew=expert_skew,
                     token_budget=token_budget, max_seqs=max_seqs, block_size=block_size,
-                    round_tokens=round_tokens, mix=mix, prefix_caching=prefix_cache,
+                    round_tokens=round_tokens, mix=mix, admission=admission, prefix_caching=prefix_cache,
                     prefix_retain=False if no_prefix_retain else None, offline=offline, seed=seed, record_schedule=record_schedule, options=parse_opts(opt),
                     host_kv_gb=host_kv_gb, disk_kv_gb=disk_kv_gb, kv_load=kv_load, host_link_gbps=host_link_gbps,
                     disk_read_gbps=disk_read_gbps, disk_write_gbps=disk_write_gbps)
