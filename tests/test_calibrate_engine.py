@@ -529,3 +529,36 @@ def test_a_fit_no_better_than_the_shipped_parameters_keeps_them_and_says_so(tmp_
     assert res.exit_code == 0 and not head["kept_shipped"], res.output
     assert head["median_abs_error"] < head["shipped_median_abs_error"]
     assert "withtheshippedparameters" in "".join(res.output.split())
+
+
+def test_a_parameter_the_runs_do_not_move_is_said_to_be_the_starts(tmp_path, monkeypatch):
+    """A fit that beats the start but leaves a parameter where it began says so: that figure is the start's value,
+    not a measurement of the user's engine (review of 1 Dec 2026)."""
+    import blendsim.fidelity.fit as fitmod
+    from blendsim.fidelity.engine_calibration import _unmoved
+
+    assert _unmoved(1.0, 1.0005) and not _unmoved(1.0, 1.01) and not _unmoved(None, 1.0)
+    truth = json.loads(json.dumps(load_params()))
+    truth.setdefault("engine", {})["vllm@0.8"] = {"fixed_s": 2.5e-3, "per_seq_s": 12e-6}
+    shapes = [(128, 128, 400), (2048, 128, 120), (128, 1024, 200), (1000, 1000, 100), (3000, 200, 80), (64, 2048, 200)]
+    rows = [_row(id=f"r{i}x{o}", engine="vllm", workload=f"const:{i}/{o}", requests=n) for i, o, n in shapes]
+    suite = load_suite(_write(tmp_path, rows), truth)
+    write_rows_csv(tmp_path / "runs.csv", [dataclasses.replace(r, value=predict(r, pr, truth)) for r, pr in suite.ok])
+    real = fitmod.fit
+
+    def fit_but_keep_per_seq(pairs, base, select):  # the real fit, with per_seq_s put back where it started
+        path = ("engine", "vllm@0.8", "per_seq_s")
+        start = fitmod.get_value(base, path)
+        if start is None:  # not in the shipped file: the fit starts at the parameter's cited prior
+            start = next(p.prior for p in fitmod.free_params(pairs) if p.path == path)
+        out = real(pairs, base=base, select=select)
+        out["engine"]["vllm@0.8"]["per_seq_s"] = start
+        return out
+
+    monkeypatch.setattr(fitmod, "fit", fit_but_keep_per_seq)
+    res = CliRunner().invoke(get_app(), ["calibrate", "engine", str(tmp_path / "runs.csv"), "--engine", "vllm",
+                                         "--hardware", "h100-80gb", "-o", str(tmp_path / "p.json")])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert "vllm@0.8.per_seq_s kept the shipped parameters' value (moved less than 0.1%)" in said, said
+    assert "fixed_s kept" not in said

@@ -590,6 +590,13 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
                      f"({100 * ship_err:.1f}%): kept their values of {', '.join(fitted['_fitted'])} "
                      f"(these runs constrain them too little, or pull them against their prior)")
     fitted["_start"] = start
+    if not fitted.get("_kept_shipped"):  # a parameter the runs do not move is the start's value, not a measurement
+        # where base lacks a parameter the fit started at its prior (fit.fit)
+        still = [p.name for p in free if select(p) and _unmoved(get_value(fitted, p.path), p.prior if (
+            v := get_value(base, p.path)) is None else v)]
+        if still:
+            notes.append(f"{', '.join(still)} kept {start}' value{'s' * (len(still) > 1)} (moved less than 0.1%): "
+                         "these runs hardly constrain them, so the profile's figure is the start's, not a fit")
     fitted["_notes"] = notes + [f"{p.name} sits at its {side} bound {p.lo if side == 'lower' else p.hi:g}"
                                 for p in free if select(p)
                                 for side in [at_bound(float(get_value(fitted, p.path)), (p.lo, p.hi))] if side]
@@ -597,6 +604,15 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
                "shipped": s} for (r, _pr), v, s in zip(pairs, predicted, shipped)]
     report += [{"id": s.split(":")[0], "skipped": s} for s in skipped]
     return fitted, report
+
+
+def _unmoved(new, old) -> bool:
+    """Whether a fitted value stayed within 0.1% of where the fit started."""
+    try:
+        a, b = float(new), float(old)
+    except (TypeError, ValueError):
+        return False
+    return abs(a - b) <= 1e-3 * max(abs(b), 1e-12)
 
 
 def metric_name(r: Row) -> str:
