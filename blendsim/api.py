@@ -101,6 +101,13 @@ def load_trace(path, format: str | None = None, limit: int | None = None, **opti
     odd = sorted(set(options) - set(known))
     if odd:
         raise UserError(f"load_trace: unknown option {odd[0]!r}; the block-hash formats take {', '.join(known)}")
+    # their types, as the other arguments' (a float block size or a string seed is one line, not a TypeError)
+    for k, flag, lo in (("block_size", "--block-size", 1), ("output_len", "--output-len", 1), ("seed", "--seed", 0)):
+        if options.get(k) is not None or (k == "seed" and k in options):
+            C.integer(options[k], flag, lo, C.MAX_SEED if k == "seed" else None)
+    C.optional(C.text, options.get("time_unit"), "--time-unit")
+    if options.get("output_from") is not None:
+        C.path(options["output_from"], "--output-from")
     if fmt != TRACE_FORMAT:
         return load(p, fmt, limit, **options)
     if options:
@@ -126,7 +133,19 @@ def write_trace(trace, path) -> Path:
 
     if not isinstance(trace, Trace):
         raise UserError(f"write_trace: trace must be a blendsim Trace, got {C.describe(trace)}")
+    _validate(trace, "write_trace")  # never a file load_trace would refuse
     return write(trace, check_output_file(C.path(path, "write_trace: path")))
+
+
+def _validate(trace, where: str) -> None:
+    """``trace.validate`` with a malformed Trace (columns of other lengths or types) said in one line too."""
+    try:
+        trace.validate(where)
+    except UserError:
+        raise
+    except (TypeError, ValueError, IndexError) as e:
+        raise UserError(f"{where}: not a well-formed Trace ({type(e).__name__}: {e}); build one with "
+                        f"blendsim.make_trace") from None
 
 
 @_boundary
@@ -309,6 +328,9 @@ def _as_trace(trace):
     if isinstance(trace, Trace):
         if trace.n == 0:
             raise UserError("the trace has no requests")
+        # a Trace built or edited in Python (its arrays are writable) is checked as a file's would be: a negative
+        # length or a NaN arrival is one line, not a negative throughput
+        _validate(trace, "trace")
         return trace
     if isinstance(trace, (str, os.PathLike)):
         return load_trace(trace)

@@ -133,11 +133,12 @@ def _read(path: Path, keys, times) -> pd.DataFrame:
             bad |= df[c].isna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise UserError(f"{path}: row {i + 2}, column {c}: not a number ({df[c].iloc[i]!r})")
+            raise UserError(f"{path}: data row {i + 1}, field {c}: not a number ({str(df[c].iloc[i])!r})")
         neg = (v < 0).to_numpy() | np.isinf(v.to_numpy(dtype=float))  # a time or size below 0 (or infinite): corrupt
         if neg.any():
             i = int(np.flatnonzero(neg)[0])
-            raise UserError(f"{path}: row {i + 2}, column {c}: {v.iloc[i]!r} is not a time or size (>= 0, finite)")
+            raise UserError(f"{path}: data row {i + 1}, field {c}: {float(v.iloc[i]):g} is not a time or size "
+                            f"(>= 0, finite)")
         df[c] = v
     return df
 

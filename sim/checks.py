@@ -82,6 +82,24 @@ def text(v, flag: str, choices=None) -> str:
     return v
 
 
+def misspelt(names, optional, known=()) -> tuple[str, str] | None:
+    """The first of ``names`` that is neither in ``optional`` nor in ``known`` but close to one of ``optional``
+    (``ttft_slo`` for ``ttft_slo_s``, ``host_kv_GB`` for ``host_kv_gb``), with that one; None when there is none. A
+    reader that passes over columns it does not use (notes, a tool's own) refuses these: an optional column's value
+    would be lost unsaid (a required one's absence is said already)."""
+    import difflib
+
+    lower = {k.lower(): k for k in optional}
+    for n in names:
+        n = str(n)
+        if n in optional or n in known:
+            continue
+        near = lower.get(n.strip().lower()) or next(iter(difflib.get_close_matches(n, list(optional), 1, 0.85)), None)
+        if near:
+            return n, near
+    return None
+
+
 def path(v, flag: str) -> Path:
     """A file or folder path: a string or an ``os.PathLike``."""
     if not isinstance(v, (str, os.PathLike)) or not str(os.fspath(v)).strip():

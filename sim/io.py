@@ -225,7 +225,15 @@ def atomic_dir(final: str | Path, own=None, what: str = "blendsim output folder"
             check_own_files(final)  # again: the user may have added something while the command ran
         if final.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
-            final.rename(old / "x")
+            try:
+                final.rename(old / "x")
+            except OSError as e:  # a folder that cannot move: a mount point (docker -v, NFS), or immutable
+                old.rmdir()
+                if any(final.iterdir()):
+                    raise UserError(f"{final}: cannot replace it ({e.strerror or e}); remove what is in it, or give "
+                                    f"a new folder inside it") from None
+                _fill(final, tmp)  # empty: the output goes into it, file by file
+                return
         try:
             tmp.rename(final)
         except OSError as e:
@@ -237,6 +245,18 @@ def atomic_dir(final: str | Path, own=None, what: str = "blendsim output folder"
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _fill(final: Path, tmp: Path) -> None:
+    """Move the staging folder's entries into the empty folder ``final`` (which cannot itself be replaced), the
+    manifest last, so a folder with a manifest is complete; then remove the staging folder."""
+    entries = sorted(tmp.iterdir(), key=lambda p: p.name == MANIFEST)
+    try:
+        for entry in entries:
+            entry.rename(final / entry.name)
+    except OSError as e:
+        raise UserError(f"{final}: cannot write ({e.strerror or e})") from None
+    tmp.rmdir()
 
 
 def check_writable(final: str | Path) -> Path:

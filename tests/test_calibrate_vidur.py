@@ -185,7 +185,7 @@ def test_non_numeric_cell_names_row_and_column(tmp_path):
     df = pd.read_csv(d / "mlp.csv").astype({"num_tokens": object})
     df.loc[1, "num_tokens"] = "lots"
     df.to_csv(d / "mlp.csv", index=False)
-    one_line_error(run(str(d), "--model", "tiny", "-o", str(tmp_path / "p.json")), "row 3, column num_tokens",
+    one_line_error(run(str(d), "--model", "tiny", "-o", str(tmp_path / "p.json")), "data row 2, field num_tokens",
                    "'lots'")
 
 
@@ -196,7 +196,7 @@ def test_a_negative_or_infinite_time_names_row_and_column(tmp_path, value):
     col = next(c for c in df.columns if c.startswith("time_stats."))
     df.loc[1, col] = value
     df.to_csv(d / "mlp.csv", index=False)
-    one_line_error(run(str(d), "--model", "tiny", "-o", str(tmp_path / "p.json")), f"row 3, column {col}",
+    one_line_error(run(str(d), "--model", "tiny", "-o", str(tmp_path / "p.json")), f"data row 2, field {col}",
                    "is not a time or size")
     assert not (tmp_path / "p.json").exists()
 
@@ -237,7 +237,7 @@ def test_a_failed_import_keeps_the_existing_output(tmp_path):
     df.to_csv(d / "mlp.csv", index=False)
     out = tmp_path / "p.json"
     out.write_text(PRECIOUS)
-    one_line_error(run(str(d), "--model", "tiny", "-o", str(out)), "row 2, column num_tensor_parallel_workers")
+    one_line_error(run(str(d), "--model", "tiny", "-o", str(out)), "data row 1, field num_tensor_parallel_workers")
     assert out.read_text() == PRECIOUS
 
 

@@ -206,9 +206,12 @@ def _read_csv(path: Path, required: tuple[str, ...], limit: int | None = None, t
         except UnicodeDecodeError:
             raise UserError(f"{path}: {_undecodable(src)}") from None
         check_csv_aligned(path, df, source=src)
+    stripped = [str(c).strip() for c in df.columns]
+    if len(set(stripped)) == len(stripped):  # "Timestamp, Request tokens": spaces after the commas are not the name
+        df.columns = stripped
     missing = [c for c in required if c not in df.columns]
     if missing:
-        found = ", ".join(map(str, df.columns[:8]))
+        found = ", ".join(map(repr, map(str, df.columns[:8])))  # quoted: a stray space or case shows
         raise UserError(f"{path}: missing column {missing[0]!r} (found: {found})")
     if len(df) == 0:
         raise UserError(f"{path}: no data rows after the header")
@@ -310,12 +313,13 @@ def _ints(path: Path, df, col: str, minimum: int, rows=None) -> np.ndarray:
 
 
 def _times(path: Path, df, col: str, rows=None) -> np.ndarray:
-    """Seconds in [0, MAX_TIME_S]."""
+    """Seconds >= 0 that span at most MAX_TIME_S (the loaders start the trace at its first: Unix times load too)."""
     x = _numbers(path, df, col, rows)
-    bad = np.flatnonzero((x < 0) | (x > MAX_TIME_S))
+    first = float(x[x >= 0].min()) if (x >= 0).any() else 0.0
+    bad = np.flatnonzero((x < 0) | (x - first > MAX_TIME_S))
     if len(bad):
         i = int(bad[0])
-        what = "must be >= 0 seconds" if x[i] < 0 else TOO_LATE
+        what = "must be >= 0 seconds" if x[i] < 0 else f"is {_fmt(x[i] - first)} s after the first, which {TOO_LATE}"
         _fail(path, i if rows is None else rows[i], col, f"{_fmt(x[i])} {what}")
     return x
 

@@ -503,6 +503,10 @@ def is_trace_file(path: str | Path) -> bool:
 
 
 REQUIRED = ("input_len", "output_len")
+# every column read_trace reads (write_trace's), and those a trace may leave out (a default stands in)
+TRACE_COLUMNS = ("id", "input_len", "output_len", "prompt_tokens", "prompt_segments", "output_len_hint", "arrival_s",
+                 "ttft_slo_s", "tbt_slo_s", "jct_slo_s", "source")
+OPTIONAL_COLUMNS = ("output_len_hint", "arrival_s", "ttft_slo_s", "tbt_slo_s", "jct_slo_s", "source")
 # columns only a run's requests.parquet has (blendsim.runner's per-request table): such a file is refused as a trace
 RUN_TABLE_COLUMNS = frozenset({"admit_s", "first_token_s", "finish_s", "generated_tokens", "prefill_computed"})
 
@@ -540,6 +544,11 @@ def read_trace(path: str | Path, allow_empty: bool = False) -> Trace:
     for c in REQUIRED:
         if c not in cols:
             raise UserError(f"{path}: missing column {c!r}")
+    from blendsim.sim.checks import misspelt
+
+    typo = misspelt(table.column_names, OPTIONAL_COLUMNS, TRACE_COLUMNS)
+    if typo:  # ttft_slo would leave the trace without SLOs, unsaid (the JSONL reader refuses it too)
+        raise UserError(f"{path}: column {typo[0]!r} is not one blendsim reads; did you mean {typo[1]!r}?")
     if table.num_rows == 0 and not allow_empty:
         raise UserError(f"{path}: the trace has no requests")
     trace = _TraceColumns(path, table).trace(meta)

@@ -55,7 +55,11 @@ def validate_cmd(
                         f"pipeline stages; validate the stages' kernels with --pp 1 (simulate takes --pp)")
     if policy is not None and policies is not None:
         raise UserError("give --policy (one) or --policies (several), not both")
-    names = tuple(p.strip() for p in policies.split(",") if p.strip()) if policies else (policy or "fcfs",)
+    from blendsim.options import parse_names
+
+    if policy is not None and not policy.strip():
+        raise UserError(f"--policy must be a policy name (see `blendsim policies`), got {policy!r}")
+    names = parse_names(policies, "--policies") if policies is not None else (policy or "fcfs",)
     cfg = ValidateConfig(policies=names, model=model, hardware=hardware, device=device,
                          profile=str(profile) if profile else None, dtype=dtype, engine=engine, mode=mode,
                          replicas=replicas, max_steps=max_steps, repeats=repeats, op_every=op_every, threads=threads,

@@ -52,6 +52,7 @@ from blendsim.workloads.trace import MAX_TOKENS
 
 COLUMNS = ("id", "source", "model", "hardware", "gpus", "tp", "pp", "ep", "weights", "kv_dtype", "engine",
            "engine_version", "policy", "workload", "requests", "metric", "scope", "value", "note")
+OPTIONAL_COLUMNS = ("host_kv_gb", "disk_kv_gb")  # the measurement's KV tiers per replica (GB)
 METRICS = ("output_tok_s", "total_tok_s", "req_s")
 SCOPES = ("system", "per_gpu")
 # a row simulates every one of its requests on every one of its replicas: bounds that keep a typo (10**12
@@ -115,6 +116,11 @@ def read_catalogue(path: str | Path) -> list[Row]:
             missing = [c for c in COLUMNS if c not in header]
             if missing:
                 raise UserError(f"{path}: missing column(s) {', '.join(missing)}")
+            from blendsim.sim.checks import misspelt
+
+            typo = misspelt(header, OPTIONAL_COLUMNS, COLUMNS)
+            if typo:  # host_kv_GB would run the row with no tier, unsaid
+                raise UserError(f"{path}: column {typo[0]!r} is not one blendsim reads; did you mean {typo[1]!r}?")
             raw = list(reader)
     except OSError as e:
         raise UserError(f"{path}: cannot read catalogue: {e.strerror or e}") from None
@@ -456,7 +462,10 @@ def build_workload(row: Row):
         return _random(row, spec)
     if kind == "file":
         return _file(row, spec)
-    return _synth(row, spec)
+    if kind == "synth":
+        return _synth(row, spec)
+    raise _bad(row, f"{row.workload!r} is not const:ISL/OSL, random:ISL/OSL?range_ratio=R, file:PATH or "
+                    f"synth:RECIPE?...")
 
 
 def _bad(row: Row, what: str) -> UserError:
@@ -518,9 +527,14 @@ def _random(row: Row, spec: str):
 def _query(row: Row, spec: str) -> tuple[str, dict]:
     head, _, q = spec.partition("?")
     try:
-        opts = dict(parse_qsl(q, keep_blank_values=True, strict_parsing=bool(q)))
+        pairs = parse_qsl(q, keep_blank_values=True, strict_parsing=bool(q))
     except ValueError:
         raise _bad(row, f"cannot parse options {q!r} (key=value&key=value)") from None
+    opts: dict = {}
+    for k, v in pairs:
+        if k in opts:  # which one was meant? (--opt and --recipe-opt refuse this too)
+            raise _bad(row, f"option {k} is given twice ({k}={opts[k]} and {k}={v})")
+        opts[k] = v
     return head, opts
 
 

@@ -338,14 +338,14 @@ def _row(path: Path, n: int, setup: Setup, rid: str, workload: str, requests: in
 def _workload_means(setup: Setup, requests: int, where: str) -> tuple[float, float]:
     """The mean prompt and output lengths of the workload given (``--workload``, ``FILE=WORKLOAD``) for ``requests`` requests (the trace a run of it would
     simulate)."""
-    from .catalogue import build_workload
+    from .catalogue import Skip, build_workload
 
     row = Row(id="--workload", source="", model=setup.model or "", hardware=setup.hardware, gpus=1, tp=1, pp=1, ep=1,
               weights="", kv_dtype="", engine=setup.engine, engine_version="", policy="", workload=setup.workload,
               requests=requests, metric="output_tok_s", scope="system", value=1.0, note="", folder=Path.cwd(), line=0)
     try:
         t = build_workload(row)
-    except UserError as e:
+    except (UserError, Skip) as e:  # Skip: a file: workload whose file is absent (a row is skipped; this is an input)
         raise UserError(f"{_given(setup)}: {str(e).split(': ', 1)[-1]}") from None
     return float(t.input_len.mean()), float(t.output_len.mean())
 

@@ -175,7 +175,7 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
         C.text(model, "--model")
     if progress is not None and not callable(progress):
         raise UserError(f"plan: progress must be a function of (simulated, deployment), got {C.describe(progress)}")
-    table = read_prices(prices)
+    table = read_prices(None if prices is None else C.path(prices, "--prices"))
     hw = names(hardware, "--hardware") or tuple(h for h in table.prices)
     from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware

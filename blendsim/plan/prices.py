@@ -21,6 +21,8 @@ from blendsim.sim.errors import UserError
 
 SHIPPED_PRICES = Path(__file__).with_name("prices.csv")
 REQUIRED = ("hardware", "usd_per_gpu_hour")
+# no GPU rents for more than this an hour (list prices of 2026 are $1-$15): a larger figure is a typo, such as cents
+MAX_USD_PER_GPU_HOUR = 1_000.0
 
 
 @dataclass(frozen=True)
@@ -66,12 +68,19 @@ def read_prices(path: str | Path | None = None) -> PriceTable:
         with path.open(newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's "CSV UTF-8" starts with a BOM
             reader = csv.DictReader(fh)
             header = [h.strip() for h in (reader.fieldnames or [])]
+            twice = sorted({h for h in header if h and header.count(h) > 1})
+            if twice:  # csv.DictReader would keep the last one's values: which column was meant?
+                raise UserError(f"{path}: column(s) {', '.join(twice)} appear twice in the header")
             missing = [c for c in REQUIRED if c not in header]
             if missing:
                 raise UserError(f"{path}: missing column(s) {', '.join(missing)}; a price file has the columns "
                                 f"hardware,usd_per_gpu_hour (source, date, kind optional)")
-            rows = [{(k or "").strip(): (v or "").strip() if isinstance(v, str) else "" for k, v in r.items()}
-                    for r in reader]
+            rows = []
+            for r in reader:
+                if None in r:  # more cells than the header has columns
+                    raise UserError(f"{path} row {reader.line_num}: {len(header) + len(r[None])} cells for the "
+                                    f"header's {len(header)} columns")
+                rows.append({(k or "").strip(): (v or "").strip() if isinstance(v, str) else "" for k, v in r.items()})
     except OSError as e:
         raise UserError(f"{path}: cannot read the price file ({e.strerror or e})") from None
     except (UnicodeDecodeError, csv.Error) as e:
@@ -92,6 +101,9 @@ def read_prices(path: str | Path | None = None) -> PriceTable:
             raise UserError(f"{where}, usd_per_gpu_hour: {raw!r} is not a finite number")
         if usd < 0:
             raise UserError(f"{where}, usd_per_gpu_hour: {raw} is negative")
+        if usd > MAX_USD_PER_GPU_HOUR:
+            raise UserError(f"{where}, usd_per_gpu_hour: {raw} dollars for one GPU for an hour is more than "
+                            f"{MAX_USD_PER_GPU_HOUR:,.0f} (cents given as dollars?)")
         if hw in prices:
             raise UserError(f"{where}, hardware: {hw} has a price already (one row per preset)")
         prices[hw] = Price(hw, usd, r.get("kind", ""), r.get("source", ""), r.get("date", ""))
