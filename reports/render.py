@@ -144,7 +144,7 @@ def _run_sections(runs, baseline, steps_workload, steps_policies, sections, md_t
     ref_note = (f"\"of ref.\" is left blank for {int(below.sum())} run(s) whose blended reference falls below their "
                 "T_o: it prices the work as full blended steps and leaves out the longest request's own chain, so "
                 "there it is no estimate of the makespan.") if below.any() else ""
-    expect = " ".join(x for x in (settings_note(df), ref_note, _expected_note(df)) if x)
+    expect = " ".join(x for x in (settings_note(df), ref_note, _no_cache_note(df), _expected_note(df)) if x)
     intro = html.escape(priced) + (f"Speedups are over <b>{html.escape(base)}</b> (choose another with <code>--baseline POLICY</code>; "
              f"policies here: {html.escape(policies)}): {html.escape(why)}. A speedup is a run's throughput over "
              f"the baseline's on the same {same}.")
@@ -252,6 +252,20 @@ def settings_note(df: pd.DataFrame) -> str:
             "the engine's, so a speedup here mixes those settings with the order. For the order alone, give every "
             "policy one set (sweep --engine-of POLICY, or the same --token-budget / --block-size / --round-tokens / "
             "--admission options to each simulate).")
+
+
+def _no_cache_note(df: pd.DataFrame) -> str:
+    """A sentence where runs with prefix caching off meet a trace that shares prefixes: their T_o still counts the
+    sharing (a bound for any schedule), so their "of T_o" shows the missing cache as much as the order."""
+    if "prefix_caching" not in df or "optimal_sharing_ratio" not in df:
+        return ""
+    off = df["prefix_caching"].map(lambda v: v is False or str(v).lower() == "false") & (
+        pd.to_numeric(df["optimal_sharing_ratio"], errors="coerce").fillna(0) > 0)
+    if not off.any():
+        return ""
+    who = ", ".join(sorted(set(df.loc[off, "label"].astype(str))))
+    return (f"{who} ran without prefix caching on traces that share prefixes: T_o counts the sharing any schedule "
+            "with a cache could keep, so their fraction of T_o reflects the missing cache as well as the order.")
 
 
 def _expected_note(df: pd.DataFrame) -> str:

@@ -136,3 +136,13 @@ def test_terminal_paragraphs_carry_no_trailing_blanks(tmp_path, trace):
     lines = r.output.splitlines()
     assert len(lines) > 4 and not [x for x in lines if x != x.rstrip()]
     assert max(map(len, lines)) <= 80
+
+
+def test_a_run_without_prefix_caching_on_a_shared_trace_is_said(tmp_path, trace):
+    for p in ("dfs", "sarathi"):  # sarathi runs with prefix caching off
+        _run(trace, tmp_path / "runs" / p, p)
+    r = _cli("report", tmp_path / "runs", "-o", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    md = " ".join((tmp_path / "rep" / "report.md").read_text().split())
+    assert "sarathi ran without prefix caching on traces that share prefixes" in md
+    assert "dfs ran without" not in md
