@@ -39,7 +39,7 @@ def sweep_cmd(
     ep: int = typer.Option(1, "--ep", help="Expert-parallel degree for MoE models (default 1)."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel stages per replica (default 1)."),
     replicas: int = typer.Option(1, "--replicas", help="Model replicas (data parallelism) of every cell; a "
-                                                      "workload's density is of one replica (default 1)."),
+                                                      "workload's density is of one replica."),
     requests: int = typer.Option(40_000, "--requests", help="Requests per workload (BlendServe App. A.3: 40,000)."),
     mode: str = typer.Option(None, "--mode", help=MODE_HELP),
     engine: str = typer.Option(None, "--engine", help="Engine profile NAME[@VERSION][:field=value,...] (trtllm, vllm, "
