@@ -416,11 +416,13 @@ def sweep(out, *, recipe: str = "blendserve", densities="0.80:1.40:0.05", sharin
     for v, flag in ((weights, "--weights"), (kv_dtype, "--kv-dtype")):
         C.optional(C.text, v, flag)
     C.optional(C.text, kv_load, "--kv-load")
+    # sizes may be 0 (no tier), speeds may not (a link of 0 GB/s moves nothing): each said as RunConfig says it
     tiers = tier_settings(
-        kv_load=kv_load, **{k: None if v is None else float(C.number(v, flag, 0)) for k, v, flag in (
-            ("host_kv_gb", host_kv_gb, "--host-kv-gb"), ("disk_kv_gb", disk_kv_gb, "--disk-kv-gb"),
-            ("host_link_gbps", host_link_gbps, "--host-link-gbps"), ("disk_read_gbps", disk_read_gbps, "--disk-read-gbps"),
-            ("disk_write_gbps", disk_write_gbps, "--disk-write-gbps"))})
+        kv_load=kv_load, **{k: None if v is None else float(C.number(v, flag, 0, lo_open=open_)) for k, v, flag, open_ in (
+            ("host_kv_gb", host_kv_gb, "--host-kv-gb", False), ("disk_kv_gb", disk_kv_gb, "--disk-kv-gb", False),
+            ("host_link_gbps", host_link_gbps, "--host-link-gbps", True),
+            ("disk_read_gbps", disk_read_gbps, "--disk-read-gbps", True),
+            ("disk_write_gbps", disk_write_gbps, "--disk-write-gbps", True))})
     pols = _names(policies, "--policies", _policy_spec) if policies is not None else default_policies()
     spec = check_spec(SweepSpec(
         recipe=recipe, densities=_values(densities, "--densities"), sharing=_values(sharing, "--sharing"),

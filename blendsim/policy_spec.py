@@ -42,11 +42,23 @@ def canonical_policy(spec: str, flag: str = "--policies") -> str:
     out = {}
     for k, v in opts.items():
         try:
-            x = records[k].coerce(k, v)
+            out[k] = records[k].coerce(k, v)
         except UserError as e:
             raise UserError(f"{flag} {spec}: {e}") from None
-        out[k] = str(x).lower() if isinstance(x, bool) else repr(x) if isinstance(x, float) else str(x)
-    return f"{name}[{','.join(f'{k}={out[k]}' for k in sorted(out))}]"
+    return format_policy(name, out)
 
 
-__all__ = ["canonical_policy", "split_policy"]
+def format_policy(name: str, values: dict) -> str:
+    """``name`` with option ``values`` (as the policy reads them: a run summary's ``policy_options``) in the one way
+    :func:`canonical_policy` writes a spec: ``NAME[k=v,...]``, keys sorted, switches true/false; ``name`` alone
+    without options."""
+    if not values:
+        return name
+
+    def text(x) -> str:
+        return str(x).lower() if isinstance(x, bool) else repr(x) if isinstance(x, float) else str(x)
+
+    return f"{name}[{','.join(f'{k}={text(values[k])}' for k in sorted(values))}]"
+
+
+__all__ = ["canonical_policy", "format_policy", "split_policy"]

@@ -48,8 +48,8 @@ def resolve_policy(spec) -> PolicyRef:
     ep = _plugins.entry_points().get(spec)
     if ep is None:
         if "[" in spec:  # plan's and sweep's NAME[key=value,...] given elsewhere, or its bracket left open
-            raise UserError(f"policy {spec!r}: a policy's options go as NAME[key=value,...] in plan's and sweep's "
-                            f"--policies only (closed by ']'); simulate takes them with --opt key=value")
+            raise UserError(f"policy {spec!r}: a policy's options go as NAME[key=value,...], closed by ']', in "
+                            f"plan's and sweep's --policies; simulate takes them with --opt key=value")
         raise UserError(f"unknown policy {spec!r}; choose one of {', '.join(policy_names())}, "
                         f"or give a file: path/to/file.py:ClassName")
     cls = _plugins.load_entry_point(ep, Policy, _base._REGISTRY)

@@ -338,7 +338,8 @@ def _deployment_detail(df: pd.DataFrame) -> pd.Series:
 RERUN_KEYS = ("throughput_tok_s", "makespan_s", "n_requests", "input_tokens", "output_tokens", "engine", "mode",
               "cost_model", "seed", "policy_options", "token_budget", "max_seqs", "block_size", "round_tokens", "mix",
               "prefix_caching", "prefix_retain", "admission", "reserve_ratio", "kv_full", "gpu_memory_utilization",
-              "host_kv_gb", "disk_kv_gb")
+              "host_kv_gb", "disk_kv_gb", "kv_load", "host_link_gbps", "disk_read_gbps", "disk_write_gbps",
+              "expert_skew", "profile")
 
 
 def _drop_reruns(df: pd.DataFrame, notes: list | None) -> pd.DataFrame:
@@ -418,12 +419,14 @@ def _label(df: pd.DataFrame, notes: list | None = None) -> pd.DataFrame:
     many = deploy.nunique() > 1
     df["deployment"] = deploy
     df["group"] = (df["workload"] + " · " + deploy) if many else df["workload"]
+    if "policy_options" in df:  # a run given options (--opt) is that policy with them, as sweep and plan name it:
+        # dfs[router=contiguous] (blendsim.policy_spec), one label for one policy whichever command ran it
+        from blendsim.policy_spec import format_policy
+
+        df["policy"] = [p if "[" in str(p) or not _options(o) else format_policy(str(p), _options(o))
+                        for p, o in zip(df["policy"], df["policy_options"], strict=True)]
     df["label"] = df["policy"].astype(str)
     dup = df.duplicated(["group", "label"], keep=False)
-    if dup.any() and "policy_options" in df:  # runs of one policy told apart by the options given (--opt)
-        opts = df.loc[dup, "policy_options"].map(_options_text)
-        df.loc[dup, "label"] = [f"{p} ({o})" if o else p for p, o in zip(df.loc[dup, "policy"], opts, strict=True)]
-        dup = df.duplicated(["group", "label"], keep=False)
     if dup.any():  # one run given twice (copied, or in two inputs): once
         df = _drop_reruns(df, notes)
         dup = df.duplicated(["group", "label"], keep=False)
@@ -441,14 +444,15 @@ def _label(df: pd.DataFrame, notes: list | None = None) -> pd.DataFrame:
     return df
 
 
-def _options_text(v) -> str:
-    """``k=v, k=v`` of a run's ``policy_options`` (a dict from summary.json, JSON text from a sweep's results)."""
+def _options(v) -> dict:
+    """A run's ``policy_options`` as a dict (a dict from summary.json, JSON text from a sweep's results; {} when
+    none)."""
     if isinstance(v, str):
         try:
             v = json.loads(v)
         except ValueError:
-            return ""
-    return ", ".join(f"{k}={x}" for k, x in sorted(v.items())) if isinstance(v, dict) else ""
+            return {}
+    return v if isinstance(v, dict) else {}
 
 
 __all__ = ["Inputs", "VALIDATION_COLUMNS", "classify", "load_inputs", "validation_file"]

@@ -228,7 +228,8 @@ def _reference_below_bound(df: pd.DataFrame) -> pd.Series:
 def settings_note(df: pd.DataFrame) -> str:
     """A sentence where the runs compared on one workload ran on different scheduler settings (each policy's
     declared settings over the engine's, or options): a speedup then mixes them with the order. Empty otherwise."""
-    cols = [(c, h) for c, h, _ in T.SETTINGS if c in df and df[c].notna().any()]
+    # a setting some runs do not record (summaries written before it was) is unknown there: not compared
+    cols = [(c, h) for c, h, _ in T.SETTINGS if c in df and df[c].notna().all()]
     if not cols or "group" not in df:
         return ""
     key = [c for c, _ in cols]

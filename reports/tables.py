@@ -162,7 +162,11 @@ def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
     """Every column a table or the CSV shows, of ``with_speedup``'s rows (absent ones left out)."""
     cols = list(dict.fromkeys(c for c, _, _ in SIDE_BY_SIDE + LATENCY + DEPLOYMENT + PROVENANCE + SETTINGS
                               if c in df and df[c].notna().any()))
-    return df[cols].reset_index(drop=True)
+    out = df[cols].reset_index(drop=True)
+    for c in ("tp", "pp", "ep", "replicas"):  # a summary names pp (and ep) only where it is not 1: 1 there, whole
+        if c in out:
+            out[c] = pd.to_numeric(out[c], errors="coerce").fillna(1).astype(int)
+    return out
 
 
 def present(df: pd.DataFrame, spec: list) -> list:

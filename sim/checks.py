@@ -165,6 +165,12 @@ def check_run_config(cfg) -> None:
     optional(text, cfg.mode, "--mode")
     for name in ("engine", "profile", "dtype", "weights", "kv_dtype", "mix", "admission", "kv_full"):
         optional(text, getattr(cfg, name), flag_of(name))
+    from blendsim.sim.seq import ADMISSION, KV_FULL
+
+    for name, allowed in (("admission", ADMISSION), ("kv_full", KV_FULL)):  # named by the flag, before any work
+        v = getattr(cfg, name)
+        if v is not None and v not in allowed:
+            raise UserError(f"{flag_of(name)} must be one of {', '.join(allowed)}, got {v!r}")
     keep("expert_skew", number(cfg.expert_skew, "--expert-skew", 0.0))
     keep("token_budget", optional(integer, cfg.token_budget, "--token-budget", 1))
     keep("max_seqs", optional(integer, cfg.max_seqs, "--max-seqs", 0))

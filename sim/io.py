@@ -227,12 +227,14 @@ def atomic_dir(final: str | Path, own=None, what: str = "blendsim output folder"
             old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
             try:
                 final.rename(old / "x")
-            except OSError as e:  # a folder that cannot move: a mount point (docker -v, NFS), or immutable
+            except OSError:  # a folder that cannot move: a mount point (docker -v, NFS), or immutable
                 old.rmdir()
-                if any(final.iterdir()):
-                    raise UserError(f"{final}: cannot replace it ({e.strerror or e}); remove what is in it, or give "
-                                    f"a new folder inside it") from None
-                _fill(final, tmp)  # empty: the output goes into it, file by file
+                try:
+                    for entry in list(final.iterdir()):  # blendsim's own output only (checked above): replaced here
+                        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                except OSError as e:
+                    raise UserError(f"{final}: cannot write ({e.strerror or e})") from None
+                _fill(final, tmp)  # the output goes into it, file by file
                 return
         try:
             tmp.rename(final)
@@ -250,10 +252,12 @@ def atomic_dir(final: str | Path, own=None, what: str = "blendsim output folder"
 def _fill(final: Path, tmp: Path) -> None:
     """Move the staging folder's entries into the empty folder ``final`` (which cannot itself be replaced), the
     manifest last, so a folder with a manifest is complete; then remove the staging folder."""
+    import shutil
+
     entries = sorted(tmp.iterdir(), key=lambda p: p.name == MANIFEST)
     try:
-        for entry in entries:
-            entry.rename(final / entry.name)
+        for entry in entries:  # shutil.move: a mount point is another file system, where a rename cannot go
+            shutil.move(str(entry), str(final / entry.name))
     except OSError as e:
         raise UserError(f"{final}: cannot write ({e.strerror or e})") from None
     tmp.rmdir()

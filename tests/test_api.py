@@ -273,7 +273,7 @@ def test_a_report_tells_runs_of_one_policy_apart_by_their_options(trace_file, tm
     a = blendsim.simulate(trace_file, policy="dfs", **TINY).write(tmp_path / "plain")
     b = blendsim.simulate(trace_file, policy="dfs", options={"heavier_first": True}, **TINY).write(tmp_path / "opt")
     labels = set(load_inputs([a, b]).runs["label"])
-    assert labels == {"dfs", "dfs (heavier_first=True)"}
+    assert labels == {"dfs", "dfs[heavier_first=true]"}  # as sweep and plan name it
 
 
 @pytest.mark.parametrize("opts, msg", [

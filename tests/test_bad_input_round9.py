@@ -63,11 +63,15 @@ def test_an_output_folder_that_cannot_be_moved_aside_is_written_into(tmp_path, m
         blendsim.simulate(t, policy="fcfs").write(final)
     assert (final / "summary.json").is_file() and (final / "blendsim-files.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"]  # no staging or .old folder left
-    # again: a folder of blendsim's own that cannot be moved aside is refused in one line, nothing lost
-    with pytest.warns(UserWarning), pytest.raises(UserError, match="cannot replace it .*give a new folder inside it"):
+    # again, with --force: blendsim's own output in it is replaced in place (a mount point cannot move aside)
+    with pytest.warns(UserWarning):
         blendsim.simulate(t, policy="dfs").write(final, force=True)
-    assert json.loads((final / "summary.json").read_text())["policy"] == "fcfs"
+    assert json.loads((final / "summary.json").read_text())["policy"] == "dfs"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mnt"]
+    (final / "mine.txt").write_text("the user's")  # a file blendsim did not write: refused, nothing removed
+    with pytest.warns(UserWarning), pytest.raises(UserError, match="holds what blendsim did not write"):
+        blendsim.simulate(t, policy="fcfs").write(final, force=True)
+    assert (final / "mine.txt").read_text() == "the user's" and (final / "summary.json").is_file()
 
 
 def test_calibrate_engine_with_a_missing_workload_file_is_one_line(tmp_path):
@@ -159,3 +163,10 @@ def test_unix_times_load_and_a_header_with_spaces_after_its_commas_reads(tmp_pat
     (tmp_path / "f.csv").write_text("Timestamp,Request tokens,Response tokens\n0,10,5\n2000000000,11,6\n")
     with pytest.raises(UserError, match="data row 2, field Timestamp: 2000000000 is 2000000000 s after the first"):
         blendsim.load_trace(tmp_path / "f.csv", format="burstgpt")
+
+
+def test_a_price_row_with_an_empty_trailing_cell_still_reads(tmp_path):
+    from blendsim.plan.prices import read_prices
+
+    assert read_prices(_price_file(tmp_path, "hardware,usd_per_gpu_hour\na100-80gb,2.7,\n")).prices[
+        "a100-80gb"].usd_per_gpu_hour == 2.7

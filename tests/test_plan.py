@@ -936,5 +936,5 @@ def test_brackets_outside_plan_say_where_options_go():
     from blendsim.policies.registry import resolve_policy
 
     for spec in ("dfs[router=contiguous]", "dfs[router=contiguous,random"):
-        with pytest.raises(UserError, match=r"in plan's and sweep's --policies only \(closed by '\]'\); simulate takes them with --opt"):
+        with pytest.raises(UserError, match=r"NAME\[key=value,...\], closed by '\]', in plan's and sweep's --policies; simulate takes them with --opt"):
             resolve_policy(spec)

@@ -116,8 +116,16 @@ def test_admission_is_a_setting_a_report_compares(tmp_path, trace):
     md = " ".join((tmp_path / "rep" / "report.md").read_text().split())
     assert "batchllm: admission greedy" in md and "dfs: admission reserve" in md and "--admission" in md
     # and a simulate gives every policy one admission rule
-    r = _cli("simulate", tmp_path / "t.parquet", "--policy", "dfs", "--admission", "sometimes", "-o", tmp_path / "x")
-    assert r.exit_code != 0
+    from blendsim.workloads.trace import write_trace
+
+    write_trace(trace, tmp_path / "t.parquet")
+    r = _cli("simulate", tmp_path / "t.parquet", "--policy", "batchllm", "--admission", "reserve", "-o", tmp_path / "x")
+    assert r.exit_code == 0, r.output
+    import json
+
+    assert json.loads((tmp_path / "x" / "summary.json").read_text())["admission"] == "reserve"
+    r = _cli("simulate", tmp_path / "t.parquet", "--policy", "dfs", "--admission", "sometimes", "-o", tmp_path / "y")
+    assert r.exit_code == 2 and "--admission must be one of reserve, greedy" in r.output, r.output
 
 
 def test_settings_note_says_no_cap_for_max_seqs_0():
@@ -146,3 +154,32 @@ def test_a_run_without_prefix_caching_on_a_shared_trace_is_said(tmp_path, trace)
     md = " ".join((tmp_path / "rep" / "report.md").read_text().split())
     assert "sarathi ran without prefix caching on traces that share prefixes" in md
     assert "dfs ran without" not in md
+
+
+def test_runs_written_before_a_setting_was_recorded_are_not_said_to_differ_in_it(tmp_path, trace):
+    import json
+
+    for p in ("dfs", "blendserve"):
+        _run(trace, tmp_path / "runs" / p, p)
+    s = tmp_path / "runs" / "dfs" / "summary.json"  # as a summary of an older blendsim: no admission fields
+    old = {k: v for k, v in json.loads(s.read_text()).items()
+           if k not in ("admission", "reserve_ratio", "kv_full", "gpu_memory_utilization")}
+    s.write_text(json.dumps(old))
+    r = _cli("report", tmp_path / "runs", "-o", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    head = " ".join(md.split("## Policies side by side")[0].split())
+    assert "The policies ran on different scheduler settings" in head  # token budget, block size, rounding
+    assert "admission reserve" not in head and "admission nan" not in head
+    side = pd.read_csv(tmp_path / "rep" / "policies.csv")
+    assert side["pp"].tolist() == [1, 1] if "pp" in side else True
+
+
+def test_runs_that_differ_only_in_their_tier_settings_are_not_repeats(tmp_path, trace):
+    _run(trace, tmp_path / "runs" / "dfs", "dfs", host_kv_gb=20)
+    for load in ("stall", "overlap"):  # one result (the tier never loads here), two settings: two runs, not a repeat
+        _run(trace, tmp_path / "runs" / f"random-{load}", "random", host_kv_gb=20, kv_load=load)
+    r = _cli("report", tmp_path / "runs", "-o", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert "repeats" not in r.output
+    assert len(pd.read_csv(tmp_path / "rep" / "policies.csv")) == 3

@@ -536,6 +536,10 @@ def test_policy_options_and_replicas_reach_every_cell(tmp_path):
     assert rows["dfs[router=contiguous]"]["prefix_sharing_ratio"] > rows["dfs"]["prefix_sharing_ratio"]
     settings = json.loads((out / "sweep.json").read_text())["settings"]
     assert settings["precision"] == {"replicas": 2}
+    # run again: both cells are done (a cell's spec is its summary's policy with the options it was given)
+    r = sweep("--densities", "1.1", "--sharing", "0.35", "--requests", "600", "--replicas", "2", "-j", "1", "-q",
+              "--policies", "dfs,dfs[router=contiguous]", "-o", str(out))
+    assert r.exit_code == 0 and "0 cell(s) simulated, 2 already done" in r.output, r.output
     # the same sweep with one replica is another sweep: the folder refuses it instead of mixing the two
     r = sweep("--densities", "1.1", "--sharing", "0.35", "--requests", "600", "-j", "1", "-q",
               "--policies", "dfs,dfs[router=contiguous]", "-o", str(out))

@@ -595,8 +595,8 @@ def calibrate(rows: list[Row], engine: str, hardware: str, base: dict, progress=
         still = [p.name for p in free if select(p) and _unmoved(get_value(fitted, p.path), p.prior if (
             v := get_value(base, p.path)) is None else v)]
         if still:
-            notes.append(f"{', '.join(still)} kept {start}' value{'s' * (len(still) > 1)} (moved less than 0.1%): "
-                         "these runs hardly constrain them, so the profile's figure is the start's, not a fit")
+            notes.append(f"{', '.join(still)} stayed where the fit started ({start}; moved less than 0.1%): these "
+                         "runs hardly constrain them, so the profile's figure is the start's, not a fit")
     fitted["_notes"] = notes + [f"{p.name} sits at its {side} bound {p.lo if side == 'lower' else p.hi:g}"
                                 for p in free if select(p)
                                 for side in [at_bound(float(get_value(fitted, p.path)), (p.lo, p.hi))] if side]

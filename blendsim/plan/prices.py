@@ -77,7 +77,7 @@ def read_prices(path: str | Path | None = None) -> PriceTable:
                                 f"hardware,usd_per_gpu_hour (source, date, kind optional)")
             rows = []
             for r in reader:
-                if None in r:  # more cells than the header has columns
+                if None in r and any(str(x).strip() for x in r[None]):  # more cells than the header's columns
                     raise UserError(f"{path} row {reader.line_num}: {len(header) + len(r[None])} cells for the "
                                     f"header's {len(header)} columns")
                 rows.append({(k or "").strip(): (v or "").strip() if isinstance(v, str) else "" for k, v in r.items()})

@@ -190,7 +190,12 @@ def cell_done(sweep_dir: Path, cell, policy_sha: dict | None = None) -> bool:
         c = json.loads((d / "cell.json").read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(s, dict) and "throughput_tok_s" in s and s.get("policy") == cell.policy and \
+    from blendsim.policy_spec import format_policy
+
+    # a run records its policy's name and the options given apart (summary policy, policy_options): together, the
+    # cell's spec as check_spec wrote it (dfs[router=contiguous])
+    ran = format_policy(str(s.get("policy")), s.get("policy_options") or {}) if isinstance(s, dict) else None
+    return isinstance(s, dict) and "throughput_tok_s" in s and ran == cell.policy and \
         isinstance(c, dict) and c.get("policy") == cell.policy and \
         s.get("policy_sha256") == (policy_sha[cell.policy] if policy_sha is not None else policy_sha256(cell.policy))
 
@@ -199,9 +204,10 @@ def policy_sha256(spec: str) -> str | None:
     """The SHA-256 of the file a ``path.py:Class`` policy comes from (None for blendsim's own), as a run records it
     (``policy_sha256``): a cell made before its policy file was edited runs again."""
     from blendsim.policies.registry import resolve_policy
+    from blendsim.policy_spec import split_policy
 
     try:
-        return resolve_policy(spec).sha256
+        return resolve_policy(split_policy(spec)[0]).sha256
     except UserError:
         return "unresolved"  # the sweep itself reports it
 
