@@ -584,3 +584,24 @@ def test_the_api_sweep_takes_replicas_and_policy_options(tmp_path):
     assert list(df["policy"]) == ["dfs[router=contiguous]"] and list(df["replicas"]) == [2]
     with pytest.raises(UserError, match="--replicas must be >= 1"):
         blendsim.sweep(tmp_path / "t", densities=1.1, sharing=0.35, requests=300, replicas=0)
+
+
+def test_a_sweep_made_by_another_version_is_not_resumed(tmp_path):
+    """Cells simulated by another blendsim (another simulator, policy or trace code) are not mixed into one table
+    (review of 1 Dec 2026: a resumed sweep held two definitions of peak_kv_blocks); --no-resume starts over."""
+    args = ["--densities", "1.1", "--sharing", "0.35", "--requests", "200", "--policies", "dfs", "-j", "1", "-q",
+            "-o", str(tmp_path / "s")]
+    assert sweep(*args).exit_code == 0
+    marker = tmp_path / "s" / "sweep.json"
+    m = json.loads(marker.read_text())
+    assert len(m["settings"]["simulator"]) == 16
+    for old in ("0123456789abcdef", None):  # another version's, or a folder from before folders recorded it
+        if old is None:
+            del m["settings"]["simulator"]
+        else:
+            m["settings"]["simulator"] = old
+        marker.write_text(json.dumps(m))
+        r = sweep(*args)
+        assert r.exit_code == 2 and "simulated by another version of blendsim" in " ".join(r.output.split()), r.output
+    r = sweep(*args, "--no-resume")
+    assert r.exit_code == 0 and "1 cell(s) simulated" in r.output, r.output

@@ -42,6 +42,10 @@ def check_sweep_dir(sweep_dir: Path, spec, resume: bool) -> dict | None:
             flag = "--fixed-trace" if was.get("fixed_trace") else "--trace-per-model"
             raise UserError(f"{d}: its cells ran {there}; this sweep's --models/--hardware make the other the default: "
                             f"add {flag} to resume it (its finished cells are kept), or use another -o")
+        if "simulator" in keys:  # made by another blendsim (or before folders recorded theirs)
+            raise UserError(f"{d}: its cells were simulated by another version of blendsim (its simulator, policies or "
+                            f"trace code differ), and a table of both versions' figures would compare neither; use "
+                            f"another -o, or --no-resume to start over (which removes its finished cells)")
         diff = "; ".join(f"{k}: {_shown(was.get(k))} there, {_shown(new.get(k))} now" for k in keys)
         raise UserError(f"{d}: was swept with other settings ({diff}); use another -o, or --no-resume to "
                         f"start over (which removes its finished cells)")
