@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from blendsim.policies.option import format_policy
 from blendsim.sim.errors import UserError
 
 
@@ -46,19 +47,6 @@ def canonical_policy(spec: str, flag: str = "--policies") -> str:
         except UserError as e:
             raise UserError(f"{flag} {spec}: {e}") from None
     return format_policy(name, out)
-
-
-def format_policy(name: str, values: dict) -> str:
-    """``name`` with option ``values`` (as the policy reads them: a run summary's ``policy_options``) in the one way
-    :func:`canonical_policy` writes a spec: ``NAME[k=v,...]``, keys sorted, switches true/false; ``name`` alone
-    without options."""
-    if not values:
-        return name
-
-    def text(x) -> str:
-        return str(x).lower() if isinstance(x, bool) else repr(x) if isinstance(x, float) else str(x)
-
-    return f"{name}[{','.join(f'{k}={text(values[k])}' for k in sorted(values))}]"
 
 
 __all__ = ["canonical_policy", "format_policy", "split_policy"]

@@ -85,4 +85,18 @@ def _coerce(key: str, value, default):
     return value
 
 
-__all__ = ["EXT", "OURS", "Option"]
+
+def format_policy(name: str, values: dict) -> str:
+    """``name`` with option ``values`` (as the policy reads them: a run summary's ``policy_options``) in the one way
+    :func:`blendsim.policy_spec.canonical_policy` writes a spec: ``NAME[k=v,...]``, keys sorted, switches true/false; ``name`` alone
+    without options."""
+    if not values:
+        return name
+
+    def text(x) -> str:
+        return str(x).lower() if isinstance(x, bool) else repr(x) if isinstance(x, float) else str(x)
+
+    return f"{name}[{','.join(f'{k}={text(values[k])}' for k in sorted(values))}]"
+
+
+__all__ = ["EXT", "OURS", "Option", "format_policy"]

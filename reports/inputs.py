@@ -421,7 +421,7 @@ def _label(df: pd.DataFrame, notes: list | None = None) -> pd.DataFrame:
     df["group"] = (df["workload"] + " · " + deploy) if many else df["workload"]
     if "policy_options" in df:  # a run given options (--opt) is that policy with them, as sweep and plan name it:
         # dfs[router=contiguous] (blendsim.policy_spec), one label for one policy whichever command ran it
-        from blendsim.policy_spec import format_policy
+        from blendsim.policies.option import format_policy
 
         df["policy"] = [p if "[" in str(p) or not _options(o) else format_policy(str(p), _options(o))
                         for p, o in zip(df["policy"], df["policy_options"], strict=True)]

@@ -312,14 +312,20 @@ def _ints(path: Path, df, col: str, minimum: int, rows=None) -> np.ndarray:
     return x.astype(np.int64)
 
 
+# the latest time a trace file may give: Unix time in seconds is ~1.8e9 today; the loaders start a trace at its first
+MAX_CLOCK_S = 1e12
+
+
 def _times(path: Path, df, col: str, rows=None) -> np.ndarray:
-    """Seconds >= 0 that span at most MAX_TIME_S (the loaders start the trace at its first: Unix times load too)."""
+    """Seconds >= 0 (at most MAX_CLOCK_S: Unix times load) that span at most MAX_TIME_S."""
     x = _numbers(path, df, col, rows)
-    first = float(x[x >= 0].min()) if (x >= 0).any() else 0.0
-    bad = np.flatnonzero((x < 0) | (x - first > MAX_TIME_S))
+    ok = (x >= 0) & (x <= MAX_CLOCK_S)
+    first = float(x[ok].min()) if ok.any() else 0.0
+    bad = np.flatnonzero(~ok | (x - first > MAX_TIME_S))
     if len(bad):
         i = int(bad[0])
-        what = "must be >= 0 seconds" if x[i] < 0 else f"is {_fmt(x[i] - first)} s after the first, which {TOO_LATE}"
+        what = ("must be >= 0 seconds" if x[i] < 0 else f"exceeds {MAX_CLOCK_S:.0e} seconds (MAX_CLOCK_S: no clock "
+                "reads that)" if x[i] > MAX_CLOCK_S else f"is {_fmt(x[i] - first)} s after the first, which {TOO_LATE}")
         _fail(path, i if rows is None else rows[i], col, f"{_fmt(x[i])} {what}")
     return x
 

@@ -194,7 +194,7 @@ def cell_done(sweep_dir: Path, cell, policy_sha: dict | None = None) -> bool:
         c = json.loads((d / "cell.json").read_text())
     except (OSError, ValueError):
         return False
-    from blendsim.policy_spec import format_policy
+    from blendsim.policies.option import format_policy
 
     # a run records its policy's name and the options given apart (summary policy, policy_options): together, the
     # cell's spec as check_spec wrote it (dfs[router=contiguous])
