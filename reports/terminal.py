@@ -270,7 +270,8 @@ def print_policies(name: str | None = None, c: Console | None = None) -> None:
         rows = [[n, get_policy(n).description] for n in policy_names()]
         show(c, table("Scheduling policies", [("policy", "left"), ("what it does", "left")], rows))
         say(c, "Options of one policy, their defaults and sources: blendsim policies NAME. Set one with "
-               "--opt key=value (simulate; validate and sweep run each policy on its defaults).", 0)
+               "--opt key=value on simulate, or as NAME[key=value,...] in sweep's and plan's --policies (validate "
+               "runs each policy on its defaults).", 0)
         return
     from blendsim.policies.base import option_records
     from blendsim.policies.registry import resolve_policy
