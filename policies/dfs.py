@@ -17,11 +17,19 @@ from blendsim.sim.errors import UserError
 ROUTERS = ("round-robin", "contiguous")
 
 
-def added_work(tree, order: np.ndarray, output_len: np.ndarray) -> np.ndarray:
-    """Per request, the tokens it adds when the requests run in ``order`` with every prefix kept
-    (``PrefixTree.prompt_tokens_added``; at least its prompt's last token, which an engine always computes) plus
-    its output."""
-    return np.maximum(tree.prompt_tokens_added(order), 1.0) + np.asarray(output_len, dtype=np.float64)
+def added_work(tree, order: np.ndarray, input_len: np.ndarray, output_len: np.ndarray, dep) -> np.ndarray:
+    """Per request, the seconds of work it adds when the requests run in ``order`` with every prefix kept: the compute
+    of the prompt tokens it adds (``PrefixTree.prompt_tokens_added``; at least its prompt's last token, which an
+    engine always computes) and of its output, plus the KV its decode steps read (``sim.density``'s Comp and Mem at
+    the deployment's achievable rates). Both count: a stretch of long decodes is slow by its KV reads, one of long
+    prompts by its compute, and a split by tokens alone gave a stretch of long decodes one engine (the blendserve
+    recipe on four replicas: 19-25% slower than round robin)."""
+    from blendsim.sim.density import Rates, comp_time, mem_time
+
+    rates = Rates.of(dep)
+    added = np.maximum(tree.prompt_tokens_added(order), 1.0)
+    d = np.asarray(output_len, dtype=np.float64)
+    return comp_time(added, d, rates) + mem_time(np.asarray(input_len, dtype=np.float64), d, rates)
 
 
 def contiguous_split(order: np.ndarray, work: np.ndarray, engines: int) -> np.ndarray:
@@ -30,7 +38,8 @@ def contiguous_split(order: np.ndarray, work: np.ndarray, engines: int) -> np.nd
     w = np.asarray(work, dtype=np.float64)[order]
     before = np.cumsum(w) - w
     total = float(w.sum())
-    seg = (np.floor(before * engines / total).astype(np.int64) if total > 0
+    # (a stretch boundary that falls exactly on a request's start, up to rounding, starts the next stretch there)
+    seg = (np.floor(before * engines / total + 1e-9).astype(np.int64) if total > 0
            else np.arange(len(order), dtype=np.int64) * engines // max(len(order), 1))
     out = np.empty(len(order), dtype=np.int64)
     out[order] = np.minimum(seg, engines - 1)
@@ -70,5 +79,5 @@ class DFS(Policy):
             # of time (one burst of a group after another) rather than a share of the work
             raise UserError("dfs --opt router=contiguous splits the whole trace's order before the run, for offline "
                             "runs: add --offline, or keep router=round-robin for a trace with arrivals")
-        work = added_work(self.ctx.tree, self._order, t.output_len)
+        work = added_work(self.ctx.tree, self._order, t.input_len, t.output_len, self.ctx.deployment)
         return AssignedRouter(self.ctx, replicas, contiguous_split(self._order, work, len(replicas)))
