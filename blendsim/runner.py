@@ -568,6 +568,17 @@ def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     rec = rec.arrays(copy=False)
     if np.isnan(rec.finish_s).any():
         i = int(np.flatnonzero(np.isnan(rec.finish_s))[0])
+        import sys
+
+        from blendsim.policies._plugins import is_users
+
+        own = sorted({f"{type(r.scheduler).__qualname__} "
+                      f"({getattr(sys.modules.get(type(r.scheduler).__module__), '__file__', None) or type(r.scheduler).__module__})"
+                      for r in replicas if is_users(type(r.scheduler))})
+        if own:  # a user's scheduler that dropped a request (a requeue or take_candidate that loses it)
+            raise UserError(f"request {trace.ids[i]} (row {i + 1}) never finished: the policy's scheduler {own[0]} lost "
+                            f"it (a request handed to a scheduler stays in self.waiting until it is taken, and is put "
+                            f"back by requeue() when preempted)")
         raise RuntimeError(f"simulation ended with request {i} unfinished (engine bug)")
 
     steps = [r.log.cols for r in replicas]

@@ -393,6 +393,12 @@ def check_policy_class(cls: type) -> None:
 
         if not isinstance(k, str) or not (isinstance(v, Option) or (isinstance(v, tuple) and len(v) == 2)):
             raise UserError(f"{where}: options[{k!r}] must be a (default, help) pair, got {_plugins.describe(v)}")
+        if isinstance(v, Option):  # its own default within its own range and choices: said as the policy's, now
+            try:
+                v.coerce(k, v.default)
+            except UserError as e:
+                raise UserError(f"{where}: option {k}'s default {v.default!r} is not one it accepts "
+                                f"({str(e).partition(': ')[2]})") from None
     if not isinstance(cls.router, str):
         raise UserError(f"{where}: router must be a registered router's name (a string)")
     if not (isinstance(cls.scheduler_cls, type) and issubclass(cls.scheduler_cls, Scheduler)):
@@ -422,9 +428,18 @@ def _is_index(x) -> bool:
 
 def _check_candidate(sched, out) -> str | None:
     n = len(sched.P)  # the trace's requests (the scheduler's prompt lengths)
-    if out is None or (_is_index(out) and 0 <= out < n):
+    if out is None:
         return None
-    return f"returned {_plugins.describe(out)}: expected a waiting request's index (0..{n - 1}) or None"
+    if not (_is_index(out) and 0 <= out < n):
+        return f"returned {_plugins.describe(out)}: expected a waiting request's index (0..{n - 1}) or None"
+    if int(out) in sched.running:
+        return f"returned request {int(out)}, which is running already: expected a waiting request's index or None"
+    # the default take_candidate() removes the queue's head: a scheduler that offers another request removes it itself
+    if type(sched).take_candidate is Scheduler.take_candidate and int(out) != sched.waiting.peek():
+        return (f"returned request {int(out)}, not the waiting queue's head ({sched.waiting.peek()}), which the default "
+                f"take_candidate() removes: override take_candidate(req) too, to remove the request you offer "
+                f"(self.waiting.remove(req))")
+    return None
 
 
 def _check_victim(sched, out) -> str | None:

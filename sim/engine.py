@@ -293,6 +293,17 @@ class Replica:
         return float(ends[k - 1])
 
 
+def _users_scheduler(rep) -> str:
+    """``Class (module)`` of a replica's scheduler where a user wrote it (not blendsim's own), else ""."""
+    sched = rep.ves[0].scheduler if hasattr(rep, "ves") else rep.scheduler
+    import sys
+
+    cls = type(sched)
+    mod = str(getattr(cls, "__module__", ""))
+    where = getattr(sys.modules.get(mod), "__file__", None) or mod  # a file policy's module is named by its digest
+    return "" if mod.startswith("blendsim.") else f"{cls.__qualname__} ({where})"
+
+
 class PipelinedReplica:
     """One pipeline-parallel replica: ``pp`` stages of GPUs and up to ``pp`` batches in flight.
 
@@ -540,9 +551,13 @@ class Cluster:
             if self.arrivals_done:
                 if rep.has_work():
                     waiting, running = rep.queue_counts()
+                    own = _users_scheduler(rep)
                     raise UserError(
                         f"replica {rep.idx} is stuck with {waiting} waiting and {running} running "
-                        f"requests and no step it can run (KV cache too small for the requests left?)"
+                        f"requests and no step it can run " + (
+                            f"(the policy's scheduler {own} offers none of them: its next_candidate() returned None, "
+                            f"or its admission refuses them)" if own else
+                            "(KV cache too small for the requests left?)")
                     )
                 return
             rep.wakeup = env.event()

@@ -347,3 +347,87 @@ def test_the_built_in_names_are_known_without_importing_the_policies(workdir):
             "print(resolve_policy('mypolicy.py:Reverse').cls.name, 'blendsim.policies.dfs' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workdir, check=True)
     assert out.stdout.split() == ["Reverse", "False"]
+
+
+SCHEDULERS = '''
+import blendsim
+from blendsim.policies.option import Option
+from blendsim.sim.scheduler import Scheduler
+
+
+class SkipHead(Scheduler):  # offers the second waiting request but leaves the default take_candidate (pops the head)
+    def next_candidate(self):
+        it = iter(self.waiting)
+        first = next(it, None)
+        return next(it, first)
+
+
+class Mismatch(blendsim.Policy):
+    scheduler_cls = SkipHead
+
+
+class Twice(Scheduler):  # offers a request that runs already
+    def next_candidate(self):
+        if self.running:
+            return next(iter(self.running))
+        return self.waiting.peek()
+
+
+class AdmitsTwice(blendsim.Policy):
+    scheduler_cls = Twice
+
+
+class Forget(Scheduler):  # a preempted request is never put back
+    def requeue(self, req):
+        pass
+
+
+class Forgets(blendsim.Policy):
+    scheduler_cls = Forget
+    engine_defaults = {"max_seqs": 64, "gpu_memory_utilization": 0.2}
+
+
+class Starve(Scheduler):  # never offers request 0
+    def next_candidate(self):
+        for r in self.waiting:
+            if r != 0:
+                return r
+        return None
+
+    def take_candidate(self, req):
+        self.waiting.remove(req)
+
+
+class NeverSchedules(blendsim.Policy):
+    scheduler_cls = Starve
+
+
+class BadDefault(blendsim.Policy):
+    options = {"threshold": Option(512, "a threshold", lo=1000, hi=2000)}
+'''
+
+
+@pytest.mark.parametrize("cls, words", [
+    ("Mismatch", "next_candidate() returned request 1, not the waiting queue's head (0), which the default "
+                 "take_candidate() removes: override take_candidate(req) too"),
+    ("AdmitsTwice", "next_candidate() returned request 0, which is running already"),
+    ("NeverSchedules", "the policy's scheduler Starve ("),
+    ("BadDefault", "option threshold's default 512 is not one it accepts (expected a value in [1000, 2000]"),
+])
+def test_a_users_scheduler_mistake_is_one_line_naming_it(tmp_path, cls, words):
+    """Review of 1 Dec 2026: a scheduler offering a request that is not waiting crashed the engine with a KeyError
+    traceback that never named the user's file (a sweep filed it as blendsim's bug); a request never offered was
+    blamed on the KV cache; an option's own bad default read as a value the user gave."""
+    (tmp_path / "mine.py").write_text(SCHEDULERS)
+    write_trace(random_trace(np.random.default_rng(3), 40), tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["simulate", str(tmp_path / "t.parquet"), "--policy",
+                                       f"{tmp_path / 'mine.py'}:{cls}", *TINY, "-o", str(tmp_path / "run")])
+    assert r.exit_code == 2 and words in " ".join(r.output.split()), r.output
+    assert "Traceback" not in r.output and "mine.py" in r.output
+
+
+def test_a_users_scheduler_that_loses_a_preempted_request_is_named(tmp_path):
+    (tmp_path / "mine.py").write_text(SCHEDULERS)
+    t = blendsim.make_trace(input_len=[2000] * 60, output_len=[2000] * 60)
+    with pytest.raises(blendsim.BlendsimError, match=r"never finished: the policy's scheduler Forget \(.*mine.py\) lost"):
+        blendsim.simulate(t, policy=f"{tmp_path / 'mine.py'}:Forgets", model="llama-3-8b", hardware="a100-80gb")

@@ -21,7 +21,8 @@ def plan_cmd(
     max_gpus: int = typer.Option(64, "--max-gpus", help="Most GPUs for the job (replicas x TP x PP)."),
     engines: str = typer.Option(None, "--engines", help="Engine profiles, comma list (default: vllm,sglang,trtllm)."),
     policies: str = typer.Option(None, "--policies", help="Policies, comma list (default: dfs,random,blendserve); "
-                                                             "a policy's options as NAME[key=value,...], e.g. "
+                                                             "your own as path/to/file.py:ClassName; a policy's "
+                                                             "options as NAME[key=value,...], e.g. "
                                                              "'dfs[router=contiguous]'."),
     weights: str = typer.Option(None, "--weights", help="Weight precisions to try, comma list (default: the "
                                                        "model's)."),
