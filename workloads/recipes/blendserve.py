@@ -253,7 +253,7 @@ def _infeasible(opts: BlendServeOptions, pools, src: str, dep, rho: float, s: fl
     s_lo = float(_measure(pools, n - 2, 0, 0, 1, 0)[0])  # no MMLU: the compute source's own sharing
     s_hi = float(_measure(pools, 0, 0, 0, 1, n - 2)[0])  # all MMLU
     head = (f"blendserve: cannot reach density {opts.density} and sharing {opts.sharing} within "
-            f"{opts.tolerance:.0%} with {n} requests of {src} + openvid + mmlu on {dep.model.name}/{dep.hardware.name}")
+            f"{100 * opts.tolerance:g}% with {n} requests of {src} + openvid + mmlu on {dep.model.name}/{dep.hardware.name}")
     t = pools[2]
     lo1, lo2 = (int(x) for x in np.argsort(t.mem, kind="stable")[:2])
     k = np.arange(0, n - 1)
@@ -271,7 +271,7 @@ def _infeasible(opts: BlendServeOptions, pools, src: str, dep, rho: float, s: fl
         why = f"at that sharing the density with every other request a video one is {rho_bottom:.3f}"
     else:
         why = (f"the closest mix gives density {rho:.4f} ({rho / opts.density - 1:+.1%}) and sharing {s:.4f} "
-               f"({s / opts.sharing - 1:+.1%}), beyond the {opts.tolerance:.0%} tolerance (--tolerance); more "
+               f"({s / opts.sharing - 1:+.1%}), beyond the {100 * opts.tolerance:g}% tolerance (--tolerance); more "
                f"--requests refine the mix")
     return f"{head}: {why}"
 
