@@ -183,3 +183,23 @@ def test_runs_that_differ_only_in_their_tier_settings_are_not_repeats(tmp_path, 
     assert r.exit_code == 0, r.output
     assert "repeats" not in r.output
     assert len(pd.read_csv(tmp_path / "rep" / "policies.csv")) == 3
+
+
+def test_where_t_critical_is_the_larger_bound_simulate_says_how_near_it_the_run_is():
+    """Four requests on four replicas: each replica runs one request alone, so the makespan is T_critical, while
+    T_o spreads one request's sequential chain over the replicas (metrics audit of 1 Dec 2026: "25% of T_o" read as
+    a schedule three quarters from its best)."""
+    from blendsim.reports.terminal import run_summary_lines
+
+    t = blendsim.make_trace(input_len=[100] * 4, output_len=[400] * 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = blendsim.simulate(t, policy="fcfs", replicas=4, model="llama-3-8b").summary
+    assert s["t_critical_s"] > s["t_opt_s"] and s["frac_of_opt"] < 0.5
+    line = " ".join(" ".join(run_summary_lines(s)).split())
+    assert "T_critical, the longest request alone" in line and "is the larger bound here: 100.0% of it" in line
+    t = blendsim.make_trace(input_len=[100] * 400, output_len=[40] * 400)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = blendsim.simulate(t, policy="fcfs", model="llama-3-8b").summary
+    assert s["t_critical_s"] < s["t_opt_s"] and "larger bound" not in " ".join(run_summary_lines(s))
