@@ -432,11 +432,20 @@ def _check_candidate(sched, out) -> str | None:
         return None
     if not (_is_index(out) and 0 <= out < n):
         return f"returned {_plugins.describe(out)}: expected a waiting request's index (0..{n - 1}) or None"
-    if int(out) in sched.running:
-        return f"returned request {int(out)}, which is running already: expected a waiting request's index or None"
+    r = int(out)
+    if r in sched.running:
+        return f"returned request {r}, which is running already: expected a waiting request's index or None"
+    rec = getattr(sched, "rec", None)
+    if rec is not None and rec.finish_s[r] == rec.finish_s[r]:  # not NaN: it finished
+        return f"returned request {r}, which has finished: expected a waiting request's index or None"
+    here = getattr(sched, "replica", None)
+    if rec is not None and here is not None and rec.replica[r] >= 0 and rec.replica[r] != here:  # admitted elsewhere
+        return (f"returned request {r}, which replica {rec.replica[r]} admitted, not this one ({here}): expected a "
+                f"request waiting here or None")
     # the default take_candidate() removes the queue's head: a scheduler that offers another request removes it itself
-    if type(sched).take_candidate is Scheduler.take_candidate and int(out) != sched.waiting.peek():
-        return (f"returned request {int(out)}, not the waiting queue's head ({sched.waiting.peek()}), which the default "
+    peek = getattr(sched.waiting, "peek", None)
+    if type(sched).take_candidate is Scheduler.take_candidate and peek is not None and r != peek():
+        return (f"returned request {r}, not the waiting queue's head ({peek()}), which the default "
                 f"take_candidate() removes: override take_candidate(req) too, to remove the request you offer "
                 f"(self.waiting.remove(req))")
     return None

@@ -34,12 +34,15 @@ def added_work(tree, order: np.ndarray, input_len: np.ndarray, output_len: np.nd
 
 def contiguous_split(order: np.ndarray, work: np.ndarray, engines: int) -> np.ndarray:
     """The engine of each request when ``engines`` engines take consecutive stretches of ``order`` of about equal
-    ``work``: a request goes to the stretch its work starts in, so at most ``engines - 1`` prefix groups are cut."""
+    ``work``: a request goes to the stretch that holds the middle of its work, so at most ``engines - 1`` prefix
+    groups are cut, and a heavy request that starts just before a boundary goes on to the next, lighter stretch (by
+    where its work starts, the blendserve recipe's two longest decodes both ended a stretch 23% over the mean, on
+    four replicas: 482.4 s against 438.7 s by the middle)."""
     w = np.asarray(work, dtype=np.float64)[order]
-    before = np.cumsum(w) - w
+    mid = np.cumsum(w) - w / 2.0
     total = float(w.sum())
-    # (a stretch boundary that falls exactly on a request's start, up to rounding, starts the next stretch there)
-    seg = (np.floor(before * engines / total + 1e-9).astype(np.int64) if total > 0
+    # (a boundary at a request's middle, up to rounding, starts the next stretch there)
+    seg = (np.floor(mid * engines / total + 1e-9).astype(np.int64) if total > 0
            else np.arange(len(order), dtype=np.int64) * engines // max(len(order), 1))
     out = np.empty(len(order), dtype=np.int64)
     out[order] = np.minimum(seg, engines - 1)

@@ -167,10 +167,11 @@ def check_run_config(cfg) -> None:
         optional(text, getattr(cfg, name), flag_of(name))
     from blendsim.sim.seq import ADMISSION, KV_FULL
 
-    for name, allowed in (("admission", ADMISSION), ("kv_full", KV_FULL)):  # named by the flag, before any work
+    # named as the user gives it, before any work: the --admission flag, kv_full (the API's: no flag)
+    for name, said, allowed in (("admission", "--admission", ADMISSION), ("kv_full", "kv_full", KV_FULL)):
         v = getattr(cfg, name)
         if v is not None and v not in allowed:
-            raise UserError(f"{flag_of(name)} must be one of {', '.join(allowed)}, got {v!r}")
+            raise UserError(f"{said} must be one of {', '.join(allowed)}, got {v!r}")
     keep("expert_skew", number(cfg.expert_skew, "--expert-skew", 0.0))
     keep("token_budget", optional(integer, cfg.token_budget, "--token-budget", 1))
     keep("max_seqs", optional(integer, cfg.max_seqs, "--max-seqs", 0))

@@ -18,7 +18,7 @@ def test_contiguous_split_gives_stretches_of_equal_work():
     work = np.full(8, 10)
     got = contiguous_split(order, work, 2)
     assert got[order].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert contiguous_split(order, work, 3)[order].tolist() == [0, 0, 0, 1, 1, 1, 2, 2]
+    assert contiguous_split(order, work, 3)[order].tolist() == [0, 0, 0, 1, 1, 2, 2, 2]  # by each one's middle
     heavy = work.copy()
     heavy[3] = 70  # the first request of the order carries half the work: it alone is the first stretch
     assert contiguous_split(order, heavy, 2)[order].tolist() == [0, 1, 1, 1, 1, 1, 1, 1]

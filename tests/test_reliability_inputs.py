@@ -86,10 +86,10 @@ def test_csv_lengths_beyond_any_context_are_refused_and_keep_the_output(tmp_path
 
 
 @pytest.mark.parametrize(("fmt", "body", "field", "why"), [
-    ("burstgpt", BURST + "1e308,ChatGPT,10,18,490,x\n", "Timestamp", "MAX_CLOCK_S"),
+    ("burstgpt", BURST + "1e308,ChatGPT,10,18,490,x\n", "Timestamp", "more seconds than any clock reads"),
     ("burstgpt", BURST + "5,ChatGPT,10,18,490,x\n-1e308,ChatGPT,10,18,490,x\n", "Timestamp", ">= 0"),
     ("burstgpt", BURST + "inf,ChatGPT,10,18,490,x\n", "Timestamp", "not finite"),
-    ("vidur", VIDUR + "1e300,5,3\n", "arrived_at", "MAX_CLOCK_S"),
+    ("vidur", VIDUR + "1e300,5,3\n", "arrived_at", "more seconds than any clock reads"),
     ("azure", AZURE + "2023-11-16 18:15:46,3,4\n9999-11-16 18:15:46,3,4\n", "TIMESTAMP", "MAX_TIME_S"),
 ], ids=["burst 1e308", "burst -1e308", "burst inf", "vidur 1e300", "azure year 9999"])
 def test_csv_times_must_be_finite_and_bounded(tmp_path, fmt, body, field, why):

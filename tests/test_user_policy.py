@@ -402,6 +402,59 @@ class NeverSchedules(blendsim.Policy):
     scheduler_cls = Starve
 
 
+class Again(Scheduler):  # offers a finished request once more (take_candidate overridden, tolerant)
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.done = []
+        self.again = False
+
+    def on_finish(self, s, now):
+        self.done.append(s.req)
+
+    def next_candidate(self):
+        if self.done and not self.again:
+            self.again = True
+            return self.done[0]
+        return self.waiting.peek()
+
+    def take_candidate(self, req):
+        if req == self.waiting.peek():
+            self.waiting.pop()
+
+
+class Rerun(blendsim.Policy):
+    scheduler_cls = Again
+
+
+class Fifo:  # a queue of the user's own, without peek
+    def __init__(self):
+        self.items = []
+
+    def push(self, r):
+        self.items.append(r)
+
+    def pop(self):
+        return self.items.pop(0)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(list(self.items))
+
+
+class Head(Scheduler):
+    def next_candidate(self):
+        return self.waiting.items[0] if self.waiting.items else None
+
+
+class OwnQueue(blendsim.Policy):
+    scheduler_cls = Head
+
+    def make_scheduler(self, replica, **kw):
+        return Head(queue=Fifo(), replica=replica, **kw)
+
+
 class BadDefault(blendsim.Policy):
     options = {"threshold": Option(512, "a threshold", lo=1000, hi=2000)}
 '''
@@ -412,6 +465,7 @@ class BadDefault(blendsim.Policy):
                  "take_candidate() removes: override take_candidate(req) too"),
     ("AdmitsTwice", "next_candidate() returned request 0, which is running already"),
     ("NeverSchedules", "the policy's scheduler Starve ("),
+    ("Rerun", "which has finished: expected a waiting request"),
     ("BadDefault", "option threshold's default 512 is not one it accepts (expected a value in [1000, 2000]"),
 ])
 def test_a_users_scheduler_mistake_is_one_line_naming_it(tmp_path, cls, words):
@@ -431,3 +485,13 @@ def test_a_users_scheduler_that_loses_a_preempted_request_is_named(tmp_path):
     t = blendsim.make_trace(input_len=[2000] * 60, output_len=[2000] * 60)
     with pytest.raises(blendsim.BlendsimError, match=r"never finished: the policy's scheduler Forget \(.*mine.py\) lost"):
         blendsim.simulate(t, policy=f"{tmp_path / 'mine.py'}:Forgets", model="llama-3-8b", hardware="a100-80gb")
+
+
+def test_a_users_queue_without_peek_still_runs(tmp_path):
+    """The head check reads the queue's peek() where it has one: a queue of the user's own with push/pop only ran
+    before that check and runs still (second diff review of 1 Dec 2026: an AttributeError traceback)."""
+    (tmp_path / "mine.py").write_text(SCHEDULERS)
+    write_trace(random_trace(np.random.default_rng(3), 40), tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["simulate", str(tmp_path / "t.parquet"), "--policy",
+                                       f"{tmp_path / 'mine.py'}:OwnQueue", *TINY, "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output

@@ -324,8 +324,9 @@ def _times(path: Path, df, col: str, rows=None) -> np.ndarray:
     bad = np.flatnonzero(~ok | (x - first > MAX_TIME_S))
     if len(bad):
         i = int(bad[0])
-        what = ("must be >= 0 seconds" if x[i] < 0 else f"exceeds {MAX_CLOCK_S:.0e} seconds (MAX_CLOCK_S: no clock "
-                "reads that)" if x[i] > MAX_CLOCK_S else f"is {_fmt(x[i] - first)} s after the first, which {TOO_LATE}")
+        what = ("must be >= 0 seconds" if x[i] < 0 else
+                f"is more seconds than any clock reads ({MAX_CLOCK_S:.0e}){': milliseconds? give seconds' * bool(x[i] <= 1e15)}"
+                if x[i] > MAX_CLOCK_S else f"is {_fmt(x[i] - first)} s after the first, which {TOO_LATE}")
         _fail(path, i if rows is None else rows[i], col, f"{_fmt(x[i])} {what}")
     return x
 

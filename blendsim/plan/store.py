@@ -76,11 +76,12 @@ class PlanStore:
 
 
 @functools.cache
-def simulator_digest(worker: str = "plan/tasks.py") -> str:
+def simulator_digest(worker: tuple = ("plan/tasks.py", "plan/space.py", "policy_spec.py")) -> str:
     """A digest of what a simulation's figures depend on besides its inputs: the sources of the simulator, the
     policies and the trace code, with the shipped fitted parameters and presets beside them (sim/*.json), and of the
-    run's set-up and the command's worker (blendsim/runner.py, options.py, ``worker``: plan/tasks.py, or
-    sweep/tasks.py). A plan or sweep folder made by another version is not resumed."""
+    run's set-up and the command's own (blendsim/runner.py, options.py, and ``worker``: the files that build a
+    plan's or sweep's runs from its options, relative to the blendsim package). A plan or sweep folder made by
+    another version is not resumed."""
     import hashlib
 
     import blendsim.policies
@@ -96,7 +97,7 @@ def simulator_digest(worker: str = "plan/tasks.py") -> str:
     top = Path(__file__).resolve().parent.parent  # the blendsim package (not imported here: it imports plan)
     h = hashlib.sha256()
     for name, root, files in [tree(m) for m in (blendsim.sim, blendsim.policies, blendsim.workloads)] + [
-            ("blendsim", top, [top / "runner.py", top / "options.py", top / worker])]:
+            ("blendsim", top, [top / "runner.py", top / "options.py", *(top / w for w in worker)])]:
         for f in files:
             h.update(f"{name}/{f.relative_to(root).as_posix()}\0".encode())
             h.update(f.read_bytes())

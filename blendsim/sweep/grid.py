@@ -195,7 +195,7 @@ class SweepSpec:
         from blendsim.plan.store import simulator_digest
 
         # the simulator, policies and trace code the cells ran: cells of two versions are never one table
-        out["simulator"] = simulator_digest("sweep/tasks.py")
+        out["simulator"] = simulator_digest(("sweep/tasks.py", "sweep/grid.py", "policy_spec.py"))
         return out
 
     def run_settings(self) -> dict:
