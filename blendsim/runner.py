@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -568,13 +570,9 @@ def _run_simulation(trace, cfg: RunConfig, progress, spill_dir) -> RunResult:
     rec = rec.arrays(copy=False)
     if np.isnan(rec.finish_s).any():
         i = int(np.flatnonzero(np.isnan(rec.finish_s))[0])
-        import sys
+        from blendsim.sim.engine import users_scheduler
 
-        from blendsim.policies._plugins import is_users
-
-        own = sorted({f"{type(r.scheduler).__qualname__} "
-                      f"({getattr(sys.modules.get(type(r.scheduler).__module__), '__file__', None) or type(r.scheduler).__module__})"
-                      for r in replicas if is_users(type(r.scheduler))})
+        own = sorted({users_scheduler(r.scheduler) for r in replicas} - {""})
         if own:  # a user's scheduler that dropped a request (a requeue or take_candidate that loses it)
             raise UserError(f"request {trace.ids[i]} (row {i + 1}) never finished: the policy's scheduler {own[0]} lost "
                             f"it (a request handed to a scheduler stays in self.waiting until it is taken, and is put "
@@ -643,6 +641,35 @@ def pipeline_summary(dep) -> dict:
             "virtual_engines_per_replica": dep.pp, **adp}
 
 
+@functools.cache
+def simulator_digest(worker: tuple) -> str:
+    """A digest of what a simulation's figures depend on besides its inputs: the sources of the simulator, the
+    policies and the trace code, with the shipped fitted parameters and presets beside them (sim/*.json), and of the
+    run's set-up and the command's own (blendsim/runner.py, options.py, and ``worker``: the files that build a
+    plan's or sweep's runs from its options, relative to the blendsim package). A plan or sweep folder made by
+    another version is not resumed."""
+    import hashlib
+
+    import blendsim.policies
+    import blendsim.sim
+    import blendsim.workloads
+
+    def tree(mod) -> tuple:
+        root = Path(mod.__file__).parent
+        return mod.__name__, root, sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json", ".csv")
+                                          and p.is_file() and "__pycache__" not in p.parts
+                                          and p.name != "_compiled_manifest.json")
+
+    top = Path(__file__).resolve().parent  # the blendsim package (this file's folder)
+    h = hashlib.sha256()
+    for name, root, files in [tree(m) for m in (blendsim.sim, blendsim.policies, blendsim.workloads)] + [
+            ("blendsim", top, [top / "runner.py", top / "options.py", *(top / w for w in worker)])]:
+        for f in files:
+            h.update(f"{name}/{f.relative_to(root).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 # re-exported: the run-directory helpers are part of the runner's public surface
 __all__ = ["Prepared", "RunConfig", "RunResult", "check_run_dir", "engine_config", "offline_routes", "prepare_run",
-           "run_simulation", "schedule_table", "scheduler_settings", "write_run"]
+           "run_simulation", "schedule_table", "scheduler_settings", "simulator_digest", "write_run"]

@@ -251,14 +251,14 @@ def _heatmap(m: pd.DataFrame, policy: str, baseline: str, dep: str, span: float)
     # red (slower) to blue (faster): a diverging map colour-vision deficiencies keep apart, unlike red-green
     norm = TwoSlopeNorm(vcenter=1.0, vmin=1.0 - span, vmax=1.0 + span)
     im = ax.imshow(np.ma.masked_invalid(v), origin="lower", aspect="auto", cmap="RdBu", norm=norm)
-    quiet = 0
+    quiet, digits = 0, _digits(v)
     for (i, j), x in np.ndenumerate(v):
         tie = bool(np.isfinite(x) and abs(x - 1.0) < NOISE)
         quiet += tie
         if tie:
             ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6", lw=0))
         dark = bool(np.isfinite(x) and abs(float(norm(x)) - 0.5) > 0.35)  # the map's deep ends: white text
-        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.{_digits(v)}f}", ha="center", va="center", fontsize=8,
+        ax.text(j, i, "–" if not np.isfinite(x) else f"{x:.{digits}f}", ha="center", va="center", fontsize=8,
                 color="0.45" if tie else "white" if dark else "black")
     ax.set_xticks(range(v.shape[1]))
     ax.set_xticklabels([f"{s:g}" for s in m.columns])

@@ -293,9 +293,9 @@ class Replica:
         return float(ends[k - 1])
 
 
-def _users_scheduler(rep) -> str:
-    """``Class (module)`` of a replica's scheduler where a user wrote it (not blendsim's own), else ""."""
-    sched = rep.ves[0].scheduler if hasattr(rep, "ves") else rep.scheduler
+def users_scheduler(sched) -> str:
+    """``Class (file)`` of a scheduler a user wrote (not one of blendsim's own), else "": what a message about a
+    request the engine could not run or finish names."""
     import sys
 
     cls = type(sched)
@@ -551,7 +551,7 @@ class Cluster:
             if self.arrivals_done:
                 if rep.has_work():
                     waiting, running = rep.queue_counts()
-                    own = _users_scheduler(rep)
+                    own = users_scheduler(rep.ves[0].scheduler if hasattr(rep, "ves") else rep.scheduler)
                     raise UserError(
                         f"replica {rep.idx} is stuck with {waiting} waiting and {running} running "
                         f"requests and no step it can run " + (
@@ -566,4 +566,4 @@ class Cluster:
 
 
 __all__ = ["Cluster", "PipelinedReplica", "SPILL_ROWS", "SpilledColumns", "pipelined_units", "Replica", "SimExecutor",
-           "StepLog"]
+           "StepLog", "users_scheduler"]

@@ -662,6 +662,7 @@ def tier_settings_used(spec: TierSpec | None, dep) -> dict:
     (the preset's or the ones given), so a run says what it assumed; nothing without a tier."""
     if spec is None:
         return {}
+
     def per_gpu(bw: float) -> float:  # the spec's are the stage's GPUs together
         return round(bw / dep.tp / GB, 9)
 

@@ -85,7 +85,7 @@ def test_fresh_measurements_agree_with_the_profile(quick):
     p = load_profile(out)
     # a burst of other work on the shared host skews one measurement (a clean-clone CI run of 1 Dec 2026: 16.5%):
     # timed again once, as calibrate's own passes re-time a point, before the shape is held against the profile
-    for attempt in range(2):
+    for _ in range(2):
         res = validate(p, get_model("tiny"), "cpu", n_points=5, seed=7, passes=2,
                        ops={"qkv_proj", "down_proj", "norm", "attn_decode", "attn_prefill"})
         assert summary(res)["n_points"] >= 20

@@ -379,7 +379,7 @@ class AdmitsTwice(blendsim.Policy):
 
 class Forget(Scheduler):  # a preempted request is never put back
     def requeue(self, req):
-        pass
+        return None  # the mistake under test: req is dropped, not pushed back onto self.waiting
 
 
 class Forgets(blendsim.Policy):

@@ -195,7 +195,6 @@ class ShapeBounds:
 def _file_label(path: str) -> str:
     """A file as a file-name-safe label: its name and the first 12 hex digits of its SHA-256 (read once per content:
     a plan names each deployment's cell before and after simulating it)."""
-
     p = Path(path)
     try:
         st = p.stat()

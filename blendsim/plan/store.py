@@ -7,7 +7,6 @@ simulation). A directory of another plan, or one that is no plan directory, is r
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -27,7 +26,9 @@ class PlanStore:
         if d.exists() and any(d.iterdir()) and not marker.exists():
             raise UserError(f"{d}: exists and is not a blendsim plan directory (no {MARKER}); choose another -o")
         settings = json.loads(json.dumps(settings, sort_keys=True))
-        made_by = simulator_digest()
+        from blendsim.runner import simulator_digest
+
+        made_by = simulator_digest(("plan/tasks.py", "plan/space.py", "policy_spec.py"))
         if marker.exists():
             old = read_json(marker, "plan marker")
             was = old.get("settings") if isinstance(old, dict) else None
@@ -73,35 +74,6 @@ class PlanStore:
         if sample is not None and not s.exists():
             write_trace(sample, s)
         return _Files(full, s if sample is not None else None)
-
-
-@functools.cache
-def simulator_digest(worker: tuple = ("plan/tasks.py", "plan/space.py", "policy_spec.py")) -> str:
-    """A digest of what a simulation's figures depend on besides its inputs: the sources of the simulator, the
-    policies and the trace code, with the shipped fitted parameters and presets beside them (sim/*.json), and of the
-    run's set-up and the command's own (blendsim/runner.py, options.py, and ``worker``: the files that build a
-    plan's or sweep's runs from its options, relative to the blendsim package). A plan or sweep folder made by
-    another version is not resumed."""
-    import hashlib
-
-    import blendsim.policies
-    import blendsim.sim
-    import blendsim.workloads
-
-    def tree(mod) -> tuple:
-        root = Path(mod.__file__).parent
-        return mod.__name__, root, sorted(p for p in root.rglob("*") if p.suffix in (".py", ".json", ".csv")
-                                          and p.is_file() and "__pycache__" not in p.parts
-                                          and p.name != "_compiled_manifest.json")
-
-    top = Path(__file__).resolve().parent.parent  # the blendsim package (not imported here: it imports plan)
-    h = hashlib.sha256()
-    for name, root, files in [tree(m) for m in (blendsim.sim, blendsim.policies, blendsim.workloads)] + [
-            ("blendsim", top, [top / "runner.py", top / "options.py", *(top / w for w in worker)])]:
-        for f in files:
-            h.update(f"{name}/{f.relative_to(root).as_posix()}\0".encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def worker_readable(path) -> Path | None:

@@ -192,7 +192,7 @@ class SweepSpec:
         digest = _profile_digest(self.engine)
         if digest:  # a calibrated profile file: its content, so an edited file is not mixed with the old one
             out["engine_sha256"] = digest
-        from blendsim.plan.store import simulator_digest
+        from blendsim.runner import simulator_digest
 
         # the simulator, policies and trace code the cells ran: cells of two versions are never one table
         out["simulator"] = simulator_digest(("sweep/tasks.py", "sweep/grid.py", "policy_spec.py"))
