@@ -139,6 +139,11 @@ def _read(path: Path, keys, times) -> pd.DataFrame:
             i = int(np.flatnonzero(neg)[0])
             raise UserError(f"{path}: data row {i + 1}, field {c}: {float(v.iloc[i]):g} is not a time or size "
                             f"(>= 0, finite)")
+        if c in keys:  # the keys are counts (tokens, GPUs, heads, widths): 12.5 tokens is a corrupt row
+            frac = (v != np.round(v)).to_numpy()
+            if frac.any():
+                i = int(np.flatnonzero(frac)[0])
+                raise UserError(f"{path}: data row {i + 1}, field {c}: {float(v.iloc[i]):g} is not a whole number")
         df[c] = v
     return df
 

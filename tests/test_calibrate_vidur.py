@@ -201,6 +201,17 @@ def test_a_negative_or_infinite_time_names_row_and_column(tmp_path, value):
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("field", ["num_tokens", "num_tensor_parallel_workers", "n_head"])
+def test_a_fractional_count_names_row_and_column(tmp_path, field):
+    d = write_mlp(tmp_path / "v")
+    df = pd.read_csv(d / "mlp.csv").astype({field: float})
+    df.loc[1, field] = df.loc[1, field] + 0.5
+    df.to_csv(d / "mlp.csv", index=False)
+    one_line_error(run(str(d), "--model", "tiny", "-o", str(tmp_path / "p.json")), f"data row 2, field {field}",
+                   "is not a whole number")
+    assert not (tmp_path / "p.json").exists()
+
+
 def test_empty_and_garbage_files(tmp_path):
     d = tmp_path / "v"
     d.mkdir()
