@@ -938,3 +938,17 @@ def test_brackets_outside_plan_say_where_options_go():
     for spec in ("dfs[router=contiguous]", "dfs[router=contiguous,random"):
         with pytest.raises(UserError, match=r"NAME\[key=value,...\], closed by '\]', in plan's and sweep's --policies; simulate takes them with --opt"):
             resolve_policy(spec)
+
+
+def test_a_budget_miss_whose_pick_is_also_the_fastest_is_recommended_once(trace, tmp_path):
+    """Review of 1 Dec 2026 (second): one deployment meets the deadline, misses the budget and is the fastest; the
+    sentence said "recommended" twice, once as the cheapest meeting the deadline, once as the fastest."""
+    from blendsim.plan.report import build_answer
+
+    one = Space("llama-3-8b", ("h100-80gb",), ("vllm",), ("dfs",), (), (), max_gpus=1)
+    out = run_search(trace, one, 1e9, read_prices(), budget=1e-9)
+    ans = build_answer(out, trace_path=tmp_path / "t.parquet", n_requests=trace.n, model="llama-3-8b",
+                       deadline_s=1e9, budget=1e-9, prices=read_prices(), billing_hour=False, seed=0, fidelity=False)
+    said = json.dumps(ans)
+    assert said.count("recommended") - said.count('"recommended"') == 1, said
+    assert "also the fastest" in said

@@ -162,14 +162,17 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
                + (f" within the ${budget:,.2f} budget" if budget is not None else ""))
         say = f"NO deployment in the search space meets {why}"
         fastest = f[0]
-        if budget is not None and out.meets(rec, deadline_s):  # the budget alone fails: recommended is the cheapest
-            # that meets the deadline, the least over the budget
+        budget_only = budget is not None and out.meets(rec, deadline_s)
+        if budget_only:  # the budget alone fails: recommended is the cheapest that meets the deadline, the least over
+            # the budget
             over_budget = {"deployment": recd, "over_budget_usd": rec.cost_usd - budget}
             say += (f"; recommended: the cheapest simulated one that meets the deadline{_margin_words(margin)}, "
                     f"{_label(recd)}: {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)} "
                     f"({_usd(rec.cost_usd - budget)} over the budget)")
         if fastest is not rec:
             say += f"; the fastest is {_label(mk(fastest))}: {_dur(fastest.makespan_s)} for {_usd(fastest.cost_usd)}"
+        elif budget_only:  # the one recommended is the fastest too: said once
+            say += "; it is also the fastest"
         else:
             say += f"; recommended: the fastest, {_label(recd)}: {_dur(rec.makespan_s)} for {_usd(rec.cost_usd)}"
     checks = [{**c, "label": _label(out.points[c["deployment"]].cand.settings())} if c["deployment"] in out.points
