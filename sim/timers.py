@@ -107,6 +107,10 @@ def nccl_allreduce_s(curves: tuple, tp: int, nbytes):
     return nccl_time(nccl_curve(curves, tp), nbytes)
 
 
+# rows within this fraction of a tile above a multiple of it pad to the multiple (float round-off, not a row)
+TILE_ROUNDOFF = 1e-9
+
+
 class RooflineTimer:
     """Operator time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + launches.
 
@@ -155,7 +159,9 @@ class RooflineTimer:
                 flops, nbytes = flops * k, nbytes * k
             m = np.asarray(gemm_m(op, f, self.shapes))
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
-            pad = np.where(m > 0, -(-m // tile) * tile / np.maximum(m, 1), 0.0)
+            # whole tiles; a mean row count a round-off above a tile multiple (an MoE expert's expected rows,
+            # T x k / E with picks summing to k +- 1 ulp: 256.00000000000003) is that multiple, not one tile more
+            pad = np.where(m > 0, np.maximum(np.ceil(m / tile - TILE_ROUNDOFF), 1) * tile / np.maximum(m, 1), 0.0)
             ratio = (self.expert_ratio if op in MOE_GEMMS else self.lowp_ratio) if op in LOWP_GEMMS else 1.0
             tc = flops * pad / (self.gemm_rate * ratio)
             tm = nbytes / self.bw
