@@ -163,9 +163,17 @@ def scheduler_settings(cfg: RunConfig, policy_cls) -> tuple[EngineConfig, list[s
     if shown:
         notes.append(f"{prof.label} schedules each attention-DP rank on its own: the replica's {' and '.join(shown)}")
     share = prof.seqs_per_stage(base["max_seqs"], cfg.pp)
-    if share != base["max_seqs"]:  # one scheduler for the pipeline's micro-batches: its cap bounds all pp in flight
+    shared = cfg.pp > 1 and prof.seqs_shared_by_stages and base["max_seqs"]
+    if shared:  # one scheduler for the pipeline's micro-batches: its cap bounds all pp in flight
+        if base["max_seqs"] < cfg.pp:  # fewer sequences than micro-batches: stages idle, which a share cannot say
+            raise UserError(f"max_seqs {base['max_seqs']} under {prof.label} with --pp {cfg.pp}: its one scheduler "
+                            f"bounds all {cfg.pp} pipeline micro-batches together, so {cfg.pp - base['max_seqs']} of "
+                            f"them would run empty, which the simulator does not model (it gives each micro-batch "
+                            f"an equal share); use a max_seqs of at least {cfg.pp}")
+        left = base["max_seqs"] - share * cfg.pp
         notes.append(f"{prof.label} schedules its {cfg.pp} pipeline micro-batches from one scheduler: max_seqs "
-                     f"{base['max_seqs']} bounds them all, {share} in each")
+                     f"{base['max_seqs']} bounds them all, {share} in each"
+                     + (f" ({left} of the cap unused: the simulator shares it equally)" if left else ""))
         base["max_seqs"] = share
     if base["round_tokens"] and base["round_tokens"] > base["token_budget"]:
         notes.append(f"round_tokens {base['round_tokens']} exceeds the token budget {base['token_budget']}: a step "

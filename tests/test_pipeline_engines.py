@@ -157,3 +157,22 @@ def test_vllm_v1_keeps_one_sequence_cap_for_its_micro_batches(engine, shared):
                                               engine=engine), cls)
     assert two.max_seqs == (one.max_seqs // 2 if shared else one.max_seqs) and one.max_seqs > 0
     assert any("one scheduler" in n for n in notes) == shared
+
+
+def test_a_shared_sequence_cap_below_the_micro_batches_is_refused_and_a_remainder_is_said(tmp_path):
+    """Review of 1 Dec 2026 (second): max_seqs 1 on vLLM V1 with --pp 2 ran one sequence in each micro-batch (two in
+    flight, 1.94x faster than --pp 1), and a cap of 3 lost a seat without a word."""
+    from blendsim.policies.registry import resolve_policy
+    from blendsim.runner import RunConfig, scheduler_settings
+
+    cls = resolve_policy("fcfs").cls
+    base = dict(policy="fcfs", model="llama-3-8b", hardware="h100-80gb", engine="vllm@0.8")
+    with pytest.raises(UserError, match="max_seqs 1 .* --pp 2: .* use a max_seqs of at least 2"):
+        scheduler_settings(RunConfig(**base, pp=2, max_seqs=1), cls)
+    three, notes = scheduler_settings(RunConfig(**base, pp=2, max_seqs=3), cls)
+    assert three.max_seqs == 1 and any("1 of the cap unused" in n for n in notes), notes
+    t = _trace(tmp_path)
+    one_line_error(_cli("simulate", t, "-m", "llama-3-8b", "--hardware", "h100-80gb", "--engine", "vllm@0.8",
+                        "--pp", 2, "--max-seqs", 1, "--policy", "fcfs", "-o", tmp_path / "run"),
+                   "max_seqs 1", "at least 2")
+    assert not (tmp_path / "run").exists()
