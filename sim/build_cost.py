@@ -13,7 +13,7 @@ from __future__ import annotations
 from blendsim.sim.cost import CostModel
 from blendsim.sim.deployment import Deployment
 from blendsim.sim.efficiency import Efficiency, EfficiencyTimer
-from blendsim.sim.engines import EngineProfile, get_profile, load_params, require_pipeline
+from blendsim.sim.engines import EngineProfile, get_profile, load_params, require_hardware, require_pipeline
 from blendsim.sim.errors import UserError
 from blendsim.sim.profile import Profile, ProfileTimer, load_profile
 from blendsim.sim.timers import RooflineTimer
@@ -31,6 +31,7 @@ def build_cost_model(dep: Deployment, mode: str | None = None, engine: str | Eng
     else:
         prof = get_profile(engine, params)
     require_pipeline(prof, dep.pp)  # an engine that runs no pipeline stages, or runs them unmodelled: one line
+    require_hardware(prof, dep.hardware)  # an engine on a GPU it does not run on (TensorRT-LLM on an MI300X)
     mode = mode or prof.mode
     ar_max = prof.custom_allreduce_max(dep.tp)  # messages above it go through NCCL (RooflineTimer)
     if profile is not None:

@@ -1028,6 +1028,36 @@ CUSTOM_ALLREDUCE: dict[str, tuple | None] = {
     "trtllm": ((2, 16_000_000), (8, 8_000_000)), "deepspeed-fastgen": (),
 }
 
+# The GPU makers an engine runs on, where that is not every preset's: TensorRT-LLM builds TensorRT engines, which run
+# on NVIDIA GPUs only (NVIDIA/TensorRT-LLM README: "optimize inference on NVIDIA GPUs"), and NanoFlow's kernels are
+# CUDA ones (efeslab/Nanoflow README: CUTLASS GEMMs, FlashInfer attention, MSCCL++ collectives). vLLM and SGLang
+# have ROCm builds (the catalogue's MI300X rows); ``ideal`` and calibrated files run anywhere their name's engine does.
+ENGINE_VENDORS: dict[str, tuple] = {"trtllm": ("nvidia",), "nanoflow": ("nvidia",)}
+# a preset's maker by its architecture (blendsim.sim.hardware.ARCH): every architecture not named is NVIDIA's; the
+# ``cpu`` preset is a stand-in to calibrate (``blendsim calibrate --device cpu``) that every engine's tests run on
+ARCH_VENDOR = {"cdna3": "amd", "cpu": None}
+
+
+def hardware_unsupported(prof: EngineProfile, hw) -> str:
+    """Why engine ``prof`` cannot run on the hardware preset ``hw`` (a HardwareSpec), or "" where it can."""
+    makers, maker = ENGINE_VENDORS.get(prof.name), ARCH_VENDOR.get(hw.arch, "nvidia")
+    if makers is None or maker is None or maker in makers:
+        return ""
+    return f"{prof.name} runs on {' and '.join(_MAKER_NAMES[m] for m in makers)} GPUs only"
+
+
+_MAKER_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+
+
+def require_hardware(prof: EngineProfile, hw) -> None:
+    """One line where a deployment's GPU meets an engine that does not run on it."""
+    why = hardware_unsupported(prof, hw)
+    if why:
+        others = sorted(n for n in ("vllm", "sglang") if n not in ENGINE_VENDORS)
+        raise UserError(f"engine {prof.label} on {hw.name}: {why}; choose another engine or GPU ({' or '.join(others)} "
+                        f"run on every GPU preset)")
+
+
 for _p in (*_BUILTIN, *_VERSIONED):
     register(replace(_p, kv_load=_KV_LOAD.get(_p.name, _p.kv_load),
                      custom_allreduce=CUSTOM_ALLREDUCE.get(_p.name, _p.custom_allreduce)))
@@ -1448,5 +1478,5 @@ __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DE
            "PIPELINE_V0_SINCE", "PIPELINE_V1_SINCE", "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS",
            "attn_dp_modelled", "default_graph_sizes", "describe_profile", "get_profile", "graph_pad", "graph_size",
            "is_profile", "is_profile_file", "load_params", "modelled_versions", "next_release", "overhead_keys",
-           "parse_key", "pipeline_unmodelled", "profile_names", "register", "releases", "require_pipeline",
+           "parse_key", "hardware_unsupported", "pipeline_unmodelled", "require_hardware", "profile_names", "register", "releases", "require_pipeline",
            "resolve_version", "sglang_053_reserve_gib", "sizes_text", "trtllm_bench_settings", "version_order", "versions_of"]

@@ -135,7 +135,7 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
     (tp x pp) stay within ``max_gpus``."""
     from blendsim.runner import RunConfig, run_limits
     from blendsim.sim.deployment import Deployment
-    from blendsim.sim.engines import get_profile, pipeline_unmodelled
+    from blendsim.sim.engines import get_profile, hardware_unsupported, pipeline_unmodelled
     from blendsim.sim.hardware import get_hardware
     from blendsim.sim.models import get_model
 
@@ -153,6 +153,11 @@ def shapes(space: Space, trace) -> tuple[list, dict]:
                     eps = [e for e in _powers_of_two(min(space.max_ep, tp)) if tp % e == 0] if model.is_moe else [1]
                     for ep in eps:
                         for engine in space.engines:
+                            if hardware_unsupported(get_profile(engine, {}), hw):
+                                key = "on a GPU its engine does not run on"
+                                pruned[key] = pruned.get(key, 0) + len(space.policies) * (
+                                    space.max_gpus // (tp * pp))
+                                continue
                             if pp > 1 and engine in no_pipeline:
                                 key = "on an engine without modelled pipeline stages"
                                 pruned[key] = pruned.get(key, 0) + len(space.policies) * (

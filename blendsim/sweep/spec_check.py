@@ -66,7 +66,7 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
     names = {m: s.name if taken.count(s.name) == 1 else f"{s.name}-{s.fingerprint()[:6]}" for m, s in specs.items()}
     from blendsim.runner import ENGINE_FIELDS, RunConfig, run_limits
     from blendsim.sim.deployment import make_deployment
-    from blendsim.sim.engines import DEFAULT_ENGINE, require_pipeline
+    from blendsim.sim.engines import DEFAULT_ENGINE, require_hardware, require_pipeline
     from blendsim.sim.kv_tiers import tier_sizes
 
     # --tp / --ep / --pp must fit every model on every GPU: one line now, not per cell. Each policy's cells size
@@ -76,6 +76,10 @@ def check_spec(spec: SweepSpec) -> SweepSpec:
     run = {k: v for k, v in spec.run_settings().items()
            if k in {"engine", "tp", "ep", "pp", "weights", "kv_dtype", *ENGINE_FIELDS}}
     require_pipeline(prof, pr.get("pp", 1))  # pipeline stages on an engine that runs none, before any cell
+    from blendsim.sim.hardware import get_hardware
+
+    for h in spec.hardware:  # an engine on a GPU it does not run on, before any cell
+        require_hardware(prof, get_hardware(h))
     for m in spec.models:
         for h in spec.hardware:
             limits = dict.fromkeys(tuple(sorted(run_limits(RunConfig(
