@@ -1162,15 +1162,22 @@ def resolve_version(name: str, version: str) -> EngineProfile | None:
     exact = VERSIONS.get((name, version))
     if exact is not None:
         return exact
-    want = version_order(version)
-    older = [(v, p) for (n, v), p in VERSIONS.items() if n == name and v and version_order(v) <= want]
-    return max(older, key=lambda vp: version_order(vp[0]))[1] if older else None
+    want = release_key(version)
+    older = [(v, p) for (n, v), p in VERSIONS.items() if n == name and v and release_key(v) <= want]
+    return max(older, key=lambda vp: release_key(vp[0]))[1] if older else None
+
+
+def release_key(v: str) -> tuple:
+    """:func:`version_order` with the missing places as zeros, to order releases: ``1`` is ``1.0`` (and ``1.0.0``),
+    which a plain tuple puts before ``1.0``."""
+    t = version_order(v)
+    return t + (0,) * (4 - len(t)) if len(t) < 4 else t
 
 
 def next_release(name: str, version: str) -> str:
     """The next modelled release of ``name`` after ``version`` ("" for the newest or an unversioned engine)."""
-    newer = [v for n, v in VERSIONS if n == name and v and version and version_order(v) > version_order(version)]
-    return min(newer, key=version_order) if newer else ""
+    newer = [v for n, v in VERSIONS if n == name and v and version and release_key(v) > release_key(version)]
+    return min(newer, key=release_key) if newer else ""
 
 
 def releases(name: str, version: str) -> str:

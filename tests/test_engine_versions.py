@@ -255,3 +255,16 @@ def test_sglang_053_reserves_what_its_own_settings_need():
     assert p.scheduler_for(get_hardware("h100-80gb"), tp=1)["gpu_memory_utilization"] == pytest.approx(0.836, abs=1e-3)
     assert get_profile("sglang@0.5").scheduler_for(get_hardware("h100-80gb"), tp=1)["gpu_memory_utilization"] == \
         pytest.approx(0.875, abs=1e-3)  # 0.5.0-0.5.2's rule
+
+
+@pytest.mark.parametrize("key, profile", [("trtllm@1", "trtllm@1.0"), ("trtllm@v1", "trtllm@1.0"),
+                                          ("trtllm@1.0.0", "trtllm@1.0"), ("trtllm@0.20", "trtllm@0.19"),
+                                          ("vllm@0.6.0", "vllm@0.6"), ("sglang@0.5.2", "sglang@0.5")])
+def test_a_version_with_fewer_places_is_that_release_with_zeros(key, profile):
+    """Review of 1 Dec 2026 (second): ``trtllm@1`` was priced by trtllm@0.19, since the tuple (1,) sorts before 1.0's
+    (1, 0)."""
+    p = get_profile(key, {})
+    assert f"{p.name}@{p.version}" == profile
+    from blendsim.sim.engines import next_release
+
+    assert next_release("trtllm", "1") == ""
