@@ -241,11 +241,28 @@ def calibrated_elsewhere(prof, hardware: str) -> list[str]:
         return []
     from blendsim.sim.engines import load_params
 
-    fitted_on = (load_params(prof.params_file).get("profile") or {}).get("hardware")
+    params = load_params(prof.params_file)
+    fitted_on = (params.get("profile") or {}).get("hardware")
     if not fitted_on or fitted_on == hardware:
         return []
     return [f"{prof.label}: calibrated on {fitted_on}, run on {hardware}: its fitted engine loop applies, "
-            f"{hardware}'s kernel efficiencies are the shipped ones"]
+            f"{efficiencies_carried(params, hardware)}"]
+
+
+def efficiencies_carried(params: dict, hardware: str) -> str:
+    """What a calibrated profile's ``params`` price on ``hardware`` besides its loop: the kernel efficiencies it fitted
+    for that GPU's architecture, which apply there as on the GPU it was fitted on (efficiencies are looked up per
+    architecture, blendsim.sim.efficiency), else none."""
+    from blendsim.sim.hardware import get_hardware
+
+    head = params.get("profile") or {}
+    arch = get_hardware(hardware).arch
+    own = [] if head.get("kept_shipped") else sorted(
+        n.split(".")[-1] for n in head.get("fitted") or [] if n.startswith(f"arch.{arch}."))
+    if own:
+        return (f"and so do the kernel efficiencies it fitted for every {arch} GPU ({', '.join(own)}); "
+                f"{hardware}'s others are the shipped ones")
+    return f"{hardware}'s kernel efficiencies are the shipped ones"
 
 
 def prepare_run(trace, cfg: RunConfig, deployment=None, cost_model=None) -> Prepared:

@@ -562,3 +562,17 @@ def test_a_parameter_the_runs_do_not_move_is_said_to_be_the_starts(tmp_path, mon
     assert res.exit_code == 0, res.output
     assert "vllm@0.8.per_seq_s stayed where the fit started (the shipped parameters; moved less than 0.1%)" in said
     assert "fixed_s stayed" not in said
+
+
+def test_a_profile_on_another_gpu_of_its_architecture_says_its_fitted_efficiencies_apply():
+    """Review of 1 Dec 2026 (second): an H100-calibrated file run on an H200 said the H200's kernel efficiencies were
+    the shipped ones, while the Hopper efficiencies it fitted priced the run (they are looked up per architecture)."""
+    from blendsim.runner import efficiencies_carried
+
+    head = {"profile": {"hardware": "h100-80gb", "fitted": ["engine.trtllm.fixed_s", "arch.hopper.mem_eff",
+                                                            "arch.hopper.lowp_eff"]}}
+    said = efficiencies_carried(head, "h200")
+    assert "fitted for every hopper GPU (lowp_eff, mem_eff)" in said
+    assert efficiencies_carried(head, "a100-80gb") == "a100-80gb's kernel efficiencies are the shipped ones"
+    kept = {"profile": {**head["profile"], "kept_shipped": True}}
+    assert efficiencies_carried(kept, "h200") == "h200's kernel efficiencies are the shipped ones"

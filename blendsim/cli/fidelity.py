@@ -274,10 +274,18 @@ def _params_file_gaps(suite, params: dict, params_file) -> list[str]:
             out.append(f"{seen} of the {len(ids)} rows predicted are {name}'s own calibration rows: in-sample "
                        f"(its fit saw them); the other {len(ids) - seen} are out of its sample")
         hw = head.get("hardware")
-        elsewhere = sum(pr.dep.hardware.name != hw for _, pr in suite.ok) if hw else 0
+        elsewhere = [pr for _, pr in suite.ok if pr.dep.hardware.name != hw] if hw else []
         if elsewhere:
-            out.append(f"{elsewhere} row(s) run on GPUs other than {hw}, the one {name} was calibrated on: its "
-                       f"fitted engine loop applies, their kernel efficiencies are the shipped ones")
+            from blendsim.sim.hardware import get_hardware
+
+            arch = get_hardware(hw).arch
+            own = [] if head.get("kept_shipped") else sorted(
+                n.split(".")[-1] for n in head.get("fitted") or [] if n.startswith(f"arch.{arch}."))
+            akin = sum(pr.dep.hardware.arch == arch for pr in elsewhere)
+            carried = (f"; the kernel efficiencies it fitted for every {arch} GPU ({', '.join(own)}) price the "
+                       f"{akin} of them on {arch} GPUs, whatever their engine" if own and akin else "")
+            out.append(f"{len(elsewhere)} row(s) run on GPUs other than {hw}, the one {name} was calibrated on: its "
+                       f"fitted engine loop applies{carried}; their other kernel efficiencies are the shipped ones")
     return out
 
 
