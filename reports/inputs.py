@@ -339,7 +339,7 @@ RERUN_KEYS = ("throughput_tok_s", "makespan_s", "n_requests", "input_tokens", "o
               "cost_model", "seed", "policy_options", "token_budget", "max_seqs", "block_size", "round_tokens", "mix",
               "prefix_caching", "prefix_retain", "admission", "reserve_ratio", "kv_full", "gpu_memory_utilization",
               "host_kv_gb", "disk_kv_gb", "kv_load", "host_link_gbps", "disk_read_gbps", "disk_write_gbps",
-              "expert_skew", "profile")
+              "expert_skew", "profile", "engine_sha256")
 
 
 def _drop_reruns(df: pd.DataFrame, notes: list | None) -> pd.DataFrame:

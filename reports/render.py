@@ -71,6 +71,14 @@ def one_pricing(runs: pd.DataFrame, mixed: bool) -> pd.DataFrame:
     engine = runs["engine"].astype(str)
     if "engine_profile" in runs:
         prof = runs["engine_profile"].where(runs["engine_profile"].notna(), engine.str.partition(":")[0]).astype(str)
+        if "engine_sha256" in runs:  # a calibrated file is the engine its content is, whatever its path: a file
+            # re-calibrated between two runs prices them two ways, a copy elsewhere one way
+            sha = runs["engine_sha256"]
+            has = sha.notna() & (sha.astype(str) != "")
+            base = prof.str.partition(" fitted in ")[0]
+            first = {h: sorted(prof[has & (sha == h)].str.partition(" fitted in ")[2])[0] for h in set(sha[has])}
+            prof = prof.where(~has, base + " fitted in " + sha.map(lambda h: f"{first.get(h, '')} (sha256 "
+                                                                          f"{str(h)[:12]})"))
         over = engine.str.partition(":")[2]
         engine = prof + over.where(over == "", ":" + over)
     runs["pricing"] = "engine " + engine + ", " + runs["cost_model"].astype(str) + " cost model"

@@ -1358,6 +1358,17 @@ def is_profile_file(key) -> bool:
     return isinstance(key, (str, Path)) and str(key).strip().lower().endswith(".json")
 
 
+def profile_file_digest(path) -> str | None:
+    """The SHA-256 of a calibrated profile file's bytes (None where it cannot be read): what identifies the engine it
+    prices, whatever the path (a re-calibrated file is another engine, a copy the same one)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
 def _from_file(path: str) -> EngineProfile:
     """The engine a ``blendsim calibrate engine`` file was fitted for, with its fitted overhead; the file's
     other parameters (the GPU's efficiencies) price it (``params_file``, read by the cost model)."""
@@ -1485,5 +1496,5 @@ __all__ = ["ASYNC_RESIDUAL", "CUSTOM_ALLREDUCE", "CUSTOM_ALLREDUCE_SOURCES", "DE
            "PIPELINE_V0_SINCE", "PIPELINE_V1_SINCE", "PROFILES", "PROFILE_KIND", "SGLANG_ATTN_DP_SINCE", "VERSIONS",
            "attn_dp_modelled", "default_graph_sizes", "describe_profile", "get_profile", "graph_pad", "graph_size",
            "is_profile", "is_profile_file", "load_params", "modelled_versions", "next_release", "overhead_keys",
-           "parse_key", "hardware_unsupported", "pipeline_unmodelled", "require_hardware", "profile_names", "register", "releases", "require_pipeline",
+           "parse_key", "hardware_unsupported", "profile_file_digest", "pipeline_unmodelled", "require_hardware", "profile_names", "register", "releases", "require_pipeline",
            "resolve_version", "sglang_053_reserve_gib", "sizes_text", "trtllm_bench_settings", "version_order", "versions_of"]

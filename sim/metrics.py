@@ -289,6 +289,8 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
         "mode": cost_model.mode,
         "engine": cost_model.engine.label,
         "engine_profile": cost_model.engine.modelled,
+        # a calibrated profile file: its content, so a report never takes two versions of one file for one engine
+        **({"engine_sha256": _file_digest(cost_model.engine.params_file)} if cost_model.engine.params_file else {}),
         "cost_model": cost_model.timer_name,
         "token_budget": engine_cfg.token_budget,
         "max_seqs": engine_cfg.max_seqs,
@@ -366,6 +368,12 @@ def summarize(*, trace, rec, steps_by_replica, bounds, cfg, cost_model, engine_c
     if extra:
         out.update(extra)
     return out
+
+
+def _file_digest(path) -> str | None:
+    from blendsim.sim.engines import profile_file_digest
+
+    return profile_file_digest(path)
 
 
 __all__ = ["CRITICAL_SHARE", "METRIC_UNITS", "SUMMARY_SCHEMA", "critical_path", "critical_path_warning", "format_throughput", "latency_summary",

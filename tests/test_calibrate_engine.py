@@ -576,3 +576,42 @@ def test_a_profile_on_another_gpu_of_its_architecture_says_its_fitted_efficienci
     assert efficiencies_carried(head, "a100-80gb") == "a100-80gb's kernel efficiencies are the shipped ones"
     kept = {"profile": {**head["profile"], "kept_shipped": True}}
     assert efficiencies_carried(kept, "h200") == "h200's kernel efficiencies are the shipped ones"
+
+
+def test_a_report_keys_a_calibrated_file_by_its_content_not_its_path(tmp_path):
+    """Review of 1 Dec 2026 (second): two runs of one file path, re-calibrated between them, were reported as priced
+    on one engine (2.4% of the gap was pricing); a byte-identical copy at another path was refused as another."""
+    import shutil
+
+    from blendsim.workloads.trace import write_trace
+    from tests.helpers import random_trace
+
+    rows = {r.id: r for r in read_catalogue(SHIPPED_CATALOGUE)}
+    pre = "vllm-0.6.0-blog-llama-3-"
+    write_rows_csv(tmp_path / "two.csv", [rows[pre + "8b-a100-80gb-tp1-decode"], rows[pre + "70b-a100-80gb-tp4-prefill"]])
+    prof = tmp_path / "p.json"
+    app = get_app()
+    assert CliRunner().invoke(app, ["calibrate", "engine", str(tmp_path / "two.csv"), "--engine", "vllm@0.6",
+                                    "--hardware", "a100-80gb", "-o", str(prof)]).exit_code == 0
+    t = write_trace(random_trace(np.random.default_rng(0), n=30), tmp_path / "t.parquet")
+
+    def run(policy, engine, out):
+        r = CliRunner().invoke(app, ["simulate", str(t), "--model", "tiny", "--hardware", "cpu", "--engine",
+                                     str(engine), "--policy", policy, "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        return json.loads((out / "summary.json").read_text())
+
+    a = run("dfs", prof, tmp_path / "same" / "a")
+    copy = tmp_path / "copy.json"
+    shutil.copy(prof, copy)
+    b = run("fcfs", copy, tmp_path / "same" / "b")
+    assert a["engine_sha256"] == b["engine_sha256"]
+    ok = CliRunner().invoke(app, ["report", str(tmp_path / "same"), "-o", str(tmp_path / "rep1")])
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(prof.read_text())
+    doc["engine"] = {k: {f: v * 1.5 for f, v in fs.items()} for k, fs in doc["engine"].items()}
+    run("dfs", prof, tmp_path / "two" / "a")
+    prof.write_text(json.dumps(doc))  # re-calibrated in place
+    run("fcfs", prof, tmp_path / "two" / "b")
+    one_line_error(CliRunner().invoke(app, ["report", str(tmp_path / "two"), "-o", str(tmp_path / "rep2")]),
+                   "priced differently", "sha256")

@@ -136,13 +136,11 @@ class Cell:
 def _profile_digest(engine: str | None) -> str | None:
     """The SHA-256 of the calibrated profile file ``engine`` names (None for a named engine or a missing file,
     which the engine check reports)."""
-    import hashlib
-
-    from blendsim.sim.engines import is_profile_file
+    from blendsim.sim.engines import is_profile_file, profile_file_digest
 
     if not engine or not is_profile_file(engine) or not Path(engine).is_file():
         return None
-    return hashlib.sha256(Path(engine).read_bytes()).hexdigest()
+    return profile_file_digest(engine)
 
 
 @dataclass(frozen=True)
