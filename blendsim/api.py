@@ -247,7 +247,10 @@ class Result:
             raise UserError("Result.cost_usd(): give usd_per_gpu_hour or prices, not both")
         if usd_per_gpu_hour is None:
             table = read_prices(None if prices is None else C.path(prices, "--prices"))
-            usd_per_gpu_hour = table.price_of(self.summary["hardware"]).usd_per_gpu_hour
+            hw = self.summary["hardware"]
+            usd_per_gpu_hour = table.price_of(hw, "the run's hardware",
+                                              f"give cost_usd(usd_per_gpu_hour=...) the price of a {hw} GPU-hour"
+                                              ).usd_per_gpu_hour
         price = C.number(usd_per_gpu_hour, "usd_per_gpu_hour", 0.0)
         return job_cost(int(self.summary["gpus"]), price, float(self.summary["makespan_s"]), billing_hour)
 

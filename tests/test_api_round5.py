@@ -137,6 +137,13 @@ def test_a_run_is_priced_in_dollars_as_plan_prices_a_deployment(trace):
     assert r.cost_usd(3.0, billing_hour=True) == pytest.approx(12.0)
     assert "usd_per_gpu_hour must be a finite number >= 0" in _err(lambda: r.cost_usd("3"))
     assert "not both" in _err(lambda: r.cost_usd(3.0, prices="p.csv"))
+    # a GPU without a price: the run's hardware and the API's way out, not plan's search and --hardware
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h20 = blendsim.simulate(trace, "fcfs", model="llama-3-8b", hardware="h20")
+    said = _err(lambda: h20.cost_usd())
+    assert "no price for h20 (the run's hardware)" in said and "cost_usd(usd_per_gpu_hour=...)" in said, said
+    assert "--hardware" not in said
 
 
 def test_a_partly_failed_sweep_hands_back_the_cells_that_ran(tmp_path):

@@ -952,3 +952,28 @@ def test_a_budget_miss_whose_pick_is_also_the_fastest_is_recommended_once(trace,
     said = json.dumps(ans)
     assert said.count("recommended") - said.count('"recommended"') == 1, said
     assert "also the fastest" in said
+
+
+def test_two_names_of_one_engine_are_simulated_once():
+    """Review of 1 Dec 2026 (second): ``--engines vllm,vllm@0.8,vllm@0.9`` simulated each deployment three times,
+    all priced by vllm@0.8's profile; releases that set a field of their own (vllm@0.11's KV reload) stay apart."""
+    from blendsim.plan import _distinct_engines
+
+    kept, merged = _distinct_engines(("vllm", "vllm@0.8", "vllm@0.9", "vllm@0.11", "sglang"))
+    assert kept == ("vllm", "vllm@0.8", "sglang")
+    assert merged == [{"engine": "vllm@0.9", "as": "vllm@0.8"}, {"engine": "vllm@0.11", "as": "vllm"}]
+    assert _distinct_engines(("vllm@0.6", "vllm@0.6:fixed_s=0.002"))[1] == []
+
+
+def test_deadlines_past_ten_years_are_refused_and_durations_keep_three_figures():
+    """Review of 1 Dec 2026 (second): --deadline 1e30 planned against '11574074074074074864156672.0 d', 1e-9 read
+    '0 s', and a 66 s deadline and a 70 s makespan both read 1.1 min."""
+    from blendsim.plan.report import _dur
+
+    with pytest.raises(UserError, match="ten years"):
+        parse_deadline("1e30")
+    with pytest.raises(UserError, match="ten years"):
+        parse_deadline("1e400")
+    assert parse_deadline("3650d") == 3650 * 86400
+    assert (_dur(66), _dur(70), _dur(1e-9), _dur(1), _dur(17.636)) == ("1.1 min", "1.17 min", "1e-09 s", "1 s",
+                                                                        "17.6 s")

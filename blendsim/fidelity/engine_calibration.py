@@ -727,9 +727,5 @@ def write_rows_csv(path: Path, rows: list[Row]) -> None:
             w.writerow({c: getattr(r, c) for c in COLUMNS})
 
 
-
-
-
-
 __all__ = ["PROFILE_KIND", "Setup", "calibrate", "metric_name", "owned", "read_results", "split_engine", "split_result",
            "write_profile", "write_rows_csv"]

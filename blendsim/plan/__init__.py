@@ -37,9 +37,15 @@ def parse_deadline(text) -> float:
         if not m:
             raise UserError(f"--deadline {text!r}: give a duration like 30m, 24h, 2d, or seconds")
         v = float(m.group(1)) * UNITS[m.group(2) or "s"]
-    if not v > 0 or v == float("inf"):
+    if not v > 0:
         raise UserError(f"--deadline {text!r}: must be a positive duration")
+    if v > MAX_DEADLINE_S:
+        raise UserError(f"--deadline {text!r}: over {MAX_DEADLINE_S / 86400:,.0f} days (ten years), no deadline a "
+                        f"job is planned against; give one up to {MAX_DEADLINE_S / 86400:,.0f}d")
     return v
+
+
+MAX_DEADLINE_S = 3650 * 86400.0  # ten years: a longer deadline is a typo (1e30) or no deadline at all
 
 
 def parse_margin(v):
@@ -177,15 +183,12 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
         raise UserError(f"plan: progress must be a function of (simulated, deployment), got {C.describe(progress)}")
     table = read_prices(None if prices is None else C.path(prices, "--prices"))
     hw = names(hardware, "--hardware") or tuple(h for h in table.prices)
-    from blendsim.sim.engines import get_profile
     from blendsim.sim.hardware import get_hardware
 
     for h in hw:
         get_hardware(h)
         table.price_of(h)
-    eng = names(engines, "--engines") or DEFAULT_ENGINES
-    for e in eng:
-        get_profile(e)  # an unknown engine or version is one line
+    eng, merged = _distinct_engines(names(engines, "--engines") or DEFAULT_ENGINES)
     pols = tuple(dict.fromkeys(check_policy_spec(p)
                                for p in (names(policies, "--policies", _policy_spec) or default_policies())))
     get_model(model)
@@ -227,6 +230,8 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
     answer = build_answer(res, trace_path=path, n_requests=t.n, model=str(model), deadline_s=deadline_s,
                           budget=budget, prices=table, billing_hour=billing_hour, seed=int(seed), fidelity=fidelity,
                           margin=margin)
+    if merged:
+        answer["merged_engines"] = merged
     if out is not None:
         answer["report"] = str(write_report(answer, list(res.points.values()), Path(out)))
     if answer["failures"]:  # the search left these out: its answer may not be the job's (the CLI exits 2)
@@ -236,6 +241,26 @@ def plan(trace, model: str = "llama-3-8b", deadline="24h", *, hardware=None, max
 
         warnings.warn(failures_line(answer), FailedDeploymentsWarning, stacklevel=_user_stacklevel())
     return answer
+
+
+def _distinct_engines(keys) -> tuple[tuple, list]:
+    """The engine keys that price differently, in the order given, and ``[{"engine", "as"}]`` for each left out because
+    an earlier one prices exactly as it does (``vllm@0.9`` as ``vllm@0.8``: one profile, its settings and mechanics
+    alike), so that one deployment is not simulated twice under two names. An unknown engine or version is one line."""
+    from dataclasses import replace
+
+    from blendsim.sim.engines import get_profile
+
+    kept, idents, merged = [], [], []
+    for e in keys:
+        ident = replace(get_profile(e), key="", release="")  # the release matters only through the fields it sets
+        same = next((k for k, i in zip(kept, idents, strict=True) if i == ident), None)
+        if same is None:
+            kept.append(e)
+            idents.append(ident)
+        else:
+            merged.append({"engine": e, "as": same})
+    return tuple(kept), merged
 
 
 class FailedDeploymentsWarning(UserWarning):

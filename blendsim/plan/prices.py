@@ -43,17 +43,19 @@ class PriceTable:
     path: Path
     prices: dict  # hardware -> Price
 
-    def price_of(self, hardware: str) -> Price:
-        """The price of ``hardware``; a one-line error when the file has none."""
+    def price_of(self, hardware: str, where: str = "in the search's --hardware",
+                 instead: str | None = None):
+        """The price of ``hardware``; a one-line error when the file has none (``where``: what named the GPU;
+        ``instead``: the other way out besides a price, default leaving it out of ``--hardware``)."""
         try:
             return self.prices[hardware]
         except KeyError:
+            instead = instead or f"leave {hardware} out of --hardware"
             if self.path == SHIPPED_PRICES:  # the package's own table: the user's prices go in a file of theirs
-                raise UserError(f"the shipped price table has no price for {hardware} (in the search's --hardware): "
-                                f"give your own with --prices FILE (columns hardware,usd_per_gpu_hour) or leave "
-                                f"{hardware} out of --hardware") from None
-            raise UserError(f"{self.path}: no price for {hardware} (in the search's --hardware); add a row "
-                            f"'{hardware},USD_PER_GPU_HOUR' or leave {hardware} out of --hardware") from None
+                raise UserError(f"the shipped price table has no price for {hardware} ({where}): give your own with "
+                                f"--prices FILE (columns hardware,usd_per_gpu_hour) or {instead}") from None
+            raise UserError(f"{self.path}: no price for {hardware} ({where}); add a row "
+                            f"'{hardware},USD_PER_GPU_HOUR' or {instead}") from None
 
     def to_dict(self) -> dict:
         return {"file": str(self.path), "prices": {h: p.__dict__ for h, p in self.prices.items()}}
