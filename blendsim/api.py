@@ -245,14 +245,15 @@ class Result:
         C.boolean(billing_hour, "--billing-hour")
         if usd_per_gpu_hour is not None and prices is not None:
             raise UserError("Result.cost_usd(): give usd_per_gpu_hour or prices, not both")
+        gpus = int(self.summary["gpus"])
         if usd_per_gpu_hour is None:
             table = read_prices(None if prices is None else C.path(prices, "--prices"))
             hw = self.summary["hardware"]
-            usd_per_gpu_hour = table.price_of(hw, "the run's hardware",
-                                              f"give cost_usd(usd_per_gpu_hour=...) the price of a {hw} GPU-hour"
-                                              ).usd_per_gpu_hour
+            p = table.price_of(hw, "the run's hardware",
+                               f"give cost_usd(usd_per_gpu_hour=...) the price of a {hw} GPU-hour")
+            usd_per_gpu_hour, gpus = p.usd_per_gpu_hour, p.billed_gpus(gpus)  # whole instances, where it rents them
         price = C.number(usd_per_gpu_hour, "usd_per_gpu_hour", 0.0)
-        return job_cost(int(self.summary["gpus"]), price, float(self.summary["makespan_s"]), billing_hour)
+        return job_cost(gpus, price, float(self.summary["makespan_s"]), billing_hour)
 
     @_boundary
     def write(self, run_dir, force: bool = False) -> Path:

@@ -977,3 +977,21 @@ def test_deadlines_past_ten_years_are_refused_and_durations_keep_three_figures()
     assert parse_deadline("3650d") == 3650 * 86400
     assert (_dur(66), _dur(70), _dur(1e-9), _dur(1), _dur(17.636)) == ("1.1 min", "1.17 min", "1e-09 s", "1 s",
                                                                         "17.6 s")
+
+
+def test_a_provider_that_rents_whole_instances_bills_them_whole(tmp_path, trace):
+    """Review of 1 Dec 2026 (second): most shipped prices are an 8-GPU instance's / 8, and the planner sold fractions
+    of a node; a price file's gpus_per_instance bills whole instances (absent: each GPU on its own, as before)."""
+    p = tmp_path / "p.csv"
+    p.write_text("hardware,usd_per_gpu_hour,gpus_per_instance\nh100-80gb,2.0,8\na100-80gb,1.5,\n")
+    table = read_prices(p)
+    assert table.cost("h100-80gb", 2, 3600) == pytest.approx(16.0)  # one whole 8-GPU instance for an hour
+    assert table.cost("h100-80gb", 9, 1800) == pytest.approx(16.0)  # two instances for half an hour
+    assert table.cost("a100-80gb", 3, 3600) == pytest.approx(4.5)  # pro rata
+    one = Space("llama-3-8b", ("h100-80gb",), ("vllm",), ("dfs",), (), (), max_gpus=2)
+    out = run_search(trace, one, 1e9, table)
+    assert all(pt.cost_usd == pytest.approx(8 * 2.0 * pt.makespan_s / 3600) for pt in out.points.values())
+    for bad in ("0", "2.5", "-8", "100", "eight"):
+        p.write_text(f"hardware,usd_per_gpu_hour,gpus_per_instance\nh100-80gb,2.0,{bad}\n")
+        with pytest.raises(UserError, match=r"row 2, gpus_per_instance: .* is not a whole number of GPUs from 1 to 72"):
+            read_prices(p)

@@ -1,7 +1,9 @@
 """Per-GPU-hour prices: the shipped table (``prices.csv``) or the user's own file.
 
 A price file is a CSV with at least the columns ``hardware,usd_per_gpu_hour`` (the shipped one adds
-``kind``, ``source`` and ``date`` for every row). Prices are what one GPU of that hardware preset costs for
+``kind``, ``source`` and ``date`` for every row; ``gpus_per_instance``, optional, is the GPUs a provider rents
+together: a deployment is billed for whole instances, 5 GPUs of an 8-GPU instance as 8; empty or absent, each GPU
+is billed on its own, pro rata, as the shipped prices are -- most of them an 8-GPU instance's price / 8). Prices are what one GPU of that hardware preset costs for
 an hour, in US dollars; the shipped ones are cloud on-demand list prices (one approximate quote, marked
 in its ``kind`` column), so a reserved, spot or owned fleet should bring its own (``--prices``).
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,8 @@ SHIPPED_PRICES = Path(__file__).with_name("prices.csv")
 REQUIRED = ("hardware", "usd_per_gpu_hour")
 # no GPU rents for more than this an hour (list prices of 2026 are $1-$15): a larger figure is a typo, such as cents
 MAX_USD_PER_GPU_HOUR = 1_000.0
+# the most GPUs one rented instance holds (a GB200 NVL72 rack: 72)
+MAX_GPUS_PER_INSTANCE = 72
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,11 @@ class Price:
     kind: str = ""  # on-demand list, approximate quote, reserved, spot, owned, ... (free text)
     source: str = ""
     date: str = ""
+    gpus_per_instance: int = 1  # the GPUs rented together: a deployment is billed for whole instances
+
+    def billed_gpus(self, gpus: int) -> int:
+        """The GPUs a deployment of ``gpus`` pays for: whole instances."""
+        return -(-int(gpus) // self.gpus_per_instance) * self.gpus_per_instance
 
 
 @dataclass(frozen=True)
@@ -57,6 +67,11 @@ class PriceTable:
             raise UserError(f"{self.path}: no price for {hardware} ({where}); add a row "
                             f"'{hardware},USD_PER_GPU_HOUR' or {instead}") from None
 
+    def cost(self, hardware: str, gpus: int, makespan_s: float, billing_hour: bool = False) -> float:
+        """What ``gpus`` GPUs of ``hardware`` cost for ``makespan_s``: :func:`job_cost` over the GPUs billed."""
+        p = self.price_of(hardware)
+        return job_cost(p.billed_gpus(gpus), p.usd_per_gpu_hour, makespan_s, billing_hour)
+
     def to_dict(self) -> dict:
         return {"file": str(self.path), "prices": {h: p.__dict__ for h, p in self.prices.items()}}
 
@@ -76,7 +91,7 @@ def read_prices(path: str | Path | None = None) -> PriceTable:
             missing = [c for c in REQUIRED if c not in header]
             if missing:
                 raise UserError(f"{path}: missing column(s) {', '.join(missing)}; a price file has the columns "
-                                f"hardware,usd_per_gpu_hour (source, date, kind optional)")
+                                f"hardware,usd_per_gpu_hour (source, date, kind, gpus_per_instance optional)")
             rows = []
             for r in reader:
                 if None in r and any(str(x).strip() for x in r[None]):  # more cells than the header's columns
@@ -108,7 +123,11 @@ def read_prices(path: str | Path | None = None) -> PriceTable:
                             f"{MAX_USD_PER_GPU_HOUR:,.0f} (cents given as dollars?)")
         if hw in prices:
             raise UserError(f"{where}, hardware: {hw} has a price already (one row per preset)")
-        prices[hw] = Price(hw, usd, r.get("kind", ""), r.get("source", ""), r.get("date", ""))
+        per = r.get("gpus_per_instance", "") or "1"
+        if not re.fullmatch(r"[0-9]+", per) or not 1 <= int(per) <= MAX_GPUS_PER_INSTANCE:
+            raise UserError(f"{where}, gpus_per_instance: {per!r} is not a whole number of GPUs from 1 to "
+                            f"{MAX_GPUS_PER_INSTANCE} (empty: each GPU billed on its own)")
+        prices[hw] = Price(hw, usd, r.get("kind", ""), r.get("source", ""), r.get("date", ""), int(per))
     if not prices:
         raise UserError(f"{path}: no prices (a row per GPU: hardware,usd_per_gpu_hour)")
     return PriceTable(path, prices)

@@ -15,9 +15,10 @@ def entry(p, deadline_s: float, budget, prices, n_requests: int, fidelity: dict,
     ``plan --margin`` set)."""
     c = p.cand
     e = dict(c.settings())
-    price = prices.price_of(c.shape.hardware).usd_per_gpu_hour
+    price = prices.price_of(c.shape.hardware)
     e.update(
-        makespan_s=p.makespan_s, cost_usd=p.cost_usd, usd_per_gpu_hour=price,
+        makespan_s=p.makespan_s, cost_usd=p.cost_usd, usd_per_gpu_hour=price.usd_per_gpu_hour,
+        billed_gpus=price.billed_gpus(c.gpus),
         meets_deadline=search.meets(p, deadline_s), deadline_margin=search.margin.get(c.key, 0.0),
         within_budget=budget is None or p.cost_usd <= budget,
         tokens_per_usd=p.tokens / p.cost_usd if p.cost_usd > 0 else None,
@@ -260,6 +261,17 @@ def notes(answer: dict) -> list[str]:
     """Lines under the table: pruning, the sampled-vs-full check, fidelity."""
     lines = [f"{answer['candidates']} deployment(s) in the space, {answer['simulated']} simulated; pruned: "
              + (", ".join(f"{v} {k}" for k, v in answer["pruned"].items()) or "none")]
+    used = answer.get("prices", {}).get("used") or {}
+    if used:
+        each = "; ".join(f"{h} ${p['usd_per_gpu_hour']:g} per GPU-hour ({p['kind'] or 'your price'}"
+                         f"{', ' + p['date'] if p['date'] else ''}"
+                         f"{', billed by whole ' + str(p['gpus_per_instance']) + '-GPU instances' if p.get('gpus_per_instance', 1) > 1 else ''})"
+                         for h, p in used.items())
+        pro_rata = [h for h, p in used.items() if p.get("gpus_per_instance", 1) == 1]
+        lines.append(f"prices: {each}" + (
+            f"; {', '.join(pro_rata)} billed per GPU, pro rata (where a provider rents only whole instances, a "
+            f"gpus_per_instance column in --prices bills them whole); sources in --json and the report"
+            if pro_rata else "; sources in --json and the report"))
     for m in answer.get("merged_engines") or []:
         lines.append(f"--engines: {m['engine']} prices exactly as {m['as']} does (one profile, the same settings): "
                      f"simulated once, as {m['as']}")

@@ -47,7 +47,6 @@ import numpy as np
 from blendsim.sim.errors import UserError
 from blendsim.sim.metrics import CRITICAL_SHARE
 
-from .prices import job_cost
 from .space import (
     Candidate,
     Reuse,
@@ -161,9 +160,8 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
             out.pruned[IDLE] = out.pruned.get(IDLE, 0) + most - trace.n
         for r in range(1, min(most, trace.n) + 1):
             c = Candidate(shape, r)
-            price = prices.price_of(shape.hardware).usd_per_gpu_hour
             lb_m = sb.makespan(r)
-            bounds[c] = (lb_m, job_cost(c.gpus, price, lb_m, billing_hour))
+            bounds[c] = (lb_m, prices.cost(shape.hardware, c.gpus, lb_m, billing_hour))
             cands.append(c)
             if margin is not None:
                 out.margin[c.key] = float(margin(c))
@@ -213,7 +211,7 @@ def run_search(trace, space, deadline_s: float, prices, *, budget: float | None 
         return split_scale[c]
 
     def cost(c, m):
-        return job_cost(c.gpus, prices.price_of(c.shape.hardware).usd_per_gpu_hour, m, billing_hour)
+        return prices.cost(c.shape.hardware, c.gpus, m, billing_hour)
 
     def evaluate(batch, whole: bool):
         arg = full_arg if whole or not sampled else sub_arg
