@@ -204,6 +204,9 @@ def run_summary_lines(s: dict) -> list[str]:
                      f"{pct(crit / s['makespan_s'])} of it")
         lines.append(f"makespan {s['makespan_s']:,.2f} s, throughput {s['throughput_tok_s']:,.0f} tok/s"
                      + _per_gpu(s) + f", {pct(s['frac_of_opt'])} of T_o, the lower bound ({said})")
+    cost = cost_line(s)
+    if cost:
+        lines.append(cost)
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
                  f"compute density {density_text(s.get('compute_density'))}")
@@ -222,6 +225,21 @@ def run_summary_lines(s: dict) -> list[str]:
         lines.append(f"latency mean {s['latency_mean_s']:,.3f} s, p99 {s['latency_p99_s']:,.3f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
     return lines
+
+
+def cost_line(s: dict) -> str | None:
+    """What the run's GPUs cost for its makespan at the shipped on-demand price of its GPU (as ``plan`` prices a
+    deployment), where the shipped table has one; None otherwise."""
+    from blendsim.plan.prices import job_cost, read_prices
+
+    p = read_prices().prices.get(str(s.get("hardware")))
+    if p is None or not s.get("makespan_s") or not s.get("gpus"):
+        return None
+    billed = p.billed_gpus(int(s["gpus"]))
+    usd = job_cost(billed, p.usd_per_gpu_hour, float(s["makespan_s"]))
+    return (f"cost ${usd:,.4g}: {billed} GPU(s) x {s['makespan_s'] / 3600:,.4g} h at ${p.usd_per_gpu_hour:g} per "
+            f"{s['hardware']} GPU-hour, the shipped {p.kind or 'price'}{f' of {p.date}' if p.date else ''} "
+            f"(blendsim/plan/prices.csv; yours: blendsim plan --prices, or Result.cost_usd)")
 
 
 def expected_error_line(s: dict) -> str | None:

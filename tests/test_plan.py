@@ -995,3 +995,19 @@ def test_a_provider_that_rents_whole_instances_bills_them_whole(tmp_path, trace)
         p.write_text(f"hardware,usd_per_gpu_hour,gpus_per_instance\nh100-80gb,2.0,{bad}\n")
         with pytest.raises(UserError, match=r"row 2, gpus_per_instance: .* is not a whole number of GPUs from 1 to 72"):
             read_prices(p)
+
+
+def test_simulate_says_what_the_run_costs_at_the_shipped_price(tmp_path, trace):
+    """Review of 1 Dec 2026 (second): simulate printed no dollar figure; it now prices the run as plan does, at the
+    shipped on-demand price of its GPU, and says nothing for a GPU the table has no price for."""
+    from blendsim.workloads.trace import write_trace
+    from blendsim.reports.terminal import cost_line
+
+    path = write_trace(trace, tmp_path / "t.parquet")
+    r = CliRunner().invoke(get_app(), ["simulate", str(path), "--model", "llama-3-8b", "--hardware", "a100-80gb",
+                                       "--tp", "2", "--replicas", "2", "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    usd = read_prices().cost("a100-80gb", 4, s["makespan_s"])
+    assert f"cost ${usd:,.4g}: 4 GPU(s)" in " ".join(r.output.split())
+    assert cost_line({**s, "hardware": "h20"}) is None

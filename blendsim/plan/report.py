@@ -63,9 +63,11 @@ def _nothing_simulated(out) -> str:
     if out.failures:
         return f"no deployment could be simulated: {len(out.failures)} simulation(s) failed (see failures)"
     why = ", ".join(f"{v} {k}" for k, v in sorted(out.pruned.items())) or "none tried"
-    hint = ("; the model does not fit on any deployment the search allows: raise --max-gpus, --max-tp or --max-pp, "
-            "add a GPU with more memory (--hardware), or store the weights in fewer bits (--weights fp8)"
-            if set(out.pruned) == {"does not fit"} else "")
+    hint = ("; the model does not fit on the deployments the search allows: raise --max-gpus, --max-tp or "
+            "--max-pp, add a GPU with more memory (--hardware), or store the weights in fewer bits (--weights fp8)"
+            if "does not fit" in out.pruned else "")
+    if "on a GPU its engine does not run on" in out.pruned:
+        hint += "; TensorRT-LLM and NanoFlow run on NVIDIA GPUs only: add vllm or sglang to --engines"
     return f"no deployment could be simulated: every one of the {out.candidates} in the space was pruned ({why}){hint}"
 
 
