@@ -1000,8 +1000,8 @@ def test_a_provider_that_rents_whole_instances_bills_them_whole(tmp_path, trace)
 def test_simulate_says_what_the_run_costs_at_the_shipped_price(tmp_path, trace):
     """Review of 1 Dec 2026 (second): simulate printed no dollar figure; it now prices the run as plan does, at the
     shipped on-demand price of its GPU, and says nothing for a GPU the table has no price for."""
-    from blendsim.workloads.trace import write_trace
     from blendsim.reports.terminal import cost_line
+    from blendsim.workloads.trace import write_trace
 
     path = write_trace(trace, tmp_path / "t.parquet")
     r = CliRunner().invoke(get_app(), ["simulate", str(path), "--model", "llama-3-8b", "--hardware", "a100-80gb",
