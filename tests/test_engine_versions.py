@@ -85,6 +85,11 @@ def test_catalogue_engine_version_selects_the_profile(tmp_path):
     assert got == {"v0.5.3": ("vllm", "0.5"), "v0.6.0": ("vllm", "0.6"), "v0.11.0": ("vllm", "0.8"),
                    "none": ("vllm", "0.8")}
     assert "older than every modelled version" in suite.reasons["v0.2.1"]
+    # the JSON names the profile that priced each row (review of 1 Dec 2026, second: only --markdown said it)
+    from blendsim.fidelity.suite import predictions, summarise
+
+    js = {x["id"]: x for x in summarise(suite, predictions(suite, {}))["rows"]}
+    assert js["v0.11.0"]["engine_profile"] == "vllm@0.8" and js["v0.5.3"]["engine_profile"] == "vllm@0.5"
     # the synchronous V0 loop is slower than V1 on the same rows
     ms = {rid: pr.makespan({}) for rid, pr in suite.pricers.items()}
     assert ms["v0.5.3"] > ms["v0.6.0"] and ms["v0.5.3"] > ms["v0.11.0"]

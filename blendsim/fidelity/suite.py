@@ -152,7 +152,9 @@ def summarise(suite: Suite, pred: dict) -> dict:
         if r.id in pred:
             p = pred[r.id]
             rows.append({"id": r.id, "status": "ok", "reason": "", "predicted": p, "measured": r.value,
-                         "error": p / r.value - 1.0, **_what(r), **({"note": suite.notes[r.id]}
+                         "error": p / r.value - 1.0, **_what(r),
+                         "engine_profile": suite.pricers[r.id].profile.modelled,  # the profile that priced it
+                         **({"note": suite.notes[r.id]}
                                                                       if r.id in suite.notes else {})})
         else:
             rows.append({"id": r.id, "status": "skipped", "reason": suite.reasons.get(r.id, "not predicted"),
