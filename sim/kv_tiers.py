@@ -716,8 +716,10 @@ def tier_notes(summary: dict) -> list[str]:
         return []
     who = "a replica's steps" if replicas > 1 else "steps"
     return [f"KV tiers: the busiest drive was busy {busy:,.1f} s of the {span:,.1f} s run (reads and the write-backs "
-            f"that evictions wait for) and {who} waited {stall:,.1f} s for loads; a run without the disk tier, or with "
-            f"a larger host tier or a faster drive (--disk-write-gbps), may finish sooner"]
+            f"that evictions wait for) and {who} waited {stall:,.1f} s for loads; every prefix hit on the drive is "
+            f"read back, even where recomputing it would be faster (a model with much KV per token, such as a "
+            f"multi-head-attention one), so a run without the disk tier, or with a larger host tier or a faster drive "
+            f"(--disk-read-gbps, --disk-write-gbps), may finish sooner"]
 
 
 def _drive_busy(reads, writes) -> float:
