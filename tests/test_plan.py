@@ -1011,3 +1011,22 @@ def test_simulate_says_what_the_run_costs_at_the_shipped_price(tmp_path, trace):
     usd = read_prices().cost("a100-80gb", 4, s["makespan_s"])
     assert f"cost ${usd:,.4g}: 4 GPU(s)" in " ".join(r.output.split())
     assert cost_line({**s, "hardware": "h20"}) is None
+
+
+def test_near_misses_take_each_gpu_and_engine_in_turn():
+    """Review of 1 Dec 2026 (second): a sample's error had one sign per GPU (A100 estimates too fast, H100 too slow),
+    and the two near misses re-run were both A100s, the cheapest; the cheaper H100 deployments went unchecked."""
+    from blendsim.plan.search import Point, Search, _near_misses
+    from blendsim.plan.space import Candidate, Shape
+
+    def pt(hw, engine, r, cost):
+        c = Candidate(Shape(hw, 1, 1, 1, engine, "dfs", "bf16", "bf16"), r)
+        return Point(c, makespan_s=100.0, cost_usd=cost, tokens=1, full=False)
+
+    pts = [pt("a100-80gb", "vllm", r, 1.00 + r / 100) for r in (1, 2, 3)] + \
+          [pt("h100-80gb", "vllm", r, 1.05 + r / 100) for r in (1, 2)] + [pt("a100-80gb", "sglang", 1, 1.07)]
+    rec = Point(pts[0].cand.__class__(Shape("a100-80gb", 2, 1, 1, "vllm", "dfs", "bf16", "bf16"), 1), 90.0, 1.2, 1)
+    out = Search(points={p.cand.key: p for p in [*pts, rec]})
+    got = [(p.cand.shape.hardware, p.cand.shape.engine, p.cand.replicas) for p in _near_misses(out, rec, 1e9, None, 0.1)]
+    assert got[:3] == [("a100-80gb", "vllm", 1), ("h100-80gb", "vllm", 1), ("a100-80gb", "sglang", 1)]
+    assert got[3:] == [("a100-80gb", "vllm", 2), ("h100-80gb", "vllm", 2), ("a100-80gb", "vllm", 3)]
