@@ -401,8 +401,14 @@ def hardware_names() -> list[str]:
 def get_hardware(name: str) -> HardwareSpec:
     try:
         return PRESETS[name]
-    except KeyError:
-        raise UserError(f"unknown hardware {name!r}; presets: {', '.join(PRESETS)}") from None
+    except (KeyError, TypeError):
+        import difflib
+
+        low = str(name).strip().lower()
+        near = ([low] if low in PRESETS else [p for p in PRESETS if low and p.startswith(low)]
+                or difflib.get_close_matches(low, PRESETS, n=1, cutoff=0.75))
+        hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+        raise UserError(f"unknown hardware {name!r}{hint}; presets: {', '.join(PRESETS)}") from None
 
 
 __all__ = ["GiB", "HOST_IO", "HardwareSpec", "NCCL_ALLREDUCE", "PRESETS", "TOPOLOGY", "get_hardware", "hardware_names",

@@ -52,3 +52,16 @@ def test_plan_leaves_the_pair_out_of_its_space():
     out = run_search(trace, space, 1e9, read_prices())
     assert all(not (p.cand.shape.hardware == "mi300x" and p.cand.shape.engine == "trtllm")
                for p in out.points.values())
+
+
+@pytest.mark.parametrize("typed, hint", [("A100-80GB", "did you mean a100-80gb?"),
+                                         ("h100", "did you mean h100-80gb or h100-pcie?"),
+                                         ("mi300", "did you mean mi300x?"), ("tpu", None)])
+def test_an_unknown_gpu_name_suggests_the_preset_meant(typed, hint):
+    """Review of 1 Dec 2026 (second): A100-80GB and h100 were refused with the preset list alone."""
+    from blendsim.sim.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        get_hardware(typed)
+    assert str(e.value).startswith(f"unknown hardware {typed!r}")
+    assert (hint in str(e.value)) if hint else "did you mean" not in str(e.value)
