@@ -102,7 +102,17 @@ def test_calibrate_engine_says_which_catalogue_rows_it_left_out(tmp_path):
     assert res.exit_code == 0, res.output
     assert "2 row(s) of vllm@0.6 on a100-80gb taken; left out: 2 on other GPUs" in res.output
     shown = _run("fidelity", "--params", "--params-file", str(out))
-    assert f"fitted parameters ({out}; 2 rows)" in shown.output
+    said = " ".join(shown.output.split())
+    prof = json.loads(out.read_text())["profile"]
+    if prof["kept_shipped"]:
+        assert f"engine profile {out} (vllm@0.6 on a100-80gb, 2 runs): its fit was no better" in said, said
+        assert "CALIBRATED" not in said
+    else:  # review of 1 Dec 2026 (second): which of the 55 constants the calibration moved
+        assert f"engine profile {out} (vllm@0.6 on a100-80gb, 2 runs): the {len(prof['fitted'])} parameter(s)" in said
+        assert sum(line.rstrip().endswith(" CALIBRATED") for line in shown.output.splitlines()) == len(prof["fitted"])
+    js = json.loads(_run("fidelity", "--params", "--json", "--params-file", str(out)).output)
+    assert {p["name"] for p in js["params"] if p["calibrated"]} == (set() if prof["kept_shipped"] else
+                                                                    set(prof["fitted"]))
 
 
 def test_stats_cost_and_simulate_say_the_same_of_a_model_that_does_not_fit(tmp_path, trace):

@@ -166,16 +166,28 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
 
     bounds = params.get("bounds", {})
     rows = [(n, v, bounds.get(n), at_bound(v, bounds.get(n))) for n, v in flatten(params)]
+    head = params.get("profile") if isinstance(params.get("profile"), dict) else None
+    # a calibrate engine file: the parameters its fit moved (none where it kept the values it started from)
+    own = set() if not head or head.get("kept_shipped") else set(head.get("fitted") or [])
     if as_json:
         typer.echo(json.dumps({"file": str(path), "params": [{"name": n, "value": v, "bounds": b, "at_bound": a,
-                                                               "measured_bounds": was_measured(n, b)}
+                                                               "measured_bounds": was_measured(n, b),
+                                                               **({"calibrated": n in own} if head else {})}
                                                               for n, v, b, a in rows],
                                "at_bound": [n for n, _v, _b, a in rows if a]}, indent=1))
         return
     fitted_on = params.get("fitted_on")
     n_rows = (fitted_on.get("rows") if isinstance(fitted_on, dict) else None) \
         or len((params.get("profile") or {}).get("fitted_on") or []) or "?"  # a calibrated engine profile's runs
-    typer.echo(f"fitted parameters ({path}; {n_rows} rows):")
+    if head:  # a calibrate engine file holds every parameter; its fit moved only some
+        start = head.get("started_from") or "the shipped parameters"
+        typer.echo(f"engine profile {path} ({head.get('engine')}@{head.get('version')} on {head.get('hardware')}, "
+                   f"{n_rows} runs): " + (f"its fit was no better than {start}, which it holds unchanged:"
+                                          if head.get("kept_shipped") else
+                                          f"the {len(own)} parameter(s) its fit moved are marked CALIBRATED, the "
+                                          f"others are {start}:"))
+    else:
+        typer.echo(f"fitted parameters ({path}; {n_rows} rows):")
 
     def ceiling(n: str, a) -> bool:  # an upper bound that is a physical ceiling (sim.efficiency.CEILINGS)
         return a == "upper" and n.rsplit(".", 1)[-1] in CEILINGS
@@ -197,6 +209,7 @@ def _print_params(params: dict, path: Path, as_json: bool) -> None:
                " (engine loops)" if n.startswith("engine.") and a == "upper" else "")
         flag = f" AT {a.upper()} BOUND{why}" if a else ""  # the tag the notes below explain
         flag += " (measured)" if was_measured(n, b) else ""
+        flag += " CALIBRATED" if n in own else ""
         line = (f"  {n:{w}s} {v:{vw}.4g}  {bs:12s}" + flag).rstrip()
         if len(line) > cols and flag:  # the flag on a line of its own rather than past the edge
             line = f"  {n:{w}s} {v:{vw}.4g}  {bs}\n      {flag.strip()}"
