@@ -100,7 +100,15 @@ def test_calibrate_engine_says_which_catalogue_rows_it_left_out(tmp_path):
     out = tmp_path / "prof.json"
     res = _run("calibrate", "engine", str(cat), "--engine", "vllm@0.6", "--hardware", "a100-80gb", "-o", str(out))
     assert res.exit_code == 0, res.output
-    assert "2 row(s) of vllm@0.6 on a100-80gb taken; left out: 2 on other GPUs" in res.output
+    assert "2 row(s) of vllm@0.6 on a100-80gb taken; left out: 2 of vllm@0.6 on other GPUs" in res.output
+    # another version's rows, on any GPU, are counted as such, not as "on other GPUs"
+    v5 = [r for r in csv.DictReader(open(SHIPPED_CATALOGUE, newline="")) if r["id"].startswith("vllm-0.5.3-blog")]
+    with cat.open("a", newline="") as fh:
+        csv.DictWriter(fh, fieldnames=list(rows[0])).writerows(v5)
+    again = _run("calibrate", "engine", str(cat), "--engine", "vllm@0.6", "--hardware", "a100-80gb", "-o",
+                 str(tmp_path / "again.json"))
+    assert (f"left out: 2 of vllm@0.6 on other GPUs (a calibration fits one GPU: run it again with their "
+            f"--hardware); {len(v5)} of other vllm versions") in " ".join(again.output.split()), again.output
     shown = _run("fidelity", "--params", "--params-file", str(out))
     said = " ".join(shown.output.split())
     prof = json.loads(out.read_text())["profile"]

@@ -163,9 +163,13 @@ def _catalogue_rows(path: Path, setup: Setup, notes: list | None) -> list[Row]:
         what = asked if want == asked else f"{asked} (modelled by {want})"
         raise UserError(f"{path}: no catalogue row of {what} on {setup.hardware!r} (its rows of "
                         f"{setup.engine} are of {', '.join(have)}); give --engine NAME@VERSION of one of them")
-    other_hw, other_ver = len(every) - len(got), len(got) - len(mine)
+    # the rows left out, each counted once: this version's on other GPUs (another run calibrates them), then every
+    # other version's, whatever its GPU (review of 1 Dec 2026, second: "75 on other GPUs" counted every version's)
+    other_hw = sum(bool(setup.hardware) and r.hardware != setup.hardware
+                   and modelled_profile(engine_release_key(r)) == want for r in every)
+    other_ver = len(every) - len(mine) - other_hw
     if notes is not None and (other_hw or other_ver):
-        left = ([f"{other_hw} on other GPUs (a calibration fits one GPU: run it again with their "
+        left = ([f"{other_hw} of {want} on other GPUs (a calibration fits one GPU: run it again with their "
                  f"--hardware)"] if other_hw else []) + \
                ([f"{other_ver} of other {setup.engine} versions"] if other_ver else [])
         notes.append(f"{path}: {len(mine)} row(s) of {asked} on {setup.hardware} taken; left out: " + "; ".join(left))
