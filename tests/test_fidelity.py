@@ -187,6 +187,9 @@ def test_unrunnable_rows_are_skipped_with_their_reason(tmp_path):
     ("workload", "synth:blendserve?densty=1.2", "recipe blendserve has no option 'densty'"),
     ("weights", "int3", "field 'weights': 'int3' is not one of"),
     ("ep", "2", "field 'ep': ep 2 on llama-3-8b, a dense model"),
+    # review of 1 Dec 2026 (second): --engine's spelling in the engine column was skipped as an unknown engine
+    ("engine", "vllm@0.6", "field 'engine': 'vllm@0.6': write the engine's name alone ('vllm') and its version in "
+                           "engine_version ('0.6')"),
 ])
 def test_a_malformed_row_stops_the_run_with_one_line(tmp_path, field, bad, says):
     """A row naming what blendsim does not have (a model, a GPU, a policy, a precision, a workload option) is a

@@ -240,6 +240,10 @@ def _check_names(path: Path, r: dict, where, ep: int) -> None:
     near = next((n for n in ENGINES if n.lower() == engine.lower()), None)
     if near is not None and near != engine:  # a name blendsim models, written another way: a typo, not another engine
         raise UserError(f"{where('engine')}: {engine!r}: engine names are lower-case; write {near!r}")
+    name, at, version = engine.partition("@")
+    if at and name.strip().lower() in ENGINES:  # --engine's NAME@VERSION: a row says the version in its own column
+        raise UserError(f"{where('engine')}: {engine!r}: write the engine's name alone ({name.strip().lower()!r}) "
+                        f"and its version in engine_version ({version.strip()!r})")
     model, hardware, policy = ((r.get(k) or "").strip() for k in ("model", "hardware", "policy"))
     field = "model"
     try:
