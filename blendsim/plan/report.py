@@ -198,6 +198,13 @@ def build_answer(out, *, trace_path, n_requests: int, model: str, deadline_s: fl
         "pareto_of": "meeting" if out.meets_any else "all",
         "cheapest_meeting_deadline": over_budget,
         "sampling": sampling, "fidelity": fid,
+        # every deployment simulated, cheapest first, not just the front: the runner-ups a user weighs by hand (the
+        # best of another GPU or engine)
+        "deployments": [{**p.cand.settings(), "label": _label(p.cand.settings()), "makespan_s": p.makespan_s,
+                         "cost_usd": p.cost_usd, "meets_deadline": out.meets(p, deadline_s),
+                         "within_budget": budget is None or p.cost_usd <= budget,
+                         "makespan_from": "full simulation" if p.full else "sample, extrapolated"}
+                        for p in sorted(out.points.values(), key=lambda p: (p.cost_usd, p.makespan_s, p.cand.key))],
     }
     answer["expected_error_note"] = margin_note(answer)
     return answer
