@@ -438,7 +438,7 @@ table{{border-collapse:collapse}}tr:nth-child(even){{background:#f3f3f3}}</style
 <h2>Pareto front {html.escape(_front_of(answer))}</h2><table><tr>{head}</tr>{body}</table>
 <ul>{notes_html}</ul>
 <p>Cost = GPUs x makespan x price per GPU-hour ({html.escape(answer['prices']['file'])}); prices used:
-{html.escape('; '.join(f"{h} ${p['usd_per_gpu_hour']}/GPU-h ({p['kind'] or 'user price'}, {p['source'] or 'no source'}, {p['date'] or 'no date'})" for h, p in answer['prices']['used'].items()))}.</p>
+{html.escape('; '.join(f"{h} ${p['usd_per_gpu_hour']}/GPU-h ({p['kind'] or 'user price'}, {p['source'] or 'no source'}, {p['date'] or 'no date'}{', billed by whole ' + str(p.get('gpus_per_instance', 1)) + '-GPU instances' if p.get('gpus_per_instance', 1) > 1 else ', billed per GPU, pro rata'})" for h, p in answer['prices']['used'].items()))}.</p>
 </body></html>
 """
     path = folder / "report.html"
