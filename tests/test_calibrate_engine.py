@@ -615,3 +615,15 @@ def test_a_report_keys_a_calibrated_file_by_its_content_not_its_path(tmp_path):
     run("fcfs", prof, tmp_path / "two" / "b")
     one_line_error(CliRunner().invoke(app, ["report", str(tmp_path / "two"), "-o", str(tmp_path / "rep2")]),
                    "priced differently", "sha256")
+
+
+def test_an_unknown_model_or_gpu_is_the_option_s_mistake(tmp_path):
+    """Review of 1 Dec 2026 (second): an unknown --model was reported against the first result's run id ("sg-1:
+    unknown model"), as if the file were wrong."""
+    f = tmp_path / "r.json"
+    f.write_text("{}")
+    for flag, value in (("--model", "llama-9b"), ("--hardware", "a100")):
+        args = {"--model": "llama-3-8b", "--hardware": "a100-80gb", flag: value}
+        r = CliRunner().invoke(get_app(), ["calibrate", "engine", str(f), "--engine", "vllm@0.6",
+                                           *[x for kv in args.items() for x in kv], "-o", str(tmp_path / "o.json")])
+        one_line_error(r, f"{flag}: unknown", value)

@@ -169,7 +169,17 @@ def engine_cmd(
     name, version = split_engine(engine)
     if not str(out).lower().endswith(".json"):
         raise UserError(f"-o {out}: an engine profile is a .json file (--engine takes it by that suffix)")
-    get_hardware(hardware)
+    try:
+        get_hardware(hardware)
+    except UserError as e:
+        raise UserError(f"--hardware: {e}") from None
+    if model:  # the model the results ran: an unknown one is the option's mistake, not a result file's
+        from blendsim.sim.models import get_model
+
+        try:
+            get_model(model)
+        except UserError as e:
+            raise UserError(f"--model: {e}") from None
     if tp is not None and tp < 1:
         raise UserError(f"--tp must be >= 1, got {tp}")
     if params_file and not Path(params_file).exists():
