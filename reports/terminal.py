@@ -161,8 +161,8 @@ def is_online(s: dict) -> bool:
 
 # ---- simulate ------------------------------------------------------------------------------------------
 
-def run_summary_lines(s: dict) -> list[str]:
-    """The paragraphs of ``simulate``'s summary (without the wrote-line)."""
+def run_summary_lines(s: dict, cost: str | None = None) -> list[str]:
+    """The paragraphs of ``simulate``'s summary (without the wrote-line); ``cost``: the line that prices the run."""
     from blendsim.sim.deployment import split_label
 
     par = split_label(s["tp"], s.get("pp"), s.get("ep"))
@@ -204,8 +204,7 @@ def run_summary_lines(s: dict) -> list[str]:
                      f"{pct(crit / s['makespan_s'])} of it")
         lines.append(f"makespan {s['makespan_s']:,.2f} s, throughput {s['throughput_tok_s']:,.0f} tok/s"
                      + _per_gpu(s) + f", {pct(s['frac_of_opt'])} of T_o, the lower bound ({said})")
-    cost = cost_line(s)
-    if cost:
+    if cost:  # what the run costs (blendsim.plan.prices.run_cost_line: reports does not read the price table)
         lines.append(cost)
     lines.append(f"prefix sharing {pct(s['prefix_sharing_ratio'], 2)} (optimal {pct(s['optimal_sharing_ratio'], 2)}), "
                  f"recomputed {s['recomputed_tokens']:,} tokens, {s['preemptions']:,} preemptions, "
@@ -225,21 +224,6 @@ def run_summary_lines(s: dict) -> list[str]:
         lines.append(f"latency mean {s['latency_mean_s']:,.3f} s, p99 {s['latency_p99_s']:,.3f} s; TTFT mean "
                      f"{s['ttft_mean_s']:,.3f} s; TBT mean {1e3 * s['tbt_mean_s']:,.1f} ms")
     return lines
-
-
-def cost_line(s: dict) -> str | None:
-    """What the run's GPUs cost for its makespan at the shipped on-demand price of its GPU (as ``plan`` prices a
-    deployment), where the shipped table has one; None otherwise."""
-    from blendsim.plan.prices import job_cost, read_prices
-
-    p = read_prices().prices.get(str(s.get("hardware")))
-    if p is None or not s.get("makespan_s") or not s.get("gpus"):
-        return None
-    billed = p.billed_gpus(int(s["gpus"]))
-    usd = job_cost(billed, p.usd_per_gpu_hour, float(s["makespan_s"]))
-    return (f"cost ${usd:,.4g}: {billed} GPU(s) x {s['makespan_s'] / 3600:,.4g} h at ${p.usd_per_gpu_hour:g} per "
-            f"{s['hardware']} GPU-hour, the shipped {p.kind or 'price'}{f' of {p.date}' if p.date else ''} "
-            f"(blendsim/plan/prices.csv; yours: blendsim plan --prices, or Result.cost_usd)")
 
 
 def expected_error_line(s: dict) -> str | None:
@@ -269,10 +253,10 @@ def reference_below_bound(s: dict) -> bool:
     return _ref(s) < float(s.get("t_opt_s") or 0.0)
 
 
-def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None) -> None:
+def print_run_summary(s: dict, out: Path | None = None, c: Console | None = None, cost: str | None = None) -> None:
     """``simulate``'s summary: what ran, then latency (online) or throughput (offline), then sharing."""
     c = c or console()
-    lines = run_summary_lines(s)
+    lines = run_summary_lines(s, cost)
     c.print(Paragraph(lines[0], style="bold"))
     for line in lines[1:]:
         say(c, line, 2)

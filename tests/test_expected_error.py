@@ -155,12 +155,12 @@ def test_plan_warns_when_the_deadline_is_within_the_error():
          "loso_signed_median": 0.08}
     rec = {"meets_deadline": True, "makespan_s": 3300.0, "expected_error": x}
     note = margin_note({"recommended": rec, "deadline_s": 3600.0})
-    assert note.startswith("warning: the recommended meets the 1.00 h deadline by less than the error to expect: "
+    assert note.startswith("warning: the recommended meets the 1 h deadline by less than the error to expect: "
                            "10% median |error| over 12 published runs on h100-80gb TP8 with any engine (p90 30%); "
                            "10% slower it takes 1.01 h; such runs typically came out 8.0% slower than predicted.")
     ok = margin_note({"recommended": {**rec, "makespan_s": 3000.0}, "deadline_s": 3600.0})
     assert ok.startswith("expected error of the recommended: 10% median |error| over 12 published runs on h100-80gb")
-    assert "10% slower it still meets the deadline (55.0 min)" in ok
+    assert "10% slower it still meets the deadline (55 min)" in ok
     faster = {**rec, "makespan_s": 2000.0}  # a faster deployment on the front
     early = margin_note({"recommended": {**rec, "expected_error": {**x, "loso_signed_median": -0.2}},
                          "deadline_s": 3600.0, "pareto": [faster, rec]})

@@ -72,7 +72,8 @@ def test_the_azure_rows_run_vllm_0_6_with_the_commands_settings():
 @pytest.fixture(scope="module")
 def mi_suite(tmp_path_factory):
     rows = [_row(id="m-1", source="doc M", model="llama-3.1-8b", hardware="mi300x", weights="fp8", kv_dtype="fp8",
-                 workload="const:1024/64", requests=128, value=9000)]
+                 workload="const:1024/64", requests=128, value=9000, engine="vllm", engine_version="0.6.4")]
+    # vLLM: TensorRT-LLM, the rows' default engine, runs on NVIDIA GPUs only (sim.engines.ENGINE_VENDORS)
     return load_suite(_write(tmp_path_factory.mktemp("mi"), rows), {})
 
 

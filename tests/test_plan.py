@@ -977,6 +977,8 @@ def test_deadlines_past_ten_years_are_refused_and_durations_keep_three_figures()
     assert parse_deadline("3650d") == 3650 * 86400
     assert (_dur(66), _dur(70), _dur(1e-9), _dur(1), _dur(17.636)) == ("1.1 min", "1.17 min", "1e-09 s", "1 s",
                                                                         "17.6 s")
+    # the unit chosen after rounding, and no exponent from 1,000 up (the diff's review)
+    assert (_dur(59.99), _dur(3599.9), _dur(86400 * 2000)) == ("1 min", "1 h", "2,000 d")
 
 
 def test_a_provider_that_rents_whole_instances_bills_them_whole(tmp_path, trace):
@@ -1000,7 +1002,7 @@ def test_a_provider_that_rents_whole_instances_bills_them_whole(tmp_path, trace)
 def test_simulate_says_what_the_run_costs_at_the_shipped_price(tmp_path, trace):
     """Review of 1 Dec 2026 (second): simulate printed no dollar figure; it now prices the run as plan does, at the
     shipped on-demand price of its GPU, and says nothing for a GPU the table has no price for."""
-    from blendsim.reports.terminal import cost_line
+    from blendsim.plan.prices import run_cost_line as cost_line
     from blendsim.workloads.trace import write_trace
 
     path = write_trace(trace, tmp_path / "t.parquet")

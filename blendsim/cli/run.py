@@ -238,9 +238,10 @@ def _with_progress(fn, total: int, show: bool):
 
 
 def print_summary(s: dict, out: Path | None = None) -> None:
+    from blendsim.plan.prices import run_cost_line
     from blendsim.reports.terminal import print_run_summary
 
-    print_run_summary(s, out)
+    print_run_summary(s, out, cost=run_cost_line(s))
 
 
 def policies_cmd(name: str = typer.Argument(None, help="A policy: show its options, defaults and their sources.")) -> None:

@@ -141,4 +141,17 @@ def job_cost(gpus: int, usd_per_gpu_hour: float, makespan_s: float, billing_hour
     return gpus * usd_per_gpu_hour * hours
 
 
-__all__ = ["Price", "PriceTable", "SHIPPED_PRICES", "job_cost", "read_prices"]
+def run_cost_line(summary: dict) -> str | None:
+    """``simulate``'s line for what a run's GPUs cost for its makespan at the shipped on-demand price of its GPU (as
+    ``plan`` prices a deployment), where the shipped table has one; None otherwise."""
+    p = read_prices().prices.get(str(summary.get("hardware")))
+    if p is None or not summary.get("makespan_s") or not summary.get("gpus"):
+        return None
+    billed = p.billed_gpus(int(summary["gpus"]))
+    usd = job_cost(billed, p.usd_per_gpu_hour, float(summary["makespan_s"]))
+    return (f"cost ${usd:,.4g}: {billed} GPU(s) x {summary['makespan_s'] / 3600:,.4g} h at ${p.usd_per_gpu_hour:g} "
+            f"per {summary['hardware']} GPU-hour, the shipped {p.kind or 'price'}{f' of {p.date}' if p.date else ''} "
+            f"(blendsim/plan/prices.csv; yours: blendsim plan --prices, or Result.cost_usd)")
+
+
+__all__ = ["Price", "PriceTable", "SHIPPED_PRICES", "job_cost", "read_prices", "run_cost_line"]

@@ -226,13 +226,13 @@ def _usd(x: float) -> str:
 
 def _dur(s: float) -> str:
     """A duration to three significant figures in its unit: a deadline of 66 s and a makespan of 70 s read 1.1 min
-    and 1.17 min, not both 1.1 min, and one under a second is not 0 s."""
-    if s >= 86400 * 2:
-        return f"{s / 86400:.3g} d"
-    if s >= 3600:
-        return f"{s / 3600:.3g} h"
-    if s >= 60:
-        return f"{s / 60:.3g} min"
+    and 1.17 min, not both 1.1 min, and one under a second is not 0 s. The unit is chosen after rounding (59.99 s is
+    1 min, not 60 s), and a figure of 1,000 or more is written whole (2,000 d, not 2e+03 d)."""
+    s = float(f"{s:.3g}")
+    for unit, size, at in (("d", 86400, 86400 * 2), ("h", 3600, 3600), ("min", 60, 60)):
+        if s >= at:
+            x = float(f"{s / size:.3g}")
+            return f"{x:,.0f} {unit}" if x >= 1000 else f"{x:.3g} {unit}"
     return f"{s:.3g} s"
 
 
