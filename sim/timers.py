@@ -158,6 +158,9 @@ class RooflineTimer:
             if k is not None:  # a grouped expert GEMM: its short-K tiles' fixed cost (GROUPED_K0)
                 flops, nbytes = flops * k, nbytes * k
             m = np.asarray(gemm_m(op, f, self.shapes))
+            # a mean row count a round-off from a whole number is that number (an MoE expert's 64.00000000000001)
+            near = np.round(m)
+            m = np.where(np.abs(m - near) <= TILE_ROUNDOFF * np.maximum(near, 1), near, m)
             tile = np.where(m <= 64, min(64, self.tile), self.tile)  # small-M kernels use 64-row tiles
             # whole tiles; a mean row count a round-off above a tile multiple (an MoE expert's expected rows,
             # T x k / E with picks summing to k +- 1 ulp: 256.00000000000003) is that multiple, not one tile more
