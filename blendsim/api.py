@@ -250,7 +250,8 @@ class Result:
             table = read_prices(None if prices is None else C.path(prices, "--prices"))
             hw = self.summary["hardware"]
             p = table.price_of(hw, "the run's hardware",
-                               f"give cost_usd(usd_per_gpu_hour=...) the price of a {hw} GPU-hour")
+                               f"give cost_usd(usd_per_gpu_hour=...) the price of a {hw} GPU-hour",
+                               own="cost_usd(prices=FILE)")
             usd_per_gpu_hour, gpus = p.usd_per_gpu_hour, p.billed_gpus(gpus)  # whole instances, where it rents them
         price = C.number(usd_per_gpu_hour, "usd_per_gpu_hour", 0.0)
         return job_cost(gpus, price, float(self.summary["makespan_s"]), billing_hour)

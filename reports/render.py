@@ -75,10 +75,13 @@ def one_pricing(runs: pd.DataFrame, mixed: bool) -> pd.DataFrame:
             # re-calibrated between two runs prices them two ways, a copy elsewhere one way
             sha = runs["engine_sha256"]
             has = sha.notna() & (sha.astype(str) != "")
+            path = prof.str.partition(" fitted in ")[2]
+            older = set(path[~has & (path != "")])  # a path some run recorded before the digest was: by path alone
+            has &= ~path.isin(older)
             base = prof.str.partition(" fitted in ")[0]
             first = {h: sorted(prof[has & (sha == h)].str.partition(" fitted in ")[2])[0] for h in set(sha[has])}
-            prof = prof.where(~has, base + " fitted in " + sha.map(lambda h: f"{first.get(h, '')} (sha256 "
-                                                                          f"{str(h)[:12]})"))
+            prof = prof.where(~has, base + " fitted in " + sha.map(lambda h: f"{first.get(h, '')}, sha256 "
+                                                                          f"{str(h)[:12]}"))
         over = engine.str.partition(":")[2]
         engine = prof + over.where(over == "", ":" + over)
     runs["pricing"] = "engine " + engine + ", " + runs["cost_model"].astype(str) + " cost model"

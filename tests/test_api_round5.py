@@ -143,7 +143,7 @@ def test_a_run_is_priced_in_dollars_as_plan_prices_a_deployment(trace):
         h20 = blendsim.simulate(trace, "fcfs", model="llama-3-8b", hardware="h20")
     said = _err(lambda: h20.cost_usd())
     assert "no price for h20 (the run's hardware)" in said and "cost_usd(usd_per_gpu_hour=...)" in said, said
-    assert "--hardware" not in said
+    assert "--hardware" not in said and "--prices" not in said and "cost_usd(prices=FILE)" in said
 
 
 def test_a_partly_failed_sweep_hands_back_the_cells_that_ran(tmp_path):

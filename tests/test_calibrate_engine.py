@@ -627,3 +627,15 @@ def test_an_unknown_model_or_gpu_is_the_option_s_mistake(tmp_path):
         r = CliRunner().invoke(get_app(), ["calibrate", "engine", str(f), "--engine", "vllm@0.6",
                                            *[x for kv in args.items() for x in kv], "-o", str(tmp_path / "o.json")])
         one_line_error(r, f"{flag}: unknown", value)
+
+
+def test_runs_recorded_before_the_digest_are_keyed_by_path():
+    """The diff's review: a run of a calibrated file recorded before summaries carried engine_sha256 and a new run of
+    the same file were refused as priced differently."""
+    import pandas as pd
+
+    from blendsim.reports.render import one_pricing
+
+    runs = pd.DataFrame({"engine": ["/x/my.json"] * 2, "engine_profile": ["vllm@0.8 fitted in /x/my.json"] * 2,
+                         "cost_model": ["roofline"] * 2, "engine_sha256": [None, "ab" * 32], "label": ["a", "b"]})
+    assert one_pricing(runs, False)["pricing"].nunique() == 1

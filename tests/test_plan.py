@@ -963,6 +963,8 @@ def test_two_names_of_one_engine_are_simulated_once():
     assert kept == ("vllm", "vllm@0.8", "sglang")
     assert merged == [{"engine": "vllm@0.9", "as": "vllm@0.8"}, {"engine": "vllm@0.11", "as": "vllm"}]
     assert _distinct_engines(("vllm@0.6", "vllm@0.6:fixed_s=0.002"))[1] == []
+    # one profile, but only 0.8.4 runs pipeline stages (the diff's review)
+    assert _distinct_engines(("vllm@0.8.2", "vllm@0.8.4"))[1] == []
 
 
 def test_deadlines_past_ten_years_are_refused_and_durations_keep_three_figures():

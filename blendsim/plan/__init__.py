@@ -249,11 +249,14 @@ def _distinct_engines(keys) -> tuple[tuple, list]:
     alike), so that one deployment is not simulated twice under two names. An unknown engine or version is one line."""
     from dataclasses import replace
 
-    from blendsim.sim.engines import get_profile
+    from blendsim.sim.engines import get_profile, pipeline_unmodelled
 
     kept, idents, merged = [], [], []
     for e in keys:
-        ident = replace(get_profile(e), key="", release="")  # the release matters only through the fields it sets
+        prof = get_profile(e)
+        # the release matters through the fields it sets and through what reads it: pipeline stages (vLLM V1 runs
+        # them from 0.8.4, so vllm@0.8.2 and vllm@0.8.4 stay apart)
+        ident = (replace(prof, key="", release=""), pipeline_unmodelled(prof))
         same = next((k for k, i in zip(kept, idents, strict=True) if i == ident), None)
         if same is None:
             kept.append(e)

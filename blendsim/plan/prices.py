@@ -54,7 +54,7 @@ class PriceTable:
     prices: dict  # hardware -> Price
 
     def price_of(self, hardware: str, where: str = "in the search's --hardware",
-                 instead: str | None = None):
+                 instead: str | None = None, own: str = "--prices FILE"):
         """The price of ``hardware``; a one-line error when the file has none (``where``: what named the GPU;
         ``instead``: the other way out besides a price, default leaving it out of ``--hardware``)."""
         try:
@@ -63,7 +63,7 @@ class PriceTable:
             instead = instead or f"leave {hardware} out of --hardware"
             if self.path == SHIPPED_PRICES:  # the package's own table: the user's prices go in a file of theirs
                 raise UserError(f"the shipped price table has no price for {hardware} ({where}): give your own with "
-                                f"--prices FILE (columns hardware,usd_per_gpu_hour) or {instead}") from None
+                                f"{own} (columns hardware,usd_per_gpu_hour) or {instead}") from None
             raise UserError(f"{self.path}: no price for {hardware} ({where}); add a row "
                             f"'{hardware},USD_PER_GPU_HOUR' or {instead}") from None
 

@@ -360,7 +360,7 @@ def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, veri
     """Simulate the recommended deployment and its front neighbours (by cost) on the whole trace; again
     while the recommendation moves to a deployment known only by its estimate, until it rests on a full run
     (each round runs the recommended whole, so this ends; the bound only guards against full runs that fail).
-    Then the near misses, cheapest first and up to ``verify`` of them: deployments whose estimate misses the deadline
+    Then the near misses, the cheapest of each GPU and engine in turn and up to ``verify`` of them: deployments whose estimate misses the deadline
     (or budget), or the recommended's cost, by less than the sampling error (the larger of :data:`NEAR_MISS` and the
     checks' largest |error|), which an over-estimate would otherwise keep from the answer for good."""
     missed = 0
@@ -385,7 +385,7 @@ def _verify(out: Search, evaluate, deadline_s: float, budget: float | None, veri
 
 def _near_misses(out: Search, rec: Point, deadline_s: float, budget: float | None, band: float) -> list:
     """Sampled deployments that would cost less than ``rec`` and meet the deadline (and budget) were their estimates
-    ``band`` too slow, cheapest first."""
+    ``band`` too slow: the cheapest of each GPU and engine, then the next of each."""
     # where only the budget fails, the recommended is the least over it: a cheaper one still over budget may beat it
     budget_bound = budget is not None and out.meets_any
     near = sorted((p for p in out.points.values()
