@@ -249,16 +249,21 @@ def calibrated_elsewhere(prof, hardware: str) -> list[str]:
             f"{efficiencies_carried(params, hardware)}"]
 
 
+def fitted_for_arch(head: dict, arch: str) -> list[str]:
+    """The kernel efficiencies a calibrated profile's header (``head``) says its fit moved for GPUs of ``arch`` (none
+    where it kept the values it started from)."""
+    return [] if head.get("kept_shipped") else sorted(
+        n.split(".")[-1] for n in head.get("fitted") or [] if n.startswith(f"arch.{arch}."))
+
+
 def efficiencies_carried(params: dict, hardware: str) -> str:
     """What a calibrated profile's ``params`` price on ``hardware`` besides its loop: the kernel efficiencies it fitted
     for that GPU's architecture, which apply there as on the GPU it was fitted on (efficiencies are looked up per
     architecture, blendsim.sim.efficiency), else none."""
     from blendsim.sim.hardware import get_hardware
 
-    head = params.get("profile") or {}
     arch = get_hardware(hardware).arch
-    own = [] if head.get("kept_shipped") else sorted(
-        n.split(".")[-1] for n in head.get("fitted") or [] if n.startswith(f"arch.{arch}."))
+    own = fitted_for_arch(params.get("profile") or {}, arch)
     if own:
         return (f"and so do the kernel efficiencies it fitted for every {arch} GPU ({', '.join(own)}); "
                 f"{hardware}'s others are the shipped ones")

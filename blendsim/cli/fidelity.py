@@ -289,11 +289,11 @@ def _params_file_gaps(suite, params: dict, params_file) -> list[str]:
         hw = head.get("hardware")
         elsewhere = [pr for _, pr in suite.ok if pr.dep.hardware.name != hw] if hw else []
         if elsewhere:
+            from blendsim.runner import fitted_for_arch
             from blendsim.sim.hardware import get_hardware
 
             arch = get_hardware(hw).arch
-            own = [] if head.get("kept_shipped") else sorted(
-                n.split(".")[-1] for n in head.get("fitted") or [] if n.startswith(f"arch.{arch}."))
+            own = fitted_for_arch(head, arch)
             akin = sum(pr.dep.hardware.arch == arch for pr in elsewhere)
             carried = (f"; the kernel efficiencies it fitted for every {arch} GPU ({', '.join(own)}) price the "
                        f"{akin} of them on {arch} GPUs, whatever their engine" if own and akin else "")
